@@ -1,0 +1,454 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// casLimits bounds the retries of one compare-and-set.
+type casLimits struct {
+	attempts    int           // runs before giving up with ErrConflict
+	baseBackoff time.Duration // first retry waits up to this long
+	maxBackoff  time.Duration // no retry waits longer
+}
+
+// typeCheck declares a key the transaction writes besides the job keys. Its
+// type is read in the WATCH+GET round trip; anything but want or "none"
+// refuses the transaction before anything is written.
+type typeCheck struct {
+	key  string
+	want string
+}
+
+// casWrite sets one watched job key to a whole new value.
+type casWrite struct {
+	key string
+	job *Job
+	ttl time.Duration // > 0: the key expires (retention of finished jobs)
+}
+
+// casPlan is what a decision asks the engine to apply in one MULTI/EXEC:
+// whole values first, then idempotent extra steps (index updates). checks
+// lists every key the steps write, with the type it must have.
+type casPlan struct {
+	writes []casWrite
+	steps  [][]any
+	checks []typeCheck
+}
+
+func (p *casPlan) empty() bool { return p == nil || (len(p.writes) == 0 && len(p.steps) == 0) }
+
+// casRead is the state the decision sees: one entry per watched key.
+type casRead struct {
+	keys []string
+	jobs []*Job  // nil when the key does not exist or could not be read
+	errs []error // per key: *CorruptError, ErrUnsupportedFormat, *WrongTypeError
+}
+
+// casTxn is one optimistic transaction. decide may run several times, once
+// per attempt, each time on freshly read values; it must not keep state
+// between runs.
+//
+// Type checks: the engine checks the type of every key a plan writes before
+// EXEC. Keys the caller predicts in checks ride in the WATCH+GET round trip;
+// keys in verified were just read as the right type by the caller (a claim
+// reads its indexes first); any other key a plan writes costs one extra
+// round trip of TYPE commands, still under the WATCH.
+type casTxn struct {
+	route    string // a key whose hash slot picks the node on a cluster
+	keys     []string
+	checks   []typeCheck
+	verified []string
+	noRetry  bool // return a conflict at once instead of retrying (claims move on)
+	decide   func(r *casRead) (*casPlan, error)
+}
+
+// casMetrics counts what the engine did, for benchmarks and tests.
+type casMetrics struct {
+	txns       atomic.Int64 // transactions run
+	attempts   atomic.Int64 // read+decide passes, including retries
+	conflicts  atomic.Int64 // EXECs aborted because a watched key changed
+	roundTrips atomic.Int64 // network round trips the engine made
+	commands   atomic.Int64 // Redis commands sent, MULTI and EXEC included
+	unwatches  atomic.Int64 // UNWATCHes sent on paths that did not reach EXEC
+}
+
+// MetricsSnapshot is a copy of the CAS engine's counters.
+type MetricsSnapshot struct {
+	Txns       int64 // compare-and-set transactions run
+	Attempts   int64 // attempts, including retries after conflicts
+	Conflicts  int64 // EXECs aborted because a watched key changed
+	RoundTrips int64 // network round trips made by the engine
+	Commands   int64 // Redis commands sent, MULTI and EXEC included
+	Unwatches  int64 // UNWATCHes sent on paths that did not reach EXEC
+}
+
+func (m *casMetrics) snapshot() MetricsSnapshot {
+	return MetricsSnapshot{
+		Txns: m.txns.Load(), Attempts: m.attempts.Load(), Conflicts: m.conflicts.Load(),
+		RoundTrips: m.roundTrips.Load(), Commands: m.commands.Load(), Unwatches: m.unwatches.Load(),
+	}
+}
+
+// casEngine runs every write jobkey makes. One attempt is two round trips:
+//
+//  1. WATCH the job keys, GET them and TYPE the declared index keys, all in
+//     one pipeline on a dedicated connection;
+//  2. MULTI, the whole new values and the extra steps, EXEC.
+//
+// WATCH hygiene: the watch lives on the connection, and the connection goes
+// back to the pool afterwards. EXEC clears it whether it commits or aborts;
+// every path that does not reach EXEC sends UNWATCH, even when the caller's
+// context is done, so a pooled connection never carries a stale watch that
+// would abort some later, unrelated transaction.
+type casEngine struct {
+	rdb    redis.UniversalClient
+	limits casLimits
+	m      casMetrics
+}
+
+func newCASEngine(rdb redis.UniversalClient, limits casLimits) (*casEngine, error) {
+	switch rdb.(type) {
+	case *redis.Client, *redis.ClusterClient:
+	default:
+		return nil, fmt.Errorf("jobkey: unsupported client %T: use *redis.Client or *redis.ClusterClient", rdb)
+	}
+	return &casEngine{rdb: rdb, limits: limits}, nil
+}
+
+// conn returns a dedicated connection to the node that owns route's slot.
+func (e *casEngine) conn(ctx context.Context, route string) (*redis.Conn, error) {
+	switch c := e.rdb.(type) {
+	case *redis.Client:
+		return c.Conn(), nil
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, route)
+		if err != nil {
+			return nil, fmt.Errorf("jobkey: find node for %q: %w", route, err)
+		}
+		return node.Conn(), nil
+	}
+	return nil, fmt.Errorf("jobkey: unsupported client %T", e.rdb)
+}
+
+// run applies t with bounded, jittered retries. It returns the read and the
+// plan of the attempt that committed (or that decided to write nothing).
+func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) {
+	e.m.txns.Add(1)
+	if t.route == "" && len(t.keys) > 0 {
+		t.route = t.keys[0]
+	}
+	for attempt := 1; ; attempt++ {
+		read, plan, err := e.attempt(ctx, t)
+		if !isConflict(err) {
+			return read, plan, err
+		}
+		e.m.conflicts.Add(1)
+		if t.noRetry {
+			return nil, nil, &ConflictError{Key: t.route, Attempts: attempt}
+		}
+		if attempt >= e.limits.attempts {
+			return nil, nil, &ConflictError{Key: t.route, Attempts: attempt}
+		}
+		if err := sleepCtx(ctx, e.backoff(attempt)); err != nil {
+			return nil, nil, fmt.Errorf("jobkey: %s: retry after conflict: %w", t.route, err)
+		}
+	}
+}
+
+// isConflict reports an EXEC aborted by a changed watched key, or a cluster
+// redirection (the slot moved; the retry asks the new owner).
+func isConflict(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, redis.TxFailedErr) {
+		return true
+	}
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask
+}
+
+// backoff is "full jitter": uniform in [0, min(max, base·2^(attempt-1))].
+func (e *casEngine) backoff(attempt int) time.Duration {
+	d := e.limits.maxBackoff
+	if shift := attempt - 1; shift < 30 {
+		d = min(d, e.limits.baseBackoff<<shift)
+	}
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d + 1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casPlan, err error) {
+	e.m.attempts.Add(1)
+	conn, err := e.conn(ctx, t.route)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+
+	armed := false // a WATCH may be active on conn
+	defer func() {
+		if armed {
+			e.unwatch(ctx, conn)
+		}
+	}()
+
+	// Round trip 1: WATCH, GET every job key, TYPE every declared key.
+	watch := make([]any, 0, 1+len(t.keys))
+	watch = append(watch, "watch")
+	for _, k := range t.keys {
+		watch = append(watch, k)
+	}
+	var gets []*redis.StringCmd
+	var types []*redis.StatusCmd
+	armed = true
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(int64(1 + len(t.keys) + len(t.checks)))
+	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, watch...)
+		for _, k := range t.keys {
+			gets = append(gets, p.Get(ctx, k))
+		}
+		for _, c := range t.checks {
+			types = append(types, p.Type(ctx, c.key))
+		}
+		return nil
+	})
+	if err != nil && len(cmds) > 0 && cmds[0].Err() != nil {
+		return nil, nil, fmt.Errorf("jobkey: watch %s: %w", t.route, cmds[0].Err())
+	}
+	if err := verifyTypes(t.checks, types); err != nil {
+		return nil, nil, err
+	}
+	read, err := e.decodeReads(t.keys, gets)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	plan, err := t.decide(read)
+	if err != nil || plan.empty() {
+		return read, nil, err // the deferred UNWATCH releases the watch
+	}
+	values, err := encodePlan(t.keys, read, plan)
+	if err != nil {
+		return read, nil, err
+	}
+	if late := lateChecks(t, plan); len(late) > 0 {
+		e.m.roundTrips.Add(1)
+		e.m.commands.Add(int64(len(late)))
+		var types []*redis.StatusCmd
+		_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, c := range late {
+				types = append(types, p.Type(ctx, c.key))
+			}
+			return nil
+		})
+		if err != nil && !isRedisErr(err) {
+			return read, nil, fmt.Errorf("jobkey: type check: %w", err)
+		}
+		if err := verifyTypes(late, types); err != nil {
+			return read, nil, err
+		}
+	}
+
+	// go-redis would still send the EXEC on a done context; a caller who
+	// gave up must not have the write land behind its back.
+	if err := ctx.Err(); err != nil {
+		return read, nil, err
+	}
+
+	// Round trip 2: MULTI, whole values, extra steps, EXEC.
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(int64(2 + len(plan.writes) + len(plan.steps)))
+	cmds, err = conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, w := range plan.writes {
+			p.Set(ctx, w.key, values[i], w.ttl) // ttl 0: no expiry
+		}
+		for _, s := range plan.steps {
+			p.Do(ctx, s...)
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		armed = false
+		return read, plan, nil
+	case errors.Is(err, redis.TxFailedErr):
+		armed = false // EXEC ran and cleared the watch
+		return nil, nil, err
+	case redis.IsExecAbortError(err):
+		armed = false
+		return nil, nil, stepError(cmds, true)
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !isConflict(err) {
+		// EXEC ran and returned one result per step; some failed. Redis
+		// applied the others and will not undo them.
+		armed = false
+		return nil, nil, stepError(cmds, false)
+	}
+	// A network or context error: EXEC may or may not have run. The
+	// deferred UNWATCH is harmless if it did.
+	return nil, nil, fmt.Errorf("jobkey: exec %s: outcome unknown: %w", t.route, err)
+}
+
+// verifyTypes refuses the transaction if any checked key holds a type other
+// than the one wanted; a missing key is fine.
+func verifyTypes(checks []typeCheck, types []*redis.StatusCmd) error {
+	for i, c := range types {
+		got, err := c.Result()
+		if err != nil {
+			return fmt.Errorf("jobkey: type %s: %w", checks[i].key, err)
+		}
+		if got != "none" && got != checks[i].want {
+			return &WrongTypeError{Key: checks[i].key, Want: checks[i].want, Got: got}
+		}
+	}
+	return nil
+}
+
+// lateChecks returns the plan's checks that were neither predicted nor
+// verified by the caller.
+func lateChecks(t *casTxn, plan *casPlan) []typeCheck {
+	var late []typeCheck
+next:
+	for _, c := range plan.checks {
+		for _, p := range t.checks {
+			if p.key == c.key && p.want == c.want {
+				continue next
+			}
+		}
+		for _, v := range t.verified {
+			if v == c.key {
+				continue next
+			}
+		}
+		late = append(late, c)
+	}
+	return late
+}
+
+func isRedisErr(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+func isWrongType(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
+}
+
+// decodeReads turns the GET replies into jobs. A missing key is a nil job;
+// a value that cannot be decoded is reported per key and left untouched.
+func (e *casEngine) decodeReads(keys []string, gets []*redis.StringCmd) (*casRead, error) {
+	r := &casRead{keys: keys, jobs: make([]*Job, len(keys)), errs: make([]error, len(keys))}
+	for i, g := range gets {
+		b, err := g.Bytes()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case isWrongType(err):
+			r.errs[i] = &WrongTypeError{Key: keys[i], Want: "string", Got: "non-string"}
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("jobkey: get %s: %w", keys[i], err)
+		}
+		j := new(Job)
+		if err := Unmarshal(b, j); err != nil {
+			var ce *CorruptError
+			if errors.As(err, &ce) {
+				ce.Key = keys[i]
+			} else {
+				err = fmt.Errorf("key %q: %w", keys[i], err)
+			}
+			r.errs[i] = err
+			continue
+		}
+		r.jobs[i] = j
+	}
+	return r, nil
+}
+
+// encodePlan bumps each written job's revision past the value it replaces
+// and encodes it. Every write must target a watched key, or the compare in
+// compare-and-set would not cover it.
+func encodePlan(keys []string, read *casRead, plan *casPlan) ([][]byte, error) {
+	values := make([][]byte, len(plan.writes))
+	for i, w := range plan.writes {
+		idx := -1
+		for k, key := range keys {
+			if key == w.key {
+				idx = k
+				break
+			}
+		}
+		if idx < 0 {
+			return nil, fmt.Errorf("jobkey: internal error: write to unwatched key %q", w.key)
+		}
+		var prevRev uint64
+		if prev := read.jobs[idx]; prev != nil {
+			prevRev = prev.Rev // read first: decide may have edited prev in place
+		}
+		w.job.Rev = prevRev + 1
+		b, err := Marshal(w.job)
+		if err != nil {
+			return nil, err
+		}
+		values[i] = b
+	}
+	return values, nil
+}
+
+// unwatch releases a watch on a path that did not reach EXEC. It must run
+// even when ctx is done, so it gets a short context of its own. If it cannot
+// be sent, the connection is broken and go-redis discards it rather than
+// pooling it.
+func (e *casEngine) unwatch(ctx context.Context, conn *redis.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	e.m.unwatches.Add(1)
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(1)
+	_ = conn.Do(ctx, "unwatch").Err()
+}
+
+func stepError(cmds []redis.Cmder, aborted bool) *StepError {
+	se := &StepError{Aborted: aborted}
+	for _, c := range cmds {
+		name := c.Name()
+		if name == "multi" || name == "exec" {
+			continue
+		}
+		args := c.Args()
+		desc := name
+		if len(args) > 1 {
+			desc = fmt.Sprintf("%s %v", name, args[1])
+		}
+		se.Steps = append(se.Steps, StepResult{Cmd: desc, Err: c.Err()})
+	}
+	return se
+}

@@ -1,0 +1,289 @@
+package jobkey
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+var updateGolden = flag.Bool("update-golden", false, "rewrite testdata golden files (never for v1: it must decode forever)")
+
+func ms(t time.Time) time.Time { return t.Truncate(time.Millisecond).UTC() }
+
+func fullJob() *Job {
+	now := ms(time.Date(2026, 11, 30, 6, 30, 0, 123e6, time.UTC))
+	return &Job{
+		ID: "01JDQ4Z0000000000000000000", Queue: "emails", Type: "send-welcome",
+		Payload: []byte(`{"to":"a@example.com"}`), State: StateActive, Attempt: 3, MaxAttempts: 25,
+		RunAt: now, LeaseOwner: "host-1/worker-7", LeaseUntil: now.Add(30 * time.Second),
+		LastError: "smtp: 421 try later", Result: []byte{0, 1, 2, 255},
+		CreatedAt: now.Add(-time.Hour), UpdatedAt: now, Rev: 7,
+	}
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	t.Parallel()
+	big := bytes.Repeat([]byte{0xab}, 300<<10) // forces bin32
+	long := strings.Repeat("é", 40000)         // forces str32 (80,000 bytes)
+	cases := map[string]*Job{
+		"minimal":      {State: StatePending},
+		"full":         fullJob(),
+		"unicode":      {ID: "ジョブ-🚀", Queue: "κουέ", Type: "тип", LastError: "ошибка: 失败", State: StateFailed},
+		"zeroTime":     {ID: "z", State: StateSucceeded, RunAt: time.Time{}, CreatedAt: time.Time{}},
+		"negTime":      {ID: "n", State: StatePending, RunAt: ms(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))},
+		"largePayload": {ID: "big", State: StatePending, Payload: big, Result: big[:70000]},
+		"longStrings":  {ID: long[:300], Type: long[:1000], LastError: long, State: StateCanceled},
+		"maximal": {
+			ID: strings.Repeat("x", 255), State: StateCanceled, Attempt: 1<<31 - 1, MaxAttempts: 1<<31 - 1,
+			Rev: 1<<64 - 1, RunAt: ms(time.UnixMilli(1<<62 - 1)), LeaseUntil: ms(time.UnixMilli(-1 << 62)),
+		},
+	}
+	for name, in := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b, err := Marshal(in)
+			require.NoError(t, err)
+			require.Len(t, b, encodedSize(in), "encodedSize must be exact")
+			var out Job
+			require.NoError(t, Unmarshal(b, &out))
+			require.Equal(t, *in, out)
+		})
+	}
+}
+
+func TestCodecEmptyBytesDecodeNil(t *testing.T) {
+	t.Parallel()
+	b, err := Marshal(&Job{State: StatePending, Payload: []byte{}})
+	require.NoError(t, err)
+	var out Job
+	require.NoError(t, Unmarshal(b, &out))
+	require.Nil(t, out.Payload)
+}
+
+func TestUnmarshalZeroesTarget(t *testing.T) {
+	t.Parallel()
+	b, err := Marshal(&Job{ID: "a", State: StatePending})
+	require.NoError(t, err)
+	out := *fullJob()
+	require.NoError(t, Unmarshal(b, &out))
+	require.Equal(t, Job{ID: "a", State: StatePending}, out)
+
+	// A failed decode leaves the target zeroed, never half-filled.
+	out = *fullJob()
+	require.ErrorIs(t, Unmarshal(b[:len(b)-1], &out), ErrCorrupt)
+	require.Equal(t, Job{}, out)
+}
+
+func TestMarshalRefuses(t *testing.T) {
+	t.Parallel()
+	_, err := Marshal(&Job{ID: "s"})
+	require.ErrorContains(t, err, "invalid state 0")
+	_, err = Marshal(&Job{State: 9})
+	require.ErrorContains(t, err, "invalid state 9")
+	_, err = Marshal(nil)
+	require.Error(t, err)
+	_, err = Marshal(&Job{State: StatePending, Payload: make([]byte, MaxValueBytes)})
+	require.ErrorIs(t, err, ErrTooLarge)
+}
+
+// The golden file is the v1 wire format. It is checked in and must decode to
+// the same Job forever; regenerate it only for a new format version.
+func TestCodecGoldenV1(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join("testdata", "job-v1.0.msgpack")
+	want := fullJob()
+	if *updateGolden {
+		b, err := Marshal(want)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+	}
+	golden, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var got Job
+	require.NoError(t, Unmarshal(golden, &got))
+	require.Equal(t, *want, got)
+	// The current encoder still writes v1.0 byte for byte.
+	b, err := Marshal(want)
+	require.NoError(t, err)
+	require.Equal(t, golden, b)
+}
+
+// appendFields builds a value as a newer minor version would: the v1 array
+// with extra elements appended and the array header widened to match.
+func appendFields(t *testing.T, j *Job, minor uint64, extra ...any) []byte {
+	t.Helper()
+	b, err := Marshal(j)
+	require.NoError(t, err)
+	require.EqualValues(t, 0xdc, b[0], "v1 values start with an array16 header")
+	body := b[3:]
+	body[1] = byte(minor) // minor is the second element, a positive fixint
+	out := appendArrayHdr(nil, v1Fields+len(extra))
+	out = append(out, body...)
+	for _, e := range extra {
+		eb, err := msgpack.Marshal(e)
+		require.NoError(t, err)
+		out = append(out, eb...)
+	}
+	return out
+}
+
+func TestCodecNewerMinorDecodes(t *testing.T) {
+	t.Parallel()
+	in := fullJob()
+	b := appendFields(t, in, 3, "a new string field", int64(-5), map[string]any{"k": []any{1, "x", nil, 2.5}},
+		[]byte{1, 2, 3}, true, nil, float32(1.5), time.Now())
+	var out Job
+	require.NoError(t, Unmarshal(b, &out))
+	require.Equal(t, *in, out)
+}
+
+func TestCodecVersions(t *testing.T) {
+	t.Parallel()
+	b, err := Marshal(fullJob())
+	require.NoError(t, err)
+	b[3] = 2 // major version 2, right after the array16 header
+	var out Job
+	err = Unmarshal(b, &out)
+	require.ErrorIs(t, err, ErrUnsupportedFormat)
+	require.NotErrorIs(t, err, ErrCorrupt)
+}
+
+func TestCodecCorrupt(t *testing.T) {
+	t.Parallel()
+	good, err := Marshal(fullJob())
+	require.NoError(t, err)
+	set := func(i int, v byte) []byte {
+		b := bytes.Clone(good)
+		b[i] = v
+		return b
+	}
+	cases := map[string]struct {
+		in    []byte
+		field string
+	}{
+		"empty":            {nil, "value"},
+		"notArray":         {[]byte{0xa1, 'x'}, "value"},
+		"noVersion":        {[]byte{0x91, 0x01}, "value"},
+		"tooFewFields":     {[]byte{0x92, 0x01, 0x00}, "value"},
+		"trailing":         {append(bytes.Clone(good), 0x00), "value"},
+		"truncated":        {good[:len(good)-3], "UpdatedAt"},
+		"idNotString":      {set(5, 0x05), "ID"},
+		"badState":         {stateAt(t, good, 9), "State"},
+		"versionString":    {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
+		"negativeAttempt":  {replaceField(t, 7, int64(-1)), "Attempt"},
+		"badAppendedField": {badAppended(t), "appended field 17"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var out Job
+			err := Unmarshal(c.in, &out)
+			require.ErrorIs(t, err, ErrCorrupt, "got %v", err)
+			var ce *CorruptError
+			require.True(t, errors.As(err, &ce))
+			if c.field != "" {
+				require.Equal(t, c.field, ce.Field, err.Error())
+			}
+			require.Equal(t, Job{}, out)
+		})
+	}
+}
+
+// stateAt rewrites the State byte of a fullJob encoding.
+func stateAt(t *testing.T, good []byte, v byte) []byte {
+	t.Helper()
+	b := bytes.Clone(good)
+	// The state follows the payload bin, which is unique enough to find.
+	p := bytes.Index(b, fullJob().Payload) + len(fullJob().Payload)
+	require.Equal(t, byte(StateActive), b[p])
+	b[p] = v
+	return b
+}
+
+// replaceField re-encodes a fullJob with element i (0-based in the array)
+// replaced by v, using the reflective encoder for the odd value.
+func replaceField(t *testing.T, i int, v any) []byte {
+	t.Helper()
+	j := fullJob()
+	elems := []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
+		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
+		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev}
+	elems[i] = v
+	b, err := msgpack.Marshal(elems)
+	require.NoError(t, err)
+	return b
+}
+
+func badAppended(t *testing.T) []byte {
+	b := appendFields(t, fullJob(), 1, "x")
+	return append(b[:len(b)-2], 0xc1) // 0xc1 is never used by msgpack
+}
+
+// Hostile headers claim up to 4 GiB; decoding must refuse them without
+// allocating anything near that.
+func TestCodecHostileHeaders(t *testing.T) {
+	good, err := Marshal(&Job{ID: "h", State: StatePending})
+	require.NoError(t, err)
+	prefix := good[:7] // array16 header, versions, "h"
+	hostile := map[string][]byte{
+		"array32":      binary.BigEndian.AppendUint32([]byte{0xdd}, 0xffffffff),
+		"bin32Payload": binary.BigEndian.AppendUint32(append(append(bytes.Clone(prefix), 0xa0, 0xa0), 0xc6), 0xffffffff),
+		"str32Queue":   binary.BigEndian.AppendUint32(append(bytes.Clone(prefix), 0xdb), 0xfffffff0),
+		"appendedArray32": func() []byte {
+			b := appendFields(t, &Job{State: StatePending}, 1, "x")
+			return binary.BigEndian.AppendUint32(append(b[:len(b)-2], 0xdd), 0xffffffff)
+		}(),
+		"appendedMap32": func() []byte {
+			b := appendFields(t, &Job{State: StatePending}, 1, "x")
+			return binary.BigEndian.AppendUint32(append(b[:len(b)-2], 0xdf), 0x7fffffff)
+		}(),
+	}
+	for name, in := range hostile {
+		var out Job
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		err := Unmarshal(in, &out)
+		runtime.ReadMemStats(&after)
+		require.ErrorIs(t, err, ErrCorrupt, name)
+		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "%s allocated too much", name)
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	for _, j := range []*Job{fullJob(), {State: StatePending}, {ID: "ü", State: StateFailed, Payload: make([]byte, 300)}} {
+		b, err := Marshal(j)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var j Job
+		if err := Unmarshal(data, &j); err != nil {
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) && !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("untyped error: %v", err)
+			}
+			return
+		}
+		b, err := Marshal(&j)
+		if err != nil {
+			t.Fatalf("decoded job does not re-encode: %v", err)
+		}
+		var again Job
+		if err := Unmarshal(b, &again); err != nil {
+			t.Fatalf("re-encoded job does not decode: %v", err)
+		}
+		require.Equal(t, j, again)
+	})
+}

@@ -1,0 +1,150 @@
+package jobkey
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Config configures a Queue. The zero value works: every field has a
+// default, written beside it.
+type Config struct {
+	// Prefix starts every key and channel of the queue (default: "jobkey").
+	Prefix string
+	// Shards splits the queue's indexes so one logical queue can spread over
+	// a Redis Cluster. It must stay the same for the queue's whole life,
+	// because a job's shard is derived from its ID (default: 1; at most 1024).
+	Shards int
+	// Lease is how long a claim holds a job before another worker may take
+	// it over. Work renews it every Lease/3 (default: 30s; at least 100ms).
+	Lease time.Duration
+	// MaxAttempts is how many times a job may be claimed before it fails for
+	// good; EnqueueOpts.MaxAttempts overrides it per job (default: 25).
+	MaxAttempts int
+	// Backoff returns how long to wait before retrying a job whose
+	// attempt-th attempt failed (default: DefaultBackoff).
+	Backoff func(attempt int) time.Duration
+	// Retention keeps succeeded and canceled jobs readable this long; their
+	// keys expire by themselves (default: 24h; at least 1s).
+	Retention time.Duration
+	// FailedRetention keeps failed jobs this long (default: 7 days).
+	FailedRetention time.Duration
+	// MaxValueBytes refuses jobs whose stored value would be larger, with
+	// ErrTooLarge, before anything is written (default: 1 MiB; at most
+	// MaxValueBytes, 64 MiB).
+	MaxValueBytes int
+	// ClaimWindow is how many due jobs a claimer picks among at random, so
+	// concurrent claimers rarely race for the same job (default: 8).
+	ClaimWindow int
+	// CASAttempts bounds the tries of one compare-and-set before it gives up
+	// with ErrConflict (default: 32).
+	CASAttempts int
+	// CASBackoff is the first retry delay after a conflict; later retries
+	// double it, with full jitter, up to CASMaxBackoff (default: 1ms).
+	CASBackoff time.Duration
+	// CASMaxBackoff caps the delay between compare-and-set retries
+	// (default: 100ms).
+	CASMaxBackoff time.Duration
+	// MaxBatch bounds how many jobs one EnqueueMany transaction carries;
+	// larger batches are split (default: 256; at most 4096).
+	MaxBatch int
+	// Now is the clock. Tests set it to move time past leases and run-at
+	// times (default: time.Now).
+	Now func() time.Time
+}
+
+// DefaultBackoff waits 1s·2^(attempt-1), capped at one hour, with jitter
+// between half and all of it.
+func DefaultBackoff(attempt int) time.Duration {
+	d := time.Hour
+	if attempt >= 1 && attempt <= 12 {
+		d = min(d, time.Second<<(attempt-1))
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	out.Prefix = cmp.Or(out.Prefix, "jobkey")
+	out.Shards = cmp.Or(out.Shards, 1)
+	out.Lease = cmp.Or(out.Lease, 30*time.Second)
+	out.MaxAttempts = cmp.Or(out.MaxAttempts, 25)
+	if out.Backoff == nil {
+		out.Backoff = DefaultBackoff
+	}
+	out.Retention = cmp.Or(out.Retention, 24*time.Hour)
+	out.FailedRetention = cmp.Or(out.FailedRetention, 7*24*time.Hour)
+	out.MaxValueBytes = cmp.Or(out.MaxValueBytes, 1<<20)
+	out.ClaimWindow = cmp.Or(out.ClaimWindow, 8)
+	out.CASAttempts = cmp.Or(out.CASAttempts, 32)
+	out.CASBackoff = cmp.Or(out.CASBackoff, time.Millisecond)
+	out.CASMaxBackoff = cmp.Or(out.CASMaxBackoff, 100*time.Millisecond)
+	out.MaxBatch = cmp.Or(out.MaxBatch, 256)
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("jobkey: config: "+format, args...)) }
+	if err := validName("prefix", c.Prefix, true); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Shards < 1 || c.Shards > 1024 {
+		bad("Shards is %d, want 1..1024", c.Shards)
+	}
+	if c.Lease < 100*time.Millisecond {
+		bad("Lease is %v, want at least 100ms", c.Lease)
+	}
+	if c.MaxAttempts < 1 {
+		bad("MaxAttempts is %d, want at least 1", c.MaxAttempts)
+	}
+	if c.Retention < time.Second || c.FailedRetention < time.Second {
+		bad("Retention %v and FailedRetention %v must be at least 1s", c.Retention, c.FailedRetention)
+	}
+	if c.MaxValueBytes < 256 || c.MaxValueBytes > MaxValueBytes {
+		bad("MaxValueBytes is %d, want 256..%d", c.MaxValueBytes, MaxValueBytes)
+	}
+	if c.ClaimWindow < 1 || c.ClaimWindow > 1000 {
+		bad("ClaimWindow is %d, want 1..1000", c.ClaimWindow)
+	}
+	if c.CASAttempts < 1 {
+		bad("CASAttempts is %d, want at least 1", c.CASAttempts)
+	}
+	if c.CASBackoff < 0 || c.CASMaxBackoff < c.CASBackoff {
+		bad("CASBackoff %v and CASMaxBackoff %v: want 0 <= CASBackoff <= CASMaxBackoff", c.CASBackoff, c.CASMaxBackoff)
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > 4096 {
+		bad("MaxBatch is %d, want 1..4096", c.MaxBatch)
+	}
+	return errors.Join(errs...)
+}
+
+// EnqueueOpts are per-job options of Enqueue. A nil *EnqueueOpts means all
+// defaults.
+type EnqueueOpts struct {
+	// ID is the caller's job ID. Enqueueing an ID that exists returns
+	// ErrJobExists and the stored job, so retrying an enqueue whose outcome
+	// was unknown is safe (default: a new ULID).
+	ID string
+	// RunAt is the earliest time the job may run (default: now).
+	RunAt time.Time
+	// Delay, when RunAt is zero, sets RunAt to now + Delay.
+	Delay time.Duration
+	// MaxAttempts overrides Config.MaxAttempts for this job.
+	MaxAttempts int
+}
+
+// NewJob is one job of an EnqueueMany batch.
+type NewJob struct {
+	Type    string       // what kind of work
+	Payload []byte       // the arguments
+	Opts    *EnqueueOpts // may be nil
+}

@@ -1,0 +1,106 @@
+package jobkey
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrNotFound reports that no job exists under the given ID.
+	ErrNotFound = errors.New("jobkey: job not found")
+	// ErrNoJob reports that no job was due when a claim looked.
+	ErrNoJob = errors.New("jobkey: no job due")
+	// ErrLeaseLost reports that the caller no longer holds the job's lease:
+	// it expired and the job was claimed again, or the job was canceled or
+	// finished. Nothing was written.
+	ErrLeaseLost = errors.New("jobkey: lease lost")
+	// ErrJobExists reports an enqueue with a caller ID that is already taken.
+	// The existing job is returned beside it; nothing was written.
+	ErrJobExists = errors.New("jobkey: job already exists")
+	// ErrConflict reports that a compare-and-set gave up after other clients
+	// kept changing the job. Nothing was written. The error is a
+	// *ConflictError that says how many attempts were made.
+	ErrConflict = errors.New("jobkey: too many conflicting writes")
+	// ErrWrongType reports a key that holds a Redis type jobkey did not put
+	// there. Nothing was written. The error is a *WrongTypeError.
+	ErrWrongType = errors.New("jobkey: key holds the wrong Redis type")
+	// ErrStep reports that a step of an EXEC errored; the error is a
+	// *StepError with every step's result.
+	ErrStep = errors.New("jobkey: a transaction step failed")
+)
+
+// ConflictError reports a compare-and-set that was aborted by concurrent
+// writers on every attempt.
+type ConflictError struct {
+	Key      string // the first watched key
+	Attempts int    // how many times the transaction ran
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("jobkey: %s: gave up after %d attempts: too many conflicting writes", e.Key, e.Attempts)
+}
+
+// Is makes errors.Is(err, ErrConflict) hold.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// WrongTypeError names a key whose Redis type is not the one jobkey needs.
+type WrongTypeError struct {
+	Key  string // the offending key
+	Want string // the type jobkey needs, e.g. "zset" or "string"
+	Got  string // the type found
+}
+
+func (e *WrongTypeError) Error() string {
+	return fmt.Sprintf("jobkey: key %q holds a %s, want %s (or no key); nothing was written", e.Key, e.Got, e.Want)
+}
+
+// Is makes errors.Is(err, ErrWrongType) hold.
+func (e *WrongTypeError) Is(target error) bool { return target == ErrWrongType }
+
+// StepResult is the outcome of one command inside a MULTI/EXEC.
+type StepResult struct {
+	Cmd string // the command and its key, e.g. "zadd jobkey:{q/0}:ready"
+	Err error  // nil when the step applied
+}
+
+// StepError lists the result of every step of an EXEC in which at least one
+// step errored. Redis does not roll back a transaction, so the steps without
+// an error did apply; the list is the only record of which.
+type StepError struct {
+	Steps []StepResult
+	// Aborted is true when Redis refused the transaction as a whole
+	// (EXECABORT: a command was rejected while queued), so no step applied.
+	Aborted bool
+}
+
+func (e *StepError) Error() string {
+	var b strings.Builder
+	b.WriteString("jobkey: transaction step failed: [")
+	for i, s := range e.Steps {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		switch {
+		case s.Err != nil:
+			b.WriteString("error")
+		case e.Aborted:
+			b.WriteString("discarded")
+		default:
+			b.WriteString("ok")
+		}
+	}
+	b.WriteString("]")
+	for _, s := range e.Steps {
+		if s.Err != nil {
+			fmt.Fprintf(&b, "; %s: %v", s.Cmd, s.Err)
+		}
+	}
+	if e.Aborted {
+		b.WriteString("; EXECABORT: nothing applied")
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrStep) hold.
+func (e *StepError) Is(target error) bool { return target == ErrStep }

@@ -1,0 +1,327 @@
+// Package redistest gives tests a real Redis: a redis-server it starts on a
+// free loopback port in a temporary directory, or the server named by
+// JOBKEY_TEST_REDIS_URL. Each test isolates itself with its own key prefix,
+// so tests run in parallel and no test ever flushes a server.
+//
+// Without a redis-server binary, and only when CI is not set, it falls back
+// to an in-process miniredis and says so; tests that need real Redis then
+// skip with the reason. With CI set, a missing server fails the run.
+package redistest
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// EnvURL names an existing server for the tests to use instead of starting one.
+const EnvURL = "JOBKEY_TEST_REDIS_URL"
+
+// Options configure a server this package starts.
+type Options struct {
+	AOF bool // append-only file with appendfsync always (default: off)
+	// Args are extra redis-server arguments, e.g. {"--maxmemory", "10mb"}.
+	Args []string
+}
+
+// Server is a redis-server process started for tests.
+type Server struct {
+	Addr string // host:port
+	opts Options
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// URL returns a redis:// URL for the server.
+func (s *Server) URL() string { return "redis://" + s.Addr }
+
+// Binary returns the path of redis-server, or "" when none is installed.
+func Binary() string {
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// InCI reports whether the tests run in CI, where nothing may be missing.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v != "" && v != "0" && v != "false"
+}
+
+// Start starts a dedicated redis-server for tb, stopped when tb ends. With
+// no redis-server installed it skips tb, or fails it in CI.
+func Start(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	if Binary() == "" {
+		missing(tb)
+	}
+	dir := tb.TempDir()
+	s, err := start(dir, opts)
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(func() { s.Stop() })
+	return s
+}
+
+func missing(tb testing.TB) {
+	tb.Helper()
+	if InCI() {
+		tb.Fatal("redistest: redis-server not found and CI is set: install it (apt-get install redis-server)")
+	}
+	tb.Skip("redistest: redis-server not found; this test needs a real Redis")
+}
+
+func start(dir string, opts Options) (*Server, error) {
+	var lastErr error
+	for try := 0; try < 5; try++ { // a free port can be taken between probe and bind
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), opts: opts, dir: dir}
+		if lastErr = s.launch(); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) launch() error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	args := []string{
+		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir, "--daemonize", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log"), "--save", "", "--protected-mode", "no",
+	}
+	if s.opts.AOF {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	args = append(args, s.opts.Args...)
+	s.cmd = exec.Command(Binary(), args...)
+	s.cmd.SysProcAttr = sysProcAttr() // dies with the test process
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	s.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(s.cmd, s.done)
+	if err := waitReady(s.Addr, s.done, 10*time.Second); err != nil {
+		s.kill()
+		logTail, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		return fmt.Errorf("redis-server on %s: %w\n%s", s.Addr, err, tail(string(logTail), 800))
+	}
+	return nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func waitReady(addr string, exited <-chan struct{}, limit time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		select {
+		case <-exited:
+			return errors.New("exited before it was ready")
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v: %w", limit, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Restart stops the server with SHUTDOWN SAVE (or an AOF flush) and starts
+// it again on the same port and directory, so the data survives.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	_ = c.Do(context.Background(), "shutdown", "save").Err() // the reply is the closed connection
+	c.Close()
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		tb.Fatal("redistest: redis-server did not shut down")
+	}
+	if err := s.launch(); err != nil {
+		tb.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+// Kill stops the server abruptly, as a crash would.
+func (s *Server) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// Stop kills the server and waits for it to exit.
+func (s *Server) Stop() { s.kill() }
+
+// ---- the package-wide target --------------------------------------------
+
+// Target is the Redis a test package shares.
+type Target struct {
+	URL      string // redis:// URL of the server
+	Real     bool   // a real redis-server (false: miniredis fallback)
+	Reason   string // why it is not real, when it is not
+	External bool   // named by JOBKEY_TEST_REDIS_URL
+}
+
+var (
+	sharedOnce   sync.Once
+	sharedTarget Target
+	sharedErr    error
+	sharedServer *Server
+	sharedMini   *miniredis.Miniredis
+	sharedDir    string
+)
+
+// Main runs a test package's tests and stops its shared server afterwards.
+// Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if sharedServer != nil {
+		sharedServer.Stop()
+	}
+	if sharedMini != nil {
+		sharedMini.Close()
+	}
+	if sharedDir != "" {
+		os.RemoveAll(sharedDir)
+	}
+	os.Exit(code)
+}
+
+// Shared returns the package's Redis: JOBKEY_TEST_REDIS_URL if set, else a
+// redis-server started once for the package, else (outside CI) miniredis.
+func Shared(tb testing.TB) Target {
+	tb.Helper()
+	sharedOnce.Do(func() {
+		if u := os.Getenv(EnvURL); u != "" {
+			sharedTarget = Target{URL: u, Real: true, External: true}
+			return
+		}
+		if Binary() == "" {
+			if InCI() {
+				sharedErr = errors.New("redis-server not found and CI is set: install it (apt-get install redis-server)")
+				return
+			}
+			m, err := miniredis.Run()
+			if err != nil {
+				sharedErr = err
+				return
+			}
+			sharedMini = m
+			sharedTarget = Target{URL: "redis://" + m.Addr(), Reason: "redis-server not found; using in-process miniredis"}
+			log.Printf("redistest: %s (install redis-server or set %s for real-Redis tests)", sharedTarget.Reason, EnvURL)
+			return
+		}
+		dir, err := os.MkdirTemp("", "jobkey-redistest-")
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		sharedDir = dir
+		s, err := start(dir, Options{})
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		sharedServer = s
+		sharedTarget = Target{URL: s.URL(), Real: true}
+	})
+	if sharedErr != nil {
+		tb.Fatalf("redistest: %v", sharedErr)
+	}
+	return sharedTarget
+}
+
+// RequireReal skips tb when the shared target is the miniredis fallback.
+func RequireReal(tb testing.TB) Target {
+	tb.Helper()
+	t := Shared(tb)
+	if !t.Real {
+		tb.Skipf("redistest: needs a real Redis: %s", t.Reason)
+	}
+	return t
+}
+
+// Client returns a client of the shared target, closed when tb ends. opt
+// may adjust the options (pool size, hooks are added afterwards).
+func Client(tb testing.TB, opt func(*redis.Options)) *redis.Client {
+	tb.Helper()
+	return ClientFor(tb, Shared(tb).URL, opt)
+}
+
+// ClientFor returns a client of url, closed when tb ends.
+func ClientFor(tb testing.TB, url string, opt func(*redis.Options)) *redis.Client {
+	tb.Helper()
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	// go-redis v9.23's "auto" maintenance-notifications handshake writes the
+	// client's options without a lock when Redis < 8 refuses it, a data race
+	// when connections open concurrently. Redis 7 has nothing to offer there.
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if opt != nil {
+		opt(o)
+	}
+	c := redis.NewClient(o)
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Prefix returns a key prefix no other test uses, so tests sharing a server
+// never see each other's keys.
+func Prefix(tb testing.TB) string {
+	tb.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", "-", " ", "-", "{", "", "}", "").Replace(tb.Name())
+	return cmp.Or("t-"+name[:min(len(name), 24)], "t") + "-" + hex.EncodeToString(b[:])
+}

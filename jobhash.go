@@ -1,0 +1,145 @@
+package jobkey
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// MaxIDLen bounds a job ID, which is part of a Redis key.
+const MaxIDLen = 512
+
+// Index names: each shard keeps one sorted set per derived index.
+const (
+	idxReady     = "ready"     // pending jobs, scored by RunAt
+	idxLeased    = "leased"    // active jobs, scored by lease deadline
+	idxSucceeded = "succeeded" // finished jobs, scored by finish time
+	idxFailed    = "failed"
+	idxCanceled  = "canceled"
+)
+
+// keyspace builds every Redis key and channel of one queue. Key names come
+// from here and nowhere else.
+//
+//	<prefix>:{<queue>/<shard>}:job:<id>   the job value, the only truth
+//	<prefix>:{<queue>/<shard>}:<index>    derived sorted sets of job IDs
+//	<prefix>:{<queue>}:wake               pub/sub hint that work arrived
+//
+// The braces are a Redis Cluster hash tag: a job and its shard's indexes
+// share a slot, so one MULTI/EXEC may write them all.
+type keyspace struct {
+	prefix string
+	queue  string
+	shards int
+	tags   []string // "<prefix>:{<queue>/<shard>}" per shard
+}
+
+func newKeyspace(prefix, queue string, shards int) *keyspace {
+	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards)}
+	for i := range shards {
+		ks.tags[i] = prefix + ":{" + queue + "/" + strconv.Itoa(i) + "}"
+	}
+	return ks
+}
+
+// shardOf maps an ID to its shard. It must never change for a queue's
+// life, or existing jobs would be looked for in the wrong place.
+func (ks *keyspace) shardOf(id string) int {
+	if ks.shards == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(ks.shards))
+}
+
+func (ks *keyspace) jobKey(shard int, id string) string { return ks.tags[shard] + ":job:" + id }
+func (ks *keyspace) index(shard int, name string) string {
+	return ks.tags[shard] + ":" + name
+}
+func (ks *keyspace) wakeChannel() string   { return ks.prefix + ":{" + ks.queue + "}:wake" }
+func (ks *keyspace) cancelChannel() string { return ks.prefix + ":{" + ks.queue + "}:cancel" }
+
+// jobKeyOf returns the key of id, with its shard.
+func (ks *keyspace) jobKeyOf(id string) (string, int) {
+	s := ks.shardOf(id)
+	return ks.jobKey(s, id), s
+}
+
+// validName checks a queue name or key prefix: printable, no braces (they
+// would break the hash tag), no colon in a queue name, bounded.
+func validName(kind, s string, allowColon bool) error {
+	if s == "" {
+		return fmt.Errorf("jobkey: %s is empty", kind)
+	}
+	if len(s) > 128 {
+		return fmt.Errorf("jobkey: %s is %d bytes, limit 128", kind, len(s))
+	}
+	for _, r := range s {
+		switch {
+		case r == '{' || r == '}':
+			return fmt.Errorf("jobkey: %s %q contains %q, which would break the cluster hash tag", kind, s, r)
+		case r == ':' && !allowColon, r == '/' && !allowColon:
+			return fmt.Errorf("jobkey: %s %q contains %q", kind, s, r)
+		case r <= ' ' || r == 0x7f:
+			return fmt.Errorf("jobkey: %s %q contains a space or control character", kind, s)
+		}
+	}
+	return nil
+}
+
+// validID checks a caller's job ID.
+func validID(id string) error {
+	if id == "" {
+		return fmt.Errorf("jobkey: job ID is empty")
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("jobkey: job ID is %d bytes, limit %d", len(id), MaxIDLen)
+	}
+	if strings.ContainsAny(id, "{}") {
+		return fmt.Errorf("jobkey: job ID %q contains a brace", id)
+	}
+	return nil
+}
+
+var (
+	ulidMu      sync.Mutex
+	ulidEntropy = ulid.Monotonic(rand.Reader, 0)
+)
+
+// NewID returns a new ULID: unique, and sortable by creation time.
+func NewID() string {
+	ulidMu.Lock()
+	defer ulidMu.Unlock()
+	ts := ulid.Timestamp(time.Now())
+	id, err := ulid.New(ts, ulidEntropy)
+	if err != nil { // the monotonic counter overflowed within one millisecond
+		ulidEntropy = ulid.Monotonic(rand.Reader, 0)
+		id, err = ulid.New(ts, ulidEntropy)
+	}
+	if err != nil {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}
+	return id.String()
+}
+
+// ContentID derives a job ID from a job's type and payload, so enqueueing the
+// same work twice with it is deduplicated: the second Enqueue returns
+// ErrJobExists and the first job.
+func ContentID(typ string, payload []byte) string {
+	h := sha256.New()
+	_, _ = h.Write([]byte(typ))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write(payload)
+	return "c-" + hex.EncodeToString(h.Sum(nil)[:16])
+}

@@ -1,0 +1,135 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Queue is one named job queue. Every job of it lives under one key, and
+// every change to a job is a compare-and-set on that key, so a change
+// happens whole or not at all. A Queue is safe for concurrent use.
+type Queue struct {
+	rdb  redis.UniversalClient
+	name string
+	cfg  Config
+	ks   *keyspace
+	cas  *casEngine
+}
+
+// NewQueue returns the queue name on rdb. It never closes rdb, which stays
+// the caller's. A nil cfg means all defaults. Bad names and bad settings
+// are refused here with an error that says what is wrong.
+func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, error) {
+	if rdb == nil {
+		return nil, errors.New("jobkey: nil Redis client")
+	}
+	if err := validName("queue name", name, false); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	engine, err := newCASEngine(rdb, casLimits{attempts: c.CASAttempts, baseBackoff: c.CASBackoff, maxBackoff: c.CASMaxBackoff})
+	if err != nil {
+		return nil, err
+	}
+	return &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine}, nil
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Metrics returns the queue's compare-and-set counters: attempts,
+// conflicts, round trips and commands since the Queue was made.
+func (q *Queue) Metrics() MetricsSnapshot { return q.cas.m.snapshot() }
+
+func (q *Queue) now() time.Time { return q.cfg.Now().UTC().Truncate(time.Millisecond) }
+
+// Get returns the job with the given ID in one round trip. It returns
+// ErrNotFound when there is none, and ErrCorrupt or ErrUnsupportedFormat
+// when the stored value cannot be read (the value is left as it is).
+func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	key, _ := q.ks.jobKeyOf(id)
+	b, err := q.rdb.Get(ctx, key).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
+	case err != nil && isWrongType(err):
+		return nil, &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
+	case err != nil:
+		return nil, fmt.Errorf("jobkey: get %q: %w", id, err)
+	}
+	j := new(Job)
+	if err := Unmarshal(b, j); err != nil {
+		return nil, keyed(err, key)
+	}
+	return j, nil
+}
+
+// keyed attaches the Redis key to a decode error.
+func keyed(err error, key string) error {
+	var ce *CorruptError
+	if errors.As(err, &ce) {
+		ce.Key = key
+		return err
+	}
+	return fmt.Errorf("key %q: %w", key, err)
+}
+
+// update runs one compare-and-set on job id: fn sees the current value
+// (never nil: a missing job is ErrNotFound) and returns the new value, or
+// nil to write nothing. Index entries follow the value in the same EXEC.
+//
+// predict names the indexes the transition is expected to write, so their
+// type checks ride in the first round trip.
+func (q *Queue) update(ctx context.Context, id string, predict []string, fn func(cur *Job) (*Job, error)) (*Job, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	key, shard := q.ks.jobKeyOf(id)
+	var out *Job
+	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), decide: func(r *casRead) (*casPlan, error) {
+		if r.errs[0] != nil {
+			return nil, r.errs[0]
+		}
+		cur := r.jobs[0]
+		if cur == nil {
+			return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
+		}
+		old := *cur
+		next, err := fn(cur)
+		if err != nil {
+			return nil, err
+		}
+		if next == nil {
+			out = &old
+			return nil, nil
+		}
+		next.UpdatedAt = q.now()
+		var ip indexPlan
+		q.move(&ip, shard, id, &old, next, "")
+		out = next
+		return &casPlan{writes: []casWrite{q.write(key, next)}, steps: ip.steps, checks: ip.checks}, nil
+	}})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checksFor returns zset type checks for the named indexes of a shard.
+func (q *Queue) checksFor(shard int, indexes ...string) []typeCheck {
+	out := make([]typeCheck, len(indexes))
+	for i, name := range indexes {
+		out[i] = typeCheck{key: q.ks.index(shard, name), want: "zset"}
+	}
+	return out
+}
