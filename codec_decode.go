@@ -251,8 +251,11 @@ func (d *decoder) bin(field string) ([]byte, error) {
 
 // skip steps over one value of any type without allocating, for fields a
 // newer minor version appended. Nesting is bounded by maxSkipDepth.
-func (d *decoder) skip(field string, depth int) error {
-	if depth > maxSkipDepth {
+func (d *decoder) skip(field string, depth int) error { return d.skipDepth(field, depth, maxSkipDepth) }
+
+// skipDepth is skip with a nesting limit of the caller's choice.
+func (d *decoder) skipDepth(field string, depth, limit int) error {
+	if depth > limit {
 		return d.corrupt(field, "nested too deeply")
 	}
 	at := d.off
@@ -278,7 +281,7 @@ func (d *decoder) skip(field string, depth int) error {
 			return err
 		}
 		for i := 0; i < ln*per; i++ {
-			if err := d.skip(field, depth+1); err != nil {
+			if err := d.skipDepth(field, depth+1, limit); err != nil {
 				return err
 			}
 		}

@@ -89,8 +89,9 @@ func keyed(err error, key string) error {
 // nil to write nothing. Index entries follow the value in the same EXEC.
 //
 // predict names the indexes the transition is expected to write, so their
-// type checks ride in the first round trip.
-func (q *Queue) update(ctx context.Context, id string, predict []string, fn func(cur *Job) (*Job, error)) (*Job, error) {
+// type checks ride in the first round trip. notify, when set, is a channel
+// the same EXEC publishes the job's ID on (wake-ups and cancellations).
+func (q *Queue) update(ctx context.Context, id string, predict []string, fn func(cur *Job) (*Job, error), notify string) (*Job, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -117,6 +118,9 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 		var ip indexPlan
 		q.move(&ip, shard, id, &old, next, "")
 		out = next
+		if notify != "" {
+			ip.steps = append(ip.steps, []any{"publish", notify, id})
+		}
 		return &casPlan{writes: []casWrite{q.write(key, next)}, steps: ip.steps, checks: ip.checks}, nil
 	}})
 	if err != nil {

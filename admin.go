@@ -1,0 +1,153 @@
+package jobkey
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// StateError reports an operation that the job's current state does not
+// allow, such as canceling a job that already succeeded.
+type StateError struct {
+	ID    string
+	Op    string // "cancel", "retry", ...
+	State State  // the state the job is in
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("jobkey: cannot %s job %q: it is %s", e.Op, e.ID, e.State)
+}
+
+// Cancel cancels a pending or active job. The worker of an active job gets
+// ErrLeaseLost on its next write, and Work cancels its handler's context.
+// Canceling a canceled job returns it unchanged; a succeeded or failed job
+// returns a *StateError.
+func (q *Queue) Cancel(ctx context.Context, id string) (*Job, error) {
+	return q.update(ctx, id, []string{idxReady, idxLeased, idxCanceled}, func(cur *Job) (*Job, error) {
+		switch cur.State {
+		case StateCanceled:
+			return nil, nil
+		case StatePending, StateActive:
+			cur.State = StateCanceled
+			return cur, nil
+		}
+		return nil, &StateError{ID: id, Op: "cancel", State: cur.State}
+	}, q.ks.cancelChannel())
+}
+
+// Retry puts a failed or canceled job back to pending, due now, with its
+// attempts counted from zero again. Its retention expiry is removed.
+func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
+	return q.update(ctx, id, []string{idxReady, idxFailed, idxCanceled}, func(cur *Job) (*Job, error) {
+		if cur.State != StateFailed && cur.State != StateCanceled {
+			return nil, &StateError{ID: id, Op: "retry", State: cur.State}
+		}
+		cur.State = StatePending
+		cur.Attempt = 0
+		cur.RunAt = q.now()
+		return cur, nil
+	}, q.ks.wakeChannel())
+}
+
+// Update edits a job by compare-and-set: fn gets the job as stored now and
+// edits it in place; the edit is written only if nobody changed the job in
+// between (otherwise fn runs again on the newer job). fn may change Type,
+// Payload, RunAt, MaxAttempts, LastError and Result; the fields that say
+// where the job stands are changed by Claim, Complete, Fail, Release, Cancel
+// and Retry only. An error from fn is returned and nothing is written.
+func (q *Queue) Update(ctx context.Context, id string, fn func(*Job) error) (*Job, error) {
+	if fn == nil {
+		return nil, fmt.Errorf("jobkey: Update with nil func")
+	}
+	return q.update(ctx, id, nil, func(cur *Job) (*Job, error) {
+		before := *cur
+		if err := fn(cur); err != nil {
+			return nil, err
+		}
+		if err := q.editable(&before, cur); err != nil {
+			return nil, err
+		}
+		return cur, nil
+	}, "")
+}
+
+func (q *Queue) editable(before, after *Job) error {
+	fixed := []struct {
+		name string
+		same bool
+	}{
+		{"ID", before.ID == after.ID}, {"Queue", before.Queue == after.Queue}, {"State", before.State == after.State},
+		{"Attempt", before.Attempt == after.Attempt}, {"LeaseOwner", before.LeaseOwner == after.LeaseOwner},
+		{"LeaseUntil", before.LeaseUntil.Equal(after.LeaseUntil)}, {"CreatedAt", before.CreatedAt.Equal(after.CreatedAt)},
+		{"Rev", before.Rev == after.Rev},
+	}
+	for _, f := range fixed {
+		if !f.same {
+			return fmt.Errorf("jobkey: Update may not change %s of job %q", f.name, before.ID)
+		}
+	}
+	if after.Type == "" || len(after.Type) > MaxTypeLen {
+		return fmt.Errorf("jobkey: Update: job type must be 1..%d bytes", MaxTypeLen)
+	}
+	if after.MaxAttempts < 1 {
+		return fmt.Errorf("jobkey: Update: MaxAttempts is %d, want at least 1", after.MaxAttempts)
+	}
+	if n := encodedSize(after); n > q.cfg.MaxValueBytes {
+		return fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, after.ID, n, q.cfg.MaxValueBytes)
+	}
+	return nil
+}
+
+// Stats counts a queue's jobs from its indexes.
+type Stats struct {
+	Pending       int64 // waiting: Due + Scheduled
+	Due           int64 // pending with RunAt reached
+	Scheduled     int64 // pending with RunAt in the future
+	Active        int64 // claimed, lease included those expired
+	ExpiredLeases int64 // active with the lease run out, waiting to be reclaimed
+	Succeeded     int64 // within Config.Retention
+	Failed        int64 // within Config.FailedRetention
+	Canceled      int64 // within Config.Retention
+}
+
+// Stats returns exact counts of pending, due, scheduled, active and expired
+// jobs, read from the indexes in one round trip per node. Finished counts
+// cover the jobs still retained.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	now := q.now()
+	nowS := strconv.FormatInt(toMillis(now), 10)
+	cut := func(s State) string { return strconv.FormatInt(toMillis(now.Add(-q.retention(s))), 10) }
+	type counts struct{ ready, due, leased, expired, ok, failed, canceled *redis.IntCmd }
+	per := make([]counts, q.ks.shards)
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for s := range q.ks.shards {
+			per[s] = counts{
+				ready:    p.ZCard(ctx, q.ks.index(s, idxReady)),
+				due:      p.ZCount(ctx, q.ks.index(s, idxReady), "-inf", nowS),
+				leased:   p.ZCard(ctx, q.ks.index(s, idxLeased)),
+				expired:  p.ZCount(ctx, q.ks.index(s, idxLeased), "-inf", nowS),
+				ok:       p.ZCount(ctx, q.ks.index(s, idxSucceeded), cut(StateSucceeded), "+inf"),
+				failed:   p.ZCount(ctx, q.ks.index(s, idxFailed), cut(StateFailed), "+inf"),
+				canceled: p.ZCount(ctx, q.ks.index(s, idxCanceled), cut(StateCanceled), "+inf"),
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
+	}
+	var st Stats
+	for _, c := range per {
+		st.Pending += c.ready.Val()
+		st.Due += c.due.Val()
+		st.Active += c.leased.Val()
+		st.ExpiredLeases += c.expired.Val()
+		st.Succeeded += c.ok.Val()
+		st.Failed += c.failed.Val()
+		st.Canceled += c.canceled.Val()
+	}
+	st.Scheduled = st.Pending - st.Due
+	return st, nil
+}

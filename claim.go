@@ -1,0 +1,256 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// candidate is a due entry read from an index: a hint, not a truth.
+type candidate struct {
+	shard int
+	id    string
+	index string // idxReady or idxLeased
+}
+
+// maxClaimRounds bounds how often one Claim re-reads the indexes after
+// every candidate it tried was taken by someone else.
+const maxClaimRounds = 4
+
+// Claim takes one due job for worker: a pending job whose RunAt has come, or
+// an active job whose lease expired. The job becomes active under a lease of
+// Config.Lease, with Attempt incremented and LeaseOwner = worker. It costs
+// three round trips when uncontended: the due entries, then WATCH+GET, then
+// EXEC. It returns ErrNoJob when nothing is due.
+//
+// Claimers pick at random among the first Config.ClaimWindow due entries, so
+// they rarely race for one job; a claimer that loses a race moves on to
+// another entry instead of retrying the lost one.
+func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
+	j, _, err := q.claim(ctx, worker, false)
+	return j, err
+}
+
+// claim is Claim that, with wantNext, also returns when nothing is due the
+// time the next entry will be (zero if there is none), so an idle worker
+// knows how long it may sleep. That costs one more round trip, on the idle
+// path only.
+func (q *Queue) claim(ctx context.Context, worker string, wantNext bool) (*Job, time.Time, error) {
+	if err := validOwner(worker); err != nil {
+		return nil, time.Time{}, err
+	}
+	skip := map[string]bool{} // corrupt values seen by this call: never retried
+	for round := 0; round < maxClaimRounds; round++ {
+		cands, err := q.dueCandidates(ctx)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		tried := 0
+		for _, c := range cands {
+			if skip[c.id] {
+				continue
+			}
+			tried++
+			j, err := q.tryClaim(ctx, c, worker)
+			switch {
+			case err == nil && j != nil:
+				return j, time.Time{}, nil
+			case errors.Is(err, ErrCorrupt), errors.Is(err, ErrUnsupportedFormat), errors.Is(err, ErrWrongType) && !isIndexErr(err):
+				skip[c.id] = true // the bytes are kept; other jobs keep flowing
+			case errors.Is(err, ErrConflict), err == nil:
+				// Someone else changed it first, or it was not claimable.
+			default:
+				return nil, time.Time{}, err
+			}
+		}
+		if tried == 0 {
+			break
+		}
+	}
+	if !wantNext {
+		return nil, time.Time{}, ErrNoJob
+	}
+	next, err := q.nextDue(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return nil, next, ErrNoJob
+}
+
+// nextDue returns the earliest score in ready or leased over all shards:
+// when the next job becomes claimable. Zero means the queue holds none.
+func (q *Queue) nextDue(ctx context.Context) (time.Time, error) {
+	var cmds []*redis.ZSliceCmd
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for s := range q.ks.shards {
+			cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, idxReady), 0, 0),
+				p.ZRangeWithScores(ctx, q.ks.index(s, idxLeased), 0, 0))
+		}
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("jobkey: read next due time: %w", err)
+	}
+	var next time.Time
+	for _, c := range cmds {
+		if z := c.Val(); len(z) == 1 {
+			if t := fromMillis(int64(z[0].Score)); next.IsZero() || t.Before(next) {
+				next = t
+			}
+		}
+	}
+	return next, nil
+}
+
+func validOwner(worker string) error {
+	if worker == "" || len(worker) > 256 {
+		return fmt.Errorf("jobkey: worker name must be 1..256 bytes, got %d", len(worker))
+	}
+	return nil
+}
+
+// isIndexErr reports a wrong-type error about an index key rather than a
+// job key; that one is not the job's fault and must reach the caller.
+func isIndexErr(err error) bool {
+	var wt *WrongTypeError
+	return errors.As(err, &wt) && wt.Want == "zset"
+}
+
+// dueCandidates reads the first ClaimWindow due entries of ready and the
+// first expired entries of leased, of every shard, in one round trip per
+// node. Reading them also shows the two indexes hold sorted sets.
+func (q *Queue) dueCandidates(ctx context.Context) ([]candidate, error) {
+	now := strconv.FormatInt(toMillis(q.now()), 10)
+	type read struct {
+		shard int
+		index string
+		due   *redis.StringSliceCmd
+	}
+	var reads []read
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for s := range q.ks.shards {
+			for _, idx := range []string{idxReady, idxLeased} {
+				key := q.ks.index(s, idx)
+				reads = append(reads, read{s, idx,
+					p.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: now, Count: int64(q.cfg.ClaimWindow)})})
+			}
+		}
+		return nil
+	})
+	if err != nil && !isRedisErr(err) {
+		return nil, fmt.Errorf("jobkey: read due jobs: %w", err)
+	}
+	var out []candidate
+	for _, r := range reads {
+		key := q.ks.index(r.shard, r.index)
+		ids, err := r.due.Result()
+		if isWrongType(err) {
+			return nil, &WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("jobkey: read %s: %w", key, err)
+		}
+		for _, id := range ids {
+			out = append(out, candidate{shard: r.shard, id: id, index: r.index})
+		}
+	}
+	return out, nil
+}
+
+// tryClaim decides on one candidate from its value under WATCH. It returns
+// the claimed job, or nil when the candidate was not claimable; either way
+// a hint that disagreed with its value is put right in the same EXEC.
+func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string) (*Job, error) {
+	key := q.ks.jobKey(c.shard, c.id)
+	var claimed *Job
+	_, _, err := q.cas.run(ctx, &casTxn{
+		keys:     []string{key},
+		verified: []string{q.ks.index(c.shard, idxReady), q.ks.index(c.shard, idxLeased)},
+		noRetry:  true,
+		decide: func(r *casRead) (*casPlan, error) {
+			claimed = nil
+			if r.errs[0] != nil {
+				return nil, r.errs[0]
+			}
+			cur := r.jobs[0]
+			now := q.now()
+			var next *Job
+			if cur != nil {
+				switch {
+				case cur.State == StatePending && !cur.RunAt.After(now):
+					next = q.claimed(cur, worker, now)
+					claimed = next
+				case cur.State == StateActive && !cur.LeaseUntil.After(now) && cur.Attempt >= cur.MaxAttempts:
+					// The last attempt's lease ran out: the job fails for good.
+					next = cloneJob(cur)
+					next.State = StateFailed
+					next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished", cur.Attempt, cur.MaxAttempts, cur.LeaseOwner)
+					next.UpdatedAt = now
+				case cur.State == StateActive && !cur.LeaseUntil.After(now):
+					next = q.claimed(cur, worker, now)
+					claimed = next
+				}
+			}
+			var ip indexPlan
+			if next != nil {
+				q.move(&ip, c.shard, c.id, cur, next, c.index)
+				return &casPlan{writes: []casWrite{q.write(key, next)}, steps: ip.steps, checks: ip.checks}, nil
+			}
+			// Not claimable: write nothing, unless the hint that led here
+			// disagrees with the value (or there is no value at all).
+			if want := derive(orEmpty(cur)); want.index != c.index || cur == nil {
+				q.move(&ip, c.shard, c.id, cur, cur, c.index)
+			} else if c.index == idxReady || c.index == idxLeased {
+				// Same index, but the hint said due: its score may be stale.
+				q.fixScore(&ip, c.shard, c.id, want)
+			}
+			if len(ip.steps) == 0 {
+				return nil, nil
+			}
+			return &casPlan{steps: ip.steps, checks: ip.checks}, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return claimed, nil
+}
+
+// claimed returns cur taken by worker: active, one more attempt, leased.
+func (q *Queue) claimed(cur *Job, worker string, now time.Time) *Job {
+	next := cloneJob(cur)
+	next.State = StateActive
+	next.Attempt++
+	next.LeaseOwner = worker
+	next.LeaseUntil = now.Add(q.cfg.Lease)
+	next.UpdatedAt = now
+	return next
+}
+
+// fixScore rewrites an entry whose index is right but whose score says due
+// when the value says not yet.
+func (q *Queue) fixScore(p *indexPlan, shard int, id string, want entry) {
+	if want.score > toMillis(q.now()) {
+		key := q.ks.index(shard, want.index)
+		p.check(key)
+		p.steps = append(p.steps, []any{"zadd", key, want.score, id})
+	}
+}
+
+func orEmpty(j *Job) *Job {
+	if j == nil {
+		return &Job{}
+	}
+	return j
+}
+
+func cloneJob(j *Job) *Job {
+	c := *j
+	return &c
+}
