@@ -64,7 +64,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, batch []NewJob) ([]*Job, error)
 	for _, group := range q.groups(jobs) {
 		for start := 0; start < len(group); start += q.cfg.MaxBatch {
 			idx := group[start:min(len(group), start+q.cfg.MaxBatch)]
-			err := q.enqueueTxn(ctx, jobs, idx, now)
+			err := q.enqueueTxn(ctx, jobs, idx)
 			if err != nil && !errors.Is(err, ErrJobExists) {
 				return nil, err
 			}
@@ -140,7 +140,7 @@ func (q *Queue) groups(jobs []*Job) [][]int {
 
 // enqueueTxn writes jobs[idx...] in one compare-and-set. A taken ID (or
 // one repeated within the batch) is left alone and reported.
-func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int, now time.Time) error {
+func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int) error {
 	keys := make([]string, len(idx))
 	shards := make([]int, len(idx))
 	var checks []typeCheck
@@ -157,7 +157,6 @@ func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int, now time
 		existing = existing[:0]
 		plan := &casPlan{}
 		var ip indexPlan
-		wake := false
 		taken := map[string]int{}
 		for k, i := range idx {
 			if r.errs[k] != nil {
@@ -174,11 +173,12 @@ func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int, now time
 			taken[keys[k]] = i
 			plan.writes = append(plan.writes, casWrite{key: keys[k], job: jobs[i]})
 			q.move(&ip, shards[k], jobs[i].ID, nil, jobs[i], "")
-			wake = wake || !jobs[i].RunAt.After(now)
 		}
 		plan.steps, plan.checks = ip.steps, ip.checks
-		if wake && len(plan.writes) > 0 {
-			// A hint for idle workers, published by the same EXEC.
+		if len(plan.writes) > 0 {
+			// A hint for idle workers, published by the same EXEC. Delayed
+			// jobs publish it too, so a sleeping worker learns the earlier
+			// time it must wake at.
 			plan.steps = append(plan.steps, []any{"publish", q.ks.wakeChannel(), "1"})
 		}
 		return plan, nil

@@ -240,6 +240,15 @@ func Main(m *testing.M) {
 // redis-server started once for the package, else (outside CI) miniredis.
 func Shared(tb testing.TB) Target {
 	tb.Helper()
+	t, err := SharedTarget()
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return t
+}
+
+// SharedTarget is Shared for code without a testing.TB, such as examples.
+func SharedTarget() (Target, error) {
 	sharedOnce.Do(func() {
 		if u := os.Getenv(EnvURL); u != "" {
 			sharedTarget = Target{URL: u, Real: true, External: true}
@@ -274,10 +283,7 @@ func Shared(tb testing.TB) Target {
 		sharedServer = s
 		sharedTarget = Target{URL: s.URL(), Real: true}
 	})
-	if sharedErr != nil {
-		tb.Fatalf("redistest: %v", sharedErr)
-	}
-	return sharedTarget
+	return sharedTarget, sharedErr
 }
 
 // RequireReal skips tb when the shared target is the miniredis fallback.

@@ -1,0 +1,135 @@
+package jobkey_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// exampleRedis connects to the test suite's Redis; in your code this is
+// your own client. exampleConfig gives each example its own key prefix.
+func exampleRedis() *redis.Client {
+	t, err := redistest.SharedTarget()
+	if err != nil {
+		panic(err)
+	}
+	opt, err := redis.ParseURL(t.URL)
+	if err != nil {
+		panic(err)
+	}
+	return redis.NewClient(opt)
+}
+
+func exampleConfig(name string) *jobkey.Config {
+	return &jobkey.Config{Prefix: "example-" + name + "-" + jobkey.NewID()}
+}
+
+// A producer enqueues jobs. A caller's ID makes the enqueue idempotent.
+func Example_producer() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+
+	q, err := jobkey.NewQueue(rdb, "emails", exampleConfig("producer"))
+	if err != nil {
+		panic(err)
+	}
+	j, err := q.Enqueue(ctx, "welcome", []byte(`{"to":"ada@example.com"}`), &jobkey.EnqueueOpts{ID: "welcome-ada"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(j.ID, j.State)
+
+	// Retrying with the same ID is safe: nothing is written twice.
+	_, err = q.Enqueue(ctx, "welcome", []byte(`{"to":"ada@example.com"}`), &jobkey.EnqueueOpts{ID: "welcome-ada"})
+	fmt.Println(errors.Is(err, jobkey.ErrJobExists))
+
+	// A delayed job.
+	_, err = q.Enqueue(ctx, "reminder", nil, &jobkey.EnqueueOpts{Delay: time.Hour})
+	if err != nil {
+		panic(err)
+	}
+	st, _ := q.Stats(ctx)
+	fmt.Printf("pending %d, due %d, scheduled %d\n", st.Pending, st.Due, st.Scheduled)
+	// Output:
+	// welcome-ada pending
+	// true
+	// pending 2, due 1, scheduled 1
+}
+
+// A worker runs jobs until its context ends, then shuts down gracefully.
+func Example_worker() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "images", exampleConfig("worker"))
+	if err != nil {
+		panic(err)
+	}
+	j, _ := q.Enqueue(ctx, "resize", []byte("cat.png"), nil)
+
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = q.Work(wctx, jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+			return []byte("resized " + string(j.Payload)), nil
+		}), &jobkey.WorkOpts{Concurrency: 4})
+	}()
+
+	for {
+		got, _ := q.Get(ctx, j.ID)
+		if got.State == jobkey.StateSucceeded {
+			fmt.Println(got.State, string(got.Result))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+	// Output: succeeded resized cat.png
+}
+
+// SendEmail is a typed job: its Kind names the job type.
+type SendEmail struct {
+	To      string
+	Subject string
+}
+
+func (SendEmail) Kind() string { return "send-email" }
+
+// Typed jobs: one job type moves to jobkey while the others stay where
+// they run today.
+func Example_typedJob() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "mail", exampleConfig("typed"))
+	if err != nil {
+		panic(err)
+	}
+	j, err := jobkey.EnqueueArgs(ctx, q, SendEmail{To: "ada@example.com", Subject: "Hello"}, nil)
+	if err != nil {
+		panic(err)
+	}
+
+	mux := jobkey.Mux{
+		SendEmail{}.Kind(): jobkey.HandleArgs(func(ctx context.Context, j *jobkey.Job, a SendEmail) ([]byte, error) {
+			return []byte("sent to " + a.To), nil
+		}),
+	}
+	c, _ := q.Claim(ctx, "example-worker")
+	result, err := mux.Work(ctx, c)
+	if err != nil {
+		panic(err)
+	}
+	done, _ := q.Complete(ctx, c, result)
+	fmt.Println(j.Type, done.State, strings.ToUpper(string(done.Result)))
+	// Output: send-email succeeded SENT TO ADA@EXAMPLE.COM
+}

@@ -1,0 +1,343 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/stretchr/testify/require"
+)
+
+// realQueue is a queue on the real clock, for Work tests.
+func realQueue(t *testing.T, cfg *Config) *Queue {
+	t.Helper()
+	redistest.RequireReal(t)
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Prefix = redistest.Prefix(t)
+	q, err := NewQueue(redistest.Client(t, nil), "q", &c)
+	require.NoError(t, err)
+	return q
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// startWork runs q.Work in the background; the returned stop ends it and
+// waits for it to return.
+func startWork(t *testing.T, q *Queue, h Handler, opts *WorkOpts) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	if opts == nil {
+		opts = &WorkOpts{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = quiet
+	}
+	go func() { done <- q.Work(ctx, h, opts) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Error("Work did not return")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func state(t *testing.T, q *Queue, id string) State {
+	t.Helper()
+	j, err := q.Get(context.Background(), id)
+	require.NoError(t, err)
+	return j.State
+}
+
+func TestWorkRunsJobsConcurrently(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, nil)
+	ctx := context.Background()
+	var running, peak atomic.Int32
+	release := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+		running.Add(-1)
+		return append([]byte("done:"), j.Payload...), nil
+	})
+	var ids []string
+	for i := range 8 {
+		j, err := q.Enqueue(ctx, "t", []byte(fmt.Sprint(i)), nil)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	startWork(t, q, h, &WorkOpts{Concurrency: 4})
+	waitFor(t, "4 handlers at once", func() bool { return running.Load() == 4 })
+	close(release)
+	waitFor(t, "all succeeded", func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.Succeeded == 8
+	})
+	require.EqualValues(t, 4, peak.Load(), "never more than Concurrency")
+	j, err := q.Get(ctx, ids[3])
+	require.NoError(t, err)
+	require.Equal(t, []byte("done:3"), j.Result)
+}
+
+func TestWorkFailsAndRecoversPanics(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Backoff: func(int) time.Duration { return time.Hour }})
+	ctx := context.Background()
+	h := HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		switch string(j.Payload) {
+		case "panic":
+			panic("handler exploded")
+		case "skip":
+			return nil, fmt.Errorf("unfixable: %w", ErrSkipRetry)
+		}
+		return nil, errors.New("transient")
+	})
+	p, err := q.Enqueue(ctx, "t", []byte("panic"), nil)
+	require.NoError(t, err)
+	e, err := q.Enqueue(ctx, "t", []byte("err"), nil)
+	require.NoError(t, err)
+	s, err := q.Enqueue(ctx, "t", []byte("skip"), nil)
+	require.NoError(t, err)
+	startWork(t, q, h, nil)
+	waitFor(t, "outcomes", func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.Failed == 1 && st.Scheduled == 2
+	})
+	got, err := q.Get(ctx, p.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatePending, got.State, "a panic is a failed attempt, retried later")
+	require.Contains(t, got.LastError, "panic: handler exploded")
+	require.Contains(t, got.LastError, "worker_test.go", "with the stack")
+	got, err = q.Get(ctx, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, "transient", got.LastError)
+	require.Equal(t, StateFailed, state(t, q, s.ID))
+}
+
+// An idle worker starts a new job on the wake-up hint, not on its poll.
+func TestWorkWakesOnEnqueue(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, nil)
+	ctx := context.Background()
+	started := make(chan time.Time, 1)
+	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+		started <- time.Now()
+		return nil, nil
+	}), &WorkOpts{Concurrency: 2, PollInterval: time.Hour})
+	time.Sleep(200 * time.Millisecond) // let the workers go idle and subscribe
+	_, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an idle worker with an hour-long poll did not wake on enqueue")
+	}
+}
+
+// A delayed job starts when due although no hint is published for it.
+func TestWorkRunsScheduledJobWhenDue(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, nil)
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+		started <- struct{}{}
+		return nil, nil
+	}), &WorkOpts{PollInterval: time.Hour})
+	time.Sleep(100 * time.Millisecond)
+	_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{Delay: 300 * time.Millisecond})
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("scheduled job not run")
+	}
+}
+
+func TestWorkRenewsLease(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: 300 * time.Millisecond})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	var claims atomic.Int32
+	startWork(t, q, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		claims.Add(1)
+		time.Sleep(1200 * time.Millisecond) // four leases long
+		return nil, ctx.Err()
+	}), &WorkOpts{Concurrency: 2})
+	waitFor(t, "the worker's claim", func() bool { return claims.Load() == 1 })
+	// A rival claimer tries to take the job all along; the renewals keep it out.
+	rival := time.Now().Add(time.Second)
+	for time.Now().Before(rival) {
+		_, err := q.Claim(ctx, "rival")
+		require.ErrorIs(t, err, ErrNoJob)
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitFor(t, "success", func() bool { return state(t, q, j.ID) == StateSucceeded })
+	require.EqualValues(t, 1, claims.Load())
+}
+
+func TestWorkCancelStopsHandler(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, nil)
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	running := make(chan struct{})
+	cause := make(chan error, 1)
+	startWork(t, q, HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
+		close(running)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil, ctx.Err()
+	}), nil)
+	<-running
+	_, err = q.Cancel(ctx, j.ID)
+	require.NoError(t, err)
+	select {
+	case c := <-cause:
+		require.ErrorIs(t, c, ErrJobCanceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler not canceled")
+	}
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, StateCanceled, state(t, q, j.ID), "the worker did not overwrite the cancel")
+}
+
+func TestWorkLostLeaseCancelsHandler(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: 300 * time.Millisecond})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	running := make(chan struct{})
+	cause := make(chan error, 1)
+	startWork(t, q, HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
+		close(running)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil, nil
+	}), nil)
+	<-running
+	// Someone else takes the job over (as after an expired lease): fenced.
+	_, err = q.Update(ctx, j.ID, func(*Job) error { return nil })
+	require.NoError(t, err)
+	_, err = q.update(ctx, j.ID, nil, func(cur *Job) (*Job, error) {
+		cur.Attempt++
+		cur.LeaseOwner = "thief"
+		cur.LeaseUntil = time.Now().Add(time.Hour)
+		return cur, nil
+	}, "")
+	require.NoError(t, err)
+	select {
+	case c := <-cause:
+		require.ErrorIs(t, c, ErrLeaseLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler not canceled on lost lease")
+	}
+	time.Sleep(50 * time.Millisecond)
+	got, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateActive, got.State)
+	require.Equal(t, "thief", got.LeaseOwner, "the zombie wrote nothing")
+}
+
+func TestWorkGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, nil)
+	ctx := context.Background()
+	quick, err := q.Enqueue(ctx, "quick", nil, nil)
+	require.NoError(t, err)
+	slow, err := q.Enqueue(ctx, "slow", nil, nil)
+	require.NoError(t, err)
+	var started sync.WaitGroup
+	started.Add(2)
+	stop := startWork(t, q, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		started.Done()
+		if j.Type == "quick" {
+			time.Sleep(100 * time.Millisecond) // finishes within the grace
+			return []byte("ok"), nil
+		}
+		<-ctx.Done() // runs past the grace
+		require.ErrorIs(t, context.Cause(ctx), ErrShutdown)
+		return nil, ctx.Err()
+	}), &WorkOpts{Concurrency: 2, ShutdownGrace: 500 * time.Millisecond})
+	started.Wait()
+	t0 := time.Now()
+	stop()
+	require.Less(t, time.Since(t0), 5*time.Second)
+	require.Equal(t, StateSucceeded, state(t, q, quick.ID), "in-flight work finished within the grace")
+	got, err := q.Get(ctx, slow.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatePending, got.State, "work past the grace is released")
+	require.Zero(t, got.Attempt, "release does not spend the attempt")
+	_, err = q.Claim(ctx, "after")
+	require.NoError(t, err, "and is claimable at once")
+}
+
+// Work stopped mid-job with no Complete, as if the process died: the job is
+// reclaimed after its lease and finished by another worker.
+func TestWorkCrashedWorkerJobIsReclaimed(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: 300 * time.Millisecond})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	c, err := q.Claim(ctx, "crashed")
+	require.NoError(t, err) // and never heard from again
+	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return []byte("second"), nil }),
+		&WorkOpts{PollInterval: 50 * time.Millisecond})
+	waitFor(t, "reclaimed and finished", func() bool { return state(t, q, j.ID) == StateSucceeded })
+	got, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, got.Attempt)
+	_, err = q.Complete(ctx, c, []byte("zombie"))
+	require.ErrorIs(t, err, ErrLeaseLost)
+}
+
+func TestWorkRefusesBadOptions(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, nil)
+	require.Error(t, q.Work(context.Background(), nil, nil))
+	require.Error(t, q.Work(context.Background(), HandlerFunc(nil), &WorkOpts{Concurrency: -1}))
+}
