@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,6 +127,11 @@ func isIndexErr(err error) bool {
 // first expired entries of leased, of every shard, in one round trip per
 // node. Reading them also shows the two indexes hold sorted sets.
 func (q *Queue) dueCandidates(ctx context.Context) ([]candidate, error) {
+	return q.dueCandidatesN(ctx, q.cfg.ClaimWindow)
+}
+
+// dueCandidatesN is dueCandidates with a window of n entries per index.
+func (q *Queue) dueCandidatesN(ctx context.Context, n int) ([]candidate, error) {
 	now := strconv.FormatInt(toMillis(q.now()), 10)
 	type read struct {
 		shard int
@@ -138,7 +144,7 @@ func (q *Queue) dueCandidates(ctx context.Context) ([]candidate, error) {
 			for _, idx := range []string{idxReady, idxLeased} {
 				key := q.ks.index(s, idx)
 				reads = append(reads, read{s, idx,
-					p.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: now, Count: int64(q.cfg.ClaimWindow)})})
+					p.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: now, Count: int64(n)})})
 			}
 		}
 		return nil
@@ -165,61 +171,141 @@ func (q *Queue) dueCandidates(ctx context.Context) ([]candidate, error) {
 
 // tryClaim decides on one candidate from its value under WATCH. It returns
 // the claimed job, or nil when the candidate was not claimable; either way
-// a hint that disagreed with its value is put right in the same EXEC.
+// a hint that disagreed with its value is put right in the same EXEC. A
+// lost race is returned at once (ErrConflict): the caller moves on.
 func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string) (*Job, error) {
-	key := q.ks.jobKey(c.shard, c.id)
-	var claimed *Job
-	_, _, err := q.cas.run(ctx, &casTxn{
-		keys:     []string{key},
-		verified: []string{q.ks.index(c.shard, idxReady), q.ks.index(c.shard, idxLeased)},
-		noRetry:  true,
+	got, err := q.claimTxn(ctx, []candidate{c}, worker, true)
+	if err != nil || len(got) == 0 {
+		return nil, err
+	}
+	return got[0], nil
+}
+
+// claimTxn claims every claimable candidate in one compare-and-set. The
+// candidates must share a hash slot on a cluster.
+func (q *Queue) claimTxn(ctx context.Context, cands []candidate, worker string, noRetry bool) ([]*Job, error) {
+	keys := make([]string, len(cands))
+	var verified []string
+	seen := map[int]bool{}
+	for i, c := range cands {
+		keys[i] = q.ks.jobKey(c.shard, c.id)
+		if !seen[c.shard] {
+			seen[c.shard] = true
+			verified = append(verified, q.ks.index(c.shard, idxReady), q.ks.index(c.shard, idxLeased))
+		}
+	}
+	var claimed []*Job
+	var firstErr error
+	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, verified: verified, noRetry: noRetry,
 		decide: func(r *casRead) (*casPlan, error) {
-			claimed = nil
-			if r.errs[0] != nil {
-				return nil, r.errs[0]
-			}
-			cur := r.jobs[0]
+			claimed, firstErr = claimed[:0], nil
+			plan := &casPlan{}
+			var ip indexPlan
 			now := q.now()
-			var next *Job
-			if cur != nil {
+			for i, c := range cands {
+				if r.errs[i] != nil {
+					if len(cands) == 1 {
+						return nil, r.errs[i] // the bytes are kept, untouched
+					}
+					firstErr = cmp.Or(firstErr, r.errs[i])
+					continue
+				}
+				cur := r.jobs[i]
+				next, took := q.decideClaim(cur, worker, now)
 				switch {
-				case cur.State == StatePending && !cur.RunAt.After(now):
-					next = q.claimed(cur, worker, now)
-					claimed = next
-				case cur.State == StateActive && !cur.LeaseUntil.After(now) && cur.Attempt >= cur.MaxAttempts:
-					// The last attempt's lease ran out: the job fails for good.
-					next = cloneJob(cur)
-					next.State = StateFailed
-					next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished", cur.Attempt, cur.MaxAttempts, cur.LeaseOwner)
-					next.UpdatedAt = now
-				case cur.State == StateActive && !cur.LeaseUntil.After(now):
-					next = q.claimed(cur, worker, now)
-					claimed = next
+				case next != nil:
+					q.move(&ip, c.shard, c.id, cur, next, c.index)
+					plan.writes = append(plan.writes, q.write(keys[i], next))
+					if took {
+						claimed = append(claimed, next)
+					}
+				case derive(orEmpty(cur)).index != c.index || cur == nil:
+					// Not claimable, and the hint that led here disagrees
+					// with the value (or there is no value at all).
+					q.move(&ip, c.shard, c.id, cur, cur, c.index)
+				default:
+					// Same index, but the hint said due: its score may be stale.
+					q.fixScore(&ip, c.shard, c.id, derive(cur))
 				}
 			}
-			var ip indexPlan
-			if next != nil {
-				q.move(&ip, c.shard, c.id, cur, next, c.index)
-				return &casPlan{writes: []casWrite{q.write(key, next)}, steps: ip.steps, checks: ip.checks}, nil
-			}
-			// Not claimable: write nothing, unless the hint that led here
-			// disagrees with the value (or there is no value at all).
-			if want := derive(orEmpty(cur)); want.index != c.index || cur == nil {
-				q.move(&ip, c.shard, c.id, cur, cur, c.index)
-			} else if c.index == idxReady || c.index == idxLeased {
-				// Same index, but the hint said due: its score may be stale.
-				q.fixScore(&ip, c.shard, c.id, want)
-			}
-			if len(ip.steps) == 0 {
-				return nil, nil
-			}
-			return &casPlan{steps: ip.steps, checks: ip.checks}, nil
-		},
-	})
+			plan.steps, plan.checks = ip.steps, ip.checks
+			return plan, nil
+		}})
 	if err != nil {
 		return nil, err
 	}
+	if len(claimed) == 0 && firstErr != nil {
+		return nil, firstErr
+	}
 	return claimed, nil
+}
+
+// decideClaim says what a claim does to cur: take it (a pending job that is
+// due, or an active one whose lease expired with attempts left), fail it
+// (an expired lease on the last attempt), or nothing (nil).
+func (q *Queue) decideClaim(cur *Job, worker string, now time.Time) (next *Job, took bool) {
+	if cur == nil {
+		return nil, false
+	}
+	switch {
+	case cur.State == StatePending && !cur.RunAt.After(now):
+		return q.claimed(cur, worker, now), true
+	case cur.State == StateActive && !cur.LeaseUntil.After(now) && cur.Attempt >= cur.MaxAttempts:
+		// The last attempt's lease ran out: the job fails for good.
+		next = cloneJob(cur)
+		next.State = StateFailed
+		next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished", cur.Attempt, cur.MaxAttempts, cur.LeaseOwner)
+		next.UpdatedAt = now
+		return next, false
+	case cur.State == StateActive && !cur.LeaseUntil.After(now):
+		return q.claimed(cur, worker, now), true
+	}
+	return nil, false
+}
+
+// ClaimMany claims up to n due jobs for worker in one transaction: the due
+// entries, then WATCH+GET of all of them, then one EXEC; three round trips.
+// Each job is still decided under its own WATCH, and every claimed job is
+// fenced as a single Claim's is. It returns ErrNoJob when nothing is due.
+func (q *Queue) ClaimMany(ctx context.Context, worker string, n int) ([]*Job, error) {
+	if err := validOwner(worker); err != nil {
+		return nil, err
+	}
+	if n < 1 || n > q.cfg.MaxBatch {
+		return nil, fmt.Errorf("jobkey: ClaimMany of %d jobs, want 1..%d (Config.MaxBatch)", n, q.cfg.MaxBatch)
+	}
+	for round := 0; round < maxClaimRounds; round++ {
+		cands, err := q.dueCandidatesN(ctx, max(q.cfg.ClaimWindow, n))
+		if err != nil {
+			return nil, err
+		}
+		if len(cands) == 0 {
+			return nil, ErrNoJob
+		}
+		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		if _, cluster := q.rdb.(*redis.ClusterClient); cluster {
+			cands = sameShard(cands) // one transaction stays in one slot
+		}
+		got, err := q.claimTxn(ctx, cands[:min(n, len(cands))], worker, false)
+		if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) {
+			return nil, err
+		}
+		if len(got) > 0 {
+			return got, nil
+		}
+	}
+	return nil, ErrNoJob
+}
+
+// sameShard keeps the candidates of the first candidate's shard.
+func sameShard(cands []candidate) []candidate {
+	out := cands[:0:0]
+	for _, c := range cands {
+		if c.shard == cands[0].shard {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // claimed returns cur taken by worker: active, one more attempt, leased.

@@ -18,23 +18,88 @@ const MaxErrorLen = 4 << 10
 // nothing. done, when not nil, recognises a stored job in which this very
 // transition already landed (a retry after a lost reply) and returns it
 // without writing.
-func (q *Queue) fenced(ctx context.Context, j *Job, predict []string, done func(cur *Job) bool,
-	fn func(cur *Job) *Job) (*Job, error) {
-	if j == nil {
-		return nil, errors.New("jobkey: nil job")
+func (q *Queue) fenced(ctx context.Context, j *Job, predict []string, done func(j, cur *Job) bool,
+	fn func(j, next *Job) *Job) (*Job, error) {
+	out, errs, err := q.fencedMany(ctx, []*Job{j}, predict, done, fn)
+	if err != nil {
+		return nil, err
 	}
-	if j.Queue != "" && j.Queue != q.name {
-		return nil, fmt.Errorf("jobkey: job %q belongs to queue %q, not %q", j.ID, j.Queue, q.name)
+	return out[0], errs[0]
+}
+
+// fencedMany is fenced for a batch, one compare-and-set per transaction
+// group (per shard on a cluster). Each job is fenced on its own: a lost
+// lease is reported in errs for that job and does not stop the others.
+func (q *Queue) fencedMany(ctx context.Context, jobs []*Job, predict []string, done func(j, cur *Job) bool,
+	fn func(j, next *Job) *Job) (out []*Job, errs []error, err error) {
+	ids := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		if j == nil {
+			return nil, nil, errors.New("jobkey: nil job")
+		}
+		if ids[j.ID] {
+			return nil, nil, fmt.Errorf("jobkey: job %q appears twice in one batch", j.ID)
+		}
+		ids[j.ID] = true
+		if j.Queue != "" && j.Queue != q.name {
+			return nil, nil, fmt.Errorf("jobkey: job %q belongs to queue %q, not %q", j.ID, j.Queue, q.name)
+		}
+		if err := validID(j.ID); err != nil {
+			return nil, nil, err
+		}
 	}
-	return q.update(ctx, j.ID, predict, func(cur *Job) (*Job, error) {
-		if done != nil && done(cur) {
-			return nil, nil
+	out, errs = make([]*Job, len(jobs)), make([]error, len(jobs))
+	for _, group := range q.groups(jobs) {
+		for start := 0; start < len(group); start += q.cfg.MaxBatch {
+			if err := q.fencedTxn(ctx, jobs, group[start:min(len(group), start+q.cfg.MaxBatch)], predict, done, fn, out, errs); err != nil {
+				return nil, nil, err
+			}
 		}
-		if cur.State != StateActive || cur.Attempt != j.Attempt || cur.LeaseOwner != j.LeaseOwner {
-			return nil, &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Now: cur}
+	}
+	return out, errs, nil
+}
+
+func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, idx []int, predict []string, done func(j, cur *Job) bool,
+	fn func(j, next *Job) *Job, out []*Job, errs []error) error {
+	keys := make([]string, len(idx))
+	shards := make([]int, len(idx))
+	var checks []typeCheck
+	seen := map[int]bool{}
+	for k, i := range idx {
+		keys[k], shards[k] = q.ks.jobKeyOf(jobs[i].ID)
+		if !seen[shards[k]] {
+			seen[shards[k]] = true
+			checks = append(checks, q.checksFor(shards[k], predict...)...)
 		}
-		return fn(cloneJob(cur)), nil
-	}, "")
+	}
+	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
+		plan := &casPlan{}
+		var ip indexPlan
+		now := q.now()
+		for k, i := range idx {
+			j, cur := jobs[i], r.jobs[k]
+			out[i], errs[i] = nil, nil
+			switch {
+			case r.errs[k] != nil:
+				errs[i] = r.errs[k]
+			case cur == nil:
+				errs[i] = fmt.Errorf("%w: %q in queue %q", ErrNotFound, j.ID, q.name)
+			case done != nil && done(j, cur):
+				out[i] = cur
+			case cur.State != StateActive || cur.Attempt != j.Attempt || cur.LeaseOwner != j.LeaseOwner:
+				errs[i] = &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Now: cur}
+			default:
+				next := fn(j, cloneJob(cur))
+				next.UpdatedAt = now
+				q.move(&ip, shards[k], j.ID, cur, next, "")
+				plan.writes = append(plan.writes, q.write(keys[k], next))
+				out[i] = next
+			}
+		}
+		plan.steps, plan.checks = ip.steps, ip.checks
+		return plan, nil
+	}})
+	return err
 }
 
 // LeaseLostError explains ErrLeaseLost: the job as it is now stored.
@@ -55,7 +120,7 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
 // Extend renews the lease of a claimed job to Config.Lease from now.
 func (q *Queue) Extend(ctx context.Context, j *Job) (*Job, error) {
-	return q.fenced(ctx, j, []string{idxLeased}, nil, func(next *Job) *Job {
+	return q.fenced(ctx, j, []string{idxLeased}, nil, func(_, next *Job) *Job {
 		next.LeaseUntil = q.now().Add(q.cfg.Lease)
 		return next
 	})
@@ -66,20 +131,58 @@ func (q *Queue) Extend(ctx context.Context, j *Job) (*Job, error) {
 // completed job and writes nothing.
 func (q *Queue) Complete(ctx context.Context, j *Job, result []byte) (*Job, error) {
 	if j != nil {
-		probe := *j
-		probe.Result, probe.State, probe.LeaseUntil = result, StateSucceeded, q.now()
-		if n := encodedSize(&probe); n > q.cfg.MaxValueBytes {
-			return nil, fmt.Errorf("%w: job %q with its result would be %d bytes, limit %d", ErrTooLarge, j.ID, n, q.cfg.MaxValueBytes)
+		if err := q.resultFits(j, result); err != nil {
+			return nil, err
 		}
 	}
-	already := func(cur *Job) bool {
-		return cur.State == StateSucceeded && cur.Attempt == j.Attempt && cur.LeaseOwner == j.LeaseOwner
-	}
-	return q.fenced(ctx, j, []string{idxLeased, idxSucceeded}, already, func(next *Job) *Job {
+	return q.fenced(ctx, j, []string{idxLeased, idxSucceeded}, completed, func(_, next *Job) *Job {
 		next.State = StateSucceeded
 		next.Result = result
 		return next
 	})
+}
+
+// completed recognises a job that j's own Complete already finished.
+func completed(j, cur *Job) bool {
+	return cur.State == StateSucceeded && cur.Attempt == j.Attempt && cur.LeaseOwner == j.LeaseOwner
+}
+
+// CompleteMany completes a batch of claimed jobs, two round trips per
+// transaction of at most Config.MaxBatch jobs (per shard on a cluster).
+// results[i] is jobs[i]'s result; results may be nil. Each job is fenced on
+// its own: errs[i] is jobs[i]'s ErrLeaseLost (or ErrNotFound, ErrCorrupt),
+// and the others complete regardless. err is set only when nothing could
+// be decided (Redis unreachable, a conflict that did not clear, ...).
+func (q *Queue) CompleteMany(ctx context.Context, jobs []*Job, results [][]byte) (done []*Job, errs []error, err error) {
+	if results != nil && len(results) != len(jobs) {
+		return nil, nil, fmt.Errorf("jobkey: CompleteMany with %d jobs and %d results", len(jobs), len(results))
+	}
+	pos := make(map[*Job]int, len(jobs))
+	for i, j := range jobs {
+		pos[j] = i
+		if j != nil && results != nil {
+			if err := q.resultFits(j, results[i]); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return q.fencedMany(ctx, jobs, []string{idxLeased, idxSucceeded}, completed, func(j, next *Job) *Job {
+		next.State = StateSucceeded
+		if results != nil {
+			next.Result = results[pos[j]]
+		}
+		return next
+	})
+}
+
+// resultFits refuses a result that would push the value past the limit.
+func (q *Queue) resultFits(j *Job, result []byte) error {
+	probe := *j
+	probe.Result, probe.State, probe.LeaseUntil = result, StateSucceeded, q.now()
+	if n := encodedSize(&probe); n > q.cfg.MaxValueBytes {
+		return fmt.Errorf("%w: job %q with its result would be %d bytes, limit %d", ErrTooLarge, j.ID, n, q.cfg.MaxValueBytes)
+	}
+	return nil
 }
 
 // Fail records a failed attempt of a claimed job. With attempts left the
@@ -93,7 +196,7 @@ func (q *Queue) Fail(ctx context.Context, j *Job, cause error) (*Job, error) {
 	}
 	msg = truncate(msg, MaxErrorLen)
 	final := errors.Is(cause, ErrSkipRetry)
-	return q.fenced(ctx, j, []string{idxLeased, idxReady, idxFailed}, nil, func(next *Job) *Job {
+	return q.fenced(ctx, j, []string{idxLeased, idxReady, idxFailed}, nil, func(_, next *Job) *Job {
 		next.LastError = msg
 		if final || next.Attempt >= next.MaxAttempts {
 			next.State = StateFailed
@@ -108,7 +211,7 @@ func (q *Queue) Fail(ctx context.Context, j *Job, cause error) (*Job, error) {
 // Release gives a claimed job back without spending its attempt: it is
 // pending again and due at once. Work uses it on shutdown.
 func (q *Queue) Release(ctx context.Context, j *Job) (*Job, error) {
-	return q.fenced(ctx, j, []string{idxLeased, idxReady}, nil, func(next *Job) *Job {
+	return q.fenced(ctx, j, []string{idxLeased, idxReady}, nil, func(_, next *Job) *Job {
 		next.State = StatePending
 		next.Attempt--
 		next.RunAt = q.now()

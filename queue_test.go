@@ -689,3 +689,70 @@ func TestShardsSpreadAndStats(t *testing.T) {
 	sort.Strings(ids)
 	require.Equal(t, ids, got)
 }
+
+func TestClaimManyCompleteMany(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	batch := make([]NewJob, 40)
+	for i := range batch {
+		batch[i] = NewJob{Type: "t", Payload: []byte{byte(i)}}
+	}
+	_, err := f.q.EnqueueMany(f.ctx, batch)
+	require.NoError(t, err)
+
+	f.hook.reset()
+	got, err := f.q.ClaimMany(f.ctx, "w", 32)
+	require.NoError(t, err)
+	require.Len(t, got, 32)
+	require.EqualValues(t, 3, f.hook.rtts.Load())
+	for _, j := range got {
+		require.Equal(t, StateActive, j.State)
+		f.requireIndexed(t, j)
+	}
+
+	// One lease is lost before the batch completes: only that job fails.
+	const victim = 5
+	_, err = f.q.update(f.ctx, got[victim].ID, nil, func(cur *Job) (*Job, error) {
+		cur.Attempt++
+		cur.LeaseOwner = "thief"
+		return cur, nil
+	}, "")
+	require.NoError(t, err)
+	results := make([][]byte, len(got))
+	for i := range results {
+		results[i] = []byte(fmt.Sprint(i))
+	}
+	f.hook.reset()
+	done, errs, err := f.q.CompleteMany(f.ctx, got, results)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, f.hook.rtts.Load())
+	for i, j := range got {
+		if i == victim {
+			require.ErrorIs(t, errs[i], ErrLeaseLost)
+			continue
+		}
+		require.NoError(t, errs[i])
+		require.Equal(t, StateSucceeded, done[i].State)
+		require.Equal(t, results[i], done[i].Result)
+		f.requireIndexed(t, j)
+	}
+	// Retried after a lost reply: no-op successes, nothing rewritten.
+	again, errs, err := f.q.CompleteMany(f.ctx, got, results)
+	require.NoError(t, err)
+	for i := range got {
+		if i != victim {
+			require.NoError(t, errs[i])
+			require.Equal(t, done[i].Rev, again[i].Rev)
+		}
+	}
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 31, st.Succeeded)
+	require.EqualValues(t, 1, st.Active)
+	require.EqualValues(t, 8, st.Pending)
+
+	_, err = f.q.ClaimMany(f.ctx, "w", 0)
+	require.Error(t, err)
+	_, _, err = f.q.CompleteMany(f.ctx, []*Job{got[0], got[0]}, nil)
+	require.ErrorContains(t, err, "appears twice")
+}

@@ -54,6 +54,10 @@ type WorkOpts struct {
 	// ShutdownGrace is how long in-flight handlers may run on after ctx ends
 	// before their contexts are canceled and their jobs released (default: 10s).
 	ShutdownGrace time.Duration
+	// CompleteBatch is the most completions one transaction records. Slots
+	// hand finished jobs to a completer and go on claiming; it writes what
+	// has piled up with CompleteMany (default: 32; 1 completes one by one).
+	CompleteBatch int
 	// Logger receives errors Work cannot return (default: slog.Default()).
 	Logger *slog.Logger
 }
@@ -77,6 +81,7 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	o.Concurrency = cmp.Or(o.Concurrency, 10)
 	o.PollInterval = cmp.Or(o.PollInterval, time.Second)
 	o.ShutdownGrace = cmp.Or(o.ShutdownGrace, 10*time.Second)
+	o.CompleteBatch = cmp.Or(o.CompleteBatch, 32)
 	if o.Name == "" {
 		host, _ := os.Hostname()
 		o.Name = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), NewID()[20:])
@@ -84,20 +89,25 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 {
-		return fmt.Errorf("jobkey: bad WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v", o.Concurrency, o.PollInterval, o.ShutdownGrace)
+	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 || o.CompleteBatch < 1 || o.CompleteBatch > q.cfg.MaxBatch {
+		return fmt.Errorf("jobkey: bad WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, CompleteBatch %d (at most Config.MaxBatch)",
+			o.Concurrency, o.PollInterval, o.ShutdownGrace, o.CompleteBatch)
 	}
 	if err := validOwner(o.Name + "/" + strconv.Itoa(o.Concurrency)); err != nil {
 		return err
 	}
 
-	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[string]*run{}}
+	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[string]*run{},
+		completions: make(chan completion, o.Concurrency)}
 	// Handlers outlive ctx by the grace period, so they hang off a context
 	// that ctx's end does not cancel.
 	w.base = context.WithoutCancel(ctx)
 	sub := q.rdb.Subscribe(ctx, q.ks.wakeChannel(), q.ks.cancelChannel())
 	defer sub.Close()
 	go w.listen(sub.Channel())
+	completerDone := make(chan struct{})
+	go func() { defer close(completerDone); w.completer() }()
+	defer func() { close(w.completions); <-completerDone }()
 
 	var slots sync.WaitGroup
 	for i := range o.Concurrency {
@@ -128,8 +138,48 @@ type worker struct {
 	base context.Context
 	wake chan struct{}
 
+	completions chan completion
+
 	mu      sync.Mutex
 	running map[string]*run // by job ID
+}
+
+type completion struct {
+	job    *Job
+	result []byte
+}
+
+// completer records successes in batches: it takes one, then whatever else
+// is already waiting, up to CompleteBatch, and writes them in one
+// transaction. Nothing waits for a batch to fill.
+func (w *worker) completer() {
+	for c := range w.completions {
+		jobs, results := []*Job{c.job}, [][]byte{c.result}
+	more:
+		for len(jobs) < w.o.CompleteBatch {
+			select {
+			case c, ok := <-w.completions:
+				if !ok {
+					break more
+				}
+				jobs, results = append(jobs, c.job), append(results, c.result)
+			default:
+				break more
+			}
+		}
+		ctx, cancel := context.WithTimeout(w.base, max(w.q.cfg.Lease, 5*time.Second))
+		_, errs, err := w.q.CompleteMany(ctx, jobs, results)
+		cancel()
+		for i, j := range jobs {
+			e := err
+			if e == nil {
+				e = errs[i]
+			}
+			if e != nil {
+				w.o.Logger.Error("jobkey: could not record job outcome", "queue", w.q.name, "job", j.ID, "err", e)
+			}
+		}
+	}
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations.
@@ -230,7 +280,7 @@ func (w *worker) execute(j *Job) {
 	case errors.Is(cause, ErrShutdown):
 		_, werr = w.q.Release(wctx, j)
 	case err == nil:
-		_, werr = w.q.Complete(wctx, j, result)
+		w.completions <- completion{j, result}
 	default:
 		_, werr = w.q.Fail(wctx, j, err)
 	}
