@@ -121,21 +121,37 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	cut := func(s State) string { return strconv.FormatInt(toMillis(now.Add(-q.retention(s))), 10) }
 	type counts struct{ ready, due, leased, expired, ok, failed, canceled *redis.IntCmd }
 	per := make([]counts, q.ks.shards)
+	var all []*redis.IntCmd
+	var keys []string
+	add := func(key string, c *redis.IntCmd) *redis.IntCmd {
+		all, keys = append(all, c), append(keys, key)
+		return c
+	}
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for s := range q.ks.shards {
+			ready, leased := q.ks.index(s, idxReady), q.ks.index(s, idxLeased)
+			done := func(st State, idx string) *redis.IntCmd {
+				key := q.ks.index(s, idx)
+				return add(key, p.ZCount(ctx, key, cut(st), "+inf"))
+			}
 			per[s] = counts{
-				ready:    p.ZCard(ctx, q.ks.index(s, idxReady)),
-				due:      p.ZCount(ctx, q.ks.index(s, idxReady), "-inf", nowS),
-				leased:   p.ZCard(ctx, q.ks.index(s, idxLeased)),
-				expired:  p.ZCount(ctx, q.ks.index(s, idxLeased), "-inf", nowS),
-				ok:       p.ZCount(ctx, q.ks.index(s, idxSucceeded), cut(StateSucceeded), "+inf"),
-				failed:   p.ZCount(ctx, q.ks.index(s, idxFailed), cut(StateFailed), "+inf"),
-				canceled: p.ZCount(ctx, q.ks.index(s, idxCanceled), cut(StateCanceled), "+inf"),
+				ready:    add(ready, p.ZCard(ctx, ready)),
+				due:      add(ready, p.ZCount(ctx, ready, "-inf", nowS)),
+				leased:   add(leased, p.ZCard(ctx, leased)),
+				expired:  add(leased, p.ZCount(ctx, leased, "-inf", nowS)),
+				ok:       done(StateSucceeded, idxSucceeded),
+				failed:   done(StateFailed, idxFailed),
+				canceled: done(StateCanceled, idxCanceled),
 			}
 		}
 		return nil
 	})
 	if err != nil {
+		for i, c := range all {
+			if isWrongType(c.Err()) {
+				return Stats{}, &WrongTypeError{Key: keys[i], Want: "zset", Got: "non-zset"}
+			}
+		}
 		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
 	}
 	var st Stats

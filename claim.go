@@ -152,19 +152,37 @@ func (q *Queue) dueCandidatesN(ctx context.Context, n int) ([]candidate, error) 
 	if err != nil && !isRedisErr(err) {
 		return nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 	}
+	// A shard whose index holds the wrong type is skipped, so the other
+	// shards' jobs keep flowing; its error surfaces when nothing else is due.
 	var out []candidate
+	var firstErr error
+	broken := map[int]bool{}
 	for _, r := range reads {
 		key := q.ks.index(r.shard, r.index)
 		ids, err := r.due.Result()
-		if isWrongType(err) {
-			return nil, &WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}
-		}
-		if err != nil {
+		switch {
+		case isWrongType(err):
+			firstErr = cmp.Or(firstErr, error(&WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}))
+			broken[r.shard] = true
+			continue
+		case err != nil:
 			return nil, fmt.Errorf("jobkey: read %s: %w", key, err)
 		}
 		for _, id := range ids {
 			out = append(out, candidate{shard: r.shard, id: id, index: r.index})
 		}
+	}
+	if len(broken) > 0 {
+		kept := out[:0]
+		for _, c := range out {
+			if !broken[c.shard] {
+				kept = append(kept, c)
+			}
+		}
+		out = kept
+	}
+	if len(out) == 0 && firstErr != nil {
+		return nil, firstErr
 	}
 	return out, nil
 }
