@@ -1,0 +1,87 @@
+package jobkey_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jobkey/jobkey/internal/bench"
+	"github.com/jobkey/jobkey/internal/redistest"
+)
+
+// The benchmarks compare jobkey with the multi-key design on the same
+// server in one run. Every op is one job. Compare with benchstat:
+//
+//	go test -run '^$' -bench 'Lifecycle' -count 10 . > lifecycle.txt
+//	benchstat -col /design lifecycle.txt
+
+var payloads = []int{64, 1 << 10, 16 << 10, 256 << 10}
+
+func sizeName(n int) string {
+	if n >= 1<<10 {
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func runScenario(b *testing.B, design string, p bench.Params) {
+	url := redistest.RequireReal(b).URL
+	p.Ops = b.N
+	p.OnStart = b.ResetTimer
+	b.ReportAllocs()
+	r, err := bench.Run(context.Background(), url, design, p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if r.Errors > 0 {
+		b.Logf("%d failed calls", r.Errors)
+	}
+	b.ReportMetric(r.Per(r.Wire.RTT), "rtt/op")
+	b.ReportMetric(r.Per(r.Wire.Cmds), "redis-cmds/op")
+	b.ReportMetric(r.Per(r.Wire.BytesOut+r.Wire.BytesIn), "wire-B/op")
+	b.ReportMetric(r.Throughput(), "jobs/s")
+	if design == "jobkey" {
+		b.ReportMetric(r.Per(r.Conflicts), "conflicts/op")
+		b.ReportMetric(r.Per(r.Retries), "retries/op")
+	}
+}
+
+// each runs a scenario for both designs at every payload size.
+func each(b *testing.B, scenario string, clients int, sizes []int) {
+	for _, size := range sizes {
+		for _, design := range bench.Designs {
+			b.Run(fmt.Sprintf("design=%s/payload=%s", design, sizeName(size)), func(b *testing.B) {
+				runScenario(b, design, bench.Params{Scenario: scenario, Payload: size, Clients: clients})
+			})
+		}
+	}
+}
+
+func BenchmarkEnqueue(b *testing.B)        { each(b, bench.Enqueue, 8, payloads) }
+func BenchmarkEnqueueBatch(b *testing.B)   { each(b, bench.EnqueueBatch, 8, payloads) }
+func BenchmarkLifecycle(b *testing.B)      { each(b, bench.Lifecycle, 8, payloads) }
+func BenchmarkLifecycleBatch(b *testing.B) { each(b, bench.LifecycleBatch, 8, payloads) }
+func BenchmarkExtend(b *testing.B)         { each(b, bench.Extend, 8, payloads) }
+
+// BenchmarkContended has N writers updating the same job.
+func BenchmarkContended(b *testing.B) {
+	for _, n := range []int{1, 4, 16, 64} {
+		for _, design := range bench.Designs {
+			b.Run(fmt.Sprintf("design=%s/writers=%d", design, n), func(b *testing.B) {
+				runScenario(b, design, bench.Params{Scenario: bench.Contended, Payload: 1 << 10, Clients: n})
+			})
+		}
+	}
+}
+
+// BenchmarkDrain has N claimers draining one queue.
+func BenchmarkDrain(b *testing.B) {
+	for _, n := range []int{1, 4, 16, 64} {
+		for _, design := range bench.Designs {
+			b.Run(fmt.Sprintf("design=%s/claimers=%d", design, n), func(b *testing.B) {
+				runScenario(b, design, bench.Params{Scenario: bench.Drain, Payload: 1 << 10, Clients: n})
+			})
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Probe counts what a client does on the wire: round trips and commands
+// (a go-redis hook) and bytes sent and received (a counting dialer).
+type Probe struct {
+	RTT, Cmds, BytesOut, BytesIn atomic.Int64
+}
+
+// Snapshot is a copy of a Probe's counters.
+type Snapshot struct{ RTT, Cmds, BytesOut, BytesIn int64 }
+
+// Snap reads the counters.
+func (p *Probe) Snap() Snapshot {
+	return Snapshot{p.RTT.Load(), p.Cmds.Load(), p.BytesOut.Load(), p.BytesIn.Load()}
+}
+
+// Sub returns s - o.
+func (s Snapshot) Sub(o Snapshot) Snapshot {
+	return Snapshot{s.RTT - o.RTT, s.Cmds - o.Cmds, s.BytesOut - o.BytesOut, s.BytesIn - o.BytesIn}
+}
+
+// DialHook leaves dialing to the counting dialer.
+func (p *Probe) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook counts one round trip per single command. The handshake sent
+// when a connection is dialed is not counted.
+func (p *Probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "hello", "auth", "select":
+			return next(ctx, cmd)
+		case "client":
+			if a := cmd.Args(); len(a) > 1 && a[1] != "id" {
+				return next(ctx, cmd)
+			}
+		}
+		p.RTT.Add(1)
+		p.Cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook counts one round trip per pipeline or MULTI/EXEC.
+func (p *Probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.RTT.Add(1)
+		p.Cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+type countingConn struct {
+	net.Conn
+	p *Probe
+}
+
+func (c countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.p.BytesIn.Add(int64(n))
+	return n, err
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.p.BytesOut.Add(int64(n))
+	return n, err
+}
+
+// Client returns a client of url whose traffic p counts. poolSize 0 keeps
+// go-redis's default.
+func Client(url string, p *Probe, poolSize int) (*redis.Client, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	if poolSize > 0 {
+		o.PoolSize = poolSize
+	}
+	// See internal/redistest: the auto handshake races on Redis < 8.
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	o.DisableIdentity = true
+	o.ReadTimeout = 30 * time.Second
+	o.WriteTimeout = 30 * time.Second
+	o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, p}, nil
+	}
+	c := redis.NewClient(o)
+	c.AddHook(p)
+	return c, nil
+}

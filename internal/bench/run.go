@@ -1,0 +1,286 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobkey/jobkey"
+	"github.com/redis/go-redis/v9"
+)
+
+// The scenarios. In every one an "op" is one job, so per-op figures of
+// batched and single scenarios compare directly.
+const (
+	Enqueue        = "enqueue"          // one job per call
+	EnqueueBatch   = "enqueue-batch"    // Batch jobs per call
+	Lifecycle      = "lifecycle"        // enqueue, claim, complete
+	LifecycleBatch = "lifecycle-batch"  // the same, Batch jobs per call
+	Extend         = "extend"           // renew the lease of a claimed job
+	Contended      = "update-contended" // Clients writers update one job
+	Drain          = "drain"            // Clients claimers drain Ops jobs
+)
+
+// Scenarios lists every scenario in report order.
+var Scenarios = []string{Enqueue, EnqueueBatch, Lifecycle, LifecycleBatch, Extend, Contended, Drain}
+
+// Params describe one run.
+type Params struct {
+	Scenario string
+	Payload  int // bytes
+	Clients  int // concurrent clients, each with its own connection (default 8)
+	Batch    int // jobs per batched call (default 32)
+	// Ops is how many jobs the timed phase handles; when 0, it runs for
+	// Duration instead (drain always needs Ops).
+	Ops      int
+	Duration time.Duration
+	// OnStart is called as the timed phase begins (a benchmark's ResetTimer).
+	OnStart func()
+}
+
+// Result is what one run measured over its timed phase.
+type Result struct {
+	Design   string        `json:"design"`
+	Scenario string        `json:"scenario"`
+	Payload  int           `json:"payload"`
+	Clients  int           `json:"clients"`
+	Batch    int           `json:"batch"`
+	Jobs     int64         `json:"jobs"`  // jobs handled
+	Calls    int64         `json:"calls"` // operation calls (latency samples)
+	Elapsed  time.Duration `json:"elapsed_ns"`
+	P50      time.Duration `json:"p50_ns"` // per call
+	P99      time.Duration `json:"p99_ns"`
+	Wire     Snapshot      `json:"wire"`
+	// Conflicts are EXECs aborted by a concurrent write; Retries are
+	// attempts beyond the first; Errors are failed calls (ErrConflict
+	// give-ups included).
+	Conflicts int64 `json:"conflicts"`
+	Retries   int64 `json:"retries"`
+	Errors    int64 `json:"errors"`
+}
+
+// Throughput is jobs per second.
+func (r Result) Throughput() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Jobs) / r.Elapsed.Seconds()
+}
+
+// Per divides a counter by the jobs handled.
+func (r Result) Per(n int64) float64 {
+	if r.Jobs == 0 {
+		return 0
+	}
+	return float64(n) / float64(r.Jobs)
+}
+
+// Run runs one scenario of one design against the Redis at url, under a
+// fresh key prefix that it deletes afterwards.
+func Run(ctx context.Context, url, design string, p Params) (Result, error) {
+	p.Clients = cmp.Or(p.Clients, 8)
+	p.Batch = cmp.Or(p.Batch, 32)
+	if p.Ops == 0 && (p.Duration <= 0 || p.Scenario == Drain) {
+		return Result{}, fmt.Errorf("bench: %s needs Ops", p.Scenario)
+	}
+	probe := &Probe{}
+	rdb, err := Client(url, probe, 2*p.Clients+4)
+	if err != nil {
+		return Result{}, err
+	}
+	defer rdb.Close()
+	prefix := "bench-" + jobkey.NewID()
+	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
+	d, err := NewDesign(design, rdb, prefix)
+	if err != nil {
+		return Result{}, err
+	}
+	op, err := setup(ctx, d, p)
+	if err != nil {
+		return Result{}, fmt.Errorf("bench: set up %s/%s: %w", design, p.Scenario, err)
+	}
+
+	var next, jobs, errs atomic.Int64
+	lats := make([][]time.Duration, p.Clients)
+	var deadline time.Time
+	before, c0, r0 := probe.Snap(), d.Conflicts(), d.Retries()
+	if p.OnStart != nil {
+		p.OnStart()
+	}
+	start := time.Now()
+	if p.Ops == 0 {
+		deadline = start.Add(p.Duration)
+	}
+	var wg sync.WaitGroup
+	for c := range p.Clients {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if p.Ops > 0 && next.Load() >= int64(p.Ops) {
+					return
+				}
+				if p.Ops == 0 && time.Now().After(deadline) {
+					return
+				}
+				want := min(int64(p.Batch), max(1, int64(p.Ops)-next.Load()))
+				if p.Ops == 0 {
+					want = int64(p.Batch)
+				}
+				t0 := time.Now()
+				n, err := op(ctx, c, int(want))
+				lats[c] = append(lats[c], time.Since(t0))
+				next.Add(int64(max(n, 1)))
+				jobs.Add(int64(n))
+				if errors.Is(err, ErrEmpty) {
+					return // drained
+				}
+				if err != nil {
+					errs.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	all := slices.Concat(lats...)
+	slices.Sort(all)
+	r := Result{
+		Design: design, Scenario: p.Scenario, Payload: p.Payload, Clients: p.Clients, Batch: p.Batch,
+		Jobs: jobs.Load(), Calls: int64(len(all)), Elapsed: elapsed, Wire: probe.Snap().Sub(before),
+		Conflicts: d.Conflicts() - c0, Retries: d.Retries() - r0, Errors: errs.Load(),
+		P50: percentile(all, 0.50), P99: percentile(all, 0.99),
+	}
+	return r, nil
+}
+
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// opFunc runs one call for client c handling up to want jobs, and returns
+// how many jobs it handled.
+type opFunc func(ctx context.Context, c, want int) (int, error)
+
+func payload(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+func setup(ctx context.Context, d Design, p Params) (opFunc, error) {
+	pl := payload(p.Payload)
+	batchOf := func(n int) [][]byte {
+		b := make([][]byte, n)
+		for i := range b {
+			b[i] = pl
+		}
+		return b
+	}
+	switch p.Scenario {
+	case Enqueue:
+		return func(ctx context.Context, _, _ int) (int, error) { return 1, d.Enqueue(ctx, pl) }, nil
+	case EnqueueBatch:
+		return func(ctx context.Context, _, want int) (int, error) { return want, d.EnqueueBatch(ctx, batchOf(want)) }, nil
+	case Lifecycle:
+		return func(ctx context.Context, c, _ int) (int, error) {
+			if err := d.Enqueue(ctx, pl); err != nil {
+				return 0, err
+			}
+			h, err := claimOne(ctx, d, worker(c))
+			if err != nil {
+				return 0, err
+			}
+			return 1, d.Complete(ctx, h, nil)
+		}, nil
+	case LifecycleBatch:
+		return func(ctx context.Context, c, want int) (int, error) {
+			if err := d.EnqueueBatch(ctx, batchOf(want)); err != nil {
+				return 0, err
+			}
+			hs, err := d.ClaimMany(ctx, worker(c), want)
+			if errors.Is(err, ErrEmpty) {
+				return 0, nil // other clients took them; they count there
+			}
+			if err != nil {
+				return 0, err
+			}
+			return len(hs), d.CompleteMany(ctx, hs)
+		}, nil
+	case Extend:
+		held := make([]Handle, p.Clients)
+		for c := range held {
+			if err := d.Enqueue(ctx, pl); err != nil {
+				return nil, err
+			}
+			h, err := claimOne(ctx, d, worker(c))
+			if err != nil {
+				return nil, err
+			}
+			held[c] = h
+		}
+		return func(ctx context.Context, c, _ int) (int, error) {
+			h, err := d.Extend(ctx, held[c])
+			if err == nil {
+				held[c] = h
+			}
+			return 1, err
+		}, nil
+	case Contended:
+		if err := d.Put(ctx, "hot", pl); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, _, _ int) (int, error) { return 1, d.Update(ctx, "hot", pl) }, nil
+	case Drain:
+		for left := p.Ops; left > 0; left -= 256 {
+			if err := d.EnqueueBatch(ctx, batchOf(min(left, 256))); err != nil {
+				return nil, err
+			}
+		}
+		return func(ctx context.Context, c, _ int) (int, error) {
+			h, err := d.Claim(ctx, worker(c))
+			if err != nil {
+				return 0, err
+			}
+			return 1, d.Complete(ctx, h, nil)
+		}, nil
+	}
+	return nil, fmt.Errorf("bench: unknown scenario %q", p.Scenario)
+}
+
+func worker(c int) string { return fmt.Sprintf("bench-worker-%d", c) }
+
+// claimOne claims a job, retrying while other clients hold the ones due.
+func claimOne(ctx context.Context, d Design, w string) (Handle, error) {
+	for i := 0; ; i++ {
+		h, err := d.Claim(ctx, w)
+		if !errors.Is(err, ErrEmpty) || i == 100 {
+			return h, err
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// Cleanup deletes every key under prefix.
+func Cleanup(ctx context.Context, rdb *redis.Client, prefix string) {
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, prefix+"*", 1000).Result()
+		if err != nil {
+			return
+		}
+		if len(keys) > 0 {
+			rdb.Unlink(ctx, keys...)
+		}
+		if cursor = next; cursor == 0 {
+			return
+		}
+	}
+}
