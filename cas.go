@@ -218,21 +218,34 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 		}
 	}()
 
-	// Round trip 1: WATCH, GET every job key, TYPE every declared key.
+	// Round trip 1: WATCH, read every job key, TYPE every declared key. One
+	// key is a GET. Several are one MGET and one EXISTS: MGET answers nil
+	// for a key of another type, so when EXISTS counts more keys than MGET
+	// returned values, one more round trip of GETs finds the culprit.
 	watch := make([]any, 0, 1+len(t.keys))
 	watch = append(watch, "watch")
 	for _, k := range t.keys {
 		watch = append(watch, k)
 	}
+	multi := len(t.keys) > 1
 	var gets []*redis.StringCmd
+	var mget *redis.SliceCmd
+	var exists *redis.IntCmd
 	var types []*redis.StatusCmd
 	armed = true
 	e.m.roundTrips.Add(1)
-	e.m.commands.Add(int64(1 + len(t.keys) + len(t.checks)))
+	reads := len(t.keys)
+	if multi {
+		reads = 2
+	}
+	e.m.commands.Add(int64(1 + reads + len(t.checks)))
 	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, watch...)
-		for _, k := range t.keys {
-			gets = append(gets, p.Get(ctx, k))
+		if multi {
+			mget = p.MGet(ctx, t.keys...)
+			exists = p.Exists(ctx, t.keys...)
+		} else {
+			gets = append(gets, p.Get(ctx, t.keys[0]))
 		}
 		for _, c := range t.checks {
 			types = append(types, p.Type(ctx, c.key))
@@ -245,7 +258,15 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	if err := verifyTypes(t.checks, types); err != nil {
 		return nil, nil, err
 	}
-	read, err := e.decodeReads(t.keys, gets)
+	raws := []rawRead{}
+	if multi {
+		if raws, err = e.multiRead(ctx, conn, t.keys, mget, exists); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		raws = append(raws, fromGet(gets[0]))
+	}
+	read, err := decodeReads(t.keys, raws)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -362,23 +383,82 @@ func isWrongType(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
-// decodeReads turns the GET replies into jobs. A missing key is a nil job;
-// a value that cannot be decoded is reported per key and left untouched.
-func (e *casEngine) decodeReads(keys []string, gets []*redis.StringCmd) (*casRead, error) {
-	r := &casRead{keys: keys, jobs: make([]*Job, len(keys)), errs: make([]error, len(keys))}
+// rawRead is one job key as read: its bytes, or that it is missing, or the
+// error reading it gave.
+type rawRead struct {
+	s       string
+	missing bool
+	err     error
+}
+
+func fromGet(g *redis.StringCmd) rawRead {
+	s, err := g.Result()
+	if errors.Is(err, redis.Nil) {
+		return rawRead{missing: true}
+	}
+	return rawRead{s: s, err: err}
+}
+
+// multiRead turns an MGET and an EXISTS of the same keys into per-key reads.
+func (e *casEngine) multiRead(ctx context.Context, conn *redis.Conn, keys []string, mget *redis.SliceCmd, exists *redis.IntCmd) ([]rawRead, error) {
+	vals, err := mget.Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobkey: mget %s: %w", keys[0], err)
+	}
+	n, err := exists.Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobkey: exists %s: %w", keys[0], err)
+	}
+	out := make([]rawRead, len(keys))
+	found := int64(0)
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			out[i].s = s
+			found++
+		} else {
+			out[i].missing = true
+		}
+	}
+	if found == n {
+		return out, nil
+	}
+	// Some key exists without being a string: GET each, still under the
+	// WATCH, to name it.
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(int64(len(keys)))
+	gets := make([]*redis.StringCmd, len(keys))
+	_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			gets[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) && !isRedisErr(err) {
+		return nil, fmt.Errorf("jobkey: get %s: %w", keys[0], err)
+	}
 	for i, g := range gets {
-		b, err := g.Bytes()
+		out[i] = fromGet(g)
+	}
+	return out, nil
+}
+
+// decodeReads turns raw reads into jobs. A missing key is a nil job; a key
+// of another type or a value that cannot be decoded is reported per key and
+// left untouched.
+func decodeReads(keys []string, raws []rawRead) (*casRead, error) {
+	r := &casRead{keys: keys, jobs: make([]*Job, len(keys)), errs: make([]error, len(keys))}
+	for i, raw := range raws {
 		switch {
-		case errors.Is(err, redis.Nil):
+		case raw.missing:
 			continue
-		case isWrongType(err):
+		case isWrongType(raw.err):
 			r.errs[i] = &WrongTypeError{Key: keys[i], Want: "string", Got: "non-string"}
 			continue
-		case err != nil:
-			return nil, fmt.Errorf("jobkey: get %s: %w", keys[i], err)
+		case raw.err != nil:
+			return nil, fmt.Errorf("jobkey: get %s: %w", keys[i], raw.err)
 		}
 		j := new(Job)
-		if err := Unmarshal(b, j); err != nil {
+		if err := unmarshalString(raw.s, j); err != nil {
 			var ce *CorruptError
 			if errors.As(err, &ce) {
 				ce.Key = keys[i]

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -33,23 +34,23 @@ const maxClaimRounds = 4
 // they rarely race for one job; a claimer that loses a race moves on to
 // another entry instead of retrying the lost one.
 func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
-	j, _, err := q.claim(ctx, worker, false)
-	return j, err
+	if err := validOwner(worker); err != nil {
+		return nil, err
+	}
+	if q.claims == nil {
+		return q.claimAlone(ctx, worker)
+	}
+	return q.claims.do(ctx, worker)
 }
 
-// claim is Claim that, with wantNext, also returns when nothing is due the
-// time the next entry will be (zero if there is none), so an idle worker
-// knows how long it may sleep. That costs one more round trip, on the idle
-// path only.
-func (q *Queue) claim(ctx context.Context, worker string, wantNext bool) (*Job, time.Time, error) {
-	if err := validOwner(worker); err != nil {
-		return nil, time.Time{}, err
-	}
+// claimAlone is one caller's claim: the due entries, then one candidate at
+// a time under WATCH until one is taken.
+func (q *Queue) claimAlone(ctx context.Context, worker string) (*Job, error) {
 	skip := map[string]bool{} // corrupt values seen by this call: never retried
 	for round := 0; round < maxClaimRounds; round++ {
 		cands, err := q.dueCandidates(ctx)
 		if err != nil {
-			return nil, time.Time{}, err
+			return nil, err
 		}
 		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 		tried := 0
@@ -61,27 +62,100 @@ func (q *Queue) claim(ctx context.Context, worker string, wantNext bool) (*Job, 
 			j, err := q.tryClaim(ctx, c, worker)
 			switch {
 			case err == nil && j != nil:
-				return j, time.Time{}, nil
+				return j, nil
 			case errors.Is(err, ErrCorrupt), errors.Is(err, ErrUnsupportedFormat), errors.Is(err, ErrWrongType) && !isIndexErr(err):
 				skip[c.id] = true // the bytes are kept; other jobs keep flowing
 			case errors.Is(err, ErrConflict), err == nil:
 				// Someone else changed it first, or it was not claimable.
 			default:
-				return nil, time.Time{}, err
+				return nil, err
 			}
 		}
 		if tried == 0 {
 			break
 		}
 	}
-	if !wantNext {
-		return nil, time.Time{}, ErrNoJob
+	return nil, ErrNoJob
+}
+
+// flushClaims serves a batch of concurrent Claim calls: each round, one read
+// of the due entries and one compare-and-set hand callers different jobs,
+// each decided under its own WATCH. Callers left without a job get
+// ErrNoJob after maxClaimRounds.
+func (q *Queue) flushClaims(ctx context.Context, batch []*call[string, *Job]) {
+	batch = live(batch)
+	if len(batch) == 1 {
+		batch[0].out, batch[0].err = q.claimAlone(ctx, batch[0].in)
+		return
 	}
-	next, err := q.nextDue(ctx)
-	if err != nil {
-		return nil, time.Time{}, err
+	workers := make([]string, len(batch))
+	for i, c := range batch {
+		workers[i] = c.in
 	}
-	return nil, next, ErrNoJob
+	got, err := q.claimBatch(ctx, workers)
+	for i, c := range batch {
+		switch {
+		case err != nil:
+			c.err = err
+		case got[i] == nil:
+			c.err = ErrNoJob
+		default:
+			c.out = got[i]
+		}
+	}
+}
+
+// claimBatch claims a job for each of workers, in rounds of one read of the
+// due entries and one compare-and-set; got[i] is workers[i]'s job, or nil.
+//
+// Batches of concurrent claimers collide easily: a WATCH on 32 keys aborts
+// if any one of them is taken meanwhile. So each round reads a window four
+// times the size it needs and takes a random contiguous block of it
+// (claimers then overlap only when their blocks do), and a round whose EXEC
+// was aborted is not retried as is: the next round reads the indexes again,
+// where the jobs others took are gone.
+func (q *Queue) claimBatch(ctx context.Context, workers []string) ([]*Job, error) {
+	got := make([]*Job, len(workers))
+	waiting := make([]int, len(workers))
+	for i := range waiting {
+		waiting[i] = i
+	}
+	for round := 0; round < maxClaimRounds && len(waiting) > 0; round++ {
+		cands, err := q.dueCandidatesN(ctx, max(q.cfg.ClaimWindow, 8*len(waiting)))
+		if err != nil {
+			return nil, err
+		}
+		if _, cluster := q.rdb.(*redis.ClusterClient); cluster && len(cands) > 0 {
+			cands = sameShard(cands) // one transaction stays in one slot
+		}
+		if len(cands) == 0 {
+			break
+		}
+		n := min(len(cands), len(waiting))
+		start := rand.N(len(cands) - n + 1)
+		block := cands[start : start+n]
+		names := make([]string, n)
+		for k := range block {
+			names[k] = workers[waiting[k]]
+		}
+		claimed, err := q.claimTxn(ctx, block, names, true)
+		switch {
+		case errors.Is(err, ErrConflict), errors.Is(err, ErrCorrupt), errors.Is(err, ErrUnsupportedFormat):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		var still []int
+		for k, w := range waiting {
+			if k < n && claimed[k] != nil {
+				got[w] = claimed[k]
+			} else {
+				still = append(still, w)
+			}
+		}
+		waiting = still
+	}
+	return got, nil
 }
 
 // nextDue returns the earliest score in ready or leased over all shards:
@@ -192,16 +266,17 @@ func (q *Queue) dueCandidatesN(ctx context.Context, n int) ([]candidate, error) 
 // a hint that disagreed with its value is put right in the same EXEC. A
 // lost race is returned at once (ErrConflict): the caller moves on.
 func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string) (*Job, error) {
-	got, err := q.claimTxn(ctx, []candidate{c}, worker, true)
-	if err != nil || len(got) == 0 {
+	got, err := q.claimTxn(ctx, []candidate{c}, []string{worker}, true)
+	if err != nil {
 		return nil, err
 	}
 	return got[0], nil
 }
 
-// claimTxn claims every claimable candidate in one compare-and-set. The
+// claimTxn claims every claimable candidate in one compare-and-set,
+// candidate i for workers[i]; got[i] is the job claimed, or nil. The
 // candidates must share a hash slot on a cluster.
-func (q *Queue) claimTxn(ctx context.Context, cands []candidate, worker string, noRetry bool) ([]*Job, error) {
+func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []string, noRetry bool) (got []*Job, err error) {
 	keys := make([]string, len(cands))
 	var verified []string
 	seen := map[int]bool{}
@@ -212,11 +287,13 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, worker string, 
 			verified = append(verified, q.ks.index(c.shard, idxReady), q.ks.index(c.shard, idxLeased))
 		}
 	}
-	var claimed []*Job
 	var firstErr error
-	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, verified: verified, noRetry: noRetry,
+	claimed := 0
+	got = make([]*Job, len(cands))
+	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, verified: verified, noRetry: noRetry,
 		decide: func(r *casRead) (*casPlan, error) {
-			claimed, firstErr = claimed[:0], nil
+			clear(got)
+			claimed, firstErr = 0, nil
 			plan := &casPlan{}
 			var ip indexPlan
 			now := q.now()
@@ -229,13 +306,14 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, worker string, 
 					continue
 				}
 				cur := r.jobs[i]
-				next, took := q.decideClaim(cur, worker, now)
+				next, took := q.decideClaim(cur, workers[i], now)
 				switch {
 				case next != nil:
 					q.move(&ip, c.shard, c.id, cur, next, c.index)
 					plan.writes = append(plan.writes, q.write(keys[i], next))
 					if took {
-						claimed = append(claimed, next)
+						got[i] = next
+						claimed++
 					}
 				case derive(orEmpty(cur)).index != c.index || cur == nil:
 					// Not claimable, and the hint that led here disagrees
@@ -246,16 +324,16 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, worker string, 
 					q.fixScore(&ip, c.shard, c.id, derive(cur))
 				}
 			}
-			plan.steps, plan.checks = ip.steps, ip.checks
+			plan.steps, plan.checks = ip.steps(), ip.checks
 			return plan, nil
 		}})
 	if err != nil {
 		return nil, err
 	}
-	if len(claimed) == 0 && firstErr != nil {
+	if claimed == 0 && firstErr != nil {
 		return nil, firstErr
 	}
-	return claimed, nil
+	return got, nil
 }
 
 // decideClaim says what a claim does to cur: take it (a pending job that is
@@ -282,9 +360,10 @@ func (q *Queue) decideClaim(cur *Job, worker string, now time.Time) (next *Job, 
 }
 
 // ClaimMany claims up to n due jobs for worker in one transaction: the due
-// entries, then WATCH+GET of all of them, then one EXEC; three round trips.
-// Each job is still decided under its own WATCH, and every claimed job is
-// fenced as a single Claim's is. It returns ErrNoJob when nothing is due.
+// entries, then WATCH+GET of all of them, then one EXEC; three round trips
+// when uncontended. Each job is still decided under its own WATCH, and
+// every claimed job is fenced as a single Claim's is. It returns ErrNoJob
+// when nothing is due.
 func (q *Queue) ClaimMany(ctx context.Context, worker string, n int) ([]*Job, error) {
 	if err := validOwner(worker); err != nil {
 		return nil, err
@@ -292,27 +371,20 @@ func (q *Queue) ClaimMany(ctx context.Context, worker string, n int) ([]*Job, er
 	if n < 1 || n > q.cfg.MaxBatch {
 		return nil, fmt.Errorf("jobkey: ClaimMany of %d jobs, want 1..%d (Config.MaxBatch)", n, q.cfg.MaxBatch)
 	}
-	for round := 0; round < maxClaimRounds; round++ {
-		cands, err := q.dueCandidatesN(ctx, max(q.cfg.ClaimWindow, n))
-		if err != nil {
-			return nil, err
-		}
-		if len(cands) == 0 {
-			return nil, ErrNoJob
-		}
-		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-		if _, cluster := q.rdb.(*redis.ClusterClient); cluster {
-			cands = sameShard(cands) // one transaction stays in one slot
-		}
-		got, err := q.claimTxn(ctx, cands[:min(n, len(cands))], worker, false)
-		if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) {
-			return nil, err
-		}
-		if len(got) > 0 {
-			return got, nil
+	got, err := q.claimBatch(ctx, slices.Repeat([]string{worker}, n))
+	if err != nil {
+		return nil, err
+	}
+	var out []*Job
+	for _, j := range got {
+		if j != nil {
+			out = append(out, j)
 		}
 	}
-	return nil, ErrNoJob
+	if len(out) == 0 {
+		return nil, ErrNoJob
+	}
+	return out, nil
 }
 
 // sameShard keeps the candidates of the first candidate's shard.
@@ -341,9 +413,7 @@ func (q *Queue) claimed(cur *Job, worker string, now time.Time) *Job {
 // when the value says not yet.
 func (q *Queue) fixScore(p *indexPlan, shard int, id string, want entry) {
 	if want.score > toMillis(q.now()) {
-		key := q.ks.index(shard, want.index)
-		p.check(key)
-		p.steps = append(p.steps, []any{"zadd", key, want.score, id})
+		p.zadd(q.ks.index(shard, want.index), want.score, id)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
@@ -161,13 +162,23 @@ func Unmarshal(data []byte, j *Job) error {
 	if j == nil {
 		return errors.New("jobkey: unmarshal into nil job")
 	}
-	*j = Job{}
-	if len(data) > MaxValueBytes {
-		return fmt.Errorf("%w: value is %d bytes, limit %d", ErrTooLarge, len(data), MaxValueBytes)
-	}
 	// One copy of the input backs every string and byte field of the result:
 	// one allocation per decode, and the Job never aliases the caller's buffer.
-	d := decoder{b: bytes.Clone(data)}
+	return decodeJob(decoder{b: bytes.Clone(data), own: true}, j)
+}
+
+// unmarshalString decodes a value held in a string, as go-redis returns it.
+// A string never changes, so the Job's strings share its memory; only the
+// byte fields, which callers may modify, are copied.
+func unmarshalString(s string, j *Job) error {
+	return decodeJob(decoder{b: unsafe.Slice(unsafe.StringData(s), len(s))}, j)
+}
+
+func decodeJob(d decoder, j *Job) error {
+	*j = Job{}
+	if len(d.b) > MaxValueBytes {
+		return fmt.Errorf("%w: value is %d bytes, limit %d", ErrTooLarge, len(d.b), MaxValueBytes)
+	}
 	n, err := d.arrayLen("value")
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -15,6 +16,9 @@ import (
 type decoder struct {
 	b   []byte
 	off int
+	// own says b is the decoder's private copy, so byte fields may alias
+	// it. Otherwise b is read-only shared memory and byte fields are copied.
+	own bool
 }
 
 // CorruptError is the detail behind ErrCorrupt: which field was malformed,
@@ -204,9 +208,10 @@ func (d *decoder) strBytes(field string) ([]byte, error) {
 	return d.need(field, ln)
 }
 
-// str returns a string sharing d.b's memory. Unmarshal gives the decoder its
-// own copy of the value, which nothing else can reach or modify, so the
-// strings stay immutable as Go requires.
+// str returns a string sharing d.b's memory. d.b is either the decoder's
+// own copy of the value, which nothing else can reach, or a string's bytes;
+// either way it is never modified, so the strings stay immutable as Go
+// requires.
 func (d *decoder) str(field string) (string, error) {
 	p, err := d.strBytes(field)
 	if err != nil || len(p) == 0 {
@@ -215,9 +220,9 @@ func (d *decoder) str(field string) (string, error) {
 	return unsafe.String(&p[0], len(p)), nil
 }
 
-// bin returns a slice of d.b capped at its length, so appending to it
-// reallocates instead of overwriting the next field. An empty bin decodes to
-// nil.
+// bin returns a slice of d.b capped at its length (appending to it
+// reallocates instead of overwriting the next field) when d owns d.b, and
+// a copy otherwise. An empty bin decodes to nil.
 func (d *decoder) bin(field string) ([]byte, error) {
 	at := d.off
 	c, err := d.code(field)
@@ -245,6 +250,9 @@ func (d *decoder) bin(field string) ([]byte, error) {
 	p, err := d.need(field, ln)
 	if err != nil || ln == 0 {
 		return nil, err
+	}
+	if !d.own {
+		return bytes.Clone(p), nil
 	}
 	return p[:ln:ln], nil
 }

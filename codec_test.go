@@ -269,13 +269,19 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var j Job
-		if err := Unmarshal(data, &j); err != nil {
+		var j, fromString Job
+		err := Unmarshal(data, &j)
+		serr := unmarshalString(string(data), &fromString)
+		if (err == nil) != (serr == nil) {
+			t.Fatalf("Unmarshal: %v, unmarshalString: %v", err, serr)
+		}
+		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) && !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("untyped error: %v", err)
 			}
 			return
 		}
+		require.Equal(t, j, fromString)
 		b, err := Marshal(&j)
 		if err != nil {
 			t.Fatalf("decoded job does not re-encode: %v", err)

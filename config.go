@@ -50,6 +50,11 @@ type Config struct {
 	// MaxBatch bounds how many jobs one EnqueueMany transaction carries;
 	// larger batches are split (default: 256; at most 4096).
 	MaxBatch int
+	// DisableGroupCommit makes every Enqueue, Claim, Complete and Extend run
+	// its own transaction. By default, calls made while another of the same
+	// kind is in flight share the next transaction's round trips; each job is
+	// still decided under its own WATCH (default: false).
+	DisableGroupCommit bool
 	// Now is the clock. Tests set it to move time past leases and run-at
 	// times (default: time.Now).
 	Now func() time.Time

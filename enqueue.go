@@ -32,18 +32,35 @@ func (e *JobExistsError) Is(target error) bool { return target == ErrJobExists }
 // retried with the same ID. A job too large for Config.MaxValueBytes is
 // refused with ErrTooLarge before anything is written.
 func (q *Queue) Enqueue(ctx context.Context, typ string, payload []byte, opts *EnqueueOpts) (*Job, error) {
-	jobs, err := q.EnqueueMany(ctx, []NewJob{{Type: typ, Payload: payload, Opts: opts}})
-	if len(jobs) == 1 {
-		return jobs[0], err
+	j, err := q.newJob(NewJob{Type: typ, Payload: payload, Opts: opts}, q.now())
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	if q.enqueues != nil {
+		return q.enqueues.do(ctx, j)
+	}
+	errs, err := q.enqueueJobs(ctx, []*Job{j})
+	if err != nil {
+		return nil, err
+	}
+	return existingOr(j, errs[0]), errs[0]
+}
+
+// existingOr returns the stored job an ErrJobExists carries, else j.
+func existingOr(j *Job, err error) *Job {
+	var je *JobExistsError
+	if errors.As(err, &je) {
+		return je.Job
+	}
+	return j
 }
 
 // EnqueueMany stores a batch of jobs, two round trips per transaction of at
 // most Config.MaxBatch jobs (on a cluster, one transaction per shard).
 // Every job of a transaction is written, or none is. Jobs whose ID was
 // taken are returned as stored, each with a *JobExistsError joined into err;
-// the others are written.
+// the others are written. A bad job anywhere refuses the whole batch before
+// anything is written.
 func (q *Queue) EnqueueMany(ctx context.Context, batch []NewJob) ([]*Job, error) {
 	if len(batch) == 0 {
 		return nil, nil
@@ -60,18 +77,72 @@ func (q *Queue) EnqueueMany(ctx context.Context, batch []NewJob) ([]*Job, error)
 		}
 		jobs[i] = j
 	}
-	var errs []error
-	for _, group := range q.groups(jobs) {
-		for start := 0; start < len(group); start += q.cfg.MaxBatch {
-			idx := group[start:min(len(group), start+q.cfg.MaxBatch)]
-			err := q.enqueueTxn(ctx, jobs, idx)
-			if err != nil && !errors.Is(err, ErrJobExists) {
-				return nil, err
-			}
-			errs = append(errs, err)
-		}
+	errs, err := q.enqueueJobs(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range jobs {
+		jobs[i] = existingOr(jobs[i], errs[i])
 	}
 	return jobs, errors.Join(errs...)
+}
+
+// enqueueJobs writes validated jobs. errs[i] is jobs[i]'s own refusal (a
+// taken ID); err is a failure of a whole transaction.
+func (q *Queue) enqueueJobs(ctx context.Context, jobs []*Job) (errs []error, err error) {
+	errs = make([]error, len(jobs))
+	for _, group := range q.groups(jobs) {
+		for start := 0; start < len(group); start += q.cfg.MaxBatch {
+			if err := q.enqueueTxn(ctx, jobs, group[start:min(len(group), start+q.cfg.MaxBatch)], errs); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return errs, nil
+}
+
+// flushEnqueues writes a group-commit batch of Enqueue calls.
+func (q *Queue) flushEnqueues(ctx context.Context, batch []*call[*Job, *Job]) {
+	batch = live(batch)
+	jobs := make([]*Job, len(batch))
+	for i, c := range batch {
+		jobs[i] = c.in
+	}
+	errs, err := q.enqueueJobs(ctx, jobs)
+	if err != nil && len(batch) > 1 && refusedWhole(err) {
+		// Nothing was written; let each call find its own outcome, so one
+		// job's broken shard does not fail the others.
+		for _, c := range batch {
+			e, err := q.enqueueJobs(ctx, []*Job{c.in})
+			c.out, c.err = answer(c.in, e, err)
+		}
+		return
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		var je *JobExistsError
+		if errors.As(errs[i], &je) {
+			je.Index = 0 // the caller's own single-job enqueue
+		}
+		c.out, c.err = existingOr(c.in, errs[i]), errs[i]
+	}
+}
+
+func answer(j *Job, errs []error, err error) (*Job, error) {
+	if err != nil {
+		return nil, err
+	}
+	return existingOr(j, errs[0]), errs[0]
+}
+
+// refusedWhole reports an error that refused a whole transaction before
+// EXEC, so nothing of it was written.
+func refusedWhole(err error) bool {
+	return errors.Is(err, ErrWrongType) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnsupportedFormat) ||
+		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrConflict)
 }
 
 func (q *Queue) newJob(nj NewJob, now time.Time) (*Job, error) {
@@ -139,8 +210,8 @@ func (q *Queue) groups(jobs []*Job) [][]int {
 }
 
 // enqueueTxn writes jobs[idx...] in one compare-and-set. A taken ID (or
-// one repeated within the batch) is left alone and reported.
-func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int) error {
+// one repeated within the batch) is left alone and reported in errs.
+func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int, errs []error) error {
 	keys := make([]string, len(idx))
 	shards := make([]int, len(idx))
 	var checks []typeCheck
@@ -152,29 +223,28 @@ func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int) error {
 			checks = append(checks, q.checksFor(shards[k], idxReady)...)
 		}
 	}
-	var existing []error
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
-		existing = existing[:0]
 		plan := &casPlan{}
 		var ip indexPlan
 		taken := map[string]int{}
 		for k, i := range idx {
+			errs[i] = nil
 			if r.errs[k] != nil {
 				return nil, fmt.Errorf("jobkey: enqueue %q: %w", jobs[i].ID, r.errs[k])
 			}
 			if cur := r.jobs[k]; cur != nil {
-				existing = append(existing, &JobExistsError{Index: i, Job: cur})
+				errs[i] = &JobExistsError{Index: i, Job: cur}
 				continue
 			}
 			if first, dup := taken[keys[k]]; dup {
-				existing = append(existing, &JobExistsError{Index: i, Job: jobs[first]})
+				errs[i] = &JobExistsError{Index: i, Job: jobs[first]}
 				continue
 			}
 			taken[keys[k]] = i
 			plan.writes = append(plan.writes, casWrite{key: keys[k], job: jobs[i]})
 			q.move(&ip, shards[k], jobs[i].ID, nil, jobs[i], "")
 		}
-		plan.steps, plan.checks = ip.steps, ip.checks
+		plan.steps, plan.checks = ip.steps(), ip.checks
 		if len(plan.writes) > 0 {
 			// A hint for idle workers, published by the same EXEC. Delayed
 			// jobs publish it too, so a sleeping worker learns the earlier
@@ -183,13 +253,5 @@ func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int) error {
 		}
 		return plan, nil
 	}})
-	if err != nil {
-		return err
-	}
-	for _, e := range existing {
-		var je *JobExistsError
-		errors.As(e, &je)
-		jobs[je.Index] = je.Job
-	}
-	return errors.Join(existing...)
+	return err
 }

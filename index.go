@@ -30,21 +30,57 @@ func derive(j *Job) entry {
 }
 
 // indexPlan collects the index writes of one transaction and the keys whose
-// type must be checked before it runs.
+// type must be checked before it runs. Writes to one key are merged into
+// one command (ZREM key m1 m2 ..., ZADD key s1 m1 s2 m2 ...), so a batch of
+// n jobs costs a few index commands, not n of each.
 type indexPlan struct {
-	steps  [][]any
 	checks []typeCheck
-	seen   map[string]bool // keys already added to checks
+	keys   []string            // index keys in first-use order
+	rems   map[string][]any    // key -> members to remove
+	adds   map[string][]any    // key -> score, member pairs
+	trims  map[string]int64    // key -> remove entries scored below this
+	seen   map[string]struct{} // keys already checked
+	extra  [][]any             // other steps, after the index writes
 }
 
-func (p *indexPlan) check(key string) {
+func (p *indexPlan) use(key string) {
 	if p.seen == nil {
-		p.seen = map[string]bool{}
+		p.seen, p.rems, p.adds, p.trims = map[string]struct{}{}, map[string][]any{}, map[string][]any{}, map[string]int64{}
 	}
-	if !p.seen[key] {
-		p.seen[key] = true
+	if _, ok := p.seen[key]; !ok {
+		p.seen[key] = struct{}{}
+		p.keys = append(p.keys, key)
 		p.checks = append(p.checks, typeCheck{key: key, want: "zset"})
 	}
+}
+
+func (p *indexPlan) zrem(key, id string) { p.use(key); p.rems[key] = append(p.rems[key], id) }
+func (p *indexPlan) zadd(key string, score int64, id string) {
+	p.use(key)
+	p.adds[key] = append(p.adds[key], score, id)
+}
+
+// steps returns the merged commands: removals, then additions, then trims.
+// No ID is both removed from and added to one key in a plan, so the order
+// between them does not matter.
+func (p *indexPlan) steps() [][]any {
+	var out [][]any
+	for _, k := range p.keys {
+		if m := p.rems[k]; len(m) > 0 {
+			out = append(out, append([]any{"zrem", k}, m...))
+		}
+	}
+	for _, k := range p.keys {
+		if m := p.adds[k]; len(m) > 0 {
+			out = append(out, append([]any{"zadd", k}, m...))
+		}
+	}
+	for _, k := range p.keys {
+		if cut, ok := p.trims[k]; ok {
+			out = append(out, []any{"zremrangebyscore", k, "-inf", "(" + strconv.FormatInt(cut, 10)})
+		}
+	}
+	return append(out, p.extra...)
 }
 
 // move adds the index writes that take job id from what old says (nil: no
@@ -62,28 +98,20 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 	}
 	tampered := hint != "" && hint != from.index
 	if from.index != "" && from.index != to.index {
-		q.zrem(p, shard, from.index, id)
+		p.zrem(q.ks.index(shard, from.index), id)
 	}
 	if tampered && hint != to.index && hint != from.index {
-		q.zrem(p, shard, hint, id)
+		p.zrem(q.ks.index(shard, hint), id)
 	}
 	if to.index != "" && (to != from || tampered) {
 		key := q.ks.index(shard, to.index)
-		p.check(key)
-		p.steps = append(p.steps, []any{"zadd", key, to.score, id})
+		p.zadd(key, to.score, id)
 		if to.index != from.index && new.State.Finished() {
 			// Entries of finished jobs whose keys have expired are trimmed
-			// here, by the transaction that adds one: no sweeper runs.
-			cutoff := toMillis(q.now().Add(-q.retention(new.State)))
-			p.steps = append(p.steps, []any{"zremrangebyscore", key, "-inf", "(" + strconv.FormatInt(cutoff, 10)})
+			// by the transactions that add such entries: no sweeper runs.
+			p.trims[key] = toMillis(q.now().Add(-q.retention(new.State)))
 		}
 	}
-}
-
-func (q *Queue) zrem(p *indexPlan, shard int, index, id string) {
-	key := q.ks.index(shard, index)
-	p.check(key)
-	p.steps = append(p.steps, []any{"zrem", key, id})
 }
 
 // retention is how long a finished job's key lives.

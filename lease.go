@@ -34,19 +34,13 @@ func (q *Queue) fencedMany(ctx context.Context, jobs []*Job, predict []string, d
 	fn func(j, next *Job) *Job) (out []*Job, errs []error, err error) {
 	ids := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
-		if j == nil {
-			return nil, nil, errors.New("jobkey: nil job")
+		if err := q.checkJob(j); err != nil {
+			return nil, nil, err
 		}
 		if ids[j.ID] {
 			return nil, nil, fmt.Errorf("jobkey: job %q appears twice in one batch", j.ID)
 		}
 		ids[j.ID] = true
-		if j.Queue != "" && j.Queue != q.name {
-			return nil, nil, fmt.Errorf("jobkey: job %q belongs to queue %q, not %q", j.ID, j.Queue, q.name)
-		}
-		if err := validID(j.ID); err != nil {
-			return nil, nil, err
-		}
 	}
 	out, errs = make([]*Job, len(jobs)), make([]error, len(jobs))
 	for _, group := range q.groups(jobs) {
@@ -96,10 +90,21 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, idx []int, predict [
 				out[i] = next
 			}
 		}
-		plan.steps, plan.checks = ip.steps, ip.checks
+		plan.steps, plan.checks = ip.steps(), ip.checks
 		return plan, nil
 	}})
 	return err
+}
+
+// checkJob refuses a job copy that cannot be this queue's.
+func (q *Queue) checkJob(j *Job) error {
+	if j == nil {
+		return errors.New("jobkey: nil job")
+	}
+	if j.Queue != "" && j.Queue != q.name {
+		return fmt.Errorf("jobkey: job %q belongs to queue %q, not %q", j.ID, j.Queue, q.name)
+	}
+	return validID(j.ID)
 }
 
 // LeaseLostError explains ErrLeaseLost: the job as it is now stored.
@@ -120,26 +125,107 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
 // Extend renews the lease of a claimed job to Config.Lease from now.
 func (q *Queue) Extend(ctx context.Context, j *Job) (*Job, error) {
-	return q.fenced(ctx, j, []string{idxLeased}, nil, func(_, next *Job) *Job {
-		next.LeaseUntil = q.now().Add(q.cfg.Lease)
+	if err := q.checkJob(j); err != nil {
+		return nil, err
+	}
+	if q.extends != nil {
+		return q.extends.do(ctx, j)
+	}
+	return q.fenced(ctx, j, []string{idxLeased}, nil, q.extend)
+}
+
+func (q *Queue) extend(_, next *Job) *Job {
+	next.LeaseUntil = q.now().Add(q.cfg.Lease)
+	return next
+}
+
+func (q *Queue) flushExtends(ctx context.Context, batch []*call[*Job, *Job]) {
+	flushFenced(ctx, q, batch, func(c *call[*Job, *Job]) *Job { return c.in }, []string{idxLeased}, nil,
+		func(*call[*Job, *Job]) func(j, next *Job) *Job { return q.extend })
+}
+
+// completeIn is one Complete call waiting in its group.
+type completeIn struct {
+	job    *Job
+	result []byte
+}
+
+func (q *Queue) flushCompletes(ctx context.Context, batch []*call[completeIn, *Job]) {
+	flushFenced(ctx, q, batch, func(c *call[completeIn, *Job]) *Job { return c.in.job },
+		[]string{idxLeased, idxSucceeded}, completed,
+		func(c *call[completeIn, *Job]) func(j, next *Job) *Job { return succeed(c.in.result) })
+}
+
+func succeed(result []byte) func(_, next *Job) *Job {
+	return func(_, next *Job) *Job {
+		next.State = StateSucceeded
+		next.Result = result
 		return next
-	})
+	}
+}
+
+// flushFenced runs a group-commit batch of one fenced transition as one
+// fencedMany. A job that appears twice waits for a batch of its own, and a
+// batch refused as a whole is retried call by call, so each caller gets its
+// own outcome.
+func flushFenced[T any](ctx context.Context, q *Queue, batch []*call[T, *Job], job func(*call[T, *Job]) *Job,
+	predict []string, done func(j, cur *Job) bool, fn func(*call[T, *Job]) func(j, next *Job) *Job) {
+	batch = live(batch)
+	for len(batch) > 0 {
+		var now, later []*call[T, *Job]
+		seen := map[string]bool{}
+		for _, c := range batch {
+			if id := job(c).ID; seen[id] {
+				later = append(later, c)
+			} else {
+				seen[id] = true
+				now = append(now, c)
+			}
+		}
+		jobs := make([]*Job, len(now))
+		byJob := make(map[*Job]*call[T, *Job], len(now))
+		for i, c := range now {
+			jobs[i] = job(c)
+			byJob[jobs[i]] = c
+		}
+		out, errs, err := q.fencedMany(ctx, jobs, predict, done, func(j, next *Job) *Job { return fn(byJob[j])(j, next) })
+		switch {
+		case err != nil && len(now) > 1 && refusedWhole(err):
+			for _, c := range now {
+				o, e, err := q.fencedMany(ctx, []*Job{job(c)}, predict, done, fn(c))
+				if err != nil {
+					c.err = err
+				} else {
+					c.out, c.err = o[0], e[0]
+				}
+			}
+		case err != nil:
+			for _, c := range now {
+				c.err = err
+			}
+		default:
+			for i, c := range now {
+				c.out, c.err = out[i], errs[i]
+			}
+		}
+		batch = later
+	}
 }
 
 // Complete finishes a claimed job with a result. Its key then expires after
 // Config.Retention. Calling it again after a reply was lost returns the
 // completed job and writes nothing.
 func (q *Queue) Complete(ctx context.Context, j *Job, result []byte) (*Job, error) {
-	if j != nil {
-		if err := q.resultFits(j, result); err != nil {
-			return nil, err
-		}
+	if err := q.checkJob(j); err != nil {
+		return nil, err
 	}
-	return q.fenced(ctx, j, []string{idxLeased, idxSucceeded}, completed, func(_, next *Job) *Job {
-		next.State = StateSucceeded
-		next.Result = result
-		return next
-	})
+	if err := q.resultFits(j, result); err != nil {
+		return nil, err
+	}
+	if q.completes != nil {
+		return q.completes.do(ctx, completeIn{j, result})
+	}
+	return q.fenced(ctx, j, []string{idxLeased, idxSucceeded}, completed, succeed(result))
 }
 
 // completed recognises a job that j's own Complete already finished.

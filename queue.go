@@ -18,6 +18,12 @@ type Queue struct {
 	cfg  Config
 	ks   *keyspace
 	cas  *casEngine
+
+	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
+	claims    *commitGroup[string, *Job]
+	enqueues  *commitGroup[*Job, *Job]
+	completes *commitGroup[completeIn, *Job]
+	extends   *commitGroup[*Job, *Job]
 }
 
 // NewQueue returns the queue name on rdb. It never closes rdb, which stays
@@ -38,8 +44,21 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine}, nil
+	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine}
+	if !c.DisableGroupCommit {
+		n := groupInflight
+		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, inflight: n, flush: q.flushClaims}
+		q.enqueues = &commitGroup[*Job, *Job]{max: c.MaxBatch, inflight: n, flush: q.flushEnqueues}
+		q.completes = &commitGroup[completeIn, *Job]{max: c.MaxBatch, inflight: n, flush: q.flushCompletes}
+		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, inflight: n, flush: q.flushExtends}
+	}
+	return q, nil
 }
+
+// groupInflight is how many group-commit transactions of one kind a Queue
+// runs at once. One would serialize callers behind a single transaction's
+// latency; a few keep both Redis and the client busy.
+var groupInflight = 1
 
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
@@ -58,7 +77,7 @@ func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 		return nil, err
 	}
 	key, _ := q.ks.jobKeyOf(id)
-	b, err := q.rdb.Get(ctx, key).Bytes()
+	s, err := q.rdb.Get(ctx, key).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
@@ -68,7 +87,7 @@ func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 		return nil, fmt.Errorf("jobkey: get %q: %w", id, err)
 	}
 	j := new(Job)
-	if err := Unmarshal(b, j); err != nil {
+	if err := unmarshalString(s, j); err != nil {
 		return nil, keyed(err, key)
 	}
 	return j, nil
@@ -119,9 +138,9 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 		q.move(&ip, shard, id, &old, next, "")
 		out = next
 		if notify != "" {
-			ip.steps = append(ip.steps, []any{"publish", notify, id})
+			ip.extra = append(ip.extra, []any{"publish", notify, id})
 		}
-		return &casPlan{writes: []casWrite{q.write(key, next)}, steps: ip.steps, checks: ip.checks}, nil
+		return &casPlan{writes: []casWrite{q.write(key, next)}, steps: ip.steps(), checks: ip.checks}, nil
 	}})
 	if err != nil {
 		return nil, err

@@ -793,3 +793,24 @@ func TestInjectedFaultWritesNothingOthersFlow(t *testing.T) {
 	require.ErrorAs(t, err, &wt, "Stats reports the broken index rather than a wrong count")
 	require.Equal(t, broken, wt.Key)
 }
+
+// A batch reads its job keys with MGET and EXISTS; a job key of another
+// type (MGET says nil, EXISTS counts it) is found and named, and nothing
+// of the batch is written.
+func TestEnqueueManyFindsWrongTypeJobKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	bad, _ := f.q.ks.jobKeyOf("b")
+	require.NoError(t, f.rdb.RPush(f.ctx, bad, "x").Err())
+	_, err := f.q.EnqueueMany(f.ctx, []NewJob{
+		{Type: "t", Opts: &EnqueueOpts{ID: "a"}}, {Type: "t", Opts: &EnqueueOpts{ID: "b"}}, {Type: "t", Opts: &EnqueueOpts{ID: "c"}},
+	})
+	var wt *WrongTypeError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, bad, wt.Key)
+	for _, id := range []string{"a", "c"} {
+		_, err := f.q.Get(f.ctx, id)
+		require.ErrorIs(t, err, ErrNotFound)
+	}
+	require.EqualValues(t, 1, f.rdb.LLen(f.ctx, bad).Val(), "the foreign key is untouched")
+}

@@ -218,7 +218,12 @@ func (w *worker) cancelAll(cause error) {
 func (w *worker) slot(ctx context.Context, name string) {
 	errDelay := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		j, next, err := w.q.claim(ctx, name, true)
+		j, err := w.q.Claim(ctx, name)
+		var next time.Time
+		if errors.Is(err, ErrNoJob) {
+			// When the next scheduled job is due, so the idle wait ends then.
+			next, _ = w.q.nextDue(ctx)
+		}
 		switch {
 		case err == nil:
 			errDelay = 10 * time.Millisecond
