@@ -143,3 +143,24 @@ func ContentID(typ string, payload []byte) string {
 	_, _ = h.Write(payload)
 	return "c-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
+
+// JobKeys names the Redis keys that concern one job: its value and the
+// indexes of its shard. They are for inspection with redis-cli and for
+// tools; write them only through jobkey.
+type JobKeys struct {
+	Job       string // the job value
+	Ready     string // pending jobs by RunAt
+	Leased    string // active jobs by lease deadline
+	Succeeded string // succeeded jobs by finish time
+	Failed    string // failed jobs by finish time
+	Canceled  string // canceled jobs by finish time
+}
+
+// Keys returns the keys of the job with the given ID and of its shard.
+func (q *Queue) Keys(id string) JobKeys {
+	key, s := q.ks.jobKeyOf(id)
+	return JobKeys{
+		Job: key, Ready: q.ks.index(s, idxReady), Leased: q.ks.index(s, idxLeased),
+		Succeeded: q.ks.index(s, idxSucceeded), Failed: q.ks.index(s, idxFailed), Canceled: q.ks.index(s, idxCanceled),
+	}
+}

@@ -1,0 +1,82 @@
+// Command jobkey benchmarks jobkey against the multi-key queue design,
+// shows the failing group of background.md beside jobkey, and inspects a
+// live queue.
+//
+//	jobkey bench [flags]        run the benchmark scenarios, write a report
+//	jobkey demo [flags]         the failing group, side by side
+//	jobkey stats -queue NAME    a live queue's counts
+//
+// Without -redis (or REDIS_URL) it runs on an embedded in-process server
+// (miniredis), whose timings are not Redis timings.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "jobkey:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: jobkey <command> [flags]
+
+commands:
+  bench   run the benchmark scenarios of both designs and write a report
+  demo    reproduce background.md's failing group against both designs
+  stats   print a live queue's counts
+
+Run "jobkey <command> -h" for a command's flags.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "demo":
+		return demoCmd(ctx, args[1:], stdout, stderr)
+	case "stats":
+		return statsCmd(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// server returns the Redis URL to use: the flag, else REDIS_URL, else an
+// embedded miniredis, stopped by the returned func.
+func server(flagURL string, stderr io.Writer) (url string, embedded bool, stop func(), err error) {
+	if flagURL == "" {
+		flagURL = os.Getenv("REDIS_URL")
+	}
+	if flagURL != "" {
+		return flagURL, false, func() {}, nil
+	}
+	m, err := miniredis.Run()
+	if err != nil {
+		return "", false, nil, fmt.Errorf("start embedded server: %w", err)
+	}
+	fmt.Fprintf(stderr, "No -redis URL or REDIS_URL given: running on an embedded in-process server (miniredis) at %s.\n"+
+		"Its timings are NOT Redis timings; use them to try the command, not to compare designs.\n\n", m.Addr())
+	return "redis://" + m.Addr(), true, m.Close, nil
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jobkey/jobkey/internal/bench"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// The demo reproduces background.md's failing group on real Redis and shows
+// jobkey refusing the same fault.
+func TestDemo(t *testing.T) {
+	url := redistest.RequireReal(t).URL
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"demo", "-redis", url}, &out, &errOut))
+	s := out.String()
+	require.Contains(t, s, "one result per step -> [ok, error, ok]")
+	require.Contains(t, s, "count = 1, includes the invisible job")
+	require.Contains(t, s, "record present")
+	require.Contains(t, s, "no record written; ready unchanged")
+	require.Contains(t, s, "nothing was written")
+	require.Contains(t, s, "5 enqueued, claimed and completed")
+	require.NotContains(t, s, "RECORD PRESENT")
+}
+
+func TestBenchWritesReport(t *testing.T) {
+	url := redistest.RequireReal(t).URL
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"bench", "-redis", url, "-scenarios", "lifecycle,update-contended,drain",
+		"-payloads", "64,1024", "-contention", "2", "-duration", "150ms", "-drain-jobs", "50", "-out", dir}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	require.Contains(t, out.String(), "## lifecycle")
+	require.Contains(t, out.String(), "| 1KiB | 8 | jobkey |")
+	require.Contains(t, out.String(), "Redis 7")
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	var rep struct{ Results []bench.Result }
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Len(t, rep.Results, 8) // (2 payloads + 1 + 1) × 2 designs
+	for _, r := range rep.Results {
+		require.Positive(t, r.Jobs, "%s/%s", r.Design, r.Scenario)
+		require.Zero(t, r.Errors, "%s/%s", r.Design, r.Scenario)
+	}
+	for _, png := range []string{"throughput-vs-payload.png", "bytes-per-lifecycle.png", "conflicts-vs-contention.png", "conflicts-vs-claimers.png"} {
+		st, err := os.Stat(filepath.Join(dir, png))
+		require.NoError(t, err)
+		require.Positive(t, st.Size())
+	}
+}
+
+// With no URL the command says plainly that it runs on miniredis.
+func TestEmbeddedServerIsNamed(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"demo"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "NOT Redis timings")
+	require.True(t, strings.Contains(out.String(), "[ok, error, ok]"))
+}
+
+func TestUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Error(t, run(context.Background(), nil, &out, &errOut))
+	require.Error(t, run(context.Background(), []string{"nope"}, &out, &errOut))
+	require.Error(t, run(context.Background(), []string{"bench", "-scenarios", "nope"}, &out, &errOut))
+	require.Error(t, run(context.Background(), []string{"stats"}, &out, &errOut))
+}

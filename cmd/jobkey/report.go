@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/bench"
+	"github.com/redis/go-redis/v9"
+)
+
+type report struct {
+	Machine  string         `json:"machine"`
+	Server   string         `json:"server"`
+	Command  string         `json:"command"`
+	Embedded bool           `json:"embedded"`
+	Started  string         `json:"started"`
+	Results  []bench.Result `json:"results"`
+}
+
+func serverName(ctx context.Context, url string, embedded bool) string {
+	if embedded {
+		return "embedded miniredis (not Redis: timings are not Redis timings)"
+	}
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return url
+	}
+	c := redis.NewClient(o)
+	defer c.Close()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return o.Addr
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return fmt.Sprintf("Redis %s at %s", v, o.Addr)
+		}
+	}
+	return o.Addr
+}
+
+// pair is one measured point of both designs.
+type pair struct{ jk, mk *bench.Result }
+
+func (rep report) pairs(scenario string) (keys []string, by map[string]*pair) {
+	by = map[string]*pair{}
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		if r.Scenario != scenario {
+			continue
+		}
+		k := fmt.Sprintf("%s|%d", sizeName(r.Payload), r.Clients)
+		if by[k] == nil {
+			by[k] = &pair{}
+			keys = append(keys, k)
+		}
+		if r.Design == "jobkey" {
+			by[k].jk = r
+		} else {
+			by[k].mk = r
+		}
+	}
+	return keys, by
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+	}
+}
+
+func (rep report) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# jobkey bench\n\n")
+	if rep.Embedded {
+		b.WriteString("> **Embedded miniredis, not Redis.** These timings say nothing about either design on Redis; pass `-redis URL` for figures to compare.\n\n")
+	}
+	fmt.Fprintf(&b, "- machine: %s\n- server: %s\n- command: `%s`\n- started: %s\n\n", rep.Machine, rep.Server, rep.Command, rep.Started)
+	b.WriteString("Every op is one job. p50/p99 are per call (a batched call handles a whole batch). " +
+		"ratio = jobkey jobs/s ÷ multi-key jobs/s in this run. cmds and rtt are Redis commands and round trips per job, " +
+		"wire is bytes sent plus received per job, conflicts are aborted EXECs per job.\n\n")
+	for _, sc := range bench.Scenarios {
+		keys, by := rep.pairs(sc)
+		if len(keys) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "## %s\n\n", sc)
+		b.WriteString("| payload | clients | design | jobs/s | ratio | p50 | p99 | cmds/job | rtt/job | wire B/job | conflicts/job | errors |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, k := range keys {
+			p := by[k]
+			for _, r := range []*bench.Result{p.jk, p.mk} {
+				if r == nil {
+					continue
+				}
+				ratio := ""
+				if r == p.jk && p.mk != nil && p.mk.Throughput() > 0 {
+					ratio = fmt.Sprintf("%.2f×", p.jk.Throughput()/p.mk.Throughput())
+				}
+				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %.3f | %d |\n",
+					sizeName(r.Payload), r.Clients, r.Design, r.Throughput(), ratio, dur(r.P50), dur(r.P99),
+					r.Per(r.Wire.Cmds), r.Per(r.Wire.RTT), r.Per(r.Wire.BytesOut+r.Wire.BytesIn), r.Per(r.Conflicts), r.Errors)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
