@@ -91,7 +91,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rep := report{
 		Machine:  machine(),
 		Server:   serverName(ctx, url, embedded),
-		Command:  "jobkey " + strings.Join(args, " "),
+		Command:  "jobkey bench " + strings.Join(args, " "),
 		Embedded: embedded,
 		Started:  time.Now().UTC().Format(time.RFC3339),
 		Results:  results,

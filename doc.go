@@ -1,0 +1,44 @@
+// Package jobkey is a job queue on Redis in which each job and its whole
+// queued state live in one key, written whole and changed only through a
+// WATCH-based optimistic compare-and-set.
+//
+// # Why one key
+//
+// Queues that spread a job over several keys (a record, a pending set,
+// counters) change them with MULTI/EXEC groups or scripts, and Redis never
+// rolls a group back: when one step errors while applying, the others stay
+// applied, and a sweeper has to repair the record nothing points at. In
+// jobkey a change to a job is a compare-and-set of one value, so it happens
+// whole or not at all, and nothing needs repair. The price is a larger value
+// rewritten on every transition and contention on that key; the benchmarks
+// in this repository measure it against the multi-key design.
+//
+// # Producing and consuming
+//
+// NewQueue wraps a caller's redis.UniversalClient, which jobkey never
+// closes. Enqueue stores a job in two round trips; a caller's ID makes it
+// idempotent (ErrJobExists returns the stored job). Claim takes a due job
+// under a lease; Extend, Complete, Fail and Release are fenced: they write
+// only while the caller still holds the lease, and otherwise return
+// ErrLeaseLost. Work runs handlers with lease renewal, cancellation, panic
+// recovery and graceful shutdown. Args, EnqueueArgs, DecodeArgs, HandleArgs
+// and Mux give typed job types, so a team can move one job type at a time.
+//
+// # Where things live
+//
+// A job's value is at <prefix>:{<queue>/<shard>}:job:<id>. Each shard keeps
+// sorted sets of job IDs (ready, leased, succeeded, failed, canceled) that
+// are derived from the values and written in the same MULTI/EXEC; they are
+// hints for finding work, never a second truth. Counts come from them, so no
+// stored counter can disagree. Finished jobs expire by their key's own TTL.
+// No sweeper, reaper or recoverer runs: an expired lease is found and taken
+// over by the next claimer.
+//
+// # Round trips
+//
+// Enqueue, EnqueueMany (per batch), Extend, Complete, Fail, Release,
+// Cancel and Retry cost two round trips when uncontended: WATCH with the
+// reads and type checks, then MULTI..EXEC. Claim costs three, Get and Stats
+// one. Concurrent calls of one kind share transactions (group commit), each
+// job still decided under its own WATCH.
+package jobkey
