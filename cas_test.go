@@ -97,21 +97,21 @@ func TestCASRoundTrips(t *testing.T) {
 	// An uncontended write: WATCH+GET (+TYPE), then MULTI..EXEC.
 	txn := incr(key)
 	txn.checks = []typeCheck{{key: p + ":ready", want: "zset"}}
-	hook.reset()
+	hook.Reset()
 	_, _, err := e.run(ctx, txn)
 	require.NoError(t, err)
-	require.EqualValues(t, 2, hook.rtts.Load())
+	require.EqualValues(t, 2, hook.RTT.Load())
 	require.EqualValues(t, 2, e.m.snapshot().RoundTrips)
 	// watch, get, type | multi, set, exec
-	require.EqualValues(t, 6, hook.cmds.Load())
+	require.EqualValues(t, 6, hook.Cmds.Load())
 	require.EqualValues(t, 6, e.m.snapshot().Commands)
 
 	// A "write nothing" decision: WATCH+GET, then UNWATCH.
-	hook.reset()
+	hook.Reset()
 	_, plan, err := e.run(ctx, &casTxn{keys: []string{key}, decide: func(*casRead) (*casPlan, error) { return nil, nil }})
 	require.NoError(t, err)
 	require.Nil(t, plan)
-	require.EqualValues(t, 2, hook.rtts.Load())
+	require.EqualValues(t, 2, hook.RTT.Load())
 	require.EqualValues(t, 1, e.m.snapshot().Unwatches)
 	require.EqualValues(t, 4, e.m.snapshot().RoundTrips, "engine and hook agree")
 }

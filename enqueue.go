@@ -182,6 +182,21 @@ func (q *Queue) newJob(nj NewJob, now time.Time) (*Job, error) {
 	return j, nil
 }
 
+// txnKeys returns the job keys and shards of jobs[idx...], and type checks
+// of the predicted indexes of every shard they touch.
+func (q *Queue) txnKeys(jobs []*Job, idx []int, predict ...string) (keys []string, shards []int, checks []typeCheck) {
+	keys, shards = make([]string, len(idx)), make([]int, len(idx))
+	seen := map[int]bool{}
+	for k, i := range idx {
+		keys[k], shards[k] = q.ks.jobKeyOf(jobs[i].ID)
+		if !seen[shards[k]] {
+			seen[shards[k]] = true
+			checks = append(checks, q.checksFor(shards[k], predict...)...)
+		}
+	}
+	return keys, shards, checks
+}
+
 // groups splits job positions into the sets one transaction may carry: all
 // of them on a single Redis, one set per shard on a cluster (a transaction
 // must stay in one hash slot there).
@@ -212,17 +227,7 @@ func (q *Queue) groups(jobs []*Job) [][]int {
 // enqueueTxn writes jobs[idx...] in one compare-and-set. A taken ID (or
 // one repeated within the batch) is left alone and reported in errs.
 func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int, errs []error) error {
-	keys := make([]string, len(idx))
-	shards := make([]int, len(idx))
-	var checks []typeCheck
-	seenShard := map[int]bool{}
-	for k, i := range idx {
-		keys[k], shards[k] = q.ks.jobKeyOf(jobs[i].ID)
-		if !seenShard[shards[k]] {
-			seenShard[shards[k]] = true
-			checks = append(checks, q.checksFor(shards[k], idxReady)...)
-		}
-	}
+	keys, shards, checks := q.txnKeys(jobs, idx, idxReady)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
 		plan := &casPlan{}
 		var ip indexPlan

@@ -55,17 +55,7 @@ func (q *Queue) fencedMany(ctx context.Context, jobs []*Job, predict []string, d
 
 func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, idx []int, predict []string, done func(j, cur *Job) bool,
 	fn func(j, next *Job) *Job, out []*Job, errs []error) error {
-	keys := make([]string, len(idx))
-	shards := make([]int, len(idx))
-	var checks []typeCheck
-	seen := map[int]bool{}
-	for k, i := range idx {
-		keys[k], shards[k] = q.ks.jobKeyOf(jobs[i].ID)
-		if !seen[shards[k]] {
-			seen[shards[k]] = true
-			checks = append(checks, q.checksFor(shards[k], predict...)...)
-		}
-	}
+	keys, shards, checks := q.txnKeys(jobs, idx, predict...)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
 		plan := &casPlan{}
 		var ip indexPlan

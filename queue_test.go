@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/jobkey/jobkey/internal/rttcount"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +41,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 type fixture struct {
 	q     *Queue
 	rdb   *redis.Client
-	hook  *rttHook
+	hook  *rttcount.Hook
 	clock *fakeClock
 	ctx   context.Context
 }
@@ -208,13 +209,13 @@ func TestEnqueueRefusesBeforeWriting(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			f.hook.reset()
+			f.hook.Reset()
 			_, err := f.q.Enqueue(f.ctx, c.typ, c.payload, c.opts)
 			require.Error(t, err)
 			if c.is != nil {
 				require.ErrorIs(t, err, c.is)
 			}
-			require.Zero(t, f.hook.rtts.Load(), "refused before any Redis call")
+			require.Zero(t, f.hook.RTT.Load(), "refused before any Redis call")
 		})
 	}
 	keys, err := f.rdb.Keys(f.ctx, f.q.cfg.Prefix+"*").Result()
@@ -232,10 +233,10 @@ func TestEnqueueMany(t *testing.T) {
 		batch = append(batch, NewJob{Type: "t", Payload: []byte{byte(i)}, Opts: &EnqueueOpts{ID: fmt.Sprintf("x%d", i)}})
 	}
 	batch = append(batch, NewJob{Type: "t", Opts: &EnqueueOpts{ID: "x5"}}) // repeated within the batch
-	f.hook.reset()
+	f.hook.Reset()
 	jobs, err := f.q.EnqueueMany(f.ctx, batch)
 	require.ErrorIs(t, err, ErrJobExists)
-	require.EqualValues(t, 6, f.hook.rtts.Load(), "11 jobs in batches of 4: three transactions of two round trips")
+	require.EqualValues(t, 6, f.hook.RTT.Load(), "11 jobs in batches of 4: three transactions of two round trips")
 	require.Len(t, jobs, 11)
 	require.Equal(t, []byte("old"), jobs[3].Payload, "the stored job is returned for a taken ID")
 	require.Equal(t, []byte{5}, jobs[10].Payload, "a repeated ID returns the first of the batch")
@@ -552,10 +553,10 @@ func TestRoundTripBudget(t *testing.T) {
 	f := setup(t, nil)
 	measure := func(name string, budget int64, op func() error) {
 		t.Helper()
-		f.hook.reset()
+		f.hook.Reset()
 		require.NoError(t, op(), name)
-		require.LessOrEqual(t, f.hook.rtts.Load(), budget, name)
-		t.Logf("%-22s %d round trips, %d commands", name, f.hook.rtts.Load(), f.hook.cmds.Load())
+		require.LessOrEqual(t, f.hook.RTT.Load(), budget, name)
+		t.Logf("%-22s %d round trips, %d commands", name, f.hook.RTT.Load(), f.hook.Cmds.Load())
 	}
 	measure("Claim (nothing due)", 1, func() error {
 		_, err := f.q.Claim(f.ctx, "w")
@@ -700,11 +701,11 @@ func TestClaimManyCompleteMany(t *testing.T) {
 	_, err := f.q.EnqueueMany(f.ctx, batch)
 	require.NoError(t, err)
 
-	f.hook.reset()
+	f.hook.Reset()
 	got, err := f.q.ClaimMany(f.ctx, "w", 32)
 	require.NoError(t, err)
 	require.Len(t, got, 32)
-	require.EqualValues(t, 3, f.hook.rtts.Load())
+	require.EqualValues(t, 3, f.hook.RTT.Load())
 	for _, j := range got {
 		require.Equal(t, StateActive, j.State)
 		f.requireIndexed(t, j)
@@ -722,10 +723,10 @@ func TestClaimManyCompleteMany(t *testing.T) {
 	for i := range results {
 		results[i] = []byte(fmt.Sprint(i))
 	}
-	f.hook.reset()
+	f.hook.Reset()
 	done, errs, err := f.q.CompleteMany(f.ctx, got, results)
 	require.NoError(t, err)
-	require.EqualValues(t, 2, f.hook.rtts.Load())
+	require.EqualValues(t, 2, f.hook.RTT.Load())
 	for i, j := range got {
 		if i == victim {
 			require.ErrorIs(t, errs[i], ErrLeaseLost)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -172,15 +173,7 @@ func ints(s string) ([]int, error) {
 
 // median picks the repetition with the median throughput.
 func median(rs []bench.Result) bench.Result {
-	slices.SortFunc(rs, func(a, b bench.Result) int {
-		switch {
-		case a.Throughput() < b.Throughput():
-			return -1
-		case a.Throughput() > b.Throughput():
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(rs, func(a, b bench.Result) int { return cmp.Compare(a.Throughput(), b.Throughput()) })
 	return rs[len(rs)/2]
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"path/filepath"
@@ -27,15 +28,7 @@ func series(results []bench.Result, scenario string, x func(bench.Result) float6
 		}
 	}
 	for _, xys := range out {
-		slices.SortFunc(xys, func(a, b plotter.XY) int {
-			switch {
-			case a.X < b.X:
-				return -1
-			case a.X > b.X:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
 	}
 	return out
 }
@@ -107,14 +100,6 @@ func sizeTicks(lines map[string]plotter.XYs) plot.ConstantTicks {
 			}
 		}
 	}
-	slices.SortFunc(ticks, func(a, b plot.Tick) int {
-		switch {
-		case a.Value < b.Value:
-			return -1
-		case a.Value > b.Value:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ticks, func(a, b plot.Tick) int { return cmp.Compare(a.Value, b.Value) })
 	return ticks
 }

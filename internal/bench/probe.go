@@ -6,14 +6,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/rttcount"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Probe counts what a client does on the wire: round trips and commands
-// (a go-redis hook) and bytes sent and received (a counting dialer).
+// (an rttcount hook) and bytes sent and received (a counting dialer).
 type Probe struct {
-	RTT, Cmds, BytesOut, BytesIn atomic.Int64
+	rttcount.Hook
+	BytesOut, BytesIn atomic.Int64
 }
 
 // Snapshot is a copy of a Probe's counters.
@@ -27,36 +29,6 @@ func (p *Probe) Snap() Snapshot {
 // Sub returns s - o.
 func (s Snapshot) Sub(o Snapshot) Snapshot {
 	return Snapshot{s.RTT - o.RTT, s.Cmds - o.Cmds, s.BytesOut - o.BytesOut, s.BytesIn - o.BytesIn}
-}
-
-// DialHook leaves dialing to the counting dialer.
-func (p *Probe) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessHook counts one round trip per single command. The handshake sent
-// when a connection is dialed is not counted.
-func (p *Probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		switch cmd.Name() {
-		case "hello", "auth", "select":
-			return next(ctx, cmd)
-		case "client":
-			if a := cmd.Args(); len(a) > 1 && a[1] != "id" {
-				return next(ctx, cmd)
-			}
-		}
-		p.RTT.Add(1)
-		p.Cmds.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-// ProcessPipelineHook counts one round trip per pipeline or MULTI/EXEC.
-func (p *Probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		p.RTT.Add(1)
-		p.Cmds.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }
 
 type countingConn struct {
@@ -100,6 +72,6 @@ func Client(url string, p *Probe, poolSize int) (*redis.Client, error) {
 		return countingConn{c, p}, nil
 	}
 	c := redis.NewClient(o)
-	c.AddHook(p)
+	c.AddHook(&p.Hook)
 	return c, nil
 }
