@@ -110,6 +110,10 @@ type Stats struct {
 	Succeeded     int64 // within Config.Retention
 	Failed        int64 // within Config.FailedRetention
 	Canceled      int64 // within Config.Retention
+	// Corrupt counts jobs whose stored value could not be read (corrupt,
+	// written by a newer jobkey, or not a string). Claimers set them aside;
+	// their bytes are kept for inspection (see Verify).
+	Corrupt int64
 }
 
 // Stats returns exact counts of pending, due, scheduled, active and expired
@@ -119,7 +123,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	now := q.now()
 	nowS := strconv.FormatInt(toMillis(now), 10)
 	cut := func(s State) string { return strconv.FormatInt(toMillis(now.Add(-q.retention(s))), 10) }
-	type counts struct{ ready, due, leased, expired, ok, failed, canceled *redis.IntCmd }
+	type counts struct{ ready, due, leased, expired, ok, failed, canceled, corrupt *redis.IntCmd }
 	per := make([]counts, q.ks.shards)
 	var all []*redis.IntCmd
 	var keys []string
@@ -142,6 +146,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 				ok:       done(StateSucceeded, idxSucceeded),
 				failed:   done(StateFailed, idxFailed),
 				canceled: done(StateCanceled, idxCanceled),
+				corrupt:  add(q.ks.index(s, idxCorrupt), p.ZCard(ctx, q.ks.index(s, idxCorrupt))),
 			}
 		}
 		return nil
@@ -163,6 +168,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		st.Succeeded += c.ok.Val()
 		st.Failed += c.failed.Val()
 		st.Canceled += c.canceled.Val()
+		st.Corrupt += c.corrupt.Val()
 	}
 	st.Scheduled = st.Pending - st.Due
 	return st, nil

@@ -46,33 +46,26 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
 // claimAlone is one caller's claim: the due entries, then one candidate at
 // a time under WATCH until one is taken.
 func (q *Queue) claimAlone(ctx context.Context, worker string) (*Job, error) {
-	skip := map[string]bool{} // corrupt values seen by this call: never retried
 	for round := 0; round < maxClaimRounds; round++ {
 		cands, err := q.dueCandidates(ctx)
 		if err != nil {
 			return nil, err
 		}
+		if len(cands) == 0 {
+			break
+		}
 		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-		tried := 0
 		for _, c := range cands {
-			if skip[c.id] {
-				continue
-			}
-			tried++
 			j, err := q.tryClaim(ctx, c, worker)
 			switch {
 			case err == nil && j != nil:
 				return j, nil
-			case errors.Is(err, ErrCorrupt), errors.Is(err, ErrUnsupportedFormat), errors.Is(err, ErrWrongType) && !isIndexErr(err):
-				skip[c.id] = true // the bytes are kept; other jobs keep flowing
 			case errors.Is(err, ErrConflict), err == nil:
-				// Someone else changed it first, or it was not claimable.
+				// Someone else changed it first, or it was not claimable
+				// (an unreadable value has now been moved out of the way).
 			default:
 				return nil, err
 			}
-		}
-		if tried == 0 {
-			break
 		}
 	}
 	return nil, ErrNoJob
@@ -140,7 +133,7 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string) ([]*Job, error
 		}
 		claimed, err := q.claimTxn(ctx, block, names, true)
 		switch {
-		case errors.Is(err, ErrConflict), errors.Is(err, ErrCorrupt), errors.Is(err, ErrUnsupportedFormat):
+		case errors.Is(err, ErrConflict):
 			continue
 		case err != nil:
 			return nil, err
@@ -188,13 +181,6 @@ func validOwner(worker string) error {
 		return fmt.Errorf("jobkey: worker name must be 1..256 bytes, got %d", len(worker))
 	}
 	return nil
-}
-
-// isIndexErr reports a wrong-type error about an index key rather than a
-// job key; that one is not the job's fault and must reach the caller.
-func isIndexErr(err error) bool {
-	var wt *WrongTypeError
-	return errors.As(err, &wt) && wt.Want == "zset"
 }
 
 // dueCandidates reads the first ClaimWindow due entries of ready and the
@@ -287,22 +273,20 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 			verified = append(verified, q.ks.index(c.shard, idxReady), q.ks.index(c.shard, idxLeased))
 		}
 	}
-	var firstErr error
-	claimed := 0
 	got = make([]*Job, len(cands))
 	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, verified: verified, noRetry: noRetry,
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
-			claimed, firstErr = 0, nil
 			plan := &casPlan{}
 			var ip indexPlan
 			now := q.now()
 			for i, c := range cands {
 				if r.errs[i] != nil {
-					if len(cands) == 1 {
-						return nil, r.errs[i] // the bytes are kept, untouched
-					}
-					firstErr = cmp.Or(firstErr, r.errs[i])
+					// The value cannot be read. Its bytes are kept untouched;
+					// its hint moves to the corrupt index, so no claimer
+					// trips on it again and Stats counts it.
+					ip.zrem(q.ks.index(c.shard, c.index), c.id)
+					ip.zadd(q.ks.index(c.shard, idxCorrupt), toMillis(now), c.id)
 					continue
 				}
 				cur := r.jobs[i]
@@ -313,7 +297,6 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 					plan.writes = append(plan.writes, q.write(keys[i], next))
 					if took {
 						got[i] = next
-						claimed++
 					}
 				case derive(orEmpty(cur)).index != c.index || cur == nil:
 					// Not claimable, and the hint that led here disagrees
@@ -329,9 +312,6 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 		}})
 	if err != nil {
 		return nil, err
-	}
-	if claimed == 0 && firstErr != nil {
-		return nil, firstErr
 	}
 	return got, nil
 }

@@ -24,6 +24,11 @@ const (
 	idxSucceeded = "succeeded" // finished jobs, scored by finish time
 	idxFailed    = "failed"
 	idxCanceled  = "canceled"
+	// idxCorrupt lists IDs whose value cannot be read as a job (corrupt, a
+	// newer format, another Redis type), scored by when a claimer found it.
+	// Claimers move such hints here so nobody trips on them again; the value
+	// itself is never touched.
+	idxCorrupt = "corrupt"
 )
 
 // keyspace builds every Redis key and channel of one queue. Key names come
@@ -154,6 +159,7 @@ type JobKeys struct {
 	Succeeded string // succeeded jobs by finish time
 	Failed    string // failed jobs by finish time
 	Canceled  string // canceled jobs by finish time
+	Corrupt   string // jobs whose value could not be read
 }
 
 // Keys returns the keys of the job with the given ID and of its shard.
@@ -162,5 +168,6 @@ func (q *Queue) Keys(id string) JobKeys {
 	return JobKeys{
 		Job: key, Ready: q.ks.index(s, idxReady), Leased: q.ks.index(s, idxLeased),
 		Succeeded: q.ks.index(s, idxSucceeded), Failed: q.ks.index(s, idxFailed), Canceled: q.ks.index(s, idxCanceled),
+		Corrupt: q.ks.index(s, idxCorrupt),
 	}
 }
