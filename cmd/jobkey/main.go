@@ -5,6 +5,7 @@
 //	jobkey bench [flags]        run the benchmark scenarios, write a report
 //	jobkey demo [flags]         the failing group, side by side
 //	jobkey stats -queue NAME    a live queue's counts
+//	jobkey verify -queue NAME   index entries that disagree with values (-fix)
 //
 // Without -redis (or REDIS_URL) it runs on an embedded in-process server
 // (miniredis), whose timings are not Redis timings.
@@ -39,6 +40,7 @@ commands:
   bench   run the benchmark scenarios of both designs and write a report
   demo    reproduce background.md's failing group against both designs
   stats   print a live queue's counts
+  verify  report (and with -fix repair) index entries that disagree with job values
 
 Run "jobkey <command> -h" for a command's flags.
 `
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return demoCmd(ctx, args[1:], stdout, stderr)
 	case "stats":
 		return statsCmd(ctx, args[1:], stdout, stderr)
+	case "verify":
+		return verifyCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

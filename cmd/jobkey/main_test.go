@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/bench"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
@@ -73,4 +74,35 @@ func TestUsage(t *testing.T) {
 	require.Error(t, run(context.Background(), []string{"nope"}, &out, &errOut))
 	require.Error(t, run(context.Background(), []string{"bench", "-scenarios", "nope"}, &out, &errOut))
 	require.Error(t, run(context.Background(), []string{"stats"}, &out, &errOut))
+}
+
+func TestVerifyAndStats(t *testing.T) {
+	url := redistest.RequireReal(t).URL
+	ctx := context.Background()
+	rdb := redistest.Client(t, nil)
+	prefix := redistest.Prefix(t)
+	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix})
+	require.NoError(t, err)
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	args := []string{"-redis", url, "-queue", "mail", "-prefix", prefix}
+
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(ctx, append([]string{"verify"}, args...), &out, &errOut))
+	require.Contains(t, out.String(), "no findings")
+
+	require.NoError(t, rdb.ZRem(ctx, q.Keys(j.ID).Ready, j.ID).Err())
+	out.Reset()
+	err = run(ctx, append([]string{"verify"}, args...), &out, &errOut)
+	require.ErrorIs(t, err, errFindings, "a finding exits non-zero")
+	require.Contains(t, out.String(), "| "+j.ID+" | missing-entry |")
+	out.Reset()
+	require.Error(t, run(ctx, append([]string{"verify", "-fix"}, args...), &out, &errOut))
+	require.Contains(t, out.String(), "| true |")
+	out.Reset()
+	require.NoError(t, run(ctx, append([]string{"verify"}, args...), &out, &errOut))
+
+	out.Reset()
+	require.NoError(t, run(ctx, append([]string{"stats"}, args...), &out, &errOut))
+	require.Contains(t, out.String(), "| mail | 1 | 1 | 0 |")
 }
