@@ -60,6 +60,12 @@ type WorkOpts struct {
 	CompleteBatch int
 	// Logger receives errors Work cannot return (default: slog.Default()).
 	Logger *slog.Logger
+	// OnRecorded, when set, is called once for every job whose outcome the
+	// worker wrote or tried to write: with the job as stored after Complete,
+	// Fail or Release, or with the claimed copy and the error that stopped
+	// the write. It is called from Work's goroutines and must not block
+	// (default: none).
+	OnRecorded func(j *Job, err error)
 }
 
 // Work claims and runs jobs with h until ctx ends, then shuts down
@@ -168,15 +174,15 @@ func (w *worker) completer() {
 			}
 		}
 		ctx, cancel := context.WithTimeout(w.base, max(w.q.cfg.Lease, 5*time.Second))
-		_, errs, err := w.q.CompleteMany(ctx, jobs, results)
+		done, errs, err := w.q.CompleteMany(ctx, jobs, results)
 		cancel()
 		for i, j := range jobs {
-			e := err
-			if e == nil {
-				e = errs[i]
-			}
-			if e != nil {
-				w.o.Logger.Error("jobkey: could not record job outcome", "queue", w.q.name, "job", j.ID, "err", e)
+			if err != nil {
+				w.recorded(j, err)
+			} else if errs[i] != nil {
+				w.recorded(j, errs[i])
+			} else {
+				w.recorded(done[i], nil)
 			}
 		}
 	}
@@ -278,19 +284,32 @@ func (w *worker) execute(j *Job) {
 	// The outcome is written even while Work shuts down.
 	wctx, wcancel := context.WithTimeout(w.base, max(w.q.cfg.Lease, 5*time.Second))
 	defer wcancel()
+	var stored *Job
 	var werr error
 	switch {
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled):
 		return // someone else owns the job's fate now; any write would be fenced off
 	case errors.Is(cause, ErrShutdown):
-		_, werr = w.q.Release(wctx, j)
+		stored, werr = w.q.Release(wctx, j)
 	case err == nil:
 		w.completions <- completion{j, result}
+		return // the completer records it
 	default:
-		_, werr = w.q.Fail(wctx, j, err)
+		stored, werr = w.q.Fail(wctx, j, err)
 	}
 	if werr != nil {
-		w.o.Logger.Error("jobkey: could not record job outcome", "queue", w.q.name, "job", j.ID, "err", werr)
+		stored = j
+	}
+	w.recorded(stored, werr)
+}
+
+// recorded logs a failed write and tells OnRecorded.
+func (w *worker) recorded(j *Job, err error) {
+	if err != nil {
+		w.o.Logger.Error("jobkey: could not record job outcome", "queue", w.q.name, "job", j.ID, "err", err)
+	}
+	if w.o.OnRecorded != nil {
+		w.o.OnRecorded(j, err)
 	}
 }
 
