@@ -151,6 +151,9 @@ func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, err
 			return read, plan, err
 		}
 		e.m.conflicts.Add(1)
+		if c, ok := e.rdb.(*redis.ClusterClient); ok && !errors.Is(err, redis.TxFailedErr) {
+			c.ReloadState(ctx) // the slot moved: ask the cluster who owns it now
+		}
 		if t.noRetry {
 			return nil, nil, &ConflictError{Key: t.route, Attempts: attempt}
 		}
@@ -164,7 +167,8 @@ func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, err
 }
 
 // isConflict reports an EXEC aborted by a changed watched key, or a cluster
-// redirection (the slot moved; the retry asks the new owner).
+// redirection (MOVED, ASK, TRYAGAIN while a slot migrates): nothing was
+// written, and a retry on the slot's owner of the moment may succeed.
 func isConflict(err error) bool {
 	if err == nil {
 		return false
@@ -174,7 +178,7 @@ func isConflict(err error) bool {
 	}
 	_, moved := redis.IsMovedError(err)
 	_, ask := redis.IsAskError(err)
-	return moved || ask
+	return moved || ask || redis.IsTryAgainError(err) || strings.Contains(err.Error(), "TRYAGAIN")
 }
 
 // backoff is "full jitter": uniform in [0, min(max, base·2^(attempt-1))].
@@ -324,6 +328,11 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 		return nil, nil, err
 	case redis.IsExecAbortError(err):
 		armed = false
+		for _, c := range cmds {
+			if isConflict(c.Err()) && !errors.Is(c.Err(), redis.TxFailedErr) {
+				return nil, nil, c.Err() // queued while the slot was moving: retry on its owner
+			}
+		}
 		return nil, nil, stepError(cmds, true)
 	}
 	var rerr redis.Error

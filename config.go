@@ -14,8 +14,11 @@ type Config struct {
 	// Prefix starts every key and channel of the queue (default: "jobkey").
 	Prefix string
 	// Shards splits the queue's indexes so one logical queue can spread over
-	// a Redis Cluster. It must stay the same for the queue's whole life,
-	// because a job's shard is derived from its ID (default: 1; at most 1024).
+	// a Redis Cluster: each shard is one hash slot, and the shards' slots are
+	// spread evenly over the slot range. It must stay the same for the
+	// queue's whole life, because a job's shard is derived from its ID
+	// (default: 1 on a single Redis; 16 on a *redis.ClusterClient, which puts
+	// about a third of a queue's jobs on each of three masters; at most 1024).
 	Shards int
 	// Lease is how long a claim holds a job before another worker may take
 	// it over. Work renews it every Lease/3 (default: 30s; at least 100ms).
@@ -70,12 +73,18 @@ func DefaultBackoff(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-func (c *Config) withDefaults() Config {
+// defaultClusterShards is Config.Shards on a cluster.
+const defaultClusterShards = 16
+
+func (c *Config) withDefaults(cluster bool) Config {
 	var out Config
 	if c != nil {
 		out = *c
 	}
 	out.Prefix = cmp.Or(out.Prefix, "jobkey")
+	if cluster {
+		out.Shards = cmp.Or(out.Shards, defaultClusterShards)
+	}
 	out.Shards = cmp.Or(out.Shards, 1)
 	out.Lease = cmp.Or(out.Lease, 30*time.Second)
 	out.MaxAttempts = cmp.Or(out.MaxAttempts, 25)

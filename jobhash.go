@@ -34,9 +34,13 @@ const (
 // keyspace builds every Redis key and channel of one queue. Key names come
 // from here and nowhere else.
 //
-//	<prefix>:{<queue>/<shard>}:job:<id>   the job value, the only truth
-//	<prefix>:{<queue>/<shard>}:<index>    derived sorted sets of job IDs
-//	<prefix>:{<queue>}:wake               pub/sub hint that work arrived
+//	<prefix>:{<shard tag>}:job:<id>   the job value, the only truth
+//	<prefix>:{<shard tag>}:<index>    derived sorted sets of job IDs
+//	<prefix>:{<queue>}:wake           pub/sub hint that work arrived
+//	<prefix>:{<queue>}:cancel         pub/sub: a running job was canceled
+//
+// The shard tag is "<queue>/<shard>", with ".<k>" appended where needed to
+// spread the shards' slots evenly (shardTag).
 //
 // The braces are a Redis Cluster hash tag: a job and its shard's indexes
 // share a slot, so one MULTI/EXEC may write them all.
@@ -50,9 +54,52 @@ type keyspace struct {
 func newKeyspace(prefix, queue string, shards int) *keyspace {
 	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards)}
 	for i := range shards {
-		ks.tags[i] = prefix + ":{" + queue + "/" + strconv.Itoa(i) + "}"
+		ks.tags[i] = prefix + ":{" + shardTag(queue, i, shards) + "}"
 	}
 	return ks
+}
+
+// clusterSlots is the number of Redis Cluster hash slots.
+const clusterSlots = 16384
+
+// shardTag returns the hash tag of shard i of n. Tags are chosen so that
+// shard i's slot falls in the middle half of the i-th of n equal parts of
+// the slot range: "<queue>/<i>" when it already does, else the first
+// "<queue>/<i>.<k>" that does. Masters own contiguous slot ranges, so the
+// shards, and the jobs, spread over the masters as evenly as the slots do
+// instead of where chance would put them; keeping to the middle of each
+// part keeps a shard off the edge between two masters' ranges. The choice
+// depends only on the queue name, i and n, so it never changes for a queue.
+func shardTag(queue string, i, n int) string {
+	if n == 1 {
+		return queue + "/0"
+	}
+	part := clusterSlots / n
+	lo := i*clusterSlots/n + part/4
+	hi := lo + max(1, part/2)
+	tag := queue + "/" + strconv.Itoa(i)
+	for k := 1; ; k++ {
+		if s := int(crc16(tag)) % clusterSlots; s >= lo && s < hi {
+			return tag
+		}
+		tag = queue + "/" + strconv.Itoa(i) + "." + strconv.Itoa(k)
+	}
+}
+
+// crc16 is the CRC16-CCITT (XMODEM) Redis Cluster hashes keys with.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
 }
 
 // shardOf maps an ID to its shard. It must never change for a queue's

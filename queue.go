@@ -36,7 +36,8 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	if err := validName("queue name", name, false); err != nil {
 		return nil, err
 	}
-	c := cfg.withDefaults()
+	_, cluster := rdb.(*redis.ClusterClient)
+	c := cfg.withDefaults(cluster)
 	if err := c.validate(); err != nil {
 		return nil, err
 	}

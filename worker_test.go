@@ -195,19 +195,21 @@ func TestWorkRunsScheduledJobWhenDue(t *testing.T) {
 
 func TestWorkRenewsLease(t *testing.T) {
 	t.Parallel()
-	q := realQueue(t, &Config{Lease: 300 * time.Millisecond})
+	// The lease is long enough that a loaded CI machine still renews it in
+	// time (every 300 ms), short enough that the handler outlives three.
+	q := realQueue(t, &Config{Lease: 900 * time.Millisecond})
 	ctx := context.Background()
 	j, err := q.Enqueue(ctx, "t", nil, nil)
 	require.NoError(t, err)
 	var claims atomic.Int32
 	startWork(t, q, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
 		claims.Add(1)
-		time.Sleep(1200 * time.Millisecond) // four leases long
+		time.Sleep(2700 * time.Millisecond) // three leases long
 		return nil, ctx.Err()
 	}), &WorkOpts{Concurrency: 2})
 	waitFor(t, "the worker's claim", func() bool { return claims.Load() == 1 })
 	// A rival claimer tries to take the job all along; the renewals keep it out.
-	rival := time.Now().Add(time.Second)
+	rival := time.Now().Add(2 * time.Second)
 	for time.Now().Before(rival) {
 		_, err := q.Claim(ctx, "rival")
 		require.ErrorIs(t, err, ErrNoJob)

@@ -1,0 +1,256 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// drain runs Work until the queue holds no pending or active job.
+func drainWithWork(t *testing.T, q *Queue, onRecorded func(*Job, error)) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+			return []byte(j.LeaseOwner), nil
+		}), &WorkOpts{Concurrency: 8, PollInterval: 20 * time.Millisecond, Logger: quiet, OnRecorded: onRecorded})
+	}()
+	require.Eventually(t, func() bool {
+		st, err := q.Stats(context.Background())
+		return err == nil && st.Pending+st.Active == 0
+	}, 60*time.Second, 20*time.Millisecond)
+	stop()
+	require.NoError(t, <-done)
+}
+
+func TestClusterLifecycle(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t, nil)
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Lease: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, defaultClusterShards, q.cfg.Shards, "the cluster default")
+
+	batch := make([]NewJob, 300)
+	for i := range batch {
+		batch[i] = NewJob{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprintf("b%d", i)}}
+	}
+	_, err = q.EnqueueMany(ctx, batch)
+	require.NoError(t, err)
+	for i := range 20 {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("s%d", i)})
+		require.NoError(t, err)
+	}
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 320, st.Pending)
+
+	// Fencing across the cluster: A's lease expires, B claims, A is fenced off.
+	a, err := q.Claim(ctx, "A")
+	require.NoError(t, err)
+	many, err := q.ClaimMany(ctx, "M", 10)
+	require.NoError(t, err)
+	require.NotEmpty(t, many)
+	_, errs, err := q.CompleteMany(ctx, many, nil)
+	require.NoError(t, err)
+	for _, e := range errs {
+		require.NoError(t, e)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	var b *Job
+	for b == nil || b.ID != a.ID { // claim until the expired job comes round
+		b, err = q.Claim(ctx, "B")
+		require.NoError(t, err)
+		if b.ID != a.ID {
+			_, err = q.Complete(ctx, b, nil)
+			require.NoError(t, err)
+		}
+	}
+	_, err = q.Complete(ctx, a, []byte("A"))
+	require.ErrorIs(t, err, ErrLeaseLost)
+	_, err = q.Complete(ctx, b, []byte("B"))
+	require.NoError(t, err)
+
+	var twice atomic.Int64
+	seen := sync.Map{}
+	drainWithWork(t, q, func(j *Job, err error) {
+		if err == nil && j.State == StateSucceeded {
+			if _, dup := seen.LoadOrStore(j.ID, true); dup {
+				twice.Add(1)
+			}
+		}
+	})
+	require.Zero(t, twice.Load())
+	st, err = q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Stats{Succeeded: 320}, st)
+	rep, err := q.Verify(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+}
+
+// nodeOf returns the index of the master that owns key.
+func nodeOf(t *testing.T, rdb *redis.ClusterClient, cl *redistest.Cluster, key string) int {
+	t.Helper()
+	node, err := rdb.MasterForKey(context.Background(), key)
+	require.NoError(t, err)
+	for i, a := range cl.Addrs() {
+		if node.Options().Addr == a {
+			return i
+		}
+	}
+	t.Fatalf("no master for %s", key)
+	return -1
+}
+
+// callsOn sums the calls of every command INFO commandstats counts on a node.
+func callsOn(t *testing.T, addr string) int64 {
+	t.Helper()
+	c := redistest.ClientFor(t, "redis://"+addr, nil)
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if _, rest, ok := strings.Cut(line, "calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			total += n
+		}
+	}
+	return total
+}
+
+// With 3 masters and the default shards, each master holds between 25% and
+// 42% of a queue's job keys and serves a share of its commands in the same
+// band.
+func TestClusterSpread(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t, nil)
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "spread", &Config{Prefix: redistest.Prefix(t)})
+	require.NoError(t, err)
+	before := make([]int64, 3)
+	for i, a := range cl.Addrs() {
+		before[i] = callsOn(t, a)
+	}
+	const n = 3000
+	batch := make([]NewJob, 0, 100)
+	for i := range n {
+		batch = append(batch, NewJob{Type: "t"})
+		if len(batch) == cap(batch) || i == n-1 {
+			_, err := q.EnqueueMany(ctx, batch)
+			require.NoError(t, err)
+			batch = batch[:0]
+		}
+	}
+	drainWithWork(t, q, nil)
+
+	keys := make([]int, 3)
+	for s := range q.ks.shards {
+		cnt, err := rdb.ZCard(ctx, q.ks.index(s, idxSucceeded)).Result()
+		require.NoError(t, err)
+		keys[nodeOf(t, rdb, cl, q.ks.index(s, idxSucceeded))] += int(cnt)
+	}
+	var calls [3]int64
+	var totalCalls int64
+	for i, a := range cl.Addrs() {
+		calls[i] = callsOn(t, a) - before[i]
+		totalCalls += calls[i]
+	}
+	for i := range 3 {
+		share, cmdShare := float64(keys[i])/n, float64(calls[i])/float64(totalCalls)
+		t.Logf("master %d: %.1f%% of job keys, %.1f%% of commands", i, 100*share, 100*cmdShare)
+		require.GreaterOrEqual(t, share, 0.25)
+		require.LessOrEqual(t, share, 0.42)
+		require.GreaterOrEqual(t, cmdShare, 0.25)
+		require.LessOrEqual(t, cmdShare, 0.42)
+	}
+}
+
+// Slots move between masters while producers and workers run: MOVED and ASK
+// are retried on the new owner, and nothing is lost or finished twice.
+func TestClusterReshardUnderLoad(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t, nil)
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "reshard", &Config{Prefix: redistest.Prefix(t), Lease: 2 * time.Second})
+	require.NoError(t, err)
+
+	var acked sync.Map
+	var ackedN atomic.Int64
+	var twice atomic.Int64
+	var succeeded sync.Map
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for p := range 2 {
+		wg.Go(func() {
+			for n := 0; loadCtx.Err() == nil; n++ {
+				id := fmt.Sprintf("p%d-%d", p, n)
+				for loadCtx.Err() == nil {
+					_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id})
+					if err == nil || errors.Is(err, ErrJobExists) {
+						acked.Store(id, true)
+						ackedN.Add(1)
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		})
+	}
+	workCtx, stopWork := context.WithCancel(ctx)
+	werr := make(chan error, 1)
+	go func() {
+		werr <- q.Work(workCtx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+			&WorkOpts{Concurrency: 8, PollInterval: 20 * time.Millisecond, Logger: quiet,
+				OnRecorded: func(j *Job, err error) {
+					if err == nil && j.State == StateSucceeded {
+						if _, dup := succeeded.LoadOrStore(j.ID, true); dup {
+							twice.Add(1)
+						}
+					}
+				}})
+	}()
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, cl.Reshard(cl.Nodes[0], cl.Nodes[1], 2000))
+	require.NoError(t, cl.Reshard(cl.Nodes[1], cl.Nodes[2], 3000))
+	time.Sleep(300 * time.Millisecond)
+	stopLoad()
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		st, err := q.Stats(ctx)
+		return err == nil && st.Pending+st.Active == 0
+	}, 60*time.Second, 20*time.Millisecond)
+	stopWork()
+	require.NoError(t, <-werr)
+
+	lost := 0
+	acked.Range(func(k, _ any) bool {
+		j, err := q.Get(ctx, k.(string))
+		if err != nil || j.State != StateSucceeded {
+			lost++
+		}
+		return true
+	})
+	rep, err := q.Verify(ctx, false)
+	require.NoError(t, err)
+	t.Logf("reshard under load: %d jobs enqueued, %d lost, %d finished twice, %d hint mismatches; CAS conflicts and redirections retried: %d",
+		ackedN.Load(), lost, twice.Load(), len(rep.Findings), q.Metrics().Conflicts)
+	require.Positive(t, ackedN.Load())
+	require.Zero(t, lost)
+	require.Zero(t, twice.Load())
+	require.Empty(t, rep.Findings)
+}
