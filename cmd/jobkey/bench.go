@@ -31,6 +31,7 @@ type benchFlags struct {
 	quick      bool
 	out        string
 	batch      int
+	cluster    bool
 }
 
 // run is one planned measurement.
@@ -54,6 +55,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&f.batch, "batch", 32, "jobs per call in the batched scenarios")
 	fs.BoolVar(&f.quick, "quick", false, "a short run (within 60 s): 1 KiB and 16 KiB payloads, contention 1 and 16, 1 s runs")
 	fs.StringVar(&f.out, "out", "report", "folder for report.md, results.json and the charts")
+	fs.BoolVar(&f.cluster, "cluster", false, "-redis names a node of a Redis Cluster: report each master's share of keys and commands")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +71,12 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stop()
+	if f.cluster && embedded {
+		return fmt.Errorf("-cluster needs -redis: the embedded server is not a cluster")
+	}
+	for i := range specs {
+		specs[i].params.Cluster = f.cluster
+	}
 
 	bar := progressbar.NewOptions(len(specs)*f.reps,
 		progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("benchmarking"),

@@ -106,3 +106,18 @@ func TestVerifyAndStats(t *testing.T) {
 	require.NoError(t, run(ctx, append([]string{"stats"}, args...), &out, &errOut))
 	require.Contains(t, out.String(), "| mail | 1 | 1 | 0 |")
 }
+
+// jobkey bench -cluster runs on a real 3-master cluster and reports each
+// master's share of keys and commands.
+func TestBenchOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"bench", "-cluster", "-redis", "redis://" + cl.Addrs()[0],
+		"-scenarios", "lifecycle", "-payloads", "1024", "-duration", "500ms", "-out", t.TempDir()}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	s := out.String()
+	require.Contains(t, s, "## cluster: each master's share")
+	for _, a := range cl.Addrs() {
+		require.Contains(t, s, "| lifecycle | 1KiB | jobkey | "+a+" |")
+	}
+}

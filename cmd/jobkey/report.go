@@ -109,5 +109,40 @@ func (rep report) markdown() string {
 		}
 		b.WriteString("\n")
 	}
+	rep.clusterTable(&b)
 	return b.String()
+}
+
+// clusterTable shows each master's share of a cluster run's keys and
+// commands, per design and scenario.
+func (rep report) clusterTable(b *strings.Builder) {
+	header := false
+	for _, r := range rep.Results {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		if !header {
+			b.WriteString("## cluster: each master's share\n\n")
+			b.WriteString("| scenario | payload | design | master | keys | share of keys | commands/s | share of commands |\n|---|---|---|---|---|---|---|---|\n")
+			header = true
+		}
+		var keys, cmds int64
+		for _, n := range r.Nodes {
+			keys, cmds = keys+n.Keys, cmds+n.Commands
+		}
+		for _, n := range r.Nodes {
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %.1f%% | %.0f | %.1f%% |\n", r.Scenario, sizeName(r.Payload), r.Design, n.Addr,
+				n.Keys, pct(n.Keys, keys), float64(n.Commands)/r.Elapsed.Seconds(), pct(n.Commands, cmds))
+		}
+	}
+	if header {
+		b.WriteString("\n")
+	}
+}
+
+func pct(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
 }

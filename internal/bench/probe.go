@@ -48,6 +48,32 @@ func (c countingConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// ClusterClient returns a cluster client seeded with url's host, whose
+// traffic p counts on every node.
+func ClusterClient(url string, p *Probe, poolSize int) (*redis.ClusterClient, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+		PoolSize: poolSize, DisableIdentity: true, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		Dialer:                   p.dial,
+	})
+	c.AddHook(&p.Hook)
+	return c, nil
+}
+
+func (p *Probe) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, p}, nil
+}
+
 // Client returns a client of url whose traffic p counts. poolSize 0 keeps
 // go-redis's default.
 func Client(url string, p *Probe, poolSize int) (*redis.Client, error) {
@@ -63,14 +89,7 @@ func Client(url string, p *Probe, poolSize int) (*redis.Client, error) {
 	o.DisableIdentity = true
 	o.ReadTimeout = 30 * time.Second
 	o.WriteTimeout = 30 * time.Second
-	o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{c, p}, nil
-	}
+	o.Dialer = p.dial
 	c := redis.NewClient(o)
 	c.AddHook(&p.Hook)
 	return c, nil

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,16 @@ type Params struct {
 	Duration time.Duration
 	// OnStart is called as the timed phase begins (a benchmark's ResetTimer).
 	OnStart func()
+	// Cluster treats the URL as a seed node of a Redis Cluster, and reports
+	// each master's share of keys and commands.
+	Cluster bool
+}
+
+// NodeShare is one cluster master's part of a run.
+type NodeShare struct {
+	Addr     string `json:"addr"`
+	Keys     int64  `json:"keys"`     // keys under the run's prefix when the timed phase ended
+	Commands int64  `json:"commands"` // commands the node served during the run (INFO commandstats)
 }
 
 // Result is what one run measured over its timed phase.
@@ -63,6 +75,8 @@ type Result struct {
 	Conflicts int64 `json:"conflicts"`
 	Retries   int64 `json:"retries"`
 	Errors    int64 `json:"errors"`
+	// Nodes is filled on a cluster: each master's keys and commands.
+	Nodes []NodeShare `json:"nodes,omitempty"`
 }
 
 // Throughput is jobs per second.
@@ -90,13 +104,20 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 		return Result{}, fmt.Errorf("bench: %s needs Ops", p.Scenario)
 	}
 	probe := &Probe{}
-	rdb, err := Client(url, probe, 2*p.Clients+4)
+	var rdb redis.UniversalClient
+	var err error
+	if p.Cluster {
+		rdb, err = ClusterClient(url, probe, 2*p.Clients+4)
+	} else {
+		rdb, err = Client(url, probe, 2*p.Clients+4)
+	}
 	if err != nil {
 		return Result{}, err
 	}
 	defer rdb.Close()
 	prefix := "bench-" + jobkey.NewID()
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
+	calls0 := nodeCalls(ctx, rdb)
 	d, err := NewDesign(design, rdb, prefix)
 	if err != nil {
 		return Result{}, err
@@ -155,7 +176,60 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 		Conflicts: d.Conflicts() - c0, Retries: d.Retries() - r0, Errors: errs.Load(),
 		P50: percentile(all, 0.50), P99: percentile(all, 0.99),
 	}
+	if p.Cluster {
+		r.Nodes = nodeShares(ctx, rdb, prefix, calls0)
+	}
 	return r, nil
+}
+
+// nodeCalls sums INFO commandstats calls per master of a cluster.
+func nodeCalls(ctx context.Context, rdb redis.UniversalClient) map[string]int64 {
+	c, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	var mu sync.Mutex
+	out := map[string]int64{}
+	_ = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		info, err := n.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		var total int64
+		for _, line := range strings.Split(info, "\n") {
+			if _, rest, ok := strings.Cut(line, "calls="); ok {
+				v, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+				total += v
+			}
+		}
+		mu.Lock()
+		out[n.Options().Addr] = total
+		mu.Unlock()
+		return nil
+	})
+	return out
+}
+
+// nodeShares counts each master's keys under prefix and commands since before.
+func nodeShares(ctx context.Context, rdb redis.UniversalClient, prefix string, before map[string]int64) []NodeShare {
+	c := rdb.(*redis.ClusterClient)
+	after := nodeCalls(ctx, rdb)
+	var mu sync.Mutex
+	var out []NodeShare
+	_ = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		var keys int64
+		iter := n.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			keys++
+		}
+		addr := n.Options().Addr
+		mu.Lock()
+		out = append(out, NodeShare{Addr: addr, Keys: keys, Commands: after[addr] - before[addr]})
+		mu.Unlock()
+		return iter.Err()
+	})
+	slices.SortFunc(out, func(a, b NodeShare) int { return strings.Compare(a.Addr, b.Addr) })
+	return out
 }
 
 func percentile(sorted []time.Duration, q float64) time.Duration {
@@ -268,19 +342,32 @@ func claimOne(ctx context.Context, d Design, w string) (Handle, error) {
 	}
 }
 
-// Cleanup deletes every key under prefix.
-func Cleanup(ctx context.Context, rdb *redis.Client, prefix string) {
-	var cursor uint64
-	for {
-		keys, next, err := rdb.Scan(ctx, cursor, prefix+"*", 1000).Result()
-		if err != nil {
-			return
+// Cleanup deletes every key under prefix, on every master of a cluster.
+func Cleanup(ctx context.Context, rdb redis.UniversalClient, prefix string) {
+	clean := func(ctx context.Context, n *redis.Client) error {
+		var cursor uint64
+		for {
+			keys, next, err := n.Scan(ctx, cursor, prefix+"*", 1000).Result()
+			if err != nil {
+				return err
+			}
+			// One UNLINK per key (a cluster node's keys span slots), one
+			// round trip per SCAN page.
+			_, _ = n.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.Unlink(ctx, k)
+				}
+				return nil
+			})
+			if cursor = next; cursor == 0 {
+				return nil
+			}
 		}
-		if len(keys) > 0 {
-			rdb.Unlink(ctx, keys...)
-		}
-		if cursor = next; cursor == 0 {
-			return
-		}
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, clean)
+	case *redis.Client:
+		_ = clean(ctx, c)
 	}
 }
