@@ -26,10 +26,12 @@
 //
 // # Where things live
 //
-// A job's value is at <prefix>:{<queue>/<shard>}:job:<id>. Each shard keeps
-// sorted sets of job IDs (ready, leased, succeeded, failed, canceled) that
-// are derived from the values and written in the same MULTI/EXEC; they are
-// hints for finding work, never a second truth. Counts come from them, so no
+// A job's value is at <prefix>:{<shard tag>}:job:<id>, the shard tag being
+// <queue>/<shard> (Queue.Keys names the keys). Each shard keeps sorted sets
+// of job IDs (ready, leased, succeeded, failed, canceled, corrupt) that are
+// derived from the values and written in the same MULTI/EXEC; they are hints
+// for finding work, never a second truth. Shards are Redis Cluster hash
+// tags, so on a *redis.ClusterClient one queue spreads over every master. Counts come from them, so no
 // stored counter can disagree. Finished jobs expire by their key's own TTL.
 // No sweeper, reaper or recoverer runs: an expired lease is found and taken
 // over by the next claimer.
