@@ -46,9 +46,15 @@ func StartCluster(tb testing.TB, masters int) *Cluster {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			tb.Fatal(err)
 		}
+		// The bus port defaults to port+10000, which a free port near the top
+		// of the range would push past 65535: pick a free one too.
+		bus, err := freePort()
+		if err != nil {
+			tb.Fatal(err)
+		}
 		s, err := start(dir, Options{Args: []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "5000",
+			"--cluster-node-timeout", "5000", "--cluster-port", strconv.Itoa(bus),
 		}})
 		if err != nil {
 			tb.Fatalf("redistest: cluster node %d: %v", i, err)
