@@ -192,6 +192,30 @@ func (q *Queue) dueCandidates(ctx context.Context) ([]candidate, error) {
 
 // dueCandidatesN is dueCandidates with a window of n entries per index.
 func (q *Queue) dueCandidatesN(ctx context.Context, n int) ([]candidate, error) {
+	if q.ks.shards <= claimShards {
+		return q.dueIn(ctx, n, nil)
+	}
+	// Many shards: look in a random few first, and in all of them only when
+	// those few have nothing due, so a claim does not read every shard.
+	pick := rand.Perm(q.ks.shards)[:claimShards]
+	out, err := q.dueIn(ctx, n, pick)
+	if err != nil || len(out) > 0 {
+		return out, err
+	}
+	return q.dueIn(ctx, n, nil)
+}
+
+// claimShards is how many shards a claim reads first.
+const claimShards = 4
+
+// dueIn reads the due entries of the given shards (nil: all of them).
+func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, error) {
+	if shards == nil {
+		shards = make([]int, q.ks.shards)
+		for i := range shards {
+			shards[i] = i
+		}
+	}
 	now := strconv.FormatInt(toMillis(q.now()), 10)
 	type read struct {
 		shard int
@@ -200,7 +224,7 @@ func (q *Queue) dueCandidatesN(ctx context.Context, n int) ([]candidate, error) 
 	}
 	var reads []read
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for s := range q.ks.shards {
+		for _, s := range shards {
 			for _, idx := range []string{idxReady, idxLeased} {
 				key := q.ks.index(s, idx)
 				reads = append(reads, read{s, idx,

@@ -61,7 +61,9 @@ func ClusterClient(url string, p *Probe, poolSize int) (*redis.ClusterClient, er
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		Dialer:                   p.dial,
 	})
-	c.AddHook(&p.Hook)
+	// The hook goes on every node's client: the compare-and-set runs on a
+	// node's connection, which the cluster client's own hooks never see.
+	c.OnNewNode(func(n *redis.Client) { n.AddHook(&p.Hook) })
 	return c, nil
 }
 
