@@ -173,7 +173,8 @@ func TestWorkWakesOnEnqueue(t *testing.T) {
 	}
 }
 
-// A delayed job starts when due although no hint is published for it.
+// A delayed job starts when due: the idle worker sleeps until the next
+// run-at it learns of, not for its hour-long poll interval.
 func TestWorkRunsScheduledJobWhenDue(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, nil)
