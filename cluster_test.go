@@ -99,6 +99,24 @@ func TestClusterLifecycle(t *testing.T) {
 	rep, err := q.Verify(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
+	require.Equal(t, 320, rep.Jobs, "Verify reads the values on every master")
+
+	// One unlisted job per shard, so every master holds some: Verify finds
+	// them all and fixes them.
+	unlisted := map[int]string{}
+	for i := 0; len(unlisted) < q.cfg.Shards; i++ {
+		id := fmt.Sprintf("b%d", i%300)
+		if _, s := q.ks.jobKeyOf(id); unlisted[s] == "" {
+			unlisted[s] = id
+			require.NoError(t, rdb.ZRem(ctx, q.Keys(id).Succeeded, id).Err())
+		}
+	}
+	rep, err = q.Verify(ctx, true)
+	require.NoError(t, err)
+	require.Len(t, rep.Findings, q.cfg.Shards)
+	rep, err = q.Verify(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
 }
 
 // nodeOf returns the index of the master that owns key.

@@ -71,7 +71,16 @@ func (q *Queue) verifyShard(ctx context.Context, shard int, fix bool, rep *Verif
 	// Every job value of the shard, read in pipelined batches.
 	prefix := q.ks.jobKey(shard, "")
 	var ids []string
-	iter := q.rdb.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
+	// A shard's keys share one slot: on a cluster, scan the node that owns it.
+	var scanner redis.Cmdable = q.rdb
+	if c, ok := q.rdb.(*redis.ClusterClient); ok {
+		node, err := c.MasterForKey(ctx, prefix)
+		if err != nil {
+			return fmt.Errorf("jobkey: verify: find node for %s: %w", prefix, err)
+		}
+		scanner = node
+	}
+	iter := scanner.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		ids = append(ids, strings.TrimPrefix(iter.Val(), prefix))
 	}
