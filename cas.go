@@ -486,16 +486,14 @@ func decodeReads(keys []string, raws []rawRead) (*casRead, error) {
 // and encodes it. Every write must target a watched key, or the compare in
 // compare-and-set would not cover it.
 func encodePlan(keys []string, read *casRead, plan *casPlan) ([][]byte, error) {
+	at := make(map[string]int, len(keys))
+	for k, key := range keys {
+		at[key] = k
+	}
 	values := make([][]byte, len(plan.writes))
 	for i, w := range plan.writes {
-		idx := -1
-		for k, key := range keys {
-			if key == w.key {
-				idx = k
-				break
-			}
-		}
-		if idx < 0 {
+		idx, ok := at[w.key]
+		if !ok {
 			return nil, fmt.Errorf("jobkey: internal error: write to unwatched key %q", w.key)
 		}
 		var prevRev uint64

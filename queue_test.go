@@ -815,3 +815,25 @@ func TestEnqueueManyFindsWrongTypeJobKey(t *testing.T) {
 	}
 	require.EqualValues(t, 1, f.rdb.LLen(f.ctx, bad).Val(), "the foreign key is untouched")
 }
+
+// A plan that writes an index nobody predicted pays one more round trip of
+// TYPE checks under the WATCH; a wrong type found there refuses the write.
+func TestLateTypeCheckRefusesBeforeWrite(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	j, err := f.q.Enqueue(f.ctx, "t", []byte("v1"), &EnqueueOpts{ID: "late", Delay: time.Hour})
+	require.NoError(t, err)
+	keys := f.q.Keys(j.ID)
+	require.NoError(t, f.rdb.Del(f.ctx, keys.Ready).Err())
+	require.NoError(t, f.rdb.Set(f.ctx, keys.Ready, "not a zset", 0).Err())
+	before := f.rdb.Get(f.ctx, keys.Job).Val()
+
+	f.hook.Reset()
+	_, err = f.q.Update(f.ctx, j.ID, func(cur *Job) error { cur.RunAt = f.clock.Now(); return nil })
+	var wt *WrongTypeError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, keys.Ready, wt.Key)
+	require.EqualValues(t, 3, f.hook.RTT.Load(), "WATCH+GET, late TYPE, UNWATCH")
+	require.Equal(t, before, f.rdb.Get(f.ctx, keys.Job).Val(), "the value is as it was")
+	require.Equal(t, "not a zset", f.rdb.Get(f.ctx, keys.Ready).Val())
+}
