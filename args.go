@@ -3,6 +3,8 @@ package jobkey
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -31,7 +33,14 @@ func EnqueueArgs[T Args](ctx context.Context, q *Queue, args T, opts *EnqueueOpt
 // DecodeArgs decodes a job's payload into T. It refuses a job of another
 // type, and payloads that are not one well-formed msgpack value whose every
 // length fits in the bytes present, before the reflective decoder sees
-// them: a hostile length header cannot make it allocate gigabytes.
+// them: a hostile length header cannot make it allocate gigabytes. Nor can a
+// payload of many tiny elements that each decode into something large: it
+// refuses a payload whose array elements and map entries, counted and each
+// charged the most one element of T can allocate, would exceed 64 MiB, so a
+// T with a large element type accepts proportionally fewer elements. The
+// estimate cannot see inside types that decode themselves (implementing
+// msgpack.CustomDecoder or msgpack.Unmarshaler); their allocations are
+// their own to bound.
 func DecodeArgs[T Args](j *Job) (T, error) {
 	var args T
 	if j == nil {
@@ -47,6 +56,11 @@ func DecodeArgs[T Args](j *Job) (T, error) {
 	if d.off != len(d.b) {
 		return args, fmt.Errorf("jobkey: %s args of job %q: %w", args.Kind(), j.ID,
 			corruptAt(d.off, "args", fmt.Sprintf("%d trailing bytes", len(d.b)-d.off)))
+	}
+	if cost := elemCost(reflect.TypeFor[T]()); d.elems > argsDecodeBudget/cost {
+		return args, fmt.Errorf("jobkey: %s args of job %q: %w", args.Kind(), j.ID,
+			corruptAt(0, "args", fmt.Sprintf("%d elements at up to %d bytes each could make the decoder allocate %d bytes, over the %d-byte budget",
+				d.elems, cost, d.elems*cost, argsDecodeBudget)))
 	}
 	if err := msgpack.Unmarshal(j.Payload, &args); err != nil {
 		return args, fmt.Errorf("jobkey: %w: %s args of job %q: %v", ErrCorrupt, args.Kind(), j.ID, err)
@@ -79,3 +93,114 @@ func (m Mux) Work(ctx context.Context, j *Job) ([]byte, error) {
 	}
 	return h.Work(ctx, j)
 }
+
+// argsDecodeBudget caps what DecodeArgs lets msgpack's reflective decoder
+// allocate for one payload, estimated as its element count times elemCost.
+// The length checks bound bytes, not what they become: a one-byte nil in a
+// []Big is a whole Big, so without this a 1 MiB payload could ask for
+// gigabytes. 64 MiB holds a payload at the default 1 MiB limit decoded into
+// any, []any, map[string]any or types of small elements. The estimate counts
+// each element once; the decoder's transient copies (it builds a slice and
+// then appends it, and decodes a map value before storing a copy of it) made
+// the real figure 3 times the estimate for the []Big and map[string]Big
+// attacks, so the worst payload costs a few hundred MiB, not gigabytes.
+const argsDecodeBudget = 64 << 20
+
+const (
+	// minElemCost is charged even for an element that allocates nothing of
+	// its own, such as a struct field decoded in place, so that no element
+	// counts as free.
+	minElemCost = 16
+	// mapEntryOverhead is what a map entry costs beyond its key and value: a
+	// control byte, and the free slots a table keeps below its 7/8 load
+	// factor. 16 bytes covers both for word-sized entries; the slack of
+	// larger ones is left to the budget's margin.
+	mapEntryOverhead = 16
+	// mapHeaderCost is the runtime's map header (internal/runtime/maps.Map,
+	// 48 bytes on 64-bit), allocated for every decoded map, even an empty
+	// one. A value decoded into an interface allocates no more: an empty
+	// map[string]any, or a box of at most a time.Time (24 bytes), or a
+	// string header (16) whose bytes the payload's length bounds.
+	mapHeaderCost = 48
+)
+
+var (
+	elemCosts    sync.Map // reflect.Type → int
+	anyMapType   = reflect.TypeFor[map[string]any]()
+	anySliceType = reflect.TypeFor[[]any]()
+)
+
+// elemCost estimates the most one array element or map entry of a payload
+// can make msgpack allocate when decoding into t: the largest, over every type
+// reachable from t, of an element's slot in its slice or map plus what
+// decoding its value allocates. String and bin bytes are not counted: the
+// payload's length bounds them.
+func elemCost(t reflect.Type) int {
+	if c, ok := elemCosts.Load(t); ok {
+		return c.(int)
+	}
+	w := costWalk{seen: map[reflect.Type]bool{}, max: minElemCost}
+	w.walk(t)
+	c := min(w.max, argsDecodeBudget)
+	elemCosts.Store(t, c)
+	return c
+}
+
+type costWalk struct {
+	seen map[reflect.Type]bool // recursive types are walked once
+	max  int
+}
+
+// elem charges one element whose slot costs slot bytes and whose value
+// decodes into t.
+func (w *costWalk) elem(slot int, t reflect.Type) {
+	w.max = max(w.max, slot+valueCost(t))
+	w.walk(t)
+}
+
+func (w *costWalk) walk(t reflect.Type) {
+	if w.seen[t] {
+		return
+	}
+	w.seen[t] = true
+	switch t.Kind() {
+	case reflect.Pointer:
+		w.walk(t.Elem())
+	case reflect.Slice:
+		w.elem(sizeOf(t.Elem()), t.Elem())
+	case reflect.Array: // elements decode in place
+		w.elem(0, t.Elem())
+	case reflect.Map:
+		w.elem(sizeOf(t.Key())+sizeOf(t.Elem())+mapEntryOverhead+valueCost(t.Key()), t.Elem())
+		w.walk(t.Key())
+	case reflect.Struct: // each field is an element of the encoded map or array
+		for i := range t.NumField() {
+			w.elem(0, t.Field(i).Type)
+		}
+	case reflect.Interface:
+		w.walk(anyMapType)
+		w.walk(anySliceType)
+	}
+}
+
+// valueCost is what decoding one value into t allocates beyond t's own
+// slot: the targets of a chain of pointers, then a map's header or an
+// interface's dynamic value. Its elements are charged on their own.
+func valueCost(t reflect.Type) int {
+	c := 0
+	// A pointer type can point to itself; a chain deeper than any payload
+	// can nest is charged as if it ended there.
+	for i := 0; t.Kind() == reflect.Pointer && i <= maxArgsDepth; i++ {
+		t = t.Elem()
+		c += sizeOf(t)
+	}
+	switch t.Kind() {
+	case reflect.Map, reflect.Interface:
+		c += mapHeaderCost
+	}
+	return min(c, argsDecodeBudget)
+}
+
+// sizeOf is t.Size() capped at the budget, so that sums of sizes cannot
+// overflow.
+func sizeOf(t reflect.Type) int { return int(min(t.Size(), argsDecodeBudget)) }

@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"math"
+	"reflect"
 	"runtime"
 	"testing"
 
@@ -73,4 +76,173 @@ func TestDecodeArgsRefusesHostilePayloads(t *testing.T) {
 	_, err = HandleArgs(func(context.Context, *Job, resize) ([]byte, error) { return nil, nil }).
 		Work(context.Background(), &Job{Type: "resize", Payload: []byte{0xc1}})
 	require.True(t, errors.Is(err, ErrSkipRetry) && errors.Is(err, ErrCorrupt))
+}
+
+// big is the element of the amplification attacks: one nil or empty-map
+// byte of payload decodes into 12 KiB.
+type big struct{ A [1536]int64 }
+
+type bigSlice struct{ Items []big }
+
+func (bigSlice) Kind() string { return "bigs" }
+
+type bigPtrs []*big
+
+func (bigPtrs) Kind() string { return "bigptrs" }
+
+type bigMap map[string]big
+
+func (bigMap) Kind() string { return "bigmap" }
+
+// allocated reports the fewest bytes f allocated over a few runs: other
+// tests run in parallel, and the least disturbed run is closest to f's own.
+func allocated(f func()) uint64 {
+	least := uint64(math.MaxUint64)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
+	}
+	return least
+}
+
+// array32 is an array32 header of n elements followed by each of them.
+func array32(n int, each ...byte) []byte {
+	p := binary.BigEndian.AppendUint32([]byte{0xdd}, uint32(n))
+	for range n {
+		p = append(p, each...)
+	}
+	return p
+}
+
+func TestDecodeArgsRefusesElementAmplification(t *testing.T) {
+	t.Parallel()
+	keys := binary.BigEndian.AppendUint32([]byte{0xdf}, 1<<14) // map32 of 16384 distinct 2-byte keys
+	for i := range 1 << 14 {
+		keys = append(keys, 0xa2, byte(i>>8), byte(i), 0xc0)
+	}
+	attacks := []struct {
+		name    string
+		typ     string
+		payload []byte
+		decode  func(*Job) error
+	}{
+		{"nils into []big", "bigs", append([]byte{0x81, 0xa5, 'I', 't', 'e', 'm', 's'}, array32(1<<16, 0xc0)...),
+			func(j *Job) error { _, err := DecodeArgs[bigSlice](j); return err }},
+		{"empty maps into []*big", "bigptrs", array32(1<<16, 0x80),
+			func(j *Job) error { _, err := DecodeArgs[bigPtrs](j); return err }},
+		{"nil values into map[string]big", "bigmap", keys,
+			func(j *Job) error { _, err := DecodeArgs[bigMap](j); return err }},
+	}
+	for _, a := range attacks {
+		require.LessOrEqual(t, len(a.payload), 64<<10+16, a.name)
+		j := &Job{ID: "h", Type: a.typ, Payload: a.payload}
+		var err error
+		n := allocated(func() { err = a.decode(j) })
+		t.Logf("%s: %d-byte payload allocated %d bytes: %v", a.name, len(a.payload), n, err)
+		require.ErrorIs(t, err, ErrCorrupt, a.name)
+		require.ErrorContains(t, err, "over the 67108864-byte budget", a.name)
+		require.Less(t, n, uint64(1<<20), a.name)
+	}
+}
+
+func TestDecodeArgsElementCost(t *testing.T) {
+	t.Parallel()
+	size := int(reflect.TypeFor[big]().Size())
+	require.Equal(t, 12<<10, size)
+	require.Equal(t, size, elemCost(reflect.TypeFor[bigSlice]()))
+	require.Equal(t, 8+size, elemCost(reflect.TypeFor[bigPtrs]()))
+	require.Equal(t, 16+size+mapEntryOverhead, elemCost(reflect.TypeFor[bigMap]()))
+	require.Equal(t, minElemCost, elemCost(reflect.TypeFor[[]int8]()))
+	// any decodes to map[string]any: a 16-byte key, a 16-byte value, and
+	// the value's own map header.
+	require.Equal(t, 32+mapEntryOverhead+mapHeaderCost, elemCost(reflect.TypeFor[[]any]()))
+	require.Equal(t, elemCost(reflect.TypeFor[bigSlice]()), elemCost(reflect.TypeFor[bigSlice]()), "cached")
+}
+
+type point struct {
+	X, Y int
+	Name string
+}
+
+type points struct{ P []point }
+
+func (points) Kind() string { return "points" }
+
+type int64s []int64
+
+func (int64s) Kind() string { return "int64s" }
+
+type nested map[string]map[string][]int
+
+func (nested) Kind() string { return "nested" }
+
+type anyArgs struct{ V any }
+
+func (anyArgs) Kind() string { return "any" }
+
+func roundTrip[T Args](t *testing.T, in T) {
+	t.Helper()
+	p, err := msgpack.Marshal(in)
+	require.NoError(t, err)
+	out, err := DecodeArgs[T](&Job{ID: "ok", Type: in.Kind(), Payload: p})
+	require.NoError(t, err)
+	require.Equal(t, in, out)
+}
+
+func TestDecodeArgsAcceptsLegitimatePayloads(t *testing.T) {
+	t.Parallel()
+	var ps points
+	for i := range 5000 {
+		ps.P = append(ps.P, point{i, -i, fmt.Sprint("p", i)})
+	}
+	roundTrip(t, ps)
+
+	ints := make(int64s, 100_000)
+	for i := range ints {
+		ints[i] = int64(i) << 20
+	}
+	roundTrip(t, ints)
+
+	roundTrip(t, nested{"a": {"x": {1, 2, 3}, "y": nil}, "b": {}})
+
+	many := make([]any, 20_000)
+	for i := range many {
+		many[i] = map[string]any{"name": fmt.Sprint(i), "tags": []any{"a", "b"}, "ok": i%2 == 0}
+	}
+	roundTrip(t, anyArgs{V: map[string]any{"items": many, "s": "x"}})
+
+	// A large element type still decodes a few whole elements; the budget
+	// only limits how many.
+	roundTrip(t, bigSlice{Items: []big{{}, {A: [1536]int64{1, 2, 3}}}})
+}
+
+type node struct {
+	Name     string
+	Children []*node
+	Parent   *node `msgpack:"-"`
+	Index    map[string]*node
+	Extra    any
+}
+
+func (*node) Kind() string { return "node" }
+
+type selfPtr *selfPtr
+
+func TestDecodeArgsRecursiveTypes(t *testing.T) {
+	t.Parallel()
+	// The dearest element is an Index entry: key, pointer, overhead, node.
+	require.Equal(t, 16+8+mapEntryOverhead+int(reflect.TypeFor[node]().Size()), elemCost(reflect.TypeFor[*node]()))
+	require.Positive(t, elemCost(reflect.TypeFor[struct{ P []selfPtr }]()))
+
+	leaf := &node{Name: "leaf"}
+	in := &node{Name: "root", Children: []*node{leaf, {Name: "mid", Children: []*node{{Name: "deep"}}}},
+		Index: map[string]*node{"leaf": leaf}, Extra: "x"}
+	p, err := msgpack.Marshal(in)
+	require.NoError(t, err)
+	out, err := DecodeArgs[*node](&Job{Type: "node", Payload: p})
+	require.NoError(t, err)
+	require.Equal(t, in, out)
 }

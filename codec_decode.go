@@ -19,6 +19,9 @@ type decoder struct {
 	// own says b is the decoder's private copy, so byte fields may alias
 	// it. Otherwise b is read-only shared memory and byte fields are copied.
 	own bool
+	// elems counts the array elements and map entries skipDepth has
+	// stepped over, so DecodeArgs can bound what decoding them would cost.
+	elems int
 }
 
 // CorruptError is the detail behind ErrCorrupt: which field was malformed,
@@ -288,6 +291,7 @@ func (d *decoder) skipDepth(field string, depth, limit int) error {
 		if err != nil {
 			return err
 		}
+		d.elems += ln
 		for i := 0; i < ln*per; i++ {
 			if err := d.skipDepth(field, depth+1, limit); err != nil {
 				return err
