@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -25,7 +26,7 @@ func (e *StateError) Error() string {
 // Canceling a canceled job returns it unchanged; a succeeded or failed job
 // returns a *StateError.
 func (q *Queue) Cancel(ctx context.Context, id string) (*Job, error) {
-	return q.update(ctx, id, []string{idxReady, idxLeased, idxCanceled}, func(cur *Job) (*Job, error) {
+	return q.update(ctx, id, []string{idxReady, idxLeased, idxCanceled}, func(cur *Job, _ time.Time) (*Job, error) {
 		switch cur.State {
 		case StateCanceled:
 			return nil, nil
@@ -40,13 +41,13 @@ func (q *Queue) Cancel(ctx context.Context, id string) (*Job, error) {
 // Retry puts a failed or canceled job back to pending, due now, with its
 // attempts counted from zero again. Its retention expiry is removed.
 func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
-	return q.update(ctx, id, []string{idxReady, idxFailed, idxCanceled}, func(cur *Job) (*Job, error) {
+	return q.update(ctx, id, []string{idxReady, idxFailed, idxCanceled}, func(cur *Job, now time.Time) (*Job, error) {
 		if cur.State != StateFailed && cur.State != StateCanceled {
 			return nil, &StateError{ID: id, Op: "retry", State: cur.State}
 		}
 		cur.State = StatePending
 		cur.Attempt = 0
-		cur.RunAt = q.now()
+		cur.RunAt = now
 		return cur, nil
 	}, q.ks.wakeChannel())
 }
@@ -59,9 +60,9 @@ func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 // and Retry only. An error from fn is returned and nothing is written.
 func (q *Queue) Update(ctx context.Context, id string, fn func(*Job) error) (*Job, error) {
 	if fn == nil {
-		return nil, fmt.Errorf("jobkey: Update with nil func")
+		return nil, fmt.Errorf("%w: Update with nil func", ErrInvalid)
 	}
-	return q.update(ctx, id, nil, func(cur *Job) (*Job, error) {
+	return q.update(ctx, id, nil, func(cur *Job, _ time.Time) (*Job, error) {
 		before := *cur
 		if err := fn(cur); err != nil {
 			return nil, err
@@ -81,18 +82,25 @@ func (q *Queue) editable(before, after *Job) error {
 		{"ID", before.ID == after.ID}, {"Queue", before.Queue == after.Queue}, {"State", before.State == after.State},
 		{"Attempt", before.Attempt == after.Attempt}, {"LeaseOwner", before.LeaseOwner == after.LeaseOwner},
 		{"LeaseUntil", before.LeaseUntil.Equal(after.LeaseUntil)}, {"CreatedAt", before.CreatedAt.Equal(after.CreatedAt)},
-		{"Rev", before.Rev == after.Rev},
+		{"Rev", before.Rev == after.Rev}, {"LeaseToken", before.LeaseToken == after.LeaseToken},
 	}
 	for _, f := range fixed {
 		if !f.same {
-			return fmt.Errorf("jobkey: Update may not change %s of job %q", f.name, before.ID)
+			return fmt.Errorf("%w: Update may not change %s of job %q", ErrInvalid, f.name, before.ID)
 		}
 	}
 	if after.Type == "" || len(after.Type) > MaxTypeLen {
-		return fmt.Errorf("jobkey: Update: job type must be 1..%d bytes", MaxTypeLen)
+		return fmt.Errorf("%w: Update: job type must be 1..%d bytes", ErrInvalid, MaxTypeLen)
 	}
-	if after.MaxAttempts < 1 {
-		return fmt.Errorf("jobkey: Update: MaxAttempts is %d, want at least 1", after.MaxAttempts)
+	if after.MaxAttempts < max(1, after.Attempt) || after.MaxAttempts > MaxAttemptsLimit {
+		// Below Attempt, the job would have used more attempts than it may.
+		return fmt.Errorf("%w: Update: MaxAttempts is %d, want %d..%d (at least the %d attempts made)",
+			ErrInvalid, after.MaxAttempts, max(1, after.Attempt), MaxAttemptsLimit, after.Attempt)
+	}
+	if !after.RunAt.IsZero() && !after.RunAt.Equal(before.RunAt) {
+		if err := validTime("RunAt", after.RunAt); err != nil {
+			return err
+		}
 	}
 	if n := encodedSize(after); n > q.cfg.MaxValueBytes {
 		return fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, after.ID, n, q.cfg.MaxValueBytes)
@@ -118,9 +126,13 @@ type Stats struct {
 
 // Stats returns exact counts of pending, due, scheduled, active and expired
 // jobs, read from the indexes in one round trip per node. Finished counts
-// cover the jobs still retained.
+// cover the jobs still retained. Due and expired are judged by the estimate
+// of Redis's clock (see Config.Now); the round trip refreshes it.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
-	now := q.now()
+	now, err := q.clock.now(ctx, q.rdb)
+	if err != nil {
+		return Stats{}, err
+	}
 	nowS := strconv.FormatInt(toMillis(now), 10)
 	cut := func(s State) string { return strconv.FormatInt(toMillis(now.Add(-q.retention(s))), 10) }
 	type counts struct{ ready, due, leased, expired, ok, failed, canceled, corrupt *redis.IntCmd }
@@ -131,7 +143,10 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		all, keys = append(all, c), append(keys, key)
 		return c
 	}
-	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var clock *redis.TimeCmd
+	sent := q.clock.local()
+	_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		clock = p.Time(ctx)
 		for s := range q.ks.shards {
 			ready, leased := q.ks.index(s, idxReady), q.ks.index(s, idxLeased)
 			done := func(st State, idx string) *redis.IntCmd {
@@ -159,6 +174,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		}
 		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
 	}
+	q.clock.observe(clock.Val(), sent, q.clock.local())
 	var st Stats
 	for _, c := range per {
 		st.Pending += c.ready.Val()

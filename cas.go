@@ -45,11 +45,12 @@ type casPlan struct {
 
 func (p *casPlan) empty() bool { return p == nil || (len(p.writes) == 0 && len(p.steps) == 0) }
 
-// casRead is the state the decision sees: one entry per watched key.
+// casRead is the state the decision sees: one entry per watched key, and
+// Redis's clock when they were read.
 type casRead struct {
-	keys []string
 	jobs []*Job  // nil when the key does not exist or could not be read
 	errs []error // per key: *CorruptError, ErrUnsupportedFormat, *WrongTypeError
+	now  time.Time
 }
 
 // casTxn is one optimistic transaction. decide may run several times, once
@@ -111,16 +112,17 @@ func (m *casMetrics) snapshot() MetricsSnapshot {
 type casEngine struct {
 	rdb    redis.UniversalClient
 	limits casLimits
+	clock  *serverClock
 	m      casMetrics
 }
 
-func newCASEngine(rdb redis.UniversalClient, limits casLimits) (*casEngine, error) {
+func newCASEngine(rdb redis.UniversalClient, limits casLimits, clock *serverClock) (*casEngine, error) {
 	switch rdb.(type) {
 	case *redis.Client, *redis.ClusterClient:
 	default:
-		return nil, fmt.Errorf("jobkey: unsupported client %T: use *redis.Client or *redis.ClusterClient", rdb)
+		return nil, fmt.Errorf("%w: unsupported client %T: use *redis.Client or *redis.ClusterClient", ErrInvalid, rdb)
 	}
-	return &casEngine{rdb: rdb, limits: limits}, nil
+	return &casEngine{rdb: rdb, limits: limits, clock: clock}, nil
 }
 
 // conn returns a dedicated connection to the node that owns route's slot.
@@ -142,22 +144,25 @@ func (e *casEngine) conn(ctx context.Context, route string) (*redis.Conn, error)
 // plan of the attempt that committed (or that decided to write nothing).
 func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) {
 	e.m.txns.Add(1)
+	if dup, ok := duplicate(t.keys); ok {
+		// Two decisions about one key in one EXEC would each see the old
+		// value, and the second write would silently undo the first.
+		return nil, nil, fmt.Errorf("jobkey: internal error: transaction names key %q twice", dup)
+	}
 	if t.route == "" && len(t.keys) > 0 {
 		t.route = t.keys[0]
 	}
 	for attempt := 1; ; attempt++ {
 		read, plan, err := e.attempt(ctx, t)
-		if !isConflict(err) {
+		var r *retry
+		if !errors.As(err, &r) {
 			return read, plan, err
 		}
 		e.m.conflicts.Add(1)
-		if c, ok := e.rdb.(*redis.ClusterClient); ok && !errors.Is(err, redis.TxFailedErr) {
+		if c, ok := e.rdb.(*redis.ClusterClient); ok && r.moved {
 			c.ReloadState(ctx) // the slot moved: ask the cluster who owns it now
 		}
-		if t.noRetry {
-			return nil, nil, &ConflictError{Key: t.route, Attempts: attempt}
-		}
-		if attempt >= e.limits.attempts {
+		if t.noRetry || attempt >= e.limits.attempts {
 			return nil, nil, &ConflictError{Key: t.route, Attempts: attempt}
 		}
 		if err := sleepCtx(ctx, e.backoff(attempt)); err != nil {
@@ -166,19 +171,42 @@ func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, err
 	}
 }
 
-// isConflict reports an EXEC aborted by a changed watched key, or a cluster
-// redirection (MOVED, ASK, TRYAGAIN while a slot migrates): nothing was
-// written, and a retry on the slot's owner of the moment may succeed.
-func isConflict(err error) bool {
-	if err == nil {
+// retry marks an attempt that wrote nothing and may succeed if run again:
+// its EXEC was aborted because a watched key changed (TxFailedErr), or the
+// slot was moving between cluster nodes (moved).
+type retry struct {
+	err   error
+	moved bool
+}
+
+func (r *retry) Error() string { return r.err.Error() }
+func (r *retry) Unwrap() error { return r.err }
+
+// redirected reports a reply of Redis itself saying that the slot lives, or
+// is moving, elsewhere: MOVED, ASK or TRYAGAIN. Only Redis's own error
+// replies are looked at, never jobkey's messages, which may quote IDs.
+func redirected(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
 		return false
 	}
-	if errors.Is(err, redis.TxFailedErr) {
-		return true
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "TRYAGAIN ")
+}
+
+// duplicate returns a key that appears twice in keys.
+func duplicate(keys []string) (string, bool) {
+	if len(keys) < 2 {
+		return "", false
 	}
-	_, moved := redis.IsMovedError(err)
-	_, ask := redis.IsAskError(err)
-	return moved || ask || redis.IsTryAgainError(err) || strings.Contains(err.Error(), "TRYAGAIN")
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		if _, ok := seen[k]; ok {
+			return k, true
+		}
+		seen[k] = struct{}{}
+	}
+	return "", false
 }
 
 // backoff is "full jitter": uniform in [0, min(max, base·2^(attempt-1))].
@@ -207,7 +235,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casPlan, err error) {
+// attempt is one pass: read under WATCH, decide, check the types of keys
+// nobody predicted, EXEC, and classify what came back. Any error it returns
+// means nothing was written, except one that says the outcome is unknown.
+func (e *casEngine) attempt(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) {
 	e.m.attempts.Add(1)
 	conn, err := e.conn(ctx, t.route)
 	if err != nil {
@@ -215,66 +246,16 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	}
 	defer conn.Close()
 
-	armed := false // a WATCH may be active on conn
+	armed := true // a WATCH may be active on conn
 	defer func() {
 		if armed {
 			e.unwatch(ctx, conn)
 		}
 	}()
-
-	// Round trip 1: WATCH, read every job key, TYPE every declared key. One
-	// key is a GET. Several are one MGET and one EXISTS: MGET answers nil
-	// for a key of another type, so when EXISTS counts more keys than MGET
-	// returned values, one more round trip of GETs finds the culprit.
-	watch := make([]any, 0, 1+len(t.keys))
-	watch = append(watch, "watch")
-	for _, k := range t.keys {
-		watch = append(watch, k)
-	}
-	multi := len(t.keys) > 1
-	var gets []*redis.StringCmd
-	var mget *redis.SliceCmd
-	var exists *redis.IntCmd
-	var types []*redis.StatusCmd
-	armed = true
-	e.m.roundTrips.Add(1)
-	reads := len(t.keys)
-	if multi {
-		reads = 2
-	}
-	e.m.commands.Add(int64(1 + reads + len(t.checks)))
-	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Do(ctx, watch...)
-		if multi {
-			mget = p.MGet(ctx, t.keys...)
-			exists = p.Exists(ctx, t.keys...)
-		} else {
-			gets = append(gets, p.Get(ctx, t.keys[0]))
-		}
-		for _, c := range t.checks {
-			types = append(types, p.Type(ctx, c.key))
-		}
-		return nil
-	})
-	if err != nil && len(cmds) > 0 && cmds[0].Err() != nil {
-		return nil, nil, fmt.Errorf("jobkey: watch %s: %w", t.route, cmds[0].Err())
-	}
-	if err := verifyTypes(t.checks, types); err != nil {
-		return nil, nil, err
-	}
-	raws := []rawRead{}
-	if multi {
-		if raws, err = e.multiRead(ctx, conn, t.keys, mget, exists); err != nil {
-			return nil, nil, err
-		}
-	} else {
-		raws = append(raws, fromGet(gets[0]))
-	}
-	read, err := decodeReads(t.keys, raws)
+	read, err := e.read(ctx, conn, t)
 	if err != nil {
 		return nil, nil, err
 	}
-
 	plan, err := t.decide(read)
 	if err != nil || plan.empty() {
 		return read, nil, err // the deferred UNWATCH releases the watch
@@ -283,34 +264,119 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	if err != nil {
 		return read, nil, err
 	}
-	if late := lateChecks(t, plan); len(late) > 0 {
-		e.m.roundTrips.Add(1)
-		e.m.commands.Add(int64(len(late)))
-		var types []*redis.StatusCmd
-		_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, c := range late {
-				types = append(types, p.Type(ctx, c.key))
-			}
-			return nil
-		})
-		if err != nil && !isRedisErr(err) {
-			return read, nil, fmt.Errorf("jobkey: type check: %w", err)
-		}
-		if err := verifyTypes(late, types); err != nil {
-			return read, nil, err
-		}
+	if err := e.checkLate(ctx, conn, lateChecks(t, plan)); err != nil {
+		return read, nil, err
 	}
-
 	// go-redis would still send the EXEC on a done context; a caller who
 	// gave up must not have the write land behind its back.
 	if err := ctx.Err(); err != nil {
 		return read, nil, err
 	}
+	cmds, err := e.exec(ctx, conn, plan, values)
+	armed, err = classify(t.route, cmds, err)
+	if err != nil {
+		return nil, nil, err
+	}
+	return read, plan, nil
+}
 
-	// Round trip 2: MULTI, whole values, extra steps, EXEC.
+// read is round trip 1: WATCH, TIME, every job key, and TYPE of every
+// declared key. One key is a GET. Several are one MGET and one EXISTS: MGET
+// answers nil for a key of another type, so when EXISTS counts more keys
+// than MGET returned values, one more round trip of GETs finds the culprit.
+func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*casRead, error) {
+	watch := make([]any, 0, 1+len(t.keys))
+	watch = append(watch, "watch")
+	for _, k := range t.keys {
+		watch = append(watch, k)
+	}
+	multi := len(t.keys) > 1
+	var get *redis.StringCmd
+	var mget *redis.SliceCmd
+	var exists *redis.IntCmd
+	var clock *redis.TimeCmd
+	types := make([]*redis.StatusCmd, 0, len(t.checks))
+	e.m.roundTrips.Add(1)
+	reads := 1
+	if multi {
+		reads = 2
+	}
+	e.m.commands.Add(int64(2 + reads + len(t.checks)))
+	sent := e.clock.local()
+	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, watch...)
+		clock = p.Time(ctx)
+		if multi {
+			mget = p.MGet(ctx, t.keys...)
+			exists = p.Exists(ctx, t.keys...)
+		} else {
+			get = p.Get(ctx, t.keys[0])
+		}
+		for _, c := range t.checks {
+			types = append(types, p.Type(ctx, c.key))
+		}
+		return nil
+	})
+	recv := e.clock.local()
+	if err := unanswered(cmds, err); err != nil {
+		return nil, fmt.Errorf("jobkey: read %s: %w", t.route, err)
+	}
+	if err != nil && len(cmds) > 0 && cmds[0].Err() != nil {
+		err := fmt.Errorf("jobkey: watch %s: %w", t.route, cmds[0].Err())
+		if redirected(err) {
+			return nil, &retry{err: err, moved: true}
+		}
+		return nil, err
+	}
+	server, err := clock.Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobkey: read Redis's clock: %w", err)
+	}
+	if err := verifyTypes(t.checks, types); err != nil {
+		return nil, err
+	}
+	var raws []rawRead
+	if multi {
+		if raws, err = e.multiRead(ctx, conn, t.keys, mget, exists); err != nil {
+			return nil, err
+		}
+	} else {
+		raws = []rawRead{fromGet(get)}
+	}
+	r, err := decodeReads(t.keys, raws)
+	if err != nil {
+		return nil, err
+	}
+	r.now = e.clock.observe(server, sent, recv)
+	return r, nil
+}
+
+// checkLate types the keys a plan writes that were neither predicted nor
+// verified by the caller: one more round trip, still under the WATCH.
+func (e *casEngine) checkLate(ctx context.Context, conn *redis.Conn, late []typeCheck) error {
+	if len(late) == 0 {
+		return nil
+	}
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(int64(len(late)))
+	types := make([]*redis.StatusCmd, 0, len(late))
+	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range late {
+			types = append(types, p.Type(ctx, c.key))
+		}
+		return nil
+	})
+	if err != nil && (!isRedisErr(err) || unanswered(cmds, err) != nil) {
+		return fmt.Errorf("jobkey: type check: %w", err)
+	}
+	return verifyTypes(late, types)
+}
+
+// exec is round trip 2: MULTI, the whole values, the extra steps, EXEC.
+func (e *casEngine) exec(ctx context.Context, conn *redis.Conn, plan *casPlan, values [][]byte) ([]redis.Cmder, error) {
 	e.m.roundTrips.Add(1)
 	e.m.commands.Add(int64(2 + len(plan.writes) + len(plan.steps)))
-	cmds, err = conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	return conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for i, w := range plan.writes {
 			p.Set(ctx, w.key, values[i], w.ttl) // ttl 0: no expiry
 		}
@@ -319,32 +385,35 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 		}
 		return nil
 	})
+}
+
+// classify turns what EXEC returned into the attempt's error, and says
+// whether a WATCH may still be armed on the connection.
+func classify(route string, cmds []redis.Cmder, err error) (armed bool, _ error) {
 	switch {
 	case err == nil:
-		armed = false
-		return read, plan, nil
+		return false, nil
+	case unanswered(cmds, err) != nil:
+		return true, fmt.Errorf("jobkey: exec %s: outcome unknown: %w", route, err)
 	case errors.Is(err, redis.TxFailedErr):
-		armed = false // EXEC ran and cleared the watch
-		return nil, nil, err
+		return false, &retry{err: err} // EXEC ran, found a watched key changed, and cleared the watch
 	case redis.IsExecAbortError(err):
-		armed = false
 		for _, c := range cmds {
-			if isConflict(c.Err()) && !errors.Is(c.Err(), redis.TxFailedErr) {
-				return nil, nil, c.Err() // queued while the slot was moving: retry on its owner
+			if redirected(c.Err()) {
+				return false, &retry{err: c.Err(), moved: true} // queued while the slot was moving
 			}
 		}
-		return nil, nil, stepError(cmds, true)
-	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) && !isConflict(err) {
+		return false, stepError(cmds, true)
+	case redirected(err):
+		return true, &retry{err: err, moved: true}
+	case isRedisErr(err):
 		// EXEC ran and returned one result per step; some failed. Redis
 		// applied the others and will not undo them.
-		armed = false
-		return nil, nil, stepError(cmds, false)
+		return false, stepError(cmds, false)
 	}
 	// A network or context error: EXEC may or may not have run. The
 	// deferred UNWATCH is harmless if it did.
-	return nil, nil, fmt.Errorf("jobkey: exec %s: outcome unknown: %w", t.route, err)
+	return true, fmt.Errorf("jobkey: exec %s: outcome unknown: %w", route, err)
 }
 
 // verifyTypes refuses the transaction if any checked key holds a type other
@@ -381,6 +450,22 @@ next:
 		late = append(late, c)
 	}
 	return late
+}
+
+// unanswered returns err when a pipeline failed without any command
+// carrying an error. go-redis does that when it cannot set up the
+// connection (a wrong password, a refused SELECT), and the commands' empty
+// results must then not be read as answers.
+func unanswered(cmds []redis.Cmder, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return nil
+		}
+	}
+	return err
 }
 
 func isRedisErr(err error) bool {
@@ -436,13 +521,13 @@ func (e *casEngine) multiRead(ctx context.Context, conn *redis.Conn, keys []stri
 	e.m.roundTrips.Add(1)
 	e.m.commands.Add(int64(len(keys)))
 	gets := make([]*redis.StringCmd, len(keys))
-	_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			gets[i] = p.Get(ctx, k)
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) && !isRedisErr(err) {
+	if err != nil && (unanswered(cmds, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
 		return nil, fmt.Errorf("jobkey: get %s: %w", keys[0], err)
 	}
 	for i, g := range gets {
@@ -455,7 +540,7 @@ func (e *casEngine) multiRead(ctx context.Context, conn *redis.Conn, keys []stri
 // of another type or a value that cannot be decoded is reported per key and
 // left untouched.
 func decodeReads(keys []string, raws []rawRead) (*casRead, error) {
-	r := &casRead{keys: keys, jobs: make([]*Job, len(keys)), errs: make([]error, len(keys))}
+	r := &casRead{jobs: make([]*Job, len(keys)), errs: make([]error, len(keys))}
 	for i, raw := range raws {
 		switch {
 		case raw.missing:

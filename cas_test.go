@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,8 @@ import (
 
 func testEngine(t *testing.T, rdb redis.UniversalClient, attempts int) *casEngine {
 	t.Helper()
-	e, err := newCASEngine(rdb, casLimits{attempts: attempts, baseBackoff: 200 * time.Microsecond, maxBackoff: 5 * time.Millisecond})
+	e, err := newCASEngine(rdb, casLimits{attempts: attempts, baseBackoff: 200 * time.Microsecond, maxBackoff: 5 * time.Millisecond},
+		&serverClock{local: time.Now})
 	require.NoError(t, err)
 	return e
 }
@@ -102,9 +104,9 @@ func TestCASRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, hook.RTT.Load())
 	require.EqualValues(t, 2, e.m.snapshot().RoundTrips)
-	// watch, get, type | multi, set, exec
-	require.EqualValues(t, 6, hook.Cmds.Load())
-	require.EqualValues(t, 6, e.m.snapshot().Commands)
+	// watch, time, get, type | multi, set, exec
+	require.EqualValues(t, 7, hook.Cmds.Load())
+	require.EqualValues(t, 7, e.m.snapshot().Commands)
 
 	// A "write nothing" decision: WATCH+GET, then UNWATCH.
 	hook.Reset()
@@ -313,4 +315,52 @@ func TestCASCorruptValueKept(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, key, ce.Key)
 	require.Equal(t, "\xdd\xff\xff\xff\xff", rdb.Get(ctx, key).Val(), "corrupt bytes are kept")
+}
+
+// Only Redis's own MOVED, ASK and TRYAGAIN replies are retried as
+// redirections, never jobkey's messages, which may quote a caller's ID
+// (issue 9, item 14).
+func TestCASRetriesOnlyRedisRedirections(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	before := f.q.Metrics()
+	t0 := time.Now()
+	_, err := f.q.Cancel(f.ctx, "x-TRYAGAIN")
+	require.ErrorIs(t, err, ErrNotFound)
+	require.Less(t, time.Since(t0), time.Second)
+	require.EqualValues(t, 1, f.q.Metrics().Attempts-before.Attempts, "one attempt, no retries")
+
+	require.False(t, redirected(errors.New("TRYAGAIN not a redis reply")))
+	require.False(t, redirected(fmt.Errorf("jobkey: job %q: %w", "MOVED 1 x", ErrNotFound)))
+	require.True(t, redirected(fmt.Errorf("wrapped: %w", replyErr("TRYAGAIN Multiple keys request during rehashing of slot"))))
+	require.True(t, redirected(replyErr("MOVED 3999 127.0.0.1:6381")))
+	require.False(t, redirected(replyErr("ERR something about TRYAGAIN")))
+}
+
+// replyErr is an error reply of Redis, as go-redis types them.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+var _ redis.Error = replyErr("")
+
+// A connection that cannot be set up (here: a wrong password) fails a
+// pipeline without an error on any command. That must come back as the
+// error it is, not be read as empty answers: a wrong-type index for an
+// enqueue, or no job due for a claim.
+func TestConnectionSetupErrorIsReported(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	bad := redistest.Client(t, func(o *redis.Options) { o.Username, o.Password = "nobody", "wrong" })
+	q := queueOn(t, bad, redistest.Prefix(t), Config{})
+	ctx := context.Background()
+	_, err := q.Enqueue(ctx, "t", nil, nil)
+	require.ErrorContains(t, err, "WRONGPASS")
+	require.NotErrorIs(t, err, ErrWrongType)
+	_, err = q.Claim(ctx, "w")
+	require.ErrorContains(t, err, "WRONGPASS")
+	require.NotErrorIs(t, err, ErrNoJob)
+	_, err = q.Stats(ctx)
+	require.ErrorContains(t, err, "WRONGPASS")
 }

@@ -38,14 +38,15 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
 		return nil, err
 	}
 	if q.claims == nil {
-		return q.claimAlone(ctx, worker)
+		return q.claimAlone(ctx, worker, nil)
 	}
 	return q.claims.do(ctx, worker)
 }
 
 // claimAlone is one caller's claim: the due entries, then one candidate at
-// a time under WATCH until one is taken.
-func (q *Queue) claimAlone(ctx context.Context, worker string) (*Job, error) {
+// a time under WATCH until one is taken. gone, when not nil, says that the
+// caller gave up: no job is taken for it then.
+func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool) (*Job, error) {
 	for round := 0; round < maxClaimRounds; round++ {
 		cands, err := q.dueCandidates(ctx)
 		if err != nil {
@@ -56,7 +57,7 @@ func (q *Queue) claimAlone(ctx context.Context, worker string) (*Job, error) {
 		}
 		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 		for _, c := range cands {
-			j, err := q.tryClaim(ctx, c, worker)
+			j, err := q.tryClaim(ctx, c, worker, gone)
 			switch {
 			case err == nil && j != nil:
 				return j, nil
@@ -77,23 +78,27 @@ func (q *Queue) claimAlone(ctx context.Context, worker string) (*Job, error) {
 // ErrNoJob after maxClaimRounds.
 func (q *Queue) flushClaims(ctx context.Context, batch []*call[string, *Job]) {
 	batch = live(batch)
-	if len(batch) == 1 {
-		batch[0].out, batch[0].err = q.claimAlone(ctx, batch[0].in)
+	switch len(batch) {
+	case 0:
+		return
+	case 1:
+		c := batch[0]
+		c.finish(q.claimAlone(ctx, c.in, c.gone))
 		return
 	}
 	workers := make([]string, len(batch))
 	for i, c := range batch {
 		workers[i] = c.in
 	}
-	got, err := q.claimBatch(ctx, workers)
+	got, err := q.claimBatch(ctx, workers, func(i int) bool { return batch[i].gone() })
 	for i, c := range batch {
 		switch {
 		case err != nil:
-			c.err = err
+			c.finish(nil, err)
 		case got[i] == nil:
-			c.err = ErrNoJob
+			c.finish(nil, ErrNoJob)
 		default:
-			c.out = got[i]
+			c.finish(got[i], nil)
 		}
 	}
 }
@@ -106,8 +111,9 @@ func (q *Queue) flushClaims(ctx context.Context, batch []*call[string, *Job]) {
 // times the size it needs and takes a random contiguous block of it
 // (claimers then overlap only when their blocks do), and a round whose EXEC
 // was aborted is not retried as is: the next round reads the indexes again,
-// where the jobs others took are gone.
-func (q *Queue) claimBatch(ctx context.Context, workers []string) ([]*Job, error) {
+// where the jobs others took are gone. gone(i), when not nil, says that
+// the caller of workers[i] gave up: no job is taken for it.
+func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i int) bool) ([]*Job, error) {
 	got := make([]*Job, len(workers))
 	waiting := make([]int, len(workers))
 	for i := range waiting {
@@ -118,7 +124,7 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string) ([]*Job, error
 		if err != nil {
 			return nil, err
 		}
-		if _, cluster := q.rdb.(*redis.ClusterClient); cluster && len(cands) > 0 {
+		if q.cluster() && len(cands) > 0 {
 			cands = sameShard(cands) // one transaction stays in one slot
 		}
 		if len(cands) == 0 {
@@ -131,7 +137,12 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string) ([]*Job, error
 		for k := range block {
 			names[k] = workers[waiting[k]]
 		}
-		claimed, err := q.claimTxn(ctx, block, names, true)
+		var left func(k int) bool
+		if gone != nil {
+			ws := slices.Clone(waiting[:n])
+			left = func(k int) bool { return gone(ws[k]) }
+		}
+		claimed, err := q.claimTxn(ctx, block, names, true, left)
 		switch {
 		case errors.Is(err, ErrConflict):
 			continue
@@ -151,11 +162,15 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string) ([]*Job, error
 	return got, nil
 }
 
-// nextDue returns the earliest score in ready or leased over all shards:
-// when the next job becomes claimable. Zero means the queue holds none.
-func (q *Queue) nextDue(ctx context.Context) (time.Time, error) {
+// untilDue returns how long until the next job becomes claimable by
+// Redis's clock, read in the same round trip: the earliest score in ready
+// or leased over all shards. ok is false when the queue holds none.
+func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
 	var cmds []*redis.ZSliceCmd
-	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var clock *redis.TimeCmd
+	sent := q.clock.local()
+	_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		clock = p.Time(ctx)
 		for s := range q.ks.shards {
 			cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, idxReady), 0, 0),
 				p.ZRangeWithScores(ctx, q.ks.index(s, idxLeased), 0, 0))
@@ -163,8 +178,9 @@ func (q *Queue) nextDue(ctx context.Context) (time.Time, error) {
 		return nil
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("jobkey: read next due time: %w", err)
+		return 0, false, fmt.Errorf("jobkey: read next due time: %w", err)
 	}
+	now := q.clock.observe(clock.Val(), sent, q.clock.local())
 	var next time.Time
 	for _, c := range cmds {
 		if z := c.Val(); len(z) == 1 {
@@ -173,12 +189,15 @@ func (q *Queue) nextDue(ctx context.Context) (time.Time, error) {
 			}
 		}
 	}
-	return next, nil
+	if next.IsZero() {
+		return 0, false, nil
+	}
+	return max(0, next.Sub(now)), true, nil
 }
 
 func validOwner(worker string) error {
 	if worker == "" || len(worker) > 256 {
-		return fmt.Errorf("jobkey: worker name must be 1..256 bytes, got %d", len(worker))
+		return fmt.Errorf("%w: worker name must be 1..256 bytes, got %d", ErrInvalid, len(worker))
 	}
 	return nil
 }
@@ -216,14 +235,18 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 			shards[i] = i
 		}
 	}
-	now := strconv.FormatInt(toMillis(q.now()), 10)
+	t, err := q.clock.now(ctx, q.rdb)
+	if err != nil {
+		return nil, err
+	}
+	now := strconv.FormatInt(toMillis(t), 10)
 	type read struct {
 		shard int
 		index string
 		due   *redis.StringSliceCmd
 	}
 	var reads []read
-	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, s := range shards {
 			for _, idx := range []string{idxReady, idxLeased} {
 				key := q.ks.index(s, idx)
@@ -233,14 +256,17 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 		}
 		return nil
 	})
-	if err != nil && !isRedisErr(err) {
+	if err != nil && (!isRedisErr(err) || unanswered(cmds, err) != nil) {
 		return nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 	}
 	// A shard whose index holds the wrong type is skipped, so the other
 	// shards' jobs keep flowing; its error surfaces when nothing else is due.
+	// An ID found in two indexes (a stray entry) is a candidate once: one
+	// transaction must not decide about one job twice.
 	var out []candidate
 	var firstErr error
 	broken := map[int]bool{}
+	seen := map[string]bool{}
 	for _, r := range reads {
 		key := q.ks.index(r.shard, r.index)
 		ids, err := r.due.Result()
@@ -253,7 +279,10 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 			return nil, fmt.Errorf("jobkey: read %s: %w", key, err)
 		}
 		for _, id := range ids {
-			out = append(out, candidate{shard: r.shard, id: id, index: r.index})
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, candidate{shard: r.shard, id: id, index: r.index})
+			}
 		}
 	}
 	if len(broken) > 0 {
@@ -275,8 +304,12 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 // the claimed job, or nil when the candidate was not claimable; either way
 // a hint that disagreed with its value is put right in the same EXEC. A
 // lost race is returned at once (ErrConflict): the caller moves on.
-func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string) (*Job, error) {
-	got, err := q.claimTxn(ctx, []candidate{c}, []string{worker}, true)
+func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string, gone func() bool) (*Job, error) {
+	var left func(int) bool
+	if gone != nil {
+		left = func(int) bool { return gone() }
+	}
+	got, err := q.claimTxn(ctx, []candidate{c}, []string{worker}, true, left)
 	if err != nil {
 		return nil, err
 	}
@@ -285,8 +318,9 @@ func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string) (*Job,
 
 // claimTxn claims every claimable candidate in one compare-and-set,
 // candidate i for workers[i]; got[i] is the job claimed, or nil. The
-// candidates must share a hash slot on a cluster.
-func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []string, noRetry bool) (got []*Job, err error) {
+// candidates must share a hash slot on a cluster. gone(i), when not nil,
+// says that the caller of workers[i] gave up: candidate i is left alone.
+func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []string, noRetry bool, gone func(i int) bool) (got []*Job, err error) {
 	keys := make([]string, len(cands))
 	var verified []string
 	seen := map[int]bool{}
@@ -303,8 +337,11 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 			clear(got)
 			plan := &casPlan{}
 			var ip indexPlan
-			now := q.now()
+			now := r.now
 			for i, c := range cands {
+				if gone != nil && gone(i) {
+					continue
+				}
 				if r.errs[i] != nil {
 					// The value cannot be read. Its bytes are kept untouched;
 					// its hint moves to the corrupt index, so no claimer
@@ -317,7 +354,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 				next, took := q.decideClaim(cur, workers[i], now)
 				switch {
 				case next != nil:
-					q.move(&ip, c.shard, c.id, cur, next, c.index)
+					q.move(&ip, c.shard, c.id, cur, next, c.index, now)
 					plan.writes = append(plan.writes, q.write(keys[i], next))
 					if took {
 						got[i] = next
@@ -325,10 +362,10 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 				case derive(orEmpty(cur)).index != c.index || cur == nil:
 					// Not claimable, and the hint that led here disagrees
 					// with the value (or there is no value at all).
-					q.move(&ip, c.shard, c.id, cur, cur, c.index)
+					q.move(&ip, c.shard, c.id, cur, cur, c.index, now)
 				default:
 					// Same index, but the hint said due: its score may be stale.
-					q.fixScore(&ip, c.shard, c.id, derive(cur))
+					q.fixScore(&ip, c.shard, c.id, derive(cur), now)
 				}
 			}
 			plan.steps, plan.checks = ip.steps(), ip.checks
@@ -340,24 +377,29 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	return got, nil
 }
 
-// decideClaim says what a claim does to cur: take it (a pending job that is
-// due, or an active one whose lease expired with attempts left), fail it
-// (an expired lease on the last attempt), or nothing (nil).
+// decideClaim says what a claim does to cur at now (Redis's clock): take it
+// (a pending job that is due, or an active one whose lease expired, with
+// attempts left), fail it (no attempt left), or nothing (nil).
 func (q *Queue) decideClaim(cur *Job, worker string, now time.Time) (next *Job, took bool) {
 	if cur == nil {
 		return nil, false
 	}
+	due := cur.State == StatePending && !cur.RunAt.After(now)
+	expired := cur.State == StateActive && !cur.LeaseUntil.After(now)
 	switch {
-	case cur.State == StatePending && !cur.RunAt.After(now):
-		return q.claimed(cur, worker, now), true
-	case cur.State == StateActive && !cur.LeaseUntil.After(now) && cur.Attempt >= cur.MaxAttempts:
-		// The last attempt's lease ran out: the job fails for good.
+	case (due || expired) && cur.Attempt >= cur.MaxAttempts:
 		next = cloneJob(cur)
 		next.State = StateFailed
-		next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished", cur.Attempt, cur.MaxAttempts, cur.LeaseOwner)
+		if expired {
+			// The last attempt's lease ran out: the job fails for good.
+			next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished", cur.Attempt, cur.MaxAttempts, cur.LeaseOwner)
+		} else {
+			// Pending with no attempt left: MaxAttempts was lowered below it.
+			next.LastError = fmt.Sprintf("no attempt left: %d of %d made", cur.Attempt, cur.MaxAttempts)
+		}
 		next.UpdatedAt = now
 		return next, false
-	case cur.State == StateActive && !cur.LeaseUntil.After(now):
+	case due || expired:
 		return q.claimed(cur, worker, now), true
 	}
 	return nil, false
@@ -375,7 +417,7 @@ func (q *Queue) ClaimMany(ctx context.Context, worker string, n int) ([]*Job, er
 	if n < 1 || n > q.cfg.MaxBatch {
 		return nil, fmt.Errorf("jobkey: ClaimMany of %d jobs, want 1..%d (Config.MaxBatch)", n, q.cfg.MaxBatch)
 	}
-	got, err := q.claimBatch(ctx, slices.Repeat([]string{worker}, n))
+	got, err := q.claimBatch(ctx, slices.Repeat([]string{worker}, n), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -402,21 +444,32 @@ func sameShard(cands []candidate) []candidate {
 	return out
 }
 
-// claimed returns cur taken by worker: active, one more attempt, leased.
+// claimed returns cur taken by worker: active, one more attempt, leased
+// under a token of its own.
 func (q *Queue) claimed(cur *Job, worker string, now time.Time) *Job {
 	next := cloneJob(cur)
 	next.State = StateActive
 	next.Attempt++
 	next.LeaseOwner = worker
 	next.LeaseUntil = now.Add(q.cfg.Lease)
+	next.LeaseToken = newToken()
 	next.UpdatedAt = now
 	return next
 }
 
+// newToken draws a lease token: random, never 0.
+func newToken() uint64 {
+	for {
+		if t := rand.Uint64(); t != 0 {
+			return t
+		}
+	}
+}
+
 // fixScore rewrites an entry whose index is right but whose score says due
 // when the value says not yet.
-func (q *Queue) fixScore(p *indexPlan, shard int, id string, want entry) {
-	if want.score > toMillis(q.now()) {
+func (q *Queue) fixScore(p *indexPlan, shard int, id string, want entry, now time.Time) {
+	if want.score > toMillis(now) {
 		p.zadd(q.ks.index(shard, want.index), want.score, id)
 	}
 }

@@ -63,11 +63,8 @@ func TestClusterLifecycle(t *testing.T) {
 	many, err := q.ClaimMany(ctx, "M", 10)
 	require.NoError(t, err)
 	require.NotEmpty(t, many)
-	_, errs, err := q.CompleteMany(ctx, many, nil)
+	_, err = q.CompleteMany(ctx, many, nil)
 	require.NoError(t, err)
-	for _, e := range errs {
-		require.NoError(t, e)
-	}
 	time.Sleep(1100 * time.Millisecond)
 	var b *Job
 	for b == nil || b.ID != a.ID { // claim until the expired job comes round
@@ -271,4 +268,47 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	require.Zero(t, lost)
 	require.Zero(t, twice.Load())
 	require.Empty(t, rep.Findings)
+}
+
+// Group-commit enqueues on a cluster are answered by the transaction that
+// carried each job: a shard whose transaction is refused does not turn
+// jobs just written on other shards into ErrJobExists (issue 9, item 12).
+func TestClusterGroupEnqueueAnswersPerShard(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t, nil)
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Shards: 8})
+	require.NoError(t, err)
+	const broken = 3
+	require.NoError(t, rdb.Set(ctx, q.ks.index(broken, idxReady), "not a zset", 0).Err())
+
+	var ok, wrongType, exists, other atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 20 {
+				j, err := q.Enqueue(ctx, "t", nil, nil)
+				switch {
+				case err == nil:
+					ok.Add(1)
+					require.NotEqual(t, broken, q.ks.shardOf(j.ID))
+					_, err := q.Get(ctx, j.ID)
+					require.NoError(t, err)
+				case errors.Is(err, ErrWrongType):
+					wrongType.Add(1)
+				case errors.Is(err, ErrJobExists):
+					exists.Add(1)
+				default:
+					other.Add(1)
+					t.Errorf("enqueue: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("written %d, refused on the broken shard %d, ErrJobExists %d", ok.Load(), wrongType.Load(), exists.Load())
+	require.Zero(t, exists.Load(), "no caller is told its own new job already exists")
+	require.Zero(t, other.Load())
+	require.Positive(t, wrongType.Load())
 }

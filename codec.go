@@ -20,15 +20,27 @@ const MaxValueBytes = 64 << 20
 // Format versions of the stored job value. The major version changes only
 // when an old reader could misread a new value; a minor version may only
 // append fields, which older readers skip.
+//
+// Minor versions of major 1:
+//
+//	1.0  17 elements: the versions, then ID through Rev
+//	1.1  18 elements: LeaseToken appended
 const (
 	formatMajor = 1
-	formatMinor = 0
+	formatMinor = 1
 )
 
 // v1Fields is the number of array elements of a v1.0 value, including the
-// two version elements. Values with more elements come from a newer minor
-// version; values with fewer are corrupt.
-const v1Fields = 17
+// two version elements; values with fewer are corrupt. knownFields is the
+// number this build writes. Values with more come from a newer minor
+// version, whose extra fields are skipped.
+const (
+	v1Fields    = 17
+	knownFields = 18
+)
+
+// MaxAttemptsLimit bounds Attempt and MaxAttempts, as stored in a value.
+const MaxAttemptsLimit = math.MaxInt32
 
 // maxSkipDepth bounds how deeply nested an unknown appended field may be.
 const maxSkipDepth = 16
@@ -101,6 +113,13 @@ type Job struct {
 	CreatedAt   time.Time // when it was enqueued
 	UpdatedAt   time.Time // when it was last written
 	Rev         uint64    // revision, bumped by every write
+	// LeaseToken is drawn at random by every claim and kept until the next
+	// one. Extend, Complete, Fail and Release write only while the stored
+	// job is active with the caller's token (fencing), so a worker whose
+	// lease ran out can never write over the claim that followed, even when
+	// both claims had the same Attempt and LeaseOwner. It is unique to one
+	// claim but not ordered; 0 means never claimed by this format.
+	LeaseToken uint64
 }
 
 // Marshal encodes j in the current value format. The result is allocated
@@ -109,8 +128,15 @@ func Marshal(j *Job) ([]byte, error) {
 	if j == nil {
 		return nil, errors.New("jobkey: marshal nil job")
 	}
-	if !j.State.Valid() {
-		return nil, fmt.Errorf("jobkey: marshal job %q: invalid state %d", j.ID, uint8(j.State))
+	// Refuse whatever Unmarshal would refuse, so a value that was written
+	// can always be read back.
+	switch {
+	case !j.State.Valid():
+		return nil, fmt.Errorf("%w: marshal job %q: invalid state %d", ErrInvalid, j.ID, uint8(j.State))
+	case j.Attempt < 0 || j.Attempt > MaxAttemptsLimit:
+		return nil, fmt.Errorf("%w: marshal job %q: Attempt %d, want 0..%d", ErrInvalid, j.ID, j.Attempt, MaxAttemptsLimit)
+	case j.MaxAttempts < 0 || j.MaxAttempts > MaxAttemptsLimit:
+		return nil, fmt.Errorf("%w: marshal job %q: MaxAttempts %d, want 0..%d", ErrInvalid, j.ID, j.MaxAttempts, MaxAttemptsLimit)
 	}
 	n := encodedSize(j)
 	if n > MaxValueBytes {
@@ -122,19 +148,20 @@ func Marshal(j *Job) ([]byte, error) {
 // encodedSize is the exact length appendJob produces, so Marshal allocates
 // once and oversized jobs are refused before any encoding work.
 func encodedSize(j *Job) int {
-	return arrayHdrSize(v1Fields) +
+	return arrayHdrSize(knownFields) +
 		uintSize(formatMajor) + uintSize(formatMinor) +
 		strSize(j.ID) + strSize(j.Queue) + strSize(j.Type) + binSize(len(j.Payload)) +
 		uintSize(uint64(j.State)) + intSize(int64(j.Attempt)) + intSize(int64(j.MaxAttempts)) +
 		intSize(toMillis(j.RunAt)) + strSize(j.LeaseOwner) + intSize(toMillis(j.LeaseUntil)) +
 		strSize(j.LastError) + binSize(len(j.Result)) +
-		intSize(toMillis(j.CreatedAt)) + intSize(toMillis(j.UpdatedAt)) + uintSize(j.Rev)
+		intSize(toMillis(j.CreatedAt)) + intSize(toMillis(j.UpdatedAt)) + uintSize(j.Rev) +
+		uintSize(j.LeaseToken)
 }
 
 // appendJob writes the v1 array. The field order is the wire format: new
 // fields may only be appended, in a new minor version.
 func appendJob(b []byte, j *Job) []byte {
-	b = appendArrayHdr(b, v1Fields)
+	b = appendArrayHdr(b, knownFields)
 	b = appendUint(b, formatMajor)
 	b = appendUint(b, formatMinor)
 	b = appendStr(b, j.ID)
@@ -151,7 +178,8 @@ func appendJob(b []byte, j *Job) []byte {
 	b = appendBin(b, j.Result)
 	b = appendInt(b, toMillis(j.CreatedAt))
 	b = appendInt(b, toMillis(j.UpdatedAt))
-	return appendUint(b, j.Rev)
+	b = appendUint(b, j.Rev)
+	return appendUint(b, j.LeaseToken) // 1.1
 }
 
 // Unmarshal decodes a stored value into j, which is zeroed first. It never
@@ -203,8 +231,13 @@ func decodeJob(d decoder, j *Job) error {
 	if err := d.fields(&out); err != nil {
 		return err
 	}
+	if n > v1Fields {
+		if out.LeaseToken, err = d.uint("LeaseToken", math.MaxUint64); err != nil {
+			return err
+		}
+	}
 	// Fields appended by a newer minor version are skipped, not rejected.
-	for i := v1Fields; i < n; i++ {
+	for i := knownFields; i < n; i++ {
 		if err := d.skip(fmt.Sprintf("appended field %d", i), 0); err != nil {
 			return err
 		}
@@ -232,7 +265,7 @@ func (d *decoder) fields(j *Job) error {
 	num := func(name string, dst *int) {
 		if err == nil {
 			var v int64
-			v, err = d.int(name, 0, math.MaxInt32)
+			v, err = d.int(name, 0, MaxAttemptsLimit)
 			*dst = int(v)
 		}
 	}

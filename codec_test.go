@@ -16,7 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-var updateGolden = flag.Bool("update-golden", false, "rewrite testdata golden files (never for v1: it must decode forever)")
+var updateGolden = flag.Bool("update-golden", false, "write the golden file of the current format version (never an older one: they must decode forever)")
 
 func ms(t time.Time) time.Time { return t.Truncate(time.Millisecond).UTC() }
 
@@ -27,7 +27,7 @@ func fullJob() *Job {
 		Payload: []byte(`{"to":"a@example.com"}`), State: StateActive, Attempt: 3, MaxAttempts: 25,
 		RunAt: now, LeaseOwner: "host-1/worker-7", LeaseUntil: now.Add(30 * time.Second),
 		LastError: "smtp: 421 try later", Result: []byte{0, 1, 2, 255},
-		CreatedAt: now.Add(-time.Hour), UpdatedAt: now, Rev: 7,
+		CreatedAt: now.Add(-time.Hour), UpdatedAt: now, Rev: 7, LeaseToken: 0x1234_5678_9abc_def0,
 	}
 }
 
@@ -94,28 +94,47 @@ func TestMarshalRefuses(t *testing.T) {
 	require.Error(t, err)
 	_, err = Marshal(&Job{State: StatePending, Payload: make([]byte, MaxValueBytes)})
 	require.ErrorIs(t, err, ErrTooLarge)
+	// What Unmarshal would refuse is never written.
+	for _, j := range []*Job{
+		{State: StatePending, MaxAttempts: MaxAttemptsLimit + 1},
+		{State: StatePending, Attempt: MaxAttemptsLimit + 1},
+		{State: StatePending, Attempt: -1},
+		{State: StatePending, MaxAttempts: -1},
+	} {
+		_, err = Marshal(j)
+		require.ErrorIs(t, err, ErrInvalid, "%+v", j)
+	}
 }
 
-// The golden file is the v1 wire format. It is checked in and must decode to
-// the same Job forever; regenerate it only for a new format version.
+// The golden files are the wire formats this build has written. They are
+// checked in and must decode to the same Job forever: a v1.0 value (from
+// before LeaseToken) still decodes, with a zero token.
 func TestCodecGoldenV1(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join("testdata", "job-v1.0.msgpack")
+	old, err := os.ReadFile(filepath.Join("testdata", "job-v1.0.msgpack"))
+	require.NoError(t, err)
+	var got Job
+	require.NoError(t, Unmarshal(old, &got))
 	want := fullJob()
+	want.LeaseToken = 0
+	require.Equal(t, *want, got)
+
+	path := filepath.Join("testdata", "job-v1.1.msgpack")
 	if *updateGolden {
-		b, err := Marshal(want)
+		b, err := Marshal(fullJob())
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
 	golden, err := os.ReadFile(path)
 	require.NoError(t, err)
-	var got Job
+	got = Job{}
 	require.NoError(t, Unmarshal(golden, &got))
-	require.Equal(t, *want, got)
-	// The current encoder still writes v1.0 byte for byte.
-	b, err := Marshal(want)
+	require.Equal(t, *fullJob(), got)
+	// The current encoder writes v1.1 byte for byte.
+	b, err := Marshal(fullJob())
 	require.NoError(t, err)
 	require.Equal(t, golden, b)
+	require.Len(t, old, len(b)-9, "1.1 appends one element to 1.0: the token, a uint64")
 }
 
 // appendFields builds a value as a newer minor version would: the v1 array
@@ -127,7 +146,7 @@ func appendFields(t *testing.T, j *Job, minor uint64, extra ...any) []byte {
 	require.EqualValues(t, 0xdc, b[0], "v1 values start with an array16 header")
 	body := b[3:]
 	body[1] = byte(minor) // minor is the second element, a positive fixint
-	out := appendArrayHdr(nil, v1Fields+len(extra))
+	out := appendArrayHdr(nil, knownFields+len(extra))
 	out = append(out, body...)
 	for _, e := range extra {
 		eb, err := msgpack.Marshal(e)
@@ -176,12 +195,14 @@ func TestCodecCorrupt(t *testing.T) {
 		"noVersion":        {[]byte{0x91, 0x01}, "value"},
 		"tooFewFields":     {[]byte{0x92, 0x01, 0x00}, "value"},
 		"trailing":         {append(bytes.Clone(good), 0x00), "value"},
-		"truncated":        {good[:len(good)-3], "UpdatedAt"},
+		"truncated":        {good[:len(good)-12], "UpdatedAt"},
+		"truncatedToken":   {good[:len(good)-3], "LeaseToken"},
 		"idNotString":      {set(5, 0x05), "ID"},
 		"badState":         {stateAt(t, good, 9), "State"},
 		"versionString":    {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
 		"negativeAttempt":  {replaceField(t, 7, int64(-1)), "Attempt"},
-		"badAppendedField": {badAppended(t), "appended field 17"},
+		"badAppendedField": {badAppended(t), "appended field 18"},
+		"badToken":         {replaceField(t, 17, "not a number"), "LeaseToken"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -217,7 +238,7 @@ func replaceField(t *testing.T, i int, v any) []byte {
 	j := fullJob()
 	elems := []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
 		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
-		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev}
+		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken}
 	elems[i] = v
 	b, err := msgpack.Marshal(elems)
 	require.NoError(t, err)
@@ -291,6 +312,37 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("re-encoded job does not decode: %v", err)
 		}
 		require.Equal(t, j, again)
+	})
+}
+
+// FuzzMarshal builds jobs from arbitrary fields: whatever Marshal accepts,
+// Unmarshal must read back as the same job (times at millisecond
+// precision, in UTC), so a value that was written can always be read.
+func FuzzMarshal(f *testing.F) {
+	j := fullJob()
+	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev)
+	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0))
+	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0)) // MaxAttempts past the decoder's limit
+	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1))
+	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64) {
+		in := &Job{ID: id, Type: typ, Payload: payload, State: State(state), Attempt: int(attempt), MaxAttempts: int(maxAttempts),
+			RunAt: fromMillis(runAt), LeaseUntil: fromMillis(runAt / 2), LeaseToken: token, Rev: rev, LastError: typ, Result: payload}
+		b, err := Marshal(in)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("untyped error: %v", err)
+			}
+			return
+		}
+		require.Len(t, b, encodedSize(in))
+		var out Job
+		if err := Unmarshal(b, &out); err != nil {
+			t.Fatalf("Marshal wrote what Unmarshal refuses: %v (job %+v)", err, in)
+		}
+		if len(in.Payload) == 0 {
+			in.Payload, in.Result = nil, nil // an empty bin decodes to nil
+		}
+		require.Equal(t, *in, out)
 	})
 }
 

@@ -58,8 +58,13 @@ type Config struct {
 	// kind is in flight share the next transaction's round trips; each job is
 	// still decided under its own WATCH (default: false).
 	DisableGroupCommit bool
-	// Now is the clock. Tests set it to move time past leases and run-at
-	// times (default: time.Now).
+	// Now is this host's clock (default: time.Now). jobkey does not decide
+	// by it: whether a job is due, whether a lease has run out and when a
+	// new lease ends are judged by Redis's clock (TIME, read in the same
+	// round trip as the job), so clients whose clocks disagree still agree
+	// on every decision. Now only carries the estimate of Redis's clock
+	// from one TIME reply to the next, for reads that look for candidates
+	// (see docs/design.md, "Time"). Tests set it to simulate a skewed host.
 	Now func() time.Time
 }
 
@@ -107,7 +112,9 @@ func (c *Config) withDefaults(cluster bool) Config {
 
 func (c *Config) validate() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("jobkey: config: "+format, args...)) }
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: config: %s", ErrInvalid, fmt.Sprintf(format, args...)))
+	}
 	if err := validName("prefix", c.Prefix, true); err != nil {
 		errs = append(errs, err)
 	}
@@ -117,8 +124,8 @@ func (c *Config) validate() error {
 	if c.Lease < 100*time.Millisecond {
 		bad("Lease is %v, want at least 100ms", c.Lease)
 	}
-	if c.MaxAttempts < 1 {
-		bad("MaxAttempts is %d, want at least 1", c.MaxAttempts)
+	if c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsLimit {
+		bad("MaxAttempts is %d, want 1..%d", c.MaxAttempts, MaxAttemptsLimit)
 	}
 	if c.Retention < time.Second || c.FailedRetention < time.Second {
 		bad("Retention %v and FailedRetention %v must be at least 1s", c.Retention, c.FailedRetention)

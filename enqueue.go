@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // MaxTypeLen bounds a job's Type.
@@ -30,20 +28,31 @@ func (e *JobExistsError) Is(target error) bool { return target == ErrJobExists }
 // taken, it writes nothing and returns the stored job with an error that
 // matches ErrJobExists, so an enqueue whose outcome was unknown can be
 // retried with the same ID. A job too large for Config.MaxValueBytes is
-// refused with ErrTooLarge before anything is written.
+// refused with ErrTooLarge before anything is written. CreatedAt, and RunAt
+// when opts gives a Delay or nothing, are set by Redis's clock.
 func (q *Queue) Enqueue(ctx context.Context, typ string, payload []byte, opts *EnqueueOpts) (*Job, error) {
-	j, err := q.newJob(NewJob{Type: typ, Payload: payload, Opts: opts}, q.now())
+	in, err := q.newJob(NewJob{Type: typ, Payload: payload, Opts: opts})
 	if err != nil {
 		return nil, err
 	}
 	if q.enqueues != nil {
-		return q.enqueues.do(ctx, j)
+		return q.enqueues.do(ctx, in)
 	}
-	errs, err := q.enqueueJobs(ctx, []*Job{j})
+	return answer(in.job, q.enqueueJobs(ctx, []*enqueueIn{in}, nil)[0])
+}
+
+// answer is a single enqueue's outcome: the job written, or the stored job
+// with ErrJobExists, or nil and the error.
+func answer(j *Job, err error) (*Job, error) {
+	var je *JobExistsError
+	if errors.As(err, &je) {
+		je.Index = 0 // the caller's own single-job enqueue
+		return je.Job, err
+	}
 	if err != nil {
 		return nil, err
 	}
-	return existingOr(j, errs[0]), errs[0]
+	return j, nil
 }
 
 // existingOr returns the stored job an ErrJobExists carries, else j.
@@ -56,198 +65,201 @@ func existingOr(j *Job, err error) *Job {
 }
 
 // EnqueueMany stores a batch of jobs, two round trips per transaction of at
-// most Config.MaxBatch jobs (on a cluster, one transaction per shard).
-// Every job of a transaction is written, or none is. Jobs whose ID was
-// taken are returned as stored, each with a *JobExistsError joined into err;
-// the others are written. A bad job anywhere refuses the whole batch before
-// anything is written.
+// most Config.MaxBatch jobs (on a cluster, one transaction per shard). A
+// bad job anywhere refuses the whole batch before anything is written.
+//
+// Otherwise jobs[i] is the i-th job: as written, or as stored when its ID
+// was taken (or repeated earlier in the batch). When any job was not
+// written, err is a *BatchError whose Errs[i] says why for each job: a
+// *JobExistsError, a value that cannot be read under its ID, or the
+// failure of the transaction that carried it (which wrote none of its
+// jobs, or, when the error says the outcome is unknown, may have written
+// all of them). Jobs of transactions that committed have a nil entry.
 func (q *Queue) EnqueueMany(ctx context.Context, batch []NewJob) ([]*Job, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	now := q.now()
-	jobs := make([]*Job, len(batch))
+	ins := make([]*enqueueIn, len(batch))
 	for i, nj := range batch {
-		j, err := q.newJob(nj, now)
+		in, err := q.newJob(nj)
 		if err != nil {
 			if len(batch) > 1 {
 				err = fmt.Errorf("jobkey: batch job %d: %w", i, err)
 			}
 			return nil, err
 		}
-		jobs[i] = j
+		ins[i] = in
 	}
-	errs, err := q.enqueueJobs(ctx, jobs)
-	if err != nil {
-		return nil, err
+	errs := q.enqueueJobs(ctx, ins, nil)
+	jobs := make([]*Job, len(ins))
+	for i, in := range ins {
+		jobs[i] = existingOr(in.job, errs[i])
 	}
-	for i := range jobs {
-		jobs[i] = existingOr(jobs[i], errs[i])
-	}
-	return jobs, errors.Join(errs...)
+	return jobs, batchErr(errs)
 }
 
-// enqueueJobs writes validated jobs. errs[i] is jobs[i]'s own refusal (a
-// taken ID); err is a failure of a whole transaction.
-func (q *Queue) enqueueJobs(ctx context.Context, jobs []*Job) (errs []error, err error) {
-	errs = make([]error, len(jobs))
-	for _, group := range q.groups(jobs) {
-		for start := 0; start < len(group); start += q.cfg.MaxBatch {
-			if err := q.enqueueTxn(ctx, jobs, group[start:min(len(group), start+q.cfg.MaxBatch)], errs); err != nil {
-				return nil, err
+// enqueueIn is a validated job waiting to be written. Its times are set in
+// the compare-and-set, by Redis's clock: CreatedAt is the time of the
+// write, and RunAt that time plus delay, unless the caller fixed RunAt.
+type enqueueIn struct {
+	job   *Job
+	delay time.Duration
+	fixed bool
+}
+
+// enqueueJobs writes validated jobs, one transaction per set of txnSets,
+// and returns each job's own outcome. gone(i), when not nil, says that the
+// caller of job i gave up: it is left out of the next decision.
+func (q *Queue) enqueueJobs(ctx context.Context, ins []*enqueueIn, gone func(i int) bool) []error {
+	errs := make([]error, len(ins))
+	first := make(map[string]int, len(ins))
+	var todo, repeats []int
+	for i, in := range ins {
+		if _, ok := first[in.job.ID]; ok {
+			repeats = append(repeats, i)
+			continue
+		}
+		first[in.job.ID] = i
+		todo = append(todo, i)
+	}
+	var stop error
+	for _, set := range q.txnSets(todo, func(i int) string { return ins[i].job.ID }) {
+		if stop != nil {
+			for _, i := range set {
+				errs[i] = &notTried{stop}
+			}
+			continue
+		}
+		if err := q.enqueueTxn(ctx, ins, set, errs, gone); err != nil {
+			for _, i := range set {
+				if errs[i] != errLeftOut {
+					errs[i] = err
+				}
+			}
+			if !refusedWhole(err) {
+				stop = err // Redis unreachable or ctx done: the rest would fail too
 			}
 		}
 	}
-	return errs, nil
+	// An ID repeated in the batch shares the fate of its first occurrence,
+	// as if enqueued just after it.
+	for _, i := range repeats {
+		f := first[ins[i].job.ID]
+		var je *JobExistsError
+		switch {
+		case errs[f] == nil:
+			errs[i] = &JobExistsError{Index: i, Job: ins[f].job}
+		case errors.As(errs[f], &je):
+			errs[i] = &JobExistsError{Index: i, Job: je.Job}
+		default:
+			errs[i] = errs[f]
+		}
+	}
+	return errs
 }
 
-// flushEnqueues writes a group-commit batch of Enqueue calls.
-func (q *Queue) flushEnqueues(ctx context.Context, batch []*call[*Job, *Job]) {
+// flushEnqueues writes a group-commit batch of Enqueue calls. Calls whose
+// transaction was refused whole (nothing of it written) are tried again
+// one by one, so one job's broken shard does not fail the others; calls in
+// transactions that committed keep their outcome.
+func (q *Queue) flushEnqueues(ctx context.Context, batch []*call[*enqueueIn, *Job]) {
 	batch = live(batch)
-	jobs := make([]*Job, len(batch))
+	ins := make([]*enqueueIn, len(batch))
 	for i, c := range batch {
-		jobs[i] = c.in
+		ins[i] = c.in
 	}
-	errs, err := q.enqueueJobs(ctx, jobs)
-	if err != nil && len(batch) > 1 && refusedWhole(err) {
-		// Nothing was written; let each call find its own outcome, so one
-		// job's broken shard does not fail the others.
-		for _, c := range batch {
-			e, err := q.enqueueJobs(ctx, []*Job{c.in})
-			c.out, c.err = answer(c.in, e, err)
-		}
-		return
-	}
+	errs := q.enqueueJobs(ctx, ins, func(i int) bool { return batch[i].gone() })
 	for i, c := range batch {
-		if err != nil {
-			c.err = err
+		if len(batch) > 1 && refusedWhole(errs[i]) {
+			alone := func(int) bool { return c.gone() }
+			c.finish(answer(c.in.job, q.enqueueJobs(ctx, []*enqueueIn{c.in}, alone)[0]))
 			continue
 		}
-		var je *JobExistsError
-		if errors.As(errs[i], &je) {
-			je.Index = 0 // the caller's own single-job enqueue
-		}
-		c.out, c.err = existingOr(c.in, errs[i]), errs[i]
+		c.finish(answer(c.in.job, errs[i]))
 	}
 }
 
-func answer(j *Job, errs []error, err error) (*Job, error) {
-	if err != nil {
-		return nil, err
-	}
-	return existingOr(j, errs[0]), errs[0]
-}
-
-// refusedWhole reports an error that refused a whole transaction before
-// EXEC, so nothing of it was written.
-func refusedWhole(err error) bool {
-	return errors.Is(err, ErrWrongType) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnsupportedFormat) ||
-		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrConflict)
-}
-
-func (q *Queue) newJob(nj NewJob, now time.Time) (*Job, error) {
+func (q *Queue) newJob(nj NewJob) (*enqueueIn, error) {
 	if nj.Type == "" || len(nj.Type) > MaxTypeLen {
-		return nil, fmt.Errorf("jobkey: job type must be 1..%d bytes, got %d", MaxTypeLen, len(nj.Type))
+		return nil, fmt.Errorf("%w: job type must be 1..%d bytes, got %d", ErrInvalid, MaxTypeLen, len(nj.Type))
 	}
 	o := nj.Opts
 	if o == nil {
 		o = &EnqueueOpts{}
 	}
+	// Provisional times, of the size the real ones will have, so the size
+	// check below is exact.
+	now := q.clock.guess()
 	j := &Job{
 		ID: o.ID, Queue: q.name, Type: nj.Type, Payload: nj.Payload, State: StatePending,
 		MaxAttempts: q.cfg.MaxAttempts, RunAt: now, CreatedAt: now, UpdatedAt: now,
 	}
+	in := &enqueueIn{job: j, delay: o.Delay}
 	if j.ID == "" {
 		j.ID = NewID()
 	} else if err := validID(j.ID); err != nil {
 		return nil, err
 	}
 	switch {
-	case o.MaxAttempts < 0:
-		return nil, fmt.Errorf("jobkey: MaxAttempts is %d, want >= 0", o.MaxAttempts)
+	case o.MaxAttempts < 0 || o.MaxAttempts > MaxAttemptsLimit:
+		return nil, fmt.Errorf("%w: MaxAttempts is %d, want 0..%d", ErrInvalid, o.MaxAttempts, MaxAttemptsLimit)
 	case o.MaxAttempts > 0:
 		j.MaxAttempts = o.MaxAttempts
 	}
 	switch {
 	case o.Delay < 0:
-		return nil, fmt.Errorf("jobkey: Delay is %v, want >= 0", o.Delay)
+		return nil, fmt.Errorf("%w: Delay is %v, want >= 0", ErrInvalid, o.Delay)
 	case !o.RunAt.IsZero():
-		j.RunAt = o.RunAt.UTC().Truncate(time.Millisecond)
-	case o.Delay > 0:
-		j.RunAt = now.Add(o.Delay)
+		if err := validTime("RunAt", o.RunAt); err != nil {
+			return nil, err
+		}
+		j.RunAt, in.fixed = o.RunAt.UTC().Truncate(time.Millisecond), true
 	}
 	if n := encodedSize(j); n > q.cfg.MaxValueBytes {
 		return nil, fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, j.ID, n, q.cfg.MaxValueBytes)
 	}
-	return j, nil
+	return in, nil
 }
 
-// txnKeys returns the job keys and shards of jobs[idx...], and type checks
-// of the predicted indexes of every shard they touch.
-func (q *Queue) txnKeys(jobs []*Job, idx []int, predict ...string) (keys []string, shards []int, checks []typeCheck) {
-	keys, shards = make([]string, len(idx)), make([]int, len(idx))
-	seen := map[int]bool{}
-	for k, i := range idx {
-		keys[k], shards[k] = q.ks.jobKeyOf(jobs[i].ID)
-		if !seen[shards[k]] {
-			seen[shards[k]] = true
-			checks = append(checks, q.checksFor(shards[k], predict...)...)
-		}
+// validTime refuses a time a job value cannot hold in milliseconds: before
+// 1970 or after 9999.
+func validTime(field string, t time.Time) error {
+	if y := t.Year(); y < 1970 || y > 9999 {
+		return fmt.Errorf("%w: %s %v is outside 1970..9999", ErrInvalid, field, t)
 	}
-	return keys, shards, checks
+	return nil
 }
 
-// groups splits job positions into the sets one transaction may carry: all
-// of them on a single Redis, one set per shard on a cluster (a transaction
-// must stay in one hash slot there).
-func (q *Queue) groups(jobs []*Job) [][]int {
-	if _, cluster := q.rdb.(*redis.ClusterClient); !cluster {
-		all := make([]int, len(jobs))
-		for i := range all {
-			all[i] = i
-		}
-		return [][]int{all}
+// enqueueTxn writes ins[set...] in one compare-and-set. A taken ID, or one
+// whose value cannot be read, is left alone and reported in errs.
+func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, errs []error, gone func(int) bool) error {
+	ids := make([]string, len(set))
+	for k, i := range set {
+		ids[k] = ins[i].job.ID
 	}
-	byShard := map[int][]int{}
-	var order []int
-	for i, j := range jobs {
-		s := q.ks.shardOf(j.ID)
-		if _, ok := byShard[s]; !ok {
-			order = append(order, s)
-		}
-		byShard[s] = append(byShard[s], i)
-	}
-	out := make([][]int, len(order))
-	for i, s := range order {
-		out[i] = byShard[s]
-	}
-	return out
-}
-
-// enqueueTxn writes jobs[idx...] in one compare-and-set. A taken ID (or
-// one repeated within the batch) is left alone and reported in errs.
-func (q *Queue) enqueueTxn(ctx context.Context, jobs []*Job, idx []int, errs []error) error {
-	keys, shards, checks := q.txnKeys(jobs, idx, idxReady)
+	keys, shards, checks := q.txnKeys(ids, idxReady)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
 		plan := &casPlan{}
 		var ip indexPlan
-		taken := map[string]int{}
-		for k, i := range idx {
+		for k, i := range set {
 			errs[i] = nil
-			if r.errs[k] != nil {
-				return nil, fmt.Errorf("jobkey: enqueue %q: %w", jobs[i].ID, r.errs[k])
+			in := ins[i]
+			switch {
+			case gone != nil && gone(i):
+				errs[i] = errLeftOut
+			case r.errs[k] != nil:
+				errs[i] = fmt.Errorf("jobkey: enqueue %q: %w", in.job.ID, r.errs[k])
+			case r.jobs[k] != nil:
+				errs[i] = &JobExistsError{Index: i, Job: r.jobs[k]}
+			default:
+				j := in.job
+				j.CreatedAt, j.UpdatedAt = r.now, r.now
+				if !in.fixed {
+					j.RunAt = r.now.Add(in.delay)
+				}
+				plan.writes = append(plan.writes, casWrite{key: keys[k], job: j})
+				q.move(&ip, shards[k], j.ID, nil, j, "", r.now)
 			}
-			if cur := r.jobs[k]; cur != nil {
-				errs[i] = &JobExistsError{Index: i, Job: cur}
-				continue
-			}
-			if first, dup := taken[keys[k]]; dup {
-				errs[i] = &JobExistsError{Index: i, Job: jobs[first]}
-				continue
-			}
-			taken[keys[k]] = i
-			plan.writes = append(plan.writes, casWrite{key: keys[k], job: jobs[i]})
-			q.move(&ip, shards[k], jobs[i].ID, nil, jobs[i], "")
 		}
 		plan.steps, plan.checks = ip.steps(), ip.checks
 		if len(plan.writes) > 0 {

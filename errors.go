@@ -28,7 +28,59 @@ var (
 	// ErrStep reports that a step of an EXEC errored; the error is a
 	// *StepError with every step's result.
 	ErrStep = errors.New("jobkey: a transaction step failed")
+	// ErrInvalid reports an argument jobkey refuses before it talks to
+	// Redis: a bad ID, type, option or setting. Nothing was written.
+	ErrInvalid = errors.New("jobkey: invalid argument")
 )
+
+// BatchError is the error of a batch call (EnqueueMany, CompleteMany) in
+// which some jobs did not get the outcome asked for. Errs has one entry
+// per job of the batch, in order: nil for the jobs that got it, else that
+// job's own error. A batch runs as several transactions (one per
+// Config.MaxBatch jobs, one per shard on a cluster); each transaction
+// writes all of its jobs or none, so when one fails after others
+// committed, Errs tells exactly which jobs were written. errors.Is and
+// errors.As see every job's error.
+type BatchError struct {
+	Errs []error
+}
+
+func (e *BatchError) Error() string {
+	failed, first := 0, -1
+	for i, err := range e.Errs {
+		if err != nil {
+			failed++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if failed == 0 {
+		return "jobkey: batch: no errors"
+	}
+	return fmt.Sprintf("jobkey: %d of %d jobs in the batch failed; the first, job %d: %v", failed, len(e.Errs), first, e.Errs[first])
+}
+
+// Unwrap returns the jobs' errors, for errors.Is and errors.As.
+func (e *BatchError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// batchErr returns a *BatchError for errs, or nil when every entry is nil.
+func batchErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return &BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
 
 // ConflictError reports a compare-and-set that was aborted by concurrent
 // writers on every attempt.
@@ -104,3 +156,21 @@ func (e *StepError) Error() string {
 
 // Is makes errors.Is(err, ErrStep) hold.
 func (e *StepError) Is(target error) bool { return target == ErrStep }
+
+// LeaseLostError explains ErrLeaseLost: the caller's claim, and the job as
+// it is now stored.
+type LeaseLostError struct {
+	ID      string
+	Attempt int    // the caller's attempt
+	Owner   string // the caller's lease owner
+	Token   uint64 // the caller's lease token
+	Now     *Job   // the stored job
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("jobkey: lease lost on job %q: attempt %d of %q, but the job is now %s at attempt %d of %q",
+		e.ID, e.Attempt, e.Owner, e.Now.State, e.Now.Attempt, e.Now.LeaseOwner)
+}
+
+// Is makes errors.Is(err, ErrLeaseLost) hold.
+func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }

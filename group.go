@@ -2,8 +2,10 @@ package jobkey
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
+	"time"
 )
 
 // call is one caller's request waiting in a commitGroup.
@@ -12,68 +14,91 @@ type call[T, R any] struct {
 	in   T
 	out  R
 	err  error
+	once sync.Once
 	done chan struct{} // closed when out and err are set
-	lead chan struct{} // closed when this caller must flush batch
-	// batch is what a caller made leader flushes; it starts with the caller.
-	batch []*call[T, R]
 }
 
+// finish answers the caller. The first answer stands; later ones are
+// ignored, so a flush may answer a call early and again at its end.
+func (c *call[T, R]) finish(out R, err error) {
+	c.once.Do(func() {
+		c.out, c.err = out, err
+		close(c.done)
+	})
+}
+
+// gone reports a caller whose ctx has ended, and answers it with ctx's
+// error. A flush asks before each decision and leaves such calls out of
+// the EXEC it prepares, so nothing is written for a caller that gave up.
+func (c *call[T, R]) gone() bool {
+	err := c.ctx.Err()
+	if err == nil {
+		return false
+	}
+	var zero R
+	c.finish(zero, err)
+	return true
+}
+
+// errUnanswered is what a call gets if a flush forgot it: a bug.
+var errUnanswered = errors.New("jobkey: internal error: a batched call got no answer")
+
 // commitGroup lets concurrent callers share round trips ("group commit").
-// A caller that finds fewer than inflight flushes running flushes at once
-// (alone, when uncontended: it costs exactly what it would without the
-// group). Callers arriving while inflight flushes run queue up, and the
-// first of them flushes the whole queue as one batch when a flush ends. Each job in a batch
-// is still read and decided under its own WATCH, and written in the one
-// MULTI/EXEC; only the round trips are shared.
+// A caller that finds no flush running starts one at once (alone, when
+// uncontended: it costs what it would without the group). Callers arriving
+// while a flush runs queue up, and the flush then takes the whole queue as
+// its next batch. Each job in a batch is still read and decided under its
+// own WATCH, and written in the one MULTI/EXEC; only the round trips are
+// shared.
+//
+// Deadlines: a caller whose ctx ends while it waits in the queue leaves it
+// and gets ctx's error. One whose ctx ends while its batch is in flight is
+// left out of the next decision of that batch and answered with ctx's
+// error then (nothing is written for it), unless the EXEC that carries it
+// has already been sent, in which case it gets that EXEC's real outcome:
+// the answer comes at most one round trip (or one retry backoff) after the
+// deadline, and an answer that says written is true.
 type commitGroup[T, R any] struct {
-	max      int // largest batch
-	inflight int // most flushes running at once (default 1)
-	flush    func(ctx context.Context, calls []*call[T, R])
+	max   int // largest batch
+	flush func(ctx context.Context, calls []*call[T, R])
 
 	mu      sync.Mutex
-	running int
+	running bool
 	queue   []*call[T, R]
 }
 
-// do runs in through the group and returns its own outcome. A caller whose
-// ctx ends while it still waits in the queue leaves it and gets ctx's
-// error; once its batch is being flushed, it waits for the outcome.
+// do runs in through the group and returns its own outcome.
 func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) {
-	c := &call[T, R]{ctx: ctx, in: in, done: make(chan struct{}), lead: make(chan struct{})}
+	var zero R
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	c := &call[T, R]{ctx: ctx, in: in, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
-	if g.running < max(g.inflight, 1) {
-		g.running++
+	if !g.running {
+		g.running = true
 		batch := g.take()
 		g.mu.Unlock()
-		g.lead(ctx, batch)
-		return c.out, c.err
+		// The flush runs on a goroutine of its own, so a leader whose ctx
+		// ends can return while the flush goes on for the others.
+		go g.lead(batch)
+	} else {
+		g.mu.Unlock()
 	}
-	g.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.out, c.err
-	case <-c.lead:
-		g.lead(ctx, c.batch)
 		return c.out, c.err
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
-	select {
-	case <-c.lead: // made leader meanwhile: it must still lead
-		g.mu.Unlock()
-		g.lead(ctx, c.batch)
-		return c.out, c.err
-	default:
-	}
 	if i := slices.Index(g.queue, c); i >= 0 {
 		g.queue = slices.Delete(g.queue, i, i+1)
 		g.mu.Unlock()
-		var zero R
 		return zero, ctx.Err()
 	}
 	g.mu.Unlock()
-	<-c.done // already in a batch that another caller flushes
+	<-c.done // in a batch being flushed: answered at its next decision
 	return c.out, c.err
 }
 
@@ -85,34 +110,50 @@ func (g *commitGroup[T, R]) take() []*call[T, R] {
 	return batch
 }
 
-// lead flushes batch, answers its callers, then hands the next batch to the
-// head of the queue, or gives up its flush slot when nobody waits.
-func (g *commitGroup[T, R]) lead(ctx context.Context, batch []*call[T, R]) {
-	g.flush(context.WithoutCancel(ctx), batch)
-	for _, b := range batch {
-		close(b.done)
+// lead flushes batches until the queue is empty.
+func (g *commitGroup[T, R]) lead(batch []*call[T, R]) {
+	var zero R
+	for len(batch) > 0 {
+		ctx, cancel := flushContext(batch)
+		g.flush(ctx, batch)
+		cancel()
+		for _, c := range batch {
+			c.finish(zero, errUnanswered)
+		}
+		g.mu.Lock()
+		batch = g.take()
+		g.running = len(batch) > 0
+		g.mu.Unlock()
 	}
-	g.mu.Lock()
-	if len(g.queue) > 0 {
-		next := g.queue[0]
-		next.batch = g.take() // starts with next itself
-		close(next.lead)
-	} else {
-		g.running--
-	}
-	g.mu.Unlock()
 }
 
-// live drops from a batch the callers that gave up before the flush began,
-// answering them with their ctx's error, and returns the rest.
+// flushContext is what a batch is flushed under: not canceled when one
+// caller gives up, since the others still wait, but ended at the latest
+// deadline among its callers, so a batch whose callers have all given up
+// does not run on.
+func flushContext[T, R any](batch []*call[T, R]) (context.Context, context.CancelFunc) {
+	base := context.WithoutCancel(batch[0].ctx)
+	var latest time.Time
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(base)
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(base, latest)
+}
+
+// live answers the callers of a batch that gave up before the flush began
+// and returns the rest.
 func live[T, R any](batch []*call[T, R]) []*call[T, R] {
 	out := batch[:0:0]
 	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
-			c.err = err
-			continue
+		if !c.gone() {
+			out = append(out, c)
 		}
-		out = append(out, c)
 	}
 	return out
 }

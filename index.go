@@ -7,7 +7,7 @@ import (
 
 // entry is where a job value says its ID belongs: one index and a score.
 // Every job is in exactly one index, so an entry is a pure function of the
-// value (DESIGN.md rule 1) and nothing stored can disagree with a count.
+// value (docs/design.md, rule 1) and nothing stored can disagree with a count.
 type entry struct {
 	index string // idxReady, idxLeased, idxSucceeded, idxFailed or idxCanceled
 	score int64  // unix ms
@@ -87,8 +87,9 @@ func (p *indexPlan) steps() [][]any {
 // value before) to what new says (nil: no value after), writing only what
 // really changes. hint names an index the caller found id in; when it is
 // not where old says, the index was changed outside jobkey, so the hint is
-// removed and the right entry written whatever old said (rule 3).
-func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
+// removed and the right entry written whatever old said (rule 3). now is
+// Redis's clock, which dates the trim of expired finished entries.
+func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint string, now time.Time) {
 	var from, to entry
 	if old != nil {
 		from = derive(old)
@@ -109,7 +110,7 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 		if to.index != from.index && new.State.Finished() {
 			// Entries of finished jobs whose keys have expired are trimmed
 			// by the transactions that add such entries: no sweeper runs.
-			p.trims[key] = toMillis(q.now().Add(-q.retention(new.State)))
+			p.trims[key] = toMillis(now.Add(-q.retention(new.State)))
 		}
 	}
 }

@@ -130,19 +130,19 @@ func (ks *keyspace) jobKeyOf(id string) (string, int) {
 // would break the hash tag), no colon in a queue name, bounded.
 func validName(kind, s string, allowColon bool) error {
 	if s == "" {
-		return fmt.Errorf("jobkey: %s is empty", kind)
+		return fmt.Errorf("%w: %s is empty", ErrInvalid, kind)
 	}
 	if len(s) > 128 {
-		return fmt.Errorf("jobkey: %s is %d bytes, limit 128", kind, len(s))
+		return fmt.Errorf("%w: %s is %d bytes, limit 128", ErrInvalid, kind, len(s))
 	}
 	for _, r := range s {
 		switch {
 		case r == '{' || r == '}':
-			return fmt.Errorf("jobkey: %s %q contains %q, which would break the cluster hash tag", kind, s, r)
+			return fmt.Errorf("%w: %s %q contains %q, which would break the cluster hash tag", ErrInvalid, kind, s, r)
 		case r == ':' && !allowColon, r == '/' && !allowColon:
-			return fmt.Errorf("jobkey: %s %q contains %q", kind, s, r)
+			return fmt.Errorf("%w: %s %q contains %q", ErrInvalid, kind, s, r)
 		case r <= ' ' || r == 0x7f:
-			return fmt.Errorf("jobkey: %s %q contains a space or control character", kind, s)
+			return fmt.Errorf("%w: %s %q contains a space or control character", ErrInvalid, kind, s)
 		}
 	}
 	return nil
@@ -151,13 +151,13 @@ func validName(kind, s string, allowColon bool) error {
 // validID checks a caller's job ID.
 func validID(id string) error {
 	if id == "" {
-		return fmt.Errorf("jobkey: job ID is empty")
+		return fmt.Errorf("%w: job ID is empty", ErrInvalid)
 	}
 	if len(id) > MaxIDLen {
-		return fmt.Errorf("jobkey: job ID is %d bytes, limit %d", len(id), MaxIDLen)
+		return fmt.Errorf("%w: job ID is %d bytes, limit %d", ErrInvalid, len(id), MaxIDLen)
 	}
 	if strings.ContainsAny(id, "{}") {
-		return fmt.Errorf("jobkey: job ID %q contains a brace", id)
+		return fmt.Errorf("%w: job ID %q contains a brace", ErrInvalid, id)
 	}
 	return nil
 }

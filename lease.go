@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 )
 
@@ -11,71 +12,97 @@ import (
 // the value without limit.
 const MaxErrorLen = 4 << 10
 
+// transition is what a fenced write does to the stored job: next is a copy
+// of it to edit, j the caller's copy, now Redis's clock.
+type transition func(j, next *Job, now time.Time) *Job
+
 // fenced runs a transition that only the lease holder may make. It writes
-// only while the stored job is active with the same Attempt and LeaseOwner
-// as the caller's copy j (fencing): a worker whose lease expired and whose
-// job was claimed again, canceled or finished gets ErrLeaseLost and writes
-// nothing. done, when not nil, recognises a stored job in which this very
+// only while the stored job is active under the lease token of the
+// caller's copy j (fencing): a worker whose lease expired and whose job was
+// claimed again, canceled or finished gets ErrLeaseLost and writes nothing.
+// done, when not nil, recognises a stored job in which this very
 // transition already landed (a retry after a lost reply) and returns it
 // without writing.
-func (q *Queue) fenced(ctx context.Context, j *Job, predict []string, done func(j, cur *Job) bool,
-	fn func(j, next *Job) *Job) (*Job, error) {
-	out, errs, err := q.fencedMany(ctx, []*Job{j}, predict, done, fn)
-	if err != nil {
+func (q *Queue) fenced(ctx context.Context, j *Job, predict []string, done func(j, cur *Job) bool, fn transition) (*Job, error) {
+	if err := q.checkJob(j); err != nil {
 		return nil, err
 	}
+	out, errs := q.fencedMany(ctx, []*Job{j}, predict, done, func(int) transition { return fn }, nil)
 	return out[0], errs[0]
 }
 
-// fencedMany is fenced for a batch, one compare-and-set per transaction
-// group (per shard on a cluster). Each job is fenced on its own: a lost
-// lease is reported in errs for that job and does not stop the others.
+// fencedMany is fenced for a batch, one compare-and-set per set of
+// txnSets. Each job is fenced on its own, and errs[i] is jobs[i]'s own
+// outcome: a lost lease, a job repeated earlier in the batch, or the
+// failure of the transaction that carried it. fn(i) is job i's transition;
+// gone(i), when not nil, says that the caller of job i gave up.
 func (q *Queue) fencedMany(ctx context.Context, jobs []*Job, predict []string, done func(j, cur *Job) bool,
-	fn func(j, next *Job) *Job) (out []*Job, errs []error, err error) {
-	ids := make(map[string]bool, len(jobs))
-	for _, j := range jobs {
-		if err := q.checkJob(j); err != nil {
-			return nil, nil, err
-		}
-		if ids[j.ID] {
-			return nil, nil, fmt.Errorf("jobkey: job %q appears twice in one batch", j.ID)
-		}
-		ids[j.ID] = true
-	}
+	fn func(i int) transition, gone func(i int) bool) (out []*Job, errs []error) {
 	out, errs = make([]*Job, len(jobs)), make([]error, len(jobs))
-	for _, group := range q.groups(jobs) {
-		for start := 0; start < len(group); start += q.cfg.MaxBatch {
-			if err := q.fencedTxn(ctx, jobs, group[start:min(len(group), start+q.cfg.MaxBatch)], predict, done, fn, out, errs); err != nil {
-				return nil, nil, err
+	seen := make(map[string]int, len(jobs))
+	var todo []int
+	for i, j := range jobs {
+		if err := q.checkJob(j); err != nil {
+			errs[i] = err
+			continue
+		}
+		if f, ok := seen[j.ID]; ok {
+			errs[i] = fmt.Errorf("%w: job %q appears twice in one batch (first at %d); nothing was written for this entry", ErrInvalid, j.ID, f)
+			continue
+		}
+		seen[j.ID] = i
+		todo = append(todo, i)
+	}
+	var stop error
+	for _, set := range q.txnSets(todo, func(i int) string { return jobs[i].ID }) {
+		if stop != nil {
+			for _, i := range set {
+				errs[i] = &notTried{stop}
+			}
+			continue
+		}
+		if err := q.fencedTxn(ctx, jobs, set, predict, done, fn, gone, out, errs); err != nil {
+			for _, i := range set {
+				if errs[i] != errLeftOut {
+					out[i], errs[i] = nil, err
+				}
+			}
+			if !refusedWhole(err) {
+				stop = err
 			}
 		}
 	}
-	return out, errs, nil
+	return out, errs
 }
 
-func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, idx []int, predict []string, done func(j, cur *Job) bool,
-	fn func(j, next *Job) *Job, out []*Job, errs []error) error {
-	keys, shards, checks := q.txnKeys(jobs, idx, predict...)
+func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict []string, done func(j, cur *Job) bool,
+	fn func(int) transition, gone func(int) bool, out []*Job, errs []error) error {
+	ids := make([]string, len(set))
+	for k, i := range set {
+		ids[k] = jobs[i].ID
+	}
+	keys, shards, checks := q.txnKeys(ids, predict...)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
 		plan := &casPlan{}
 		var ip indexPlan
-		now := q.now()
-		for k, i := range idx {
+		for k, i := range set {
 			j, cur := jobs[i], r.jobs[k]
 			out[i], errs[i] = nil, nil
 			switch {
+			case gone != nil && gone(i):
+				errs[i] = errLeftOut
 			case r.errs[k] != nil:
 				errs[i] = r.errs[k]
 			case cur == nil:
 				errs[i] = fmt.Errorf("%w: %q in queue %q", ErrNotFound, j.ID, q.name)
 			case done != nil && done(j, cur):
 				out[i] = cur
-			case cur.State != StateActive || cur.Attempt != j.Attempt || cur.LeaseOwner != j.LeaseOwner:
-				errs[i] = &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Now: cur}
+			case cur.State != StateActive || cur.LeaseToken != j.LeaseToken:
+				errs[i] = &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Token: j.LeaseToken, Now: cur}
 			default:
-				next := fn(j, cloneJob(cur))
-				next.UpdatedAt = now
-				q.move(&ip, shards[k], j.ID, cur, next, "")
+				next := fn(i)(j, cloneJob(cur), r.now)
+				next.UpdatedAt = r.now
+				q.move(&ip, shards[k], j.ID, cur, next, "", r.now)
 				plan.writes = append(plan.writes, q.write(keys[k], next))
 				out[i] = next
 			}
@@ -89,31 +116,16 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, idx []int, predict [
 // checkJob refuses a job copy that cannot be this queue's.
 func (q *Queue) checkJob(j *Job) error {
 	if j == nil {
-		return errors.New("jobkey: nil job")
+		return fmt.Errorf("%w: nil job", ErrInvalid)
 	}
 	if j.Queue != "" && j.Queue != q.name {
-		return fmt.Errorf("jobkey: job %q belongs to queue %q, not %q", j.ID, j.Queue, q.name)
+		return fmt.Errorf("%w: job %q belongs to queue %q, not %q", ErrInvalid, j.ID, j.Queue, q.name)
 	}
 	return validID(j.ID)
 }
 
-// LeaseLostError explains ErrLeaseLost: the job as it is now stored.
-type LeaseLostError struct {
-	ID      string
-	Attempt int    // the caller's attempt
-	Owner   string // the caller's lease owner
-	Now     *Job   // the stored job
-}
-
-func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("jobkey: lease lost on job %q: attempt %d of %q, but the job is now %s at attempt %d of %q",
-		e.ID, e.Attempt, e.Owner, e.Now.State, e.Now.Attempt, e.Now.LeaseOwner)
-}
-
-// Is makes errors.Is(err, ErrLeaseLost) hold.
-func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
-
-// Extend renews the lease of a claimed job to Config.Lease from now.
+// Extend renews the lease of a claimed job to Config.Lease from now, by
+// Redis's clock.
 func (q *Queue) Extend(ctx context.Context, j *Job) (*Job, error) {
 	if err := q.checkJob(j); err != nil {
 		return nil, err
@@ -124,14 +136,14 @@ func (q *Queue) Extend(ctx context.Context, j *Job) (*Job, error) {
 	return q.fenced(ctx, j, []string{idxLeased}, nil, q.extend)
 }
 
-func (q *Queue) extend(_, next *Job) *Job {
-	next.LeaseUntil = q.now().Add(q.cfg.Lease)
+func (q *Queue) extend(_, next *Job, now time.Time) *Job {
+	next.LeaseUntil = now.Add(q.cfg.Lease)
 	return next
 }
 
 func (q *Queue) flushExtends(ctx context.Context, batch []*call[*Job, *Job]) {
 	flushFenced(ctx, q, batch, func(c *call[*Job, *Job]) *Job { return c.in }, []string{idxLeased}, nil,
-		func(*call[*Job, *Job]) func(j, next *Job) *Job { return q.extend })
+		func(*call[*Job, *Job]) transition { return q.extend })
 }
 
 // completeIn is one Complete call waiting in its group.
@@ -143,11 +155,11 @@ type completeIn struct {
 func (q *Queue) flushCompletes(ctx context.Context, batch []*call[completeIn, *Job]) {
 	flushFenced(ctx, q, batch, func(c *call[completeIn, *Job]) *Job { return c.in.job },
 		[]string{idxLeased, idxSucceeded}, completed,
-		func(c *call[completeIn, *Job]) func(j, next *Job) *Job { return succeed(c.in.result) })
+		func(c *call[completeIn, *Job]) transition { return succeed(c.in.result) })
 }
 
-func succeed(result []byte) func(_, next *Job) *Job {
-	return func(_, next *Job) *Job {
+func succeed(result []byte) transition {
+	return func(_, next *Job, _ time.Time) *Job {
 		next.State = StateSucceeded
 		next.Result = result
 		return next
@@ -156,10 +168,10 @@ func succeed(result []byte) func(_, next *Job) *Job {
 
 // flushFenced runs a group-commit batch of one fenced transition as one
 // fencedMany. A job that appears twice waits for a batch of its own, and a
-// batch refused as a whole is retried call by call, so each caller gets its
-// own outcome.
+// call whose transaction was refused whole is tried again alone, so each
+// caller gets its own outcome.
 func flushFenced[T any](ctx context.Context, q *Queue, batch []*call[T, *Job], job func(*call[T, *Job]) *Job,
-	predict []string, done func(j, cur *Job) bool, fn func(*call[T, *Job]) func(j, next *Job) *Job) {
+	predict []string, done func(j, cur *Job) bool, fn func(*call[T, *Job]) transition) {
 	batch = live(batch)
 	for len(batch) > 0 {
 		var now, later []*call[T, *Job]
@@ -173,30 +185,19 @@ func flushFenced[T any](ctx context.Context, q *Queue, batch []*call[T, *Job], j
 			}
 		}
 		jobs := make([]*Job, len(now))
-		byJob := make(map[*Job]*call[T, *Job], len(now))
 		for i, c := range now {
 			jobs[i] = job(c)
-			byJob[jobs[i]] = c
 		}
-		out, errs, err := q.fencedMany(ctx, jobs, predict, done, func(j, next *Job) *Job { return fn(byJob[j])(j, next) })
-		switch {
-		case err != nil && len(now) > 1 && refusedWhole(err):
-			for _, c := range now {
-				o, e, err := q.fencedMany(ctx, []*Job{job(c)}, predict, done, fn(c))
-				if err != nil {
-					c.err = err
-				} else {
-					c.out, c.err = o[0], e[0]
-				}
+		out, errs := q.fencedMany(ctx, jobs, predict, done,
+			func(i int) transition { return fn(now[i]) }, func(i int) bool { return now[i].gone() })
+		for i, c := range now {
+			if len(now) > 1 && refusedWhole(errs[i]) {
+				o, e := q.fencedMany(ctx, []*Job{job(c)}, predict, done,
+					func(int) transition { return fn(c) }, func(int) bool { return c.gone() })
+				c.finish(o[0], e[0])
+				continue
 			}
-		case err != nil:
-			for _, c := range now {
-				c.err = err
-			}
-		default:
-			for i, c := range now {
-				c.out, c.err = out[i], errs[i]
-			}
+			c.finish(out[i], errs[i])
 		}
 		batch = later
 	}
@@ -220,41 +221,42 @@ func (q *Queue) Complete(ctx context.Context, j *Job, result []byte) (*Job, erro
 
 // completed recognises a job that j's own Complete already finished.
 func completed(j, cur *Job) bool {
-	return cur.State == StateSucceeded && cur.Attempt == j.Attempt && cur.LeaseOwner == j.LeaseOwner
+	return cur.State == StateSucceeded && cur.LeaseToken == j.LeaseToken
 }
 
 // CompleteMany completes a batch of claimed jobs, two round trips per
 // transaction of at most Config.MaxBatch jobs (per shard on a cluster).
-// results[i] is jobs[i]'s result; results may be nil. Each job is fenced on
-// its own: errs[i] is jobs[i]'s ErrLeaseLost (or ErrNotFound, ErrCorrupt),
-// and the others complete regardless. err is set only when nothing could
-// be decided (Redis unreachable, a conflict that did not clear, ...).
-func (q *Queue) CompleteMany(ctx context.Context, jobs []*Job, results [][]byte) (done []*Job, errs []error, err error) {
+// results[i] is jobs[i]'s result; results may be nil.
+//
+// Each job is fenced on its own, so done[i] is jobs[i] as completed, or
+// nil; when any job was not completed, err is a *BatchError whose Errs[i]
+// says why for each: ErrLeaseLost, ErrNotFound, ErrCorrupt, a job repeated
+// earlier in the batch, or the failure of the transaction that carried it.
+// The other jobs complete regardless.
+func (q *Queue) CompleteMany(ctx context.Context, jobs []*Job, results [][]byte) (done []*Job, err error) {
 	if results != nil && len(results) != len(jobs) {
-		return nil, nil, fmt.Errorf("jobkey: CompleteMany with %d jobs and %d results", len(jobs), len(results))
+		return nil, fmt.Errorf("%w: CompleteMany with %d jobs and %d results", ErrInvalid, len(jobs), len(results))
 	}
-	pos := make(map[*Job]int, len(jobs))
 	for i, j := range jobs {
-		pos[j] = i
 		if j != nil && results != nil {
 			if err := q.resultFits(j, results[i]); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
 	}
-	return q.fencedMany(ctx, jobs, []string{idxLeased, idxSucceeded}, completed, func(j, next *Job) *Job {
-		next.State = StateSucceeded
-		if results != nil {
-			next.Result = results[pos[j]]
+	done, errs := q.fencedMany(ctx, jobs, []string{idxLeased, idxSucceeded}, completed, func(i int) transition {
+		if results == nil {
+			return succeed(nil)
 		}
-		return next
-	})
+		return succeed(results[i])
+	}, nil)
+	return done, batchErr(errs)
 }
 
 // resultFits refuses a result that would push the value past the limit.
 func (q *Queue) resultFits(j *Job, result []byte) error {
 	probe := *j
-	probe.Result, probe.State, probe.LeaseUntil = result, StateSucceeded, q.now()
+	probe.Result, probe.State, probe.LeaseUntil = result, StateSucceeded, q.clock.guess()
 	if n := encodedSize(&probe); n > q.cfg.MaxValueBytes {
 		return fmt.Errorf("%w: job %q with its result would be %d bytes, limit %d", ErrTooLarge, j.ID, n, q.cfg.MaxValueBytes)
 	}
@@ -272,14 +274,14 @@ func (q *Queue) Fail(ctx context.Context, j *Job, cause error) (*Job, error) {
 	}
 	msg = truncate(msg, MaxErrorLen)
 	final := errors.Is(cause, ErrSkipRetry)
-	return q.fenced(ctx, j, []string{idxLeased, idxReady, idxFailed}, nil, func(_, next *Job) *Job {
+	return q.fenced(ctx, j, []string{idxLeased, idxReady, idxFailed}, nil, func(_, next *Job, now time.Time) *Job {
 		next.LastError = msg
 		if final || next.Attempt >= next.MaxAttempts {
 			next.State = StateFailed
 			return next
 		}
 		next.State = StatePending
-		next.RunAt = q.now().Add(max(0, q.cfg.Backoff(next.Attempt)))
+		next.RunAt = now.Add(max(0, q.cfg.Backoff(next.Attempt)))
 		return next
 	})
 }
@@ -287,10 +289,10 @@ func (q *Queue) Fail(ctx context.Context, j *Job, cause error) (*Job, error) {
 // Release gives a claimed job back without spending its attempt: it is
 // pending again and due at once. Work uses it on shutdown.
 func (q *Queue) Release(ctx context.Context, j *Job) (*Job, error) {
-	return q.fenced(ctx, j, []string{idxLeased, idxReady}, nil, func(_, next *Job) *Job {
+	return q.fenced(ctx, j, []string{idxLeased, idxReady}, nil, func(_, next *Job, now time.Time) *Job {
 		next.State = StatePending
-		next.Attempt--
-		next.RunAt = q.now()
+		next.Attempt = max(0, next.Attempt-1)
+		next.RunAt = now
 		return next
 	})
 }

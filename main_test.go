@@ -2,8 +2,11 @@ package jobkey
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/jobkey/jobkey/internal/rttcount"
@@ -30,4 +33,55 @@ func hooked(t *testing.T, poolSize int) (*redis.Client, *rttcount.Hook) {
 	h := &rttcount.Hook{}
 	c.AddHook(h)
 	return c, h
+}
+
+// pipeHook runs before every pipeline (and MULTI/EXEC) a client sends: a
+// test slows or fails chosen ones with it. Returning an error sends nothing.
+type pipeHook func(ctx context.Context, cmds []redis.Cmder) error
+
+func (h pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h(ctx, cmds); err != nil {
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// names returns "cmd key" for each command of a pipeline, for matching.
+func names(cmds []redis.Cmder) []string {
+	out := make([]string, len(cmds))
+	for i, c := range cmds {
+		out[i] = c.Name()
+		if a := c.Args(); len(a) > 1 {
+			out[i] += " " + fmt.Sprint(a[1])
+		}
+	}
+	return out
+}
+
+// has reports whether a pipeline holds a command whose "cmd key" starts
+// with cmd and ends with keySuffix.
+func has(cmds []redis.Cmder, cmd, keySuffix string) bool {
+	for _, n := range names(cmds) {
+		if strings.HasPrefix(n, cmd+" ") && strings.HasSuffix(n, keySuffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// sleepCtxOr waits d or until ctx ends, as a slow network would.
+func sleepCtxOr(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

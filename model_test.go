@@ -19,6 +19,7 @@ type mjob struct {
 	max        int
 	runAt      time.Time
 	owner      string
+	token      uint64
 	leaseUntil time.Time
 }
 
@@ -33,17 +34,18 @@ type model struct {
 func (m *model) claimable(j *mjob) bool {
 	switch j.state {
 	case StatePending:
-		return !j.runAt.After(m.now)
+		return !j.runAt.After(m.now) && j.attempt < j.max
 	case StateActive:
 		return !j.leaseUntil.After(m.now) && j.attempt < j.max
 	}
 	return false
 }
 
-// expiredFinal is an active job whose last attempt's lease ran out: any
-// claimer that meets it fails it.
+// expiredFinal is a due job with no attempt left (an active one whose last
+// attempt's lease ran out): any claimer that meets it fails it.
 func (m *model) expiredFinal(j *mjob) bool {
-	return j.state == StateActive && !j.leaseUntil.After(m.now) && j.attempt >= j.max
+	due := (j.state == StateActive && !j.leaseUntil.After(m.now)) || (j.state == StatePending && !j.runAt.After(m.now))
+	return due && j.attempt >= j.max
 }
 
 func (m *model) stats() Stats {
@@ -88,9 +90,10 @@ func TestModel(t *testing.T) {
 		clock := newClock()
 		backoff := func(attempt int) time.Duration { return time.Duration(attempt) * 10 * time.Second }
 		q, err := NewQueue(rdb, "q", &Config{
-			Prefix: "model-" + NewID(), Now: clock.Now, Backoff: backoff, Shards: rapid.IntRange(1, 3).Draw(rt, "shards"),
+			Prefix: "model-" + NewID(), Backoff: backoff, Shards: rapid.IntRange(1, 3).Draw(rt, "shards"),
 		})
 		require.NoError(rt, err)
+		q.clock.fake = clock.Now
 		f := &fixture{q: q, rdb: rdb, clock: clock, ctx: ctx}
 		m := &model{jobs: map[string]*mjob{}, now: clock.Now(), lease: q.cfg.Lease, backoff: backoff}
 		var held []*Job // every copy a claim handed out, stale ones included
@@ -98,7 +101,7 @@ func TestModel(t *testing.T) {
 		pickHeld := func(rt *rapid.T) *Job { return rapid.SampledFrom(held).Draw(rt, "held") }
 		fenced := func(j *Job) (*mjob, bool) {
 			mj := m.jobs[j.ID]
-			return mj, mj.state == StateActive && mj.attempt == j.Attempt && mj.owner == j.LeaseOwner
+			return mj, mj.state == StateActive && mj.token == j.LeaseToken
 		}
 
 		rt.Repeat(map[string]func(*rapid.T){
@@ -135,6 +138,11 @@ func TestModel(t *testing.T) {
 				mj := m.jobs[j.ID]
 				require.True(rt, m.claimable(mj), "claimed %s, which was not claimable: %+v", j.ID, mj)
 				mj.state, mj.attempt, mj.owner, mj.leaseUntil = StateActive, mj.attempt+1, w, m.now.Add(m.lease)
+				require.NotZero(rt, j.LeaseToken)
+				for _, h := range held {
+					require.NotEqual(rt, h.LeaseToken, j.LeaseToken, "every claim has a token of its own")
+				}
+				mj.token = j.LeaseToken
 				held = append(held, j)
 			},
 			"complete": func(rt *rapid.T) {
@@ -144,7 +152,7 @@ func TestModel(t *testing.T) {
 				j := pickHeld(rt)
 				_, err := q.Complete(ctx, j, []byte("r"))
 				mj, ok := fenced(j)
-				if mj.state == StateSucceeded && mj.attempt == j.Attempt && mj.owner == j.LeaseOwner {
+				if mj.state == StateSucceeded && mj.token == j.LeaseToken {
 					require.NoError(rt, err, "a repeated Complete is a no-op success")
 					return
 				}
@@ -185,7 +193,7 @@ func TestModel(t *testing.T) {
 					return
 				}
 				require.NoError(rt, err)
-				mj.state, mj.attempt, mj.runAt = StatePending, mj.attempt-1, m.now
+				mj.state, mj.attempt, mj.runAt = StatePending, max(0, mj.attempt-1), m.now
 			},
 			"extend": func(rt *rapid.T) {
 				if len(held) == 0 {

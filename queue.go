@@ -13,15 +13,16 @@ import (
 // every change to a job is a compare-and-set on that key, so a change
 // happens whole or not at all. A Queue is safe for concurrent use.
 type Queue struct {
-	rdb  redis.UniversalClient
-	name string
-	cfg  Config
-	ks   *keyspace
-	cas  *casEngine
+	rdb   redis.UniversalClient
+	name  string
+	cfg   Config
+	ks    *keyspace
+	cas   *casEngine
+	clock *serverClock
 
 	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
 	claims    *commitGroup[string, *Job]
-	enqueues  *commitGroup[*Job, *Job]
+	enqueues  *commitGroup[*enqueueIn, *Job]
 	completes *commitGroup[completeIn, *Job]
 	extends   *commitGroup[*Job, *Job]
 }
@@ -31,7 +32,7 @@ type Queue struct {
 // are refused here with an error that says what is wrong.
 func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, error) {
 	if rdb == nil {
-		return nil, errors.New("jobkey: nil Redis client")
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalid)
 	}
 	if err := validName("queue name", name, false); err != nil {
 		return nil, err
@@ -41,25 +42,20 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	engine, err := newCASEngine(rdb, casLimits{attempts: c.CASAttempts, baseBackoff: c.CASBackoff, maxBackoff: c.CASMaxBackoff})
+	clock := &serverClock{local: c.Now}
+	engine, err := newCASEngine(rdb, casLimits{attempts: c.CASAttempts, baseBackoff: c.CASBackoff, maxBackoff: c.CASMaxBackoff}, clock)
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine}
+	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine, clock: clock}
 	if !c.DisableGroupCommit {
-		n := groupInflight
-		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, inflight: n, flush: q.flushClaims}
-		q.enqueues = &commitGroup[*Job, *Job]{max: c.MaxBatch, inflight: n, flush: q.flushEnqueues}
-		q.completes = &commitGroup[completeIn, *Job]{max: c.MaxBatch, inflight: n, flush: q.flushCompletes}
-		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, inflight: n, flush: q.flushExtends}
+		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims}
+		q.enqueues = &commitGroup[*enqueueIn, *Job]{max: c.MaxBatch, flush: q.flushEnqueues}
+		q.completes = &commitGroup[completeIn, *Job]{max: c.MaxBatch, flush: q.flushCompletes}
+		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, flush: q.flushExtends}
 	}
 	return q, nil
 }
-
-// groupInflight is how many group-commit transactions of one kind a Queue
-// runs at once. One would serialize callers behind a single transaction's
-// latency; a few keep both Redis and the client busy.
-var groupInflight = 1
 
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
@@ -67,8 +63,6 @@ func (q *Queue) Name() string { return q.name }
 // Metrics returns the queue's compare-and-set counters: attempts,
 // conflicts, round trips and commands since the Queue was made.
 func (q *Queue) Metrics() MetricsSnapshot { return q.cas.m.snapshot() }
-
-func (q *Queue) now() time.Time { return q.cfg.Now().UTC().Truncate(time.Millisecond) }
 
 // Get returns the job with the given ID in one round trip. It returns
 // ErrNotFound when there is none, and ErrCorrupt or ErrUnsupportedFormat
@@ -105,13 +99,14 @@ func keyed(err error, key string) error {
 }
 
 // update runs one compare-and-set on job id: fn sees the current value
-// (never nil: a missing job is ErrNotFound) and returns the new value, or
-// nil to write nothing. Index entries follow the value in the same EXEC.
+// (never nil: a missing job is ErrNotFound) and Redis's clock, and returns
+// the new value, or nil to write nothing. Index entries follow the value in
+// the same EXEC.
 //
 // predict names the indexes the transition is expected to write, so their
 // type checks ride in the first round trip. notify, when set, is a channel
 // the same EXEC publishes the job's ID on (wake-ups and cancellations).
-func (q *Queue) update(ctx context.Context, id string, predict []string, fn func(cur *Job) (*Job, error), notify string) (*Job, error) {
+func (q *Queue) update(ctx context.Context, id string, predict []string, fn func(cur *Job, now time.Time) (*Job, error), notify string) (*Job, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -126,7 +121,7 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 			return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
 		}
 		old := *cur
-		next, err := fn(cur)
+		next, err := fn(cur, r.now)
 		if err != nil {
 			return nil, err
 		}
@@ -134,9 +129,9 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 			out = &old
 			return nil, nil
 		}
-		next.UpdatedAt = q.now()
+		next.UpdatedAt = r.now
 		var ip indexPlan
-		q.move(&ip, shard, id, &old, next, "")
+		q.move(&ip, shard, id, &old, next, "", r.now)
 		out = next
 		if notify != "" {
 			ip.extra = append(ip.extra, []any{"publish", notify, id})

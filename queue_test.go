@@ -58,16 +58,27 @@ func setup(t *testing.T, cfg *Config) *fixture {
 		c = *cfg
 	}
 	c.Prefix = redistest.Prefix(t)
-	if c.Now == nil {
-		c.Now = clock.Now
-	}
 	if c.Backoff == nil {
 		c.Backoff = func(attempt int) time.Duration { return time.Duration(attempt) * time.Minute }
 	}
 	q, err := NewQueue(rdb, "q", &c)
 	require.NoError(t, err)
+	q.clock.fake = clock.Now // Redis's clock, as far as the queue can tell
 	require.NoError(t, rdb.Ping(context.Background()).Err())
 	return &fixture{q: q, rdb: rdb, hook: hook, clock: clock, ctx: context.Background()}
+}
+
+// jobErrs returns the per-job errors of a batch call's error: a
+// *BatchError's Errs, or n nils when err is nil.
+func jobErrs(t *testing.T, err error, n int) []error {
+	t.Helper()
+	if err == nil {
+		return make([]error, n)
+	}
+	var be *BatchError
+	require.ErrorAs(t, err, &be)
+	require.Len(t, be.Errs, n)
+	return be.Errs
 }
 
 // indexOf returns the index and score the raw keys hold for id, failing if
@@ -116,6 +127,7 @@ func TestNewQueueRefuses(t *testing.T) {
 		"shards":         {"q", Config{Shards: 5000}, "Shards"},
 		"lease":          {"q", Config{Lease: time.Millisecond}, "Lease"},
 		"attempts":       {"q", Config{MaxAttempts: -1}, "MaxAttempts"},
+		"attempts limit": {"q", Config{MaxAttempts: MaxAttemptsLimit + 1}, "MaxAttempts"},
 		"value limit":    {"q", Config{MaxValueBytes: MaxValueBytes + 1}, "MaxValueBytes"},
 		"prefix brace":   {"q", Config{Prefix: "x{"}, "hash tag"},
 		"cas backoff":    {"q", Config{CASBackoff: time.Second, CASMaxBackoff: time.Millisecond}, "CASBackoff"},
@@ -713,9 +725,10 @@ func TestClaimManyCompleteMany(t *testing.T) {
 
 	// One lease is lost before the batch completes: only that job fails.
 	const victim = 5
-	_, err = f.q.update(f.ctx, got[victim].ID, nil, func(cur *Job) (*Job, error) {
+	_, err = f.q.update(f.ctx, got[victim].ID, nil, func(cur *Job, _ time.Time) (*Job, error) {
 		cur.Attempt++
 		cur.LeaseOwner = "thief"
+		cur.LeaseToken = newToken()
 		return cur, nil
 	}, "")
 	require.NoError(t, err)
@@ -724,8 +737,8 @@ func TestClaimManyCompleteMany(t *testing.T) {
 		results[i] = []byte(fmt.Sprint(i))
 	}
 	f.hook.Reset()
-	done, errs, err := f.q.CompleteMany(f.ctx, got, results)
-	require.NoError(t, err)
+	done, err := f.q.CompleteMany(f.ctx, got, results)
+	errs := jobErrs(t, err, len(got))
 	require.EqualValues(t, 2, f.hook.RTT.Load())
 	for i, j := range got {
 		if i == victim {
@@ -738,8 +751,8 @@ func TestClaimManyCompleteMany(t *testing.T) {
 		f.requireIndexed(t, j)
 	}
 	// Retried after a lost reply: no-op successes, nothing rewritten.
-	again, errs, err := f.q.CompleteMany(f.ctx, got, results)
-	require.NoError(t, err)
+	again, err := f.q.CompleteMany(f.ctx, got, results)
+	errs = jobErrs(t, err, len(got))
 	for i := range got {
 		if i != victim {
 			require.NoError(t, errs[i])
@@ -754,7 +767,7 @@ func TestClaimManyCompleteMany(t *testing.T) {
 
 	_, err = f.q.ClaimMany(f.ctx, "w", 0)
 	require.Error(t, err)
-	_, _, err = f.q.CompleteMany(f.ctx, []*Job{got[0], got[0]}, nil)
+	_, err = f.q.CompleteMany(f.ctx, []*Job{got[0], got[0]}, nil)
 	require.ErrorContains(t, err, "appears twice")
 }
 
@@ -803,15 +816,17 @@ func TestEnqueueManyFindsWrongTypeJobKey(t *testing.T) {
 	f := setup(t, nil)
 	bad, _ := f.q.ks.jobKeyOf("b")
 	require.NoError(t, f.rdb.RPush(f.ctx, bad, "x").Err())
-	_, err := f.q.EnqueueMany(f.ctx, []NewJob{
+	jobs, err := f.q.EnqueueMany(f.ctx, []NewJob{
 		{Type: "t", Opts: &EnqueueOpts{ID: "a"}}, {Type: "t", Opts: &EnqueueOpts{ID: "b"}}, {Type: "t", Opts: &EnqueueOpts{ID: "c"}},
 	})
+	// The unreadable key is b's own error; a and c are written.
+	errs := jobErrs(t, err, 3)
 	var wt *WrongTypeError
-	require.ErrorAs(t, err, &wt)
+	require.ErrorAs(t, errs[1], &wt)
 	require.Equal(t, bad, wt.Key)
-	for _, id := range []string{"a", "c"} {
-		_, err := f.q.Get(f.ctx, id)
-		require.ErrorIs(t, err, ErrNotFound)
+	for _, i := range []int{0, 2} {
+		require.NoError(t, errs[i])
+		f.requireIndexed(t, jobs[i])
 	}
 	require.EqualValues(t, 1, f.rdb.LLen(f.ctx, bad).Val(), "the foreign key is untouched")
 }
@@ -836,4 +851,30 @@ func TestLateTypeCheckRefusesBeforeWrite(t *testing.T) {
 	require.EqualValues(t, 3, f.hook.RTT.Load(), "WATCH+GET, late TYPE, UNWATCH")
 	require.Equal(t, before, f.rdb.Get(f.ctx, keys.Job).Val(), "the value is as it was")
 	require.Equal(t, "not a zset", f.rdb.Get(f.ctx, keys.Ready).Val())
+}
+
+// MaxAttempts past what a stored value can hold is refused wherever it
+// comes in, before anything is written; it used to be written and then
+// read back as corrupt, so the job never ran (issue 9, item 8).
+func TestMaxAttemptsIsBounded(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	huge := MaxAttemptsLimit + 1
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "huge", MaxAttempts: huge})
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = f.q.Get(f.ctx, "huge")
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = f.q.EnqueueMany(f.ctx, []NewJob{{Type: "t", Opts: &EnqueueOpts{MaxAttempts: huge}}})
+	require.ErrorIs(t, err, ErrInvalid)
+
+	j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{MaxAttempts: MaxAttemptsLimit})
+	require.NoError(t, err, "the limit itself is fine")
+	_, err = f.q.Update(f.ctx, j.ID, func(j *Job) error { j.MaxAttempts = huge; return nil })
+	require.ErrorIs(t, err, ErrInvalid)
+	got, err := f.q.Get(f.ctx, j.ID)
+	require.NoError(t, err, "the value still reads")
+	require.Equal(t, MaxAttemptsLimit, got.MaxAttempts)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, j.ID, c.ID)
 }

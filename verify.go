@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -40,8 +41,12 @@ var allIndexes = []string{idxReady, idxLeased, idxSucceeded, idxFailed, idxCance
 // job of the same state trims them.
 func (q *Queue) Verify(ctx context.Context, fix bool) (VerifyReport, error) {
 	var rep VerifyReport
+	now, err := q.clock.now(ctx, q.rdb)
+	if err != nil {
+		return rep, err
+	}
 	for s := range q.ks.shards {
-		if err := q.verifyShard(ctx, s, fix, &rep); err != nil {
+		if err := q.verifyShard(ctx, s, fix, now, &rep); err != nil {
 			return rep, err
 		}
 	}
@@ -53,7 +58,7 @@ type placed struct {
 	score int64
 }
 
-func (q *Queue) verifyShard(ctx context.Context, shard int, fix bool, rep *VerifyReport) error {
+func (q *Queue) verifyShard(ctx context.Context, shard int, fix bool, now time.Time, rep *VerifyReport) error {
 	// Every index entry of the shard.
 	entries := map[string][]placed{}
 	for _, idx := range allIndexes {
@@ -92,13 +97,13 @@ func (q *Queue) verifyShard(ctx context.Context, shard int, fix bool, rep *Verif
 	for start := 0; start < len(ids); start += 500 {
 		batch := ids[start:min(len(ids), start+500)]
 		cmds := make([]*redis.StringCmd, len(batch))
-		_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		got, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, id := range batch {
 				cmds[i] = p.Get(ctx, prefix+id)
 			}
 			return nil
 		})
-		if err != nil && !errors.Is(err, redis.Nil) && !isRedisErr(err) {
+		if err != nil && (unanswered(got, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
 			return fmt.Errorf("jobkey: verify: read values: %w", err)
 		}
 		for i, id := range batch {
@@ -127,7 +132,7 @@ func (q *Queue) verifyShard(ctx context.Context, shard int, fix bool, rep *Verif
 	// Entries whose job has no value.
 	cutoff := map[string]int64{}
 	for _, st := range []State{StateSucceeded, StateFailed, StateCanceled} {
-		cutoff[derive(&Job{State: st}).index] = toMillis(q.now().Add(-q.retention(st)))
+		cutoff[derive(&Job{State: st}).index] = toMillis(now.Add(-q.retention(st)))
 	}
 	for id, ps := range entries {
 		if seen[id] {
@@ -191,7 +196,7 @@ func (q *Queue) rederive(ctx context.Context, shard int, id string) error {
 			switch {
 			case r.errs[0] != nil:
 				want = idxCorrupt
-				ip.zadd(q.ks.index(shard, idxCorrupt), toMillis(q.now()), id)
+				ip.zadd(q.ks.index(shard, idxCorrupt), toMillis(r.now), id)
 			case r.jobs[0] != nil:
 				e := derive(r.jobs[0])
 				want = e.index

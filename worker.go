@@ -16,8 +16,10 @@ import (
 )
 
 // Handler runs jobs for Work. It returns the job's result, or an error to
-// fail the attempt. Its ctx is canceled when the lease is lost, the job is
-// canceled, or shutdown's grace period runs out.
+// fail the attempt. Its ctx is canceled when the job is canceled, when the
+// lease is lost or could not be renewed in time, or when shutdown's grace
+// period runs out; context.Cause says which. A handler must return soon
+// after: past that point another worker may run the job.
 type Handler interface {
 	Work(ctx context.Context, j *Job) ([]byte, error)
 }
@@ -39,6 +41,12 @@ var (
 	// ErrShutdown is the cause when shutdown's grace period ran out; the job
 	// is released back to pending without spending its attempt.
 	ErrShutdown = errors.New("jobkey: worker shutting down")
+	// ErrLeaseExpired is the cause when the lease could not be renewed
+	// (Redis unreachable, or too slow) and its last confirmed deadline, less
+	// WorkOpts.LeaseMargin, passed: the worker stops the handler before
+	// another worker may claim the job. Nothing is written; the job is
+	// claimed again once the lease has run out in Redis.
+	ErrLeaseExpired = errors.New("jobkey: lease could not be renewed before it ran out")
 )
 
 // WorkOpts configure Work. A nil *WorkOpts means all defaults.
@@ -54,10 +62,14 @@ type WorkOpts struct {
 	// ShutdownGrace is how long in-flight handlers may run on after ctx ends
 	// before their contexts are canceled and their jobs released (default: 10s).
 	ShutdownGrace time.Duration
-	// CompleteBatch is the most completions one transaction records. Slots
-	// hand finished jobs to a completer and go on claiming; it writes what
-	// has piled up with CompleteMany (default: 32; 1 completes one by one).
-	CompleteBatch int
+	// LeaseMargin is how long before its lease would run out a handler is
+	// stopped when the lease could not be renewed (ErrLeaseExpired). The
+	// worker measures the lease on its own monotonic clock from the moment
+	// it asked for it, so the margin covers only its own scheduling delays,
+	// the handler's time to stop, and clock skew between Redis nodes that
+	// serve one shard in turn (a failover). Default: Lease/5; at most
+	// Lease/2.
+	LeaseMargin time.Duration
 	// Logger receives errors Work cannot return (default: slog.Default()).
 	Logger *slog.Logger
 	// OnRecorded, when set, is called once for every job whose outcome the
@@ -71,15 +83,58 @@ type WorkOpts struct {
 // Work claims and runs jobs with h until ctx ends, then shuts down
 // gracefully: it stops claiming, lets in-flight handlers finish within
 // ShutdownGrace, then cancels the rest and releases their jobs. It returns
-// nil after a graceful shutdown.
+// nil once every handler has returned and its outcome is recorded (or its
+// lease has run out, when Redis cannot be reached).
 //
-// While a handler runs, its lease is renewed every Lease/3. Idle workers do
-// not busy-poll: they wait for the wake-up hint every enqueue publishes in
-// its EXEC, for the next scheduled job's time, or for PollInterval.
+// While a handler runs and until its outcome is recorded, its lease is
+// renewed every Lease/3, and the outcome write is retried with backoff
+// until it lands or the lease is gone. A handler whose lease could not be
+// renewed is stopped before the lease runs out (see LeaseMargin). Idle
+// workers do not busy-poll: they wait for the wake-up hint every enqueue
+// publishes in its EXEC, for the next scheduled job's time, or for
+// PollInterval.
 func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	if h == nil {
-		return errors.New("jobkey: Work with nil handler")
+		return fmt.Errorf("%w: Work with nil handler", ErrInvalid)
 	}
+	o, err := q.workOpts(opts)
+	if err != nil {
+		return err
+	}
+	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[*run]struct{}{}}
+	// Handlers outlive ctx by the grace period, so they hang off a context
+	// that ctx's end does not cancel; it is canceled when the grace runs
+	// out, which reaches every handler, even one whose claim was still in
+	// flight then. Outcome writes hang off one that is never canceled.
+	w.writes = context.WithoutCancel(ctx)
+	var stopRuns context.CancelCauseFunc
+	w.runs, stopRuns = context.WithCancelCause(w.writes)
+	defer stopRuns(nil)
+	sub := q.rdb.Subscribe(ctx, q.ks.wakeChannel(), q.ks.cancelChannel())
+	defer sub.Close()
+	go w.listen(sub.Channel())
+
+	var slots sync.WaitGroup
+	for i := range o.Concurrency {
+		slots.Go(func() { w.slot(ctx, o.Name+"/"+strconv.Itoa(i)) })
+	}
+	<-ctx.Done()
+	// Slots stop claiming by themselves (they watch ctx). Now the grace.
+	finished := make(chan struct{})
+	go func() { slots.Wait(); close(finished) }()
+	grace := time.NewTimer(o.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-finished:
+	case <-grace.C:
+		stopRuns(ErrShutdown)
+		<-finished
+	}
+	return nil
+}
+
+// workOpts fills in the defaults and checks the options.
+func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 	o := WorkOpts{}
 	if opts != nil {
 		o = *opts
@@ -87,7 +142,7 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	o.Concurrency = cmp.Or(o.Concurrency, 10)
 	o.PollInterval = cmp.Or(o.PollInterval, time.Second)
 	o.ShutdownGrace = cmp.Or(o.ShutdownGrace, 10*time.Second)
-	o.CompleteBatch = cmp.Or(o.CompleteBatch, 32)
+	o.LeaseMargin = cmp.Or(o.LeaseMargin, q.cfg.Lease/5)
 	if o.Name == "" {
 		host, _ := os.Hostname()
 		o.Name = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), NewID()[20:])
@@ -95,100 +150,32 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 || o.CompleteBatch < 1 || o.CompleteBatch > q.cfg.MaxBatch {
-		return fmt.Errorf("jobkey: bad WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, CompleteBatch %d (at most Config.MaxBatch)",
-			o.Concurrency, o.PollInterval, o.ShutdownGrace, o.CompleteBatch)
+	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 || o.LeaseMargin < 0 || o.LeaseMargin > q.cfg.Lease/2 {
+		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v)",
+			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2)
 	}
 	if err := validOwner(o.Name + "/" + strconv.Itoa(o.Concurrency)); err != nil {
-		return err
+		return o, err
 	}
-
-	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[string]*run{},
-		completions: make(chan completion, o.Concurrency)}
-	// Handlers outlive ctx by the grace period, so they hang off a context
-	// that ctx's end does not cancel.
-	w.base = context.WithoutCancel(ctx)
-	sub := q.rdb.Subscribe(ctx, q.ks.wakeChannel(), q.ks.cancelChannel())
-	defer sub.Close()
-	go w.listen(sub.Channel())
-	completerDone := make(chan struct{})
-	go func() { defer close(completerDone); w.completer() }()
-	defer func() { close(w.completions); <-completerDone }()
-
-	var slots sync.WaitGroup
-	for i := range o.Concurrency {
-		slots.Go(func() { w.slot(ctx, o.Name+"/"+strconv.Itoa(i)) })
-	}
-	<-ctx.Done()
-	// Stop claiming happened by itself (slots watch ctx). Now the grace.
-	finished := make(chan struct{})
-	go func() { slots.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(o.ShutdownGrace):
-		w.cancelAll(ErrShutdown)
-		<-finished
-	}
-	return nil
-}
-
-type run struct {
-	job    *Job
-	cancel context.CancelCauseFunc
+	return o, nil
 }
 
 type worker struct {
 	q    *Queue
 	h    Handler
 	o    WorkOpts
-	base context.Context
 	wake chan struct{}
-
-	completions chan completion
+	// runs is the parent of every handler's context; writes, of every
+	// write about a run.
+	runs, writes context.Context
 
 	mu      sync.Mutex
-	running map[string]*run // by job ID
+	running map[*run]struct{}
 }
 
-type completion struct {
-	job    *Job
-	result []byte
-}
-
-// completer records successes in batches: it takes one, then whatever else
-// is already waiting, up to CompleteBatch, and writes them in one
-// transaction. Nothing waits for a batch to fill.
-func (w *worker) completer() {
-	for c := range w.completions {
-		jobs, results := []*Job{c.job}, [][]byte{c.result}
-	more:
-		for len(jobs) < w.o.CompleteBatch {
-			select {
-			case c, ok := <-w.completions:
-				if !ok {
-					break more
-				}
-				jobs, results = append(jobs, c.job), append(results, c.result)
-			default:
-				break more
-			}
-		}
-		ctx, cancel := context.WithTimeout(w.base, max(w.q.cfg.Lease, 5*time.Second))
-		done, errs, err := w.q.CompleteMany(ctx, jobs, results)
-		cancel()
-		for i, j := range jobs {
-			if err != nil {
-				w.recorded(j, err)
-			} else if errs[i] != nil {
-				w.recorded(j, errs[i])
-			} else {
-				w.recorded(done[i], nil)
-			}
-		}
-	}
-}
-
-// listen turns pub/sub messages into wake-ups and cancellations.
+// listen turns pub/sub messages into wake-ups and cancellations. Anyone
+// allowed to publish on the channel can send a cancel message, so it is a
+// hint: the run is stopped only once the stored job confirms it.
 func (w *worker) listen(ch <-chan *redis.Message) {
 	for m := range ch {
 		switch m.Channel {
@@ -196,8 +183,10 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 			w.poke()
 		case w.q.ks.cancelChannel():
 			w.mu.Lock()
-			if r := w.running[m.Payload]; r != nil {
-				r.cancel(ErrJobCanceled)
+			for r := range w.running {
+				if r.job.ID == m.Payload {
+					go r.confirmCancel(w)
+				}
 			}
 			w.mu.Unlock()
 		}
@@ -212,33 +201,22 @@ func (w *worker) poke() {
 	}
 }
 
-func (w *worker) cancelAll(cause error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, r := range w.running {
-		r.cancel(cause)
-	}
-}
-
 // slot claims and runs jobs one at a time until ctx ends.
 func (w *worker) slot(ctx context.Context, name string) {
 	errDelay := 10 * time.Millisecond
 	for ctx.Err() == nil {
+		asked := time.Now() // the lease is measured from before the claim
 		j, err := w.q.Claim(ctx, name)
-		var next time.Time
-		if errors.Is(err, ErrNoJob) {
-			// When the next scheduled job is due, so the idle wait ends then.
-			next, _ = w.q.nextDue(ctx)
-		}
 		switch {
 		case err == nil:
 			errDelay = 10 * time.Millisecond
 			w.poke() // there may be more: let another idle slot look
-			w.execute(j)
+			w.execute(ctx, j, asked)
 		case errors.Is(err, ErrNoJob):
 			wait := w.o.PollInterval
-			if !next.IsZero() {
-				wait = min(wait, max(time.Millisecond, next.Sub(w.q.now())))
+			// Sleep until the next scheduled job is due, if that is sooner.
+			if d, ok, err := w.q.untilDue(ctx); err == nil && ok {
+				wait = min(wait, max(time.Millisecond, d))
 			}
 			w.idle(ctx, wait)
 		case ctx.Err() != nil:
@@ -261,46 +239,33 @@ func (w *worker) idle(ctx context.Context, d time.Duration) {
 	}
 }
 
-// execute runs the handler under a renewed lease and records the outcome.
-func (w *worker) execute(j *Job) {
-	jctx, cancel := context.WithCancelCause(w.base)
-	defer cancel(nil)
-	w.mu.Lock()
-	w.running[j.ID] = &run{job: j, cancel: cancel}
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.running, j.ID)
-		w.mu.Unlock()
-	}()
-
-	hbDone := make(chan struct{})
-	go func() { defer close(hbDone); w.heartbeat(jctx, cancel, j) }()
-	result, err := w.call(jctx, j)
-	cause := context.Cause(jctx)
-	cancel(nil) // stops the heartbeat
-	<-hbDone
-
-	// The outcome is written even while Work shuts down.
-	wctx, wcancel := context.WithTimeout(w.base, max(w.q.cfg.Lease, 5*time.Second))
-	defer wcancel()
-	var stored *Job
-	var werr error
+// execute runs the handler under a kept lease and records the outcome.
+// ctx is Work's: when it has ended, shutdown began while the claim was in
+// flight, and the job goes back unrun.
+func (w *worker) execute(ctx context.Context, j *Job, asked time.Time) {
+	r := w.start(j, asked)
+	defer w.stop(r)
+	if ctx.Err() != nil {
+		w.record(r, w.q.Release)
+		return
+	}
+	result, err := w.call(r.ctx, j)
+	cause := context.Cause(r.ctx)
 	switch {
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled):
-		return // someone else owns the job's fate now; any write would be fenced off
-	case errors.Is(cause, ErrShutdown):
-		stored, werr = w.q.Release(wctx, j)
+		// Someone else owns the job's fate now: any write would be fenced off.
 	case err == nil:
-		w.completions <- completion{j, result}
-		return // the completer records it
+		// Even at shutdown, or when the lease could not be renewed: if the
+		// lease still holds, the success stands; if not, fencing refuses it.
+		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Complete(ctx, j, result) })
+	case errors.Is(cause, ErrLeaseExpired):
+		// The job is claimed again once the lease runs out in Redis; a write
+		// now would race that claim for nothing.
+	case errors.Is(cause, ErrShutdown):
+		w.record(r, w.q.Release)
 	default:
-		stored, werr = w.q.Fail(wctx, j, err)
+		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, err) })
 	}
-	if werr != nil {
-		stored = j
-	}
-	w.recorded(stored, werr)
 }
 
 // recorded logs a failed write and tells OnRecorded.
@@ -321,34 +286,4 @@ func (w *worker) call(ctx context.Context, j *Job) (result []byte, err error) {
 		}
 	}()
 	return w.h.Work(ctx, cloneJob(j))
-}
-
-// heartbeat renews the lease every Lease/3 until ctx ends, and cancels the
-// handler when the lease is lost (reclaimed, canceled or finished).
-func (w *worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, j *Job) {
-	t := time.NewTicker(w.q.cfg.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		_, err := w.q.Extend(ctx, j)
-		switch {
-		case err == nil, ctx.Err() != nil:
-		case errors.Is(err, ErrLeaseLost):
-			var ll *LeaseLostError
-			if errors.As(err, &ll) && ll.Now.State == StateCanceled {
-				cancel(ErrJobCanceled)
-			} else {
-				cancel(err)
-			}
-			return
-		default:
-			// Redis unreachable: keep trying; if the lease runs out meanwhile,
-			// fencing stops this worker's writes.
-			w.o.Logger.Warn("jobkey: lease renewal failed", "queue", w.q.name, "job", j.ID, "err", err)
-		}
-	}
 }

@@ -265,9 +265,10 @@ func TestWorkLostLeaseCancelsHandler(t *testing.T) {
 	// Someone else takes the job over (as after an expired lease): fenced.
 	_, err = q.Update(ctx, j.ID, func(*Job) error { return nil })
 	require.NoError(t, err)
-	_, err = q.update(ctx, j.ID, nil, func(cur *Job) (*Job, error) {
+	_, err = q.update(ctx, j.ID, nil, func(cur *Job, _ time.Time) (*Job, error) {
 		cur.Attempt++
 		cur.LeaseOwner = "thief"
+		cur.LeaseToken = newToken()
 		cur.LeaseUntil = time.Now().Add(time.Hour)
 		return cur, nil
 	}, "")

@@ -108,11 +108,8 @@ func (d *Jobkey) CompleteMany(ctx context.Context, hs []Handle) error {
 	for i, h := range hs {
 		js[i] = h.(*jobkey.Job)
 	}
-	_, errs, err := d.Q.CompleteMany(ctx, js, nil)
-	if err != nil {
-		return d.count(err)
-	}
-	return errors.Join(errs...)
+	_, err := d.Q.CompleteMany(ctx, js, nil)
+	return d.count(err)
 }
 
 func (d *Jobkey) Put(ctx context.Context, id string, payload []byte) error {

@@ -13,6 +13,9 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,28 +40,50 @@ type quietLog struct{}
 
 func (quietLog) Printf(context.Context, string, ...any) {}
 
-// env is a real redis-server with AOF (appendfsync always) behind a fault
-// proxy, and the injectors that torment it.
+// env is a real redis-server with AOF (appendfsync always) behind fault
+// proxies, and the injectors that torment it. proxy is shared by most
+// clients; a worker that may be partitioned alone gets a proxy of its own.
 type env struct {
 	t      *testing.T
 	srv    *redistest.Server
 	proxy  *faultproxy.Proxy
 	admin  *redis.Client // straight to the server, never faulted
 	faults sync.Map      // kind -> *atomic.Int64
+
+	mu      sync.Mutex
+	proxies []*faultproxy.Proxy // every proxy, proxy first
 }
 
 func newEnv(t *testing.T) *env {
 	srv := redistest.Start(t, redistest.Options{AOF: true})
-	p, err := faultproxy.Start(srv.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	return &env{t: t, srv: srv, proxy: p, admin: redistest.ClientFor(t, srv.URL(), nil)}
+	e := &env{t: t, srv: srv, admin: redistest.ClientFor(t, srv.URL(), nil)}
+	e.proxy = e.newProxy()
+	return e
 }
 
-// client connects through the proxy with short timeouts, as a service
-// would configure it.
-func (e *env) client() *redis.Client {
-	return redistest.ClientFor(e.t, "redis://"+e.proxy.Addr, func(o *redis.Options) {
+// newProxy starts one more fault proxy in front of the server.
+func (e *env) newProxy() *faultproxy.Proxy {
+	p, err := faultproxy.Start(e.srv.Addr)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { p.Close() })
+	e.mu.Lock()
+	e.proxies = append(e.proxies, p)
+	e.mu.Unlock()
+	return p
+}
+
+func (e *env) all() []*faultproxy.Proxy {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.proxies)
+}
+
+// client connects through the shared proxy with short timeouts, as a
+// service would configure it.
+func (e *env) client() *redis.Client { return e.clientVia(e.proxy) }
+
+func (e *env) clientVia(p *faultproxy.Proxy) *redis.Client {
+	return redistest.ClientFor(e.t, "redis://"+p.Addr, func(o *redis.Options) {
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = time.Second, time.Second, time.Second
 		o.PoolSize = 32
 	})
@@ -72,10 +97,19 @@ func (e *env) count(kind string) {
 func (e *env) counts() map[string]int64 {
 	out := map[string]int64{}
 	e.faults.Range(func(k, v any) bool { out[k.(string)] = v.(*atomic.Int64).Load(); return true })
-	c := e.proxy.Counts()
-	out["connection reset mid-stream"] += c.Resets
-	out["EXEC sent, reply lost"] += c.ExecCuts
+	for _, p := range e.all() {
+		c := p.Counts()
+		out["connection reset mid-stream"] += c.Resets
+		out["EXEC sent, reply lost"] += c.ExecCuts
+	}
 	return out
+}
+
+// set applies fault rates to every proxy.
+func (e *env) set(f faultproxy.Faults) {
+	for _, p := range e.all() {
+		p.Set(f)
+	}
 }
 
 // inject runs the fault schedule until ctx ends: random resets and lost
@@ -84,7 +118,7 @@ func (e *env) counts() map[string]int64 {
 // redis-server with AOF.
 func (e *env) inject(ctx context.Context) {
 	base := faultproxy.Faults{ResetProb: 0.002, ExecCutProb: 0.01}
-	e.proxy.Set(base)
+	e.set(base)
 	restarted := false
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -92,22 +126,24 @@ func (e *env) inject(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			e.proxy.Set(faultproxy.Faults{})
+			e.set(faultproxy.Faults{})
 			return
 		case <-tick.C:
 		}
 		switch r := rand.N(100); {
 		case r < 8:
-			e.proxy.Set(faultproxy.Faults{ResetProb: base.ResetProb, ExecCutProb: base.ExecCutProb, Latency: 20 * time.Millisecond})
+			e.set(faultproxy.Faults{ResetProb: base.ResetProb, ExecCutProb: base.ExecCutProb, Latency: 20 * time.Millisecond})
 			e.count("latency burst (20 ms per chunk, 250 ms)")
 			time.Sleep(250 * time.Millisecond)
-			e.proxy.Set(base)
+			e.set(base)
 		case r < 14:
 			if err := e.admin.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err == nil {
 				e.count("CLIENT KILL of every client")
 			}
 		case r < 20:
-			e.proxy.KillAll()
+			for _, p := range e.all() {
+				p.KillAll()
+			}
 			e.count("every connection reset")
 		case !restarted && time.Since(start) > *duration/2:
 			restarted = true
@@ -129,22 +165,66 @@ func (a *acked) add(id string) { a.mu.Lock(); a.ids = append(a.ids, id); a.mu.Un
 type result struct {
 	enqueued, finished                         int
 	lost, finishedTwice, hintMismatches, stuck int
+	overlapping, runs                          int
 	ambiguous, abandoned                       int64
 	faults                                     map[string]int64
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("enqueued %d, finished %d; lost %d, finished twice %d, hint mismatches %d, stuck %d; "+
-		"ambiguous enqueues retried %d, claims abandoned by dying workers %d; faults %v",
-		r.enqueued, r.finished, r.lost, r.finishedTwice, r.hintMismatches, r.stuck, r.ambiguous, r.abandoned, r.faults)
+	return fmt.Sprintf("enqueued %d, finished %d, handler runs %d; lost %d, finished twice %d, hint mismatches %d, stuck %d, "+
+		"overlapping runs %d; ambiguous enqueues retried %d, claims abandoned by dying workers %d; faults %v",
+		r.enqueued, r.finished, r.runs, r.lost, r.finishedTwice, r.hintMismatches, r.stuck, r.overlapping,
+		r.ambiguous, r.abandoned, r.faults)
 }
+
+// runLog records when each handler run of each job started and ended, on
+// this process's monotonic clock, to find runs of one job that overlapped.
+type runLog struct {
+	mu   sync.Mutex
+	runs map[string][][2]time.Time
+}
+
+func (l *runLog) add(id string, start, end time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.runs == nil {
+		l.runs = map[string][][2]time.Time{}
+	}
+	l.runs[id] = append(l.runs[id], [2]time.Time{start, end})
+}
+
+// overlaps counts jobs with two runs that were in their handlers at once.
+func (l *runLog) overlaps(t *testing.T) (jobs, runs int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, rs := range l.runs {
+		runs += len(rs)
+		sort.Slice(rs, func(i, j int) bool { return rs[i][0].Before(rs[j][0]) })
+		for i := 1; i < len(rs); i++ {
+			if rs[i][0].Before(rs[i-1][1]) {
+				t.Logf("overlapping runs of %s: %v-%v and %v-%v", id,
+					rs[i-1][0].Format("15:04:05.000"), rs[i-1][1].Format("15:04:05.000"),
+					rs[i][0].Format("15:04:05.000"), rs[i][1].Format("15:04:05.000"))
+				jobs++
+				break
+			}
+		}
+	}
+	return jobs, runs
+}
+
+// skews are the host clocks of the harness's clients: off by seconds, both
+// ways. jobkey decides by Redis's clock, so they must change nothing.
+var skews = []time.Duration{0, 7 * time.Second, -5 * time.Second, 3 * time.Second, -9 * time.Second}
 
 func TestChaosJobkey(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	cfg := &jobkey.Config{Prefix: redistest.Prefix(t), Lease: time.Second}
-	newQueue := func() *jobkey.Queue {
-		q, err := jobkey.NewQueue(e.client(), "chaos", cfg)
+	const lease = time.Second
+	prefix := redistest.Prefix(t)
+	newQueue := func(rdb *redis.Client, skew time.Duration) *jobkey.Queue {
+		q, err := jobkey.NewQueue(rdb, "chaos", &jobkey.Config{Prefix: prefix, Lease: lease,
+			Now: func() time.Time { return time.Now().Add(skew) }})
 		require.NoError(t, err)
 		return q
 	}
@@ -158,9 +238,19 @@ func TestChaosJobkey(t *testing.T) {
 		}
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var runs runLog
 	handler := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
-		select { // a little work, long enough for faults to land mid-job
-		case <-time.After(time.Duration(rand.N(3)) * time.Millisecond):
+		start := time.Now()
+		defer func() { runs.add(j.ID, start, time.Now()) }()
+		// A little work, long enough for faults to land mid-job; one job in
+		// twenty works longer than a lease, so a cut-off worker's handler is
+		// still running when its lease would run out.
+		d := time.Duration(rand.N(3)) * time.Millisecond
+		if rand.N(20) == 0 {
+			d = lease + time.Duration(rand.N(500))*time.Millisecond
+		}
+		select {
+		case <-time.After(d):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -171,18 +261,65 @@ func TestChaosJobkey(t *testing.T) {
 	defer stopChaos()
 	workCtx, stopWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	// Two Work consumers, each with its own connections.
-	for w := range 2 {
-		q := newQueue()
+	// Three Work consumers, each behind a proxy of its own so it can be
+	// cut off alone, each with a skewed clock. One completes slowly now
+	// and then (its completion starts late, as a backlog would make it),
+	// and each is shut down at random moments and started again.
+	var workerProxies []*faultproxy.Proxy
+	var slowCompletions, shutdowns atomic.Int64
+	for w := range 3 {
+		p := e.newProxy()
+		workerProxies = append(workerProxies, p)
+		rdb := e.clientVia(p)
+		if w == 0 {
+			rdb.AddHook(slowCompleter{n: &slowCompletions, delay: 3 * lease / 2})
+		}
+		q := newQueue(rdb, skews[w+1])
 		wg.Go(func() {
-			_ = q.Work(workCtx, handler, &jobkey.WorkOpts{Name: fmt.Sprintf("work%d", w), Concurrency: 4,
-				PollInterval: 50 * time.Millisecond, Logger: quiet, OnRecorded: onRecorded})
+			for n := 0; workCtx.Err() == nil; n++ {
+				life, stop := context.WithCancel(workCtx)
+				if chaosCtx.Err() == nil {
+					// Shut down at a random moment while the faults run.
+					go func() {
+						select {
+						case <-time.After(time.Duration(500+rand.N(3000)) * time.Millisecond):
+							shutdowns.Add(1)
+						case <-chaosCtx.Done():
+						}
+						stop()
+					}()
+				}
+				_ = q.Work(life, handler, &jobkey.WorkOpts{Name: fmt.Sprintf("work%d", w), Concurrency: 4,
+					PollInterval: 50 * time.Millisecond, ShutdownGrace: time.Duration(rand.N(300)) * time.Millisecond,
+					Logger: quiet, OnRecorded: onRecorded})
+				stop()
+			}
 		})
 	}
+	// Partitions: now and then one worker is cut off from Redis for longer
+	// than a lease, while its handlers keep running.
+	var partitions atomic.Int64
+	wg.Go(func() {
+		for {
+			select {
+			case <-chaosCtx.Done():
+				return
+			case <-time.After(time.Duration(1000+rand.N(2000)) * time.Millisecond):
+			}
+			p := workerProxies[rand.N(len(workerProxies))]
+			p.Partition(true)
+			partitions.Add(1)
+			select {
+			case <-time.After(lease + time.Duration(rand.N(1000))*time.Millisecond):
+			case <-chaosCtx.Done():
+			}
+			p.Partition(false)
+		}
+	})
 	// Producers: an enqueue that errors may have landed, so it is retried
 	// with the same ID until it is known: success, or ErrJobExists.
 	for p := range 3 {
-		q := newQueue()
+		q := newQueue(e.client(), skews[(p+3)%len(skews)])
 		wg.Go(func() {
 			for n := 0; chaosCtx.Err() == nil; n++ {
 				id := fmt.Sprintf("p%d-%d", p, n)
@@ -200,7 +337,7 @@ func TestChaosJobkey(t *testing.T) {
 	}
 	// A worker that dies mid-job: it claims and is never heard from again.
 	var abandoned atomic.Int64
-	zq := newQueue()
+	zq := newQueue(e.client(), skews[4])
 	wg.Go(func() {
 		for chaosCtx.Err() == nil {
 			if _, err := zq.Claim(ctx, "dies-mid-job"); err == nil {
@@ -213,7 +350,7 @@ func TestChaosJobkey(t *testing.T) {
 
 	// Faults are off. The Work consumers drain what is left; abandoned
 	// leases expire and are reclaimed.
-	check := newQueue()
+	check := newQueue(e.admin, 0)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		st, err := check.Stats(ctx)
@@ -230,6 +367,9 @@ func TestChaosJobkey(t *testing.T) {
 	wg.Wait()
 
 	r := result{enqueued: len(ack.ids), ambiguous: ack.ambiguous.Load(), abandoned: abandoned.Load(), faults: e.counts()}
+	r.faults["worker cut off for longer than a lease"] = partitions.Load()
+	r.faults["completion started late (1.5 leases)"] = slowCompletions.Load()
+	r.faults["worker shut down at a random moment"] = shutdowns.Load()
 	for _, id := range ack.ids {
 		j, err := check.Get(ctx, id)
 		switch {
@@ -249,6 +389,7 @@ func TestChaosJobkey(t *testing.T) {
 		}
 		return true
 	})
+	r.overlapping, r.runs = runs.overlaps(t)
 	rep, err := check.Verify(ctx, false)
 	require.NoError(t, err)
 	r.hintMismatches = len(rep.Findings)
@@ -259,11 +400,39 @@ func TestChaosJobkey(t *testing.T) {
 
 	require.Positive(t, r.enqueued)
 	require.Positive(t, r.faults["EXEC sent, reply lost"]+r.faults["connection reset mid-stream"], "faults were injected")
+	require.Positive(t, partitions.Load(), "workers were cut off")
+	require.Positive(t, shutdowns.Load(), "workers were shut down mid-work")
 	require.Zero(t, r.lost, "lost jobs")
 	require.Zero(t, r.finishedTwice, "jobs finished twice")
 	require.Zero(t, r.hintMismatches, "index entries that disagree with their value")
 	require.Zero(t, r.stuck, "jobs a fresh consumer could not drain")
+	require.Zero(t, r.overlapping, "jobs whose handler ran twice at the same time")
 	require.Equal(t, r.enqueued, r.finished)
+}
+
+// slowCompleter holds back, now and then, the first round trip of a
+// completion (it types the succeeded index), as a backlog would: the
+// completion starts late while the lease must be kept.
+type slowCompleter struct {
+	n     *atomic.Int64
+	delay time.Duration
+}
+
+func (h slowCompleter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h slowCompleter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h slowCompleter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if a := c.Args(); c.Name() == "type" && len(a) > 1 && strings.HasSuffix(fmt.Sprint(a[1]), ":succeeded") {
+				if rand.N(50) == 0 {
+					h.n.Add(1)
+					time.Sleep(h.delay)
+				}
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // The same harness against the multi-key design reports the partial states

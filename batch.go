@@ -1,0 +1,84 @@
+package jobkey
+
+import (
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Batches run as several transactions. This file holds the plumbing that
+// enqueue, claim and the fenced transitions share: which jobs may share a
+// transaction, the keys and type checks of one, and which failures refuse
+// a transaction whole.
+
+// txnSets splits the positions pos of a batch into the sets one
+// transaction may carry: one set per shard on a cluster (a transaction
+// must stay in one hash slot there), all together on a single Redis, and
+// none longer than Config.MaxBatch. id(i) is the ID of the job at i.
+func (q *Queue) txnSets(pos []int, id func(i int) string) [][]int {
+	var groups [][]int
+	if q.cluster() {
+		byShard := map[int]int{} // shard -> index in groups
+		for _, i := range pos {
+			s := q.ks.shardOf(id(i))
+			g, ok := byShard[s]
+			if !ok {
+				g = len(groups)
+				byShard[s] = g
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], i)
+		}
+	} else if len(pos) > 0 {
+		groups = [][]int{pos}
+	}
+	var out [][]int
+	for _, g := range groups {
+		for start := 0; start < len(g); start += q.cfg.MaxBatch {
+			out = append(out, g[start:min(len(g), start+q.cfg.MaxBatch)])
+		}
+	}
+	return out
+}
+
+// cluster reports whether the queue runs on a Redis Cluster.
+func (q *Queue) cluster() bool {
+	_, ok := q.rdb.(*redis.ClusterClient)
+	return ok
+}
+
+// txnKeys returns the job keys and shards of the IDs of one transaction,
+// and type checks of the predicted indexes of every shard they touch.
+func (q *Queue) txnKeys(ids []string, predict ...string) (keys []string, shards []int, checks []typeCheck) {
+	keys, shards = make([]string, len(ids)), make([]int, len(ids))
+	seen := map[int]bool{}
+	for k, id := range ids {
+		keys[k], shards[k] = q.ks.jobKeyOf(id)
+		if !seen[shards[k]] {
+			seen[shards[k]] = true
+			checks = append(checks, q.checksFor(shards[k], predict...)...)
+		}
+	}
+	return keys, shards, checks
+}
+
+// refusedWhole reports an error that refused a whole transaction before
+// EXEC, so nothing of it was written and its jobs may be tried again apart.
+func refusedWhole(err error) bool {
+	return errors.Is(err, ErrWrongType) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnsupportedFormat) ||
+		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrConflict)
+}
+
+// errLeftOut is the placeholder of a batched call whose caller gave up: it
+// was already answered with its context's error, and nothing was written.
+var errLeftOut = errors.New("jobkey: left out: the caller gave up")
+
+// notTried marks the jobs of a batch that were not attempted because an
+// earlier transaction of the batch failed in a way that would fail them
+// too (Redis unreachable, the context ended): nothing was written for them.
+type notTried struct{ cause error }
+
+func (e *notTried) Error() string {
+	return "jobkey: not attempted, nothing written: an earlier transaction of the batch failed: " + e.cause.Error()
+}
+func (e *notTried) Unwrap() error { return e.cause }

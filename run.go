@@ -1,0 +1,208 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// run is one claimed job in a Work slot, from the claim until its outcome
+// is recorded. Its keeper renews the lease the whole time, not only while
+// the handler runs: a lease that ran out while a slow outcome write waited
+// would let another worker run the job again.
+//
+// Self-fencing: fencing stops a stale worker's writes, not its handler. So
+// the run keeps the deadline of its last confirmed lease on this host's
+// monotonic clock, measured from the moment it asked for the lease (the
+// lease in Redis began later, so it ends later), less WorkOpts.LeaseMargin.
+// When that passes without a renewal (Redis unreachable or too slow), the
+// handler's context is canceled with ErrLeaseExpired, before any other
+// worker can claim the job.
+type run struct {
+	w      *worker
+	job    *Job // the claimed copy: its token fences every write
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time   // last confirmed lease end, less the margin
+	fence    *time.Timer // fires at deadline
+	expired  chan struct{}
+	once     sync.Once // closes expired
+
+	checking atomic.Bool   // a cancel hint is being confirmed
+	writing  atomic.Bool   // an outcome write is in flight
+	quit     chan struct{} // ends the keeper
+	kept     chan struct{} // closed when the keeper has returned
+}
+
+// start registers a run of j, claimed by a request sent at asked, and
+// starts keeping its lease.
+func (w *worker) start(j *Job, asked time.Time) *run {
+	r := &run{w: w, job: j, expired: make(chan struct{}), quit: make(chan struct{}), kept: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancelCause(w.runs)
+	r.mu.Lock()
+	r.deadline = asked.Add(leaseLeft(j) - w.o.LeaseMargin)
+	r.fence = time.AfterFunc(time.Until(r.deadline), r.expire)
+	r.mu.Unlock()
+	w.mu.Lock()
+	w.running[r] = struct{}{}
+	w.mu.Unlock()
+	go r.keep()
+	return r
+}
+
+// stop ends the run: the keeper stops renewing and the run is forgotten.
+func (w *worker) stop(r *run) {
+	close(r.quit)
+	<-r.kept
+	r.mu.Lock()
+	r.fence.Stop()
+	r.mu.Unlock()
+	r.cancel(nil)
+	w.mu.Lock()
+	delete(w.running, r)
+	w.mu.Unlock()
+}
+
+// leaseLeft is how long the lease of j lasts from the moment it was
+// written: both times come from Redis's clock in the same transaction.
+func leaseLeft(j *Job) time.Duration { return j.LeaseUntil.Sub(j.UpdatedAt) }
+
+// expire is the self-fence: the lease may be running out unseen.
+func (r *run) expire() {
+	r.cancel(ErrLeaseExpired)
+	r.once.Do(func() { close(r.expired) })
+}
+
+// confirm moves the deadline after a renewal asked for at asked.
+func (r *run) confirm(asked time.Time, j *Job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.expired:
+		return // too late: the handler was already stopped
+	default:
+	}
+	if d := asked.Add(leaseLeft(j) - r.w.o.LeaseMargin); d.After(r.deadline) {
+		r.deadline = d
+		r.fence.Reset(time.Until(d))
+	}
+}
+
+// left is how long until the deadline.
+func (r *run) left() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Until(r.deadline)
+}
+
+// keep renews the lease every Lease/3 until the run stops, and cancels the
+// handler when the lease is lost (reclaimed, canceled, finished, deleted).
+func (r *run) keep() {
+	defer close(r.kept)
+	q := r.w.q
+	t := time.NewTicker(q.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.quit:
+			return
+		case <-r.expired:
+			return
+		case <-t.C:
+		}
+		if r.writing.Load() && r.left() > q.cfg.Lease/2 {
+			// A renewal now would only abort the outcome write in flight
+			// (both change the job's key); renew only if the lease needs it.
+			continue
+		}
+		asked := time.Now()
+		// A renewal that lands after the deadline is useless: bound it.
+		ctx, cancel := context.WithTimeout(r.w.writes, max(r.left(), time.Millisecond))
+		j, err := q.Extend(ctx, r.job)
+		cancel()
+		var ll *LeaseLostError
+		switch {
+		case err == nil:
+			r.confirm(asked, j)
+		case errors.As(err, &ll):
+			if ll.Now.State == StateCanceled && ll.Now.LeaseToken == r.job.LeaseToken {
+				r.cancel(ErrJobCanceled)
+			} else {
+				r.cancel(err)
+			}
+			return
+		case errors.Is(err, ErrNotFound):
+			r.cancel(errors.Join(ErrLeaseLost, err)) // the job was deleted under us
+			return
+		default:
+			// Redis unreachable or slow: keep trying; the fence stops the
+			// handler if the lease runs out meanwhile.
+			r.w.o.Logger.Warn("jobkey: lease renewal failed", "queue", q.name, "job", r.job.ID, "err", err)
+		}
+	}
+}
+
+// record writes the run's outcome with write, retrying with backoff while
+// the keeper renews the lease, until it lands, is refused for good (lease
+// lost, job gone, bad input), or the lease deadline passes.
+func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error)) {
+	delay := 10 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
+		r.writing.Store(true)
+		stored, err := write(ctx, r.job)
+		r.writing.Store(false)
+		cancel()
+		if err == nil {
+			w.recorded(stored, nil)
+			return
+		}
+		if final(err) || r.left() <= 0 {
+			w.recorded(r.job, err)
+			return
+		}
+		w.o.Logger.Warn("jobkey: recording job outcome failed; retrying", "queue", w.q.name, "job", r.job.ID, "err", err)
+		t := time.NewTimer(min(delay, max(r.left(), 0)))
+		select {
+		case <-t.C:
+		case <-r.expired:
+		}
+		t.Stop()
+		delay = min(2*delay, w.q.cfg.Lease/10)
+	}
+}
+
+// final reports a write error that trying again cannot fix.
+func final(err error) bool {
+	return errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) ||
+		errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnsupportedFormat) || errors.Is(err, ErrWrongType) ||
+		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrStep)
+}
+
+// confirmCancel checks a cancel hint against the stored job, and stops the
+// handler only when the job is no longer active under this run's lease.
+func (r *run) confirmCancel(w *worker) {
+	if !r.checking.CompareAndSwap(false, true) {
+		return // one check at a time per run; a flood of hints costs one read
+	}
+	defer r.checking.Store(false)
+	ctx, cancel := context.WithTimeout(w.writes, w.q.cfg.Lease/3)
+	defer cancel()
+	cur, err := w.q.Get(ctx, r.job.ID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		r.cancel(errors.Join(ErrLeaseLost, err))
+	case err != nil:
+		// Unreadable now: the keeper's next renewal will tell.
+	case cur.State == StateActive && cur.LeaseToken == r.job.LeaseToken:
+		// Still ours: the hint was stale or forged.
+	case cur.State == StateCanceled && cur.LeaseToken == r.job.LeaseToken:
+		r.cancel(ErrJobCanceled)
+	default:
+		r.cancel(&LeaseLostError{ID: r.job.ID, Attempt: r.job.Attempt, Owner: r.job.LeaseOwner, Token: r.job.LeaseToken, Now: cur})
+	}
+}
