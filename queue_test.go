@@ -559,7 +559,7 @@ func TestWrongTypeIndexRefused(t *testing.T) {
 	require.Equal(t, ready, wt.Key)
 }
 
-// Round trips, counted by the hook, within DESIGN.md's budget.
+// Round trips, counted by the hook, within the budget of docs/design.md, section 4.
 func TestRoundTripBudget(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
@@ -771,7 +771,7 @@ func TestClaimManyCompleteMany(t *testing.T) {
 	require.ErrorContains(t, err, "appears twice")
 }
 
-// The fault of background.md's failing group, injected into jobkey: the
+// The fault of the failing group (docs/design.md, section 1), injected into jobkey: the
 // index the enqueue writes holds a string. Nothing is written, the error
 // names the key, and the other shards' jobs keep flowing.
 func TestInjectedFaultWritesNothingOthersFlow(t *testing.T) {

@@ -53,7 +53,7 @@ func table(w io.Writer, rows []row) {
 	_ = tw.Flush()
 }
 
-// demoMultikey runs the failing group of background.md: the pending key
+// demoMultikey runs the failing group of docs/design.md: the pending key
 // holds a string, so step 2 errors while applying and steps 1 and 3 stay.
 func demoMultikey(ctx context.Context, w io.Writer, rdb *redis.Client, prefix string) error {
 	q := multikey.New(rdb, prefix, "jobs")

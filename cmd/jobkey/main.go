@@ -1,5 +1,5 @@
 // Command jobkey benchmarks jobkey against the multi-key queue design,
-// shows the failing group of background.md beside jobkey, and inspects a
+// shows the failing group (docs/design.md, section 1) beside jobkey, and inspects a
 // live queue.
 //
 //	jobkey bench [flags]        run the benchmark scenarios, write a report
@@ -38,7 +38,7 @@ const usage = `usage: jobkey <command> [flags]
 
 commands:
   bench   run the benchmark scenarios of both designs and write a report
-  demo    reproduce background.md's failing group against both designs
+  demo    reproduce the failing group of docs/design.md against both designs
   stats   print a live queue's counts
   verify  report (and with -fix repair) index entries that disagree with job values
 

@@ -17,7 +17,7 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// The demo reproduces background.md's failing group on real Redis and shows
+// The demo reproduces the failing group (docs/design.md, section 1) on real Redis and shows
 // jobkey refusing the same fault.
 func TestDemo(t *testing.T) {
 	url := redistest.RequireReal(t).URL

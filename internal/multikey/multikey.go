@@ -1,4 +1,4 @@
-// Package multikey is the multi-key queue design of background.md, built as
+// Package multikey is the multi-key queue design of docs/design.md, built as
 // well as that design allows, as the baseline jobkey's benchmarks and fault
 // tests measure against. It is not part of jobkey's API.
 //

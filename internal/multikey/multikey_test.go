@@ -52,7 +52,7 @@ func TestLifecycle(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoJob)
 }
 
-// The failing group of background.md: step 2 errors while applying, the
+// The failing group of docs/design.md, section 1: step 2 errors while applying, the
 // other two stay applied, and nothing in Redis remembers they belonged
 // together.
 func TestFailingGroupLeavesPartialState(t *testing.T) {
