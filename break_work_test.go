@@ -1,0 +1,87 @@
+package jobkey
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// BREAK: Work starts a handler whose lease has already run out.
+//
+// A claim decides by the TIME read in its first round trip and sets
+// LeaseUntil = TIME + Lease; its EXEC lands later. When the EXEC is held
+// up for longer than a lease (the process paused between the read and the
+// EXEC, or the request sat in a congested link), the claim commits a lease
+// that is already over: any other worker may claim the job at once. Work
+// knows it (the run's deadline, asked + Lease - LeaseMargin, has passed
+// when execute starts) but calls the handler anyway; the self-fence only
+// cancels its context asynchronously. Whatever the handler does before it
+// looks at ctx overlaps a rival's run of the same job.
+func TestBreakWorkRunsHandlerOnExpiredLease(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	const lease = 300 * time.Millisecond
+	rdb := redistest.Client(t, nil)
+	var held atomic.Bool
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		// The claim's EXEC (ready -> leased) is held up once, for two leases.
+		if has(cmds, "zrem", ":ready") && has(cmds, "zadd", ":leased") && held.CompareAndSwap(false, true) {
+			time.Sleep(2 * lease)
+		}
+		return nil
+	}))
+	prefix := redistest.Prefix(t)
+	q := queueOn(t, rdb, prefix, Config{Lease: lease})
+	other := redistest.Client(t, nil)
+	rival := queueOn(t, other, prefix, Config{Lease: lease})
+	ctx := context.Background()
+	j, err := rival.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	type entry struct {
+		redisNow   time.Time
+		leaseUntil time.Time
+		ctxErr     error
+		rival      *Job
+		rivalErr   error
+	}
+	entered := make(chan entry, 1)
+	var once sync.Once
+	startWork(t, q, HandlerFunc(func(hctx context.Context, jj *Job) ([]byte, error) {
+		once.Do(func() {
+			e := entry{leaseUntil: jj.LeaseUntil, ctxErr: hctx.Err()}
+			e.redisNow, _ = other.Time(ctx).Result()
+			// Another worker looks for work now, while this run is inside
+			// its handler.
+			e.rival, e.rivalErr = rival.Claim(ctx, "rival")
+			entered <- e
+		})
+		<-hctx.Done()
+		return nil, hctx.Err()
+	}), &WorkOpts{Concurrency: 1})
+
+	var e entry
+	select {
+	case e = <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never ran")
+	}
+	require.True(t, held.Load())
+	t.Logf("handler entered at Redis time %v, its lease ended at %v (%v earlier); ctx.Err at entry: %v; rival claim: %v",
+		e.redisNow.UTC().Format("15:04:05.000"), e.leaseUntil.UTC().Format("15:04:05.000"), e.redisNow.Sub(e.leaseUntil), e.ctxErr, e.rivalErr)
+	if e.rival != nil {
+		t.Logf("the rival claimed %q (attempt %d) while the first run was inside its handler", e.rival.ID, e.rival.Attempt)
+	}
+	if e.rival != nil {
+		require.Equal(t, j.ID, e.rival.ID)
+	}
+	require.True(t, e.redisNow.Before(e.leaseUntil),
+		"Work called the handler %v after its lease had run out in Redis; a rival could claim the job meanwhile (rival got it: %v)",
+		e.redisNow.Sub(e.leaseUntil), e.rival != nil)
+}
