@@ -85,3 +85,54 @@ func TestBreakWorkRunsHandlerOnExpiredLease(t *testing.T) {
 		"Work called the handler %v after its lease had run out in Redis; a rival could claim the job meanwhile (rival got it: %v)",
 		e.redisNow.Sub(e.leaseUntil), e.rival != nil)
 }
+
+// BREAK: the keeper renews on a fixed Lease/3 ticker started when the run
+// starts, not relative to the run's deadline. A claim that took a large
+// share of the lease (slow EXEC, a pause, a queue of group-commit callers)
+// leaves less than Lease/3 before the self-fence deadline, so the fence
+// fires before the first renewal is even tried: the handler is canceled
+// with ErrLeaseExpired although Redis answered every request, the keeper
+// stops, and the job sits out the rest of its lease to run again.
+func TestBreakWorkSelfFencesAfterSlowClaimOnHealthyRedis(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	const lease = 600 * time.Millisecond
+	rdb := redistest.Client(t, nil)
+	var held atomic.Bool
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		// The claim's EXEC is slow once: 60% of a lease. Nothing else is.
+		if has(cmds, "zrem", ":ready") && has(cmds, "zadd", ":leased") && held.CompareAndSwap(false, true) {
+			time.Sleep(lease * 6 / 10)
+		}
+		return nil
+	}))
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: lease})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	var runs atomic.Int32
+	causes := make(chan error, 4)
+	startWork(t, q, HandlerFunc(func(hctx context.Context, _ *Job) ([]byte, error) {
+		runs.Add(1)
+		select {
+		case <-hctx.Done(): // should not happen: Redis is reachable throughout
+			causes <- context.Cause(hctx)
+			return nil, hctx.Err()
+		case <-time.After(2 * lease): // a handler that needs two leases, renewed
+			causes <- nil
+			return []byte("ok"), nil
+		}
+	}), &WorkOpts{Concurrency: 1})
+
+	var cause error
+	select {
+	case cause = <-causes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never ran")
+	}
+	require.True(t, held.Load())
+	require.NoError(t, cause, "the handler was stopped although Redis answered every request")
+	waitFor(t, "success", func() bool { return state(t, q, j.ID) == StateSucceeded })
+	require.EqualValues(t, 1, runs.Load())
+}
