@@ -136,3 +136,36 @@ func TestBreakWorkSelfFencesAfterSlowClaimOnHealthyRedis(t *testing.T) {
 	waitFor(t, "success", func() bool { return state(t, q, j.ID) == StateSucceeded })
 	require.EqualValues(t, 1, runs.Load())
 }
+
+// BREAK: a success whose Complete is refused for good (here ErrTooLarge:
+// the result does not fit Config.MaxValueBytes) is only logged. record
+// stops, the keeper stops, and the job stays active under a lease nobody
+// renews; after it runs out the job is claimed and run again, and again,
+// each time after a full lease, until its attempts are spent. It then
+// fails with "lease ... expired", not with the reason. A handler that
+// succeeded runs MaxAttempts times.
+func TestBreakWorkRerunsSuccessWhoseResultIsTooLarge(t *testing.T) {
+	t.Parallel()
+	const lease = 200 * time.Millisecond
+	q := realQueue(t, &Config{Lease: lease, MaxValueBytes: 1024})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{MaxAttempts: 3})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	var recorded atomic.Value
+	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+		runs.Add(1)
+		return make([]byte, 4096), nil // succeeded, with a result too large to store
+	}), &WorkOpts{Concurrency: 2, PollInterval: 20 * time.Millisecond,
+		OnRecorded: func(_ *Job, err error) {
+			if err != nil {
+				recorded.Store(err.Error())
+			}
+		}})
+	waitFor(t, "the job to end", func() bool { s := state(t, q, j.ID); return s.Finished() })
+	got, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	t.Logf("handler runs: %d; job %s after %d attempts, LastError %q; OnRecorded error: %v",
+		runs.Load(), got.State, got.Attempt, got.LastError, recorded.Load())
+	require.EqualValues(t, 1, runs.Load(), "a handler that succeeded was run again")
+}
