@@ -169,3 +169,49 @@ func TestBreakWorkRerunsSuccessWhoseResultIsTooLarge(t *testing.T) {
 		runs.Load(), got.State, got.Attempt, got.LastError, recorded.Load())
 	require.EqualValues(t, 1, runs.Load(), "a handler that succeeded was run again")
 }
+
+// BREAK: Retry of a job canceled while it ran makes it claimable at once,
+// while the canceled run is still inside its handler. The canceled worker
+// learns of the cancel by a pub/sub hint plus a GET, and its handler then
+// needs a moment to stop; Retry waits for none of it (RunAt = now, though
+// the canceled run's lease is still in the value). Another worker claims
+// and runs the job alongside. Here the handler stops 50ms after its ctx is
+// canceled, well inside LeaseMargin (200ms), the margin within which
+// self-fencing promises that no other worker runs the job.
+func TestBreakRetryAfterCancelOverlapsCanceledRun(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	q := realQueue(t, &Config{Lease: lease})
+	rival, err := NewQueue(redistest.Client(t, nil), "q", &q.cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	var inside, most, runs atomic.Int32
+	h := HandlerFunc(func(hctx context.Context, _ *Job) ([]byte, error) {
+		n := inside.Add(1)
+		runs.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		defer inside.Add(-1)
+		<-hctx.Done()
+		time.Sleep(50 * time.Millisecond) // stopping takes a moment
+		return nil, hctx.Err()
+	})
+	startWork(t, q, h, &WorkOpts{Concurrency: 1, ShutdownGrace: 100 * time.Millisecond})
+	waitFor(t, "the first run", func() bool { return runs.Load() == 1 })
+	startWork(t, rival, h, &WorkOpts{Concurrency: 1, PollInterval: 10 * time.Millisecond, ShutdownGrace: 100 * time.Millisecond})
+
+	_, err = q.Cancel(ctx, j.ID)
+	require.NoError(t, err)
+	_, err = q.Retry(ctx, j.ID)
+	require.NoError(t, err)
+	waitFor(t, "the second run", func() bool { return runs.Load() == 2 })
+	time.Sleep(100 * time.Millisecond)
+	require.EqualValues(t, 1, most.Load(), "two runs of job %q were inside the handler at once", j.ID)
+}
