@@ -215,3 +215,68 @@ func TestBreakRetryAfterCancelOverlapsCanceledRun(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	require.EqualValues(t, 1, most.Load(), "two runs of job %q were inside the handler at once", j.ID)
 }
+
+// getHook delays the reply of chosen single commands (not pipelines).
+type getHook func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error
+
+func (h getHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h getHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return h(ctx, cmd, next) }
+}
+func (h getHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// BREAK: confirmCancel runs one check per run at a time and drops every
+// hint that arrives meanwhile. A hint that is forged (or stale, from an
+// earlier run of the same ID) starts a check whose GET is answered before
+// the real Cancel lands; the real cancel's hint, arriving while that check
+// is in flight, is dropped, and the stale answer says "still ours". The
+// handler then runs on until the keeper's next renewal, up to Lease/3
+// later (10s with the default lease), instead of a round trip later.
+func TestBreakForgedCancelHintMasksRealCancel(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	const lease = 6 * time.Second
+	rdb := redistest.Client(t, nil)
+	readDone := make(chan struct{})
+	var gets atomic.Int32
+	rdb.AddHook(getHook(func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "get" && gets.Add(1) == 1 {
+			close(readDone)                    // Redis has answered the first check's GET ...
+			time.Sleep(300 * time.Millisecond) // ... and the reply is slow to come back
+		}
+		return err
+	}))
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: lease})
+	admin := queueOn(t, redistest.Client(t, nil), q.cfg.Prefix, Config{Lease: lease})
+	ctx := context.Background()
+	j, err := admin.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	running := make(chan struct{})
+	stopped := make(chan time.Time, 1)
+	startWork(t, q, HandlerFunc(func(hctx context.Context, _ *Job) ([]byte, error) {
+		close(running)
+		<-hctx.Done()
+		stopped <- time.Now()
+		return nil, hctx.Err()
+	}), &WorkOpts{Concurrency: 1, ShutdownGrace: 100 * time.Millisecond})
+	<-running
+
+	// A forged hint (anyone who may publish on the channel can send one).
+	require.NoError(t, admin.rdb.Publish(ctx, q.ks.cancelChannel(), j.ID).Err())
+	<-readDone
+	_, err = admin.Cancel(ctx, j.ID) // the real cancel, while that check is in flight
+	require.NoError(t, err)
+	canceledAt := time.Now()
+
+	select {
+	case at := <-stopped:
+		t.Logf("handler stopped %v after the cancel", at.Sub(canceledAt))
+		require.Less(t, at.Sub(canceledAt), time.Second, "the real cancel was only noticed by the keeper's renewal")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler was never stopped")
+	}
+}
