@@ -22,20 +22,21 @@ import (
 // each on a redis-server of its own (ACL users are server-wide), and
 // TestACLLinesInREADME keeps the README showing these very lines.
 //
-// TIME is in every line although jobkey does not send it yet: the
-// compare-and-set and the index reads are about to take Redis's clock.
+// Every line has TIME (jobkey decides by Redis's clock) and INFO (a
+// Queue's first call reads maxmemory-policy, to refuse a Redis that may
+// evict acknowledged jobs).
 const (
 	// A producer enqueues, and reads its jobs (Get) and the counts (Stats).
 	aclProducer = "ACL SETUSER jobkey-producer on >PASSWORD resetkeys ~jobkey:* resetchannels &jobkey:*:wake -@all " +
-		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zcard +zcount +publish +time"
+		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zcard +zcount +publish +time +info"
 	// A worker claims, extends, completes, fails and releases jobs, runs
 	// Work (pub/sub wake-ups and cancel messages) and reads Get and Stats.
 	aclWorker = "ACL SETUSER jobkey-worker on >PASSWORD resetkeys ~jobkey:* resetchannels &jobkey:* -@all " +
-		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zrem +zremrangebyscore +zrange +zrangebyscore +zcard +zcount +subscribe +ping +time"
+		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zrem +zremrangebyscore +zrange +zrangebyscore +zcard +zcount +subscribe +ping +time +info"
 	// An admin does everything: Cancel, Retry, Update and Verify too. Verify
 	// is the only user of SCAN, whose results ACL key patterns do not filter.
 	aclAdmin = "ACL SETUSER jobkey-admin on >PASSWORD resetkeys ~jobkey:* resetchannels &jobkey:* -@all " +
-		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zrem +zremrangebyscore +zrange +zrangebyscore +zcard +zcount +publish +subscribe +ping +scan +time"
+		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zrem +zremrangebyscore +zrange +zrangebyscore +zcard +zcount +zscore +publish +subscribe +ping +scan +time +info"
 
 	// Appended to every line on a Redis Cluster: go-redis's ClusterClient
 	// loads the slot map with CLUSTER SLOTS, reads the command table
@@ -278,7 +279,7 @@ func TestLeastPrivilegeProducer(t *testing.T) {
 	require.Equal(t, StatePending, j.State, "the refused Cancel wrote nothing")
 	_, err = q.Retry(ctx, "dead")
 	require.ErrorContains(t, err, "NOPERM this user has no permissions to run the 'zrem' command")
-	_, err = q.Verify(ctx, false)
+	_, err = q.Verify(ctx, &VerifyOpts{Keys: true})
 	require.ErrorContains(t, err, "NOPERM")
 	require.ErrorContains(t, rdb.Scan(ctx, 0, "*", 10).Err(), "NOPERM")
 	require.ErrorContains(t, rdb.Publish(ctx, q.ks.cancelChannel(), "p-a").Err(), "NOPERM")
@@ -314,7 +315,7 @@ func TestLeastPrivilegeWorker(t *testing.T) {
 	require.ErrorContains(t, err, "NOPERM this user has no permissions to run the 'publish' command")
 	_, err = q.Cancel(ctx, "w-d")
 	require.ErrorContains(t, err, "NOPERM this user has no permissions to run the 'publish' command")
-	_, err = q.Verify(ctx, false)
+	_, err = q.Verify(ctx, &VerifyOpts{Keys: true})
 	require.ErrorContains(t, err, "NOPERM this user has no permissions to run the 'scan' command")
 	require.ErrorContains(t, rdb.Scan(ctx, 0, "*", 10).Err(), "NOPERM")
 	require.ErrorContains(t, rdb.Publish(ctx, q.ks.cancelChannel(), "w-d").Err(), "NOPERM")
@@ -384,11 +385,11 @@ func TestLeastPrivilegeAdmin(t *testing.T) {
 	st, err := q.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, Stats{Pending: 1, Scheduled: 1, Succeeded: 2}, st)
-	rep, err := q.Verify(ctx, false)
+	rep, err := q.Verify(ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
 	require.NoError(t, plain.ZRem(ctx, q.Keys(j.ID).Succeeded, j.ID).Err()) // changed outside jobkey
-	rep, err = q.Verify(ctx, true)
+	rep, err = q.Verify(ctx, &VerifyOpts{Keys: true, Fix: true})
 	require.NoError(t, err)
 	require.Len(t, rep.Findings, 1)
 	requireTime(t, rdb)
@@ -495,14 +496,14 @@ func TestLeastPrivilegeCluster(t *testing.T) {
 	stopWork()
 	require.NoError(t, <-werr)
 
-	rep, err := admin.Verify(ctx, false)
+	rep, err := admin.Verify(ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
 	requireNothingRefused(t, addrs...)
 
 	_, err = prod.Claim(ctx, "w")
 	require.ErrorContains(t, err, "NOPERM")
-	_, err = wrk.Verify(ctx, false)
+	_, err = wrk.Verify(ctx, &VerifyOpts{Keys: true})
 	require.ErrorContains(t, err, "NOPERM")
 }
 
@@ -607,7 +608,7 @@ func TestLeastPrivilegeSelectDB(t *testing.T) {
 	runWork(t, wrk, prod, admin, []string{srv.Addr})
 	requireTime(t, prodRDB)
 	requireTime(t, workRDB)
-	rep, err := admin.Verify(ctx, false)
+	rep, err := admin.Verify(ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
 	require.Positive(t, rep.Jobs)

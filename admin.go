@@ -3,10 +3,7 @@ package jobkey
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // StateError reports an operation that the job's current state does not
@@ -39,7 +36,9 @@ func (q *Queue) Cancel(ctx context.Context, id string) (*Job, error) {
 }
 
 // Retry puts a failed or canceled job back to pending, due now, with its
-// attempts counted from zero again. Its retention expiry is removed.
+// attempts counted from zero again. Its retention expiry is removed. A job
+// canceled while it ran is due once that run's lease would have ended, so
+// that a handler still stopping never runs beside the next one.
 func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 	return q.update(ctx, id, []string{idxReady, idxFailed, idxCanceled}, func(cur *Job, now time.Time) (*Job, error) {
 		if cur.State != StateFailed && cur.State != StateCanceled {
@@ -47,7 +46,10 @@ func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 		}
 		cur.State = StatePending
 		cur.Attempt = 0
-		cur.RunAt = now
+		// A job canceled while it ran may have a handler that has not
+		// stopped yet: it runs again once that run's lease would have
+		// ended, so the two never overlap.
+		cur.RunAt = maxTime(now, cur.LeaseUntil)
 		return cur, nil
 	}, q.ks.wakeChannel())
 }
@@ -72,6 +74,13 @@ func (q *Queue) Update(ctx context.Context, id string, fn func(*Job) error) (*Jo
 		}
 		return cur, nil
 	}, "")
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (q *Queue) editable(before, after *Job) error {
@@ -106,86 +115,4 @@ func (q *Queue) editable(before, after *Job) error {
 		return fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, after.ID, n, q.cfg.MaxValueBytes)
 	}
 	return nil
-}
-
-// Stats counts a queue's jobs from its indexes.
-type Stats struct {
-	Pending       int64 // waiting: Due + Scheduled
-	Due           int64 // pending with RunAt reached
-	Scheduled     int64 // pending with RunAt in the future
-	Active        int64 // claimed, lease included those expired
-	ExpiredLeases int64 // active with the lease run out, waiting to be reclaimed
-	Succeeded     int64 // within Config.Retention
-	Failed        int64 // within Config.FailedRetention
-	Canceled      int64 // within Config.Retention
-	// Corrupt counts jobs whose stored value could not be read (corrupt,
-	// written by a newer jobkey, or not a string). Claimers set them aside;
-	// their bytes are kept for inspection (see Verify).
-	Corrupt int64
-}
-
-// Stats returns exact counts of pending, due, scheduled, active and expired
-// jobs, read from the indexes in one round trip per node. Finished counts
-// cover the jobs still retained. Due and expired are judged by the estimate
-// of Redis's clock (see Config.Now); the round trip refreshes it.
-func (q *Queue) Stats(ctx context.Context) (Stats, error) {
-	now, err := q.clock.now(ctx, q.rdb)
-	if err != nil {
-		return Stats{}, err
-	}
-	nowS := strconv.FormatInt(toMillis(now), 10)
-	cut := func(s State) string { return strconv.FormatInt(toMillis(now.Add(-q.retention(s))), 10) }
-	type counts struct{ ready, due, leased, expired, ok, failed, canceled, corrupt *redis.IntCmd }
-	per := make([]counts, q.ks.shards)
-	var all []*redis.IntCmd
-	var keys []string
-	add := func(key string, c *redis.IntCmd) *redis.IntCmd {
-		all, keys = append(all, c), append(keys, key)
-		return c
-	}
-	var clock *redis.TimeCmd
-	sent := q.clock.local()
-	_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		clock = p.Time(ctx)
-		for s := range q.ks.shards {
-			ready, leased := q.ks.index(s, idxReady), q.ks.index(s, idxLeased)
-			done := func(st State, idx string) *redis.IntCmd {
-				key := q.ks.index(s, idx)
-				return add(key, p.ZCount(ctx, key, cut(st), "+inf"))
-			}
-			per[s] = counts{
-				ready:    add(ready, p.ZCard(ctx, ready)),
-				due:      add(ready, p.ZCount(ctx, ready, "-inf", nowS)),
-				leased:   add(leased, p.ZCard(ctx, leased)),
-				expired:  add(leased, p.ZCount(ctx, leased, "-inf", nowS)),
-				ok:       done(StateSucceeded, idxSucceeded),
-				failed:   done(StateFailed, idxFailed),
-				canceled: done(StateCanceled, idxCanceled),
-				corrupt:  add(q.ks.index(s, idxCorrupt), p.ZCard(ctx, q.ks.index(s, idxCorrupt))),
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		for i, c := range all {
-			if isWrongType(c.Err()) {
-				return Stats{}, &WrongTypeError{Key: keys[i], Want: "zset", Got: "non-zset"}
-			}
-		}
-		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
-	}
-	q.clock.observe(clock.Val(), sent, q.clock.local())
-	var st Stats
-	for _, c := range per {
-		st.Pending += c.ready.Val()
-		st.Due += c.due.Val()
-		st.Active += c.leased.Val()
-		st.ExpiredLeases += c.expired.Val()
-		st.Succeeded += c.ok.Val()
-		st.Failed += c.failed.Val()
-		st.Canceled += c.canceled.Val()
-		st.Corrupt += c.corrupt.Val()
-	}
-	st.Scheduled = st.Pending - st.Due
-	return st, nil
 }

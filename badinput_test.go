@@ -81,9 +81,12 @@ func TestCorruptValuesAreSetAsideAndKept(t *testing.T) {
 	}
 	st, err := f.q.Stats(f.ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, len(bad)+1, st.Corrupt)
-	require.Zero(t, st.Pending, "no unreadable hint is left where claimers look")
+	require.EqualValues(t, len(bad), st.Corrupt, "the corrupt ones and the list, not the newer format")
+	require.EqualValues(t, 1, st.Pending, "the newer-format job stays where newer workers will find it")
+	require.EqualValues(t, 1, st.Newer, "and its sighting is counted")
 	require.EqualValues(t, 5, st.Active)
+	idx, _ := f.indexOf(t, "newerFormat")
+	require.Equal(t, idxReady, idx)
 }
 
 // A huge EnqueueMany is cut into transactions of Config.MaxBatch jobs, so

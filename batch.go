@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"context"
 	"errors"
 
 	"github.com/redis/go-redis/v9"
@@ -11,26 +12,50 @@ import (
 // transaction, the keys and type checks of one, and which failures refuse
 // a transaction whole.
 
+// eachTxn runs a batch as transactions: run(set) writes the jobs at the
+// positions in set, all or none, and failed(set, err) records a set's
+// failure on its jobs. Sets come from txnSets. A set refused as a whole
+// (nothing of it written) that spans several shards is tried again shard
+// by shard, so one broken shard does not refuse the others. After a
+// failure that would fail the rest too (the context ended, or the one
+// Redis is unreachable; on a cluster, a node that is down fails only its
+// own shards), the rest is not tried. id(i) is the ID of the job at i.
+func (q *Queue) eachTxn(ctx context.Context, pos []int, id func(i int) string, run func(set []int) error, failed func(set []int, err error)) {
+	todo := q.txnSets(pos, id)
+	var stop error
+	for len(todo) > 0 {
+		set := todo[0]
+		todo = todo[1:]
+		if stop != nil {
+			failed(set, &notTried{stop})
+			continue
+		}
+		err := run(set)
+		switch {
+		case err == nil:
+		case refusedWhole(err):
+			if parts := q.byShard(set, id); len(parts) > 1 {
+				todo = append(parts, todo...)
+				continue
+			}
+			failed(set, err)
+		default:
+			failed(set, err)
+			if !q.cluster() || ctx.Err() != nil {
+				stop = err
+			}
+		}
+	}
+}
+
 // txnSets splits the positions pos of a batch into the sets one
 // transaction may carry: one set per shard on a cluster (a transaction
 // must stay in one hash slot there), all together on a single Redis, and
-// none longer than Config.MaxBatch. id(i) is the ID of the job at i.
+// none longer than Config.MaxBatch.
 func (q *Queue) txnSets(pos []int, id func(i int) string) [][]int {
-	var groups [][]int
+	groups := [][]int{pos}
 	if q.cluster() {
-		byShard := map[int]int{} // shard -> index in groups
-		for _, i := range pos {
-			s := q.ks.shardOf(id(i))
-			g, ok := byShard[s]
-			if !ok {
-				g = len(groups)
-				byShard[s] = g
-				groups = append(groups, nil)
-			}
-			groups[g] = append(groups[g], i)
-		}
-	} else if len(pos) > 0 {
-		groups = [][]int{pos}
+		groups = q.byShard(pos, id)
 	}
 	var out [][]int
 	for _, g := range groups {
@@ -39,6 +64,23 @@ func (q *Queue) txnSets(pos []int, id func(i int) string) [][]int {
 		}
 	}
 	return out
+}
+
+// byShard groups positions by their job's shard, in order of first use.
+func (q *Queue) byShard(pos []int, id func(i int) string) [][]int {
+	var groups [][]int
+	at := map[int]int{} // shard -> index in groups
+	for _, i := range pos {
+		s := q.ks.shardOf(id(i))
+		g, ok := at[s]
+		if !ok {
+			g = len(groups)
+			at[s] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }
 
 // cluster reports whether the queue runs on a Redis Cluster.

@@ -93,3 +93,60 @@ func TestCompleteManyReportsPerJob(t *testing.T) {
 	require.Nil(t, done[2])
 	require.Equal(t, StateActive, state(t, f.q, rest[2].ID))
 }
+
+// On one Redis a batch across shards is one transaction. One shard whose
+// index holds the wrong type refuses it whole; the batch is then tried
+// shard by shard, and only that shard's jobs are refused (issue 10, item 4).
+func TestBrokenShardRefusesOnlyItsJobs(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	var ids []string
+	for i := range 40 {
+		ids = append(ids, fmt.Sprintf("j%d", i))
+	}
+	batch := make([]NewJob, len(ids))
+	for i, id := range ids {
+		batch[i] = NewJob{Type: "t", Opts: &EnqueueOpts{ID: id}}
+	}
+	_, err := f.q.EnqueueMany(f.ctx, batch)
+	require.NoError(t, err)
+	claimed, err := f.q.ClaimMany(f.ctx, "w", len(ids))
+	require.NoError(t, err)
+	require.Len(t, claimed, len(ids))
+
+	const broken = 2
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.index(broken, idxSucceeded), "not a zset", 0).Err())
+	done, err := f.q.CompleteMany(f.ctx, claimed, nil)
+	errs := jobErrs(t, err, len(claimed))
+	refused := 0
+	for i, j := range claimed {
+		if f.q.ks.shardOf(j.ID) == broken {
+			require.ErrorIs(t, errs[i], ErrWrongType)
+			require.Equal(t, StateActive, state(t, f.q, j.ID))
+			refused++
+			continue
+		}
+		require.NoError(t, errs[i])
+		require.Equal(t, StateSucceeded, done[i].State)
+		f.requireIndexed(t, done[i])
+	}
+	require.Positive(t, refused)
+	require.Less(t, refused, len(claimed))
+
+	// The same for an enqueue batch whose shard's ready index is broken.
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.index(broken, idxReady), "not a zset", 0).Err())
+	more := make([]NewJob, 40)
+	for i := range more {
+		more[i] = NewJob{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprintf("k%d", i)}}
+	}
+	jobs, err := f.q.EnqueueMany(f.ctx, more)
+	errs = jobErrs(t, err, len(more))
+	for i, j := range jobs {
+		if f.q.ks.shardOf(j.ID) == broken {
+			require.ErrorIs(t, errs[i], ErrWrongType)
+			continue
+		}
+		require.NoError(t, errs[i])
+		f.requireIndexed(t, j)
+	}
+}

@@ -114,6 +114,9 @@ type casEngine struct {
 	limits casLimits
 	clock  *serverClock
 	m      casMetrics
+	// check, when set, runs before every transaction: the Queue's one-time
+	// checks of the server, which refuse writes it must not make.
+	check func(ctx context.Context) error
 }
 
 func newCASEngine(rdb redis.UniversalClient, limits casLimits, clock *serverClock) (*casEngine, error) {
@@ -151,6 +154,11 @@ func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, err
 	}
 	if t.route == "" && len(t.keys) > 0 {
 		t.route = t.keys[0]
+	}
+	if e.check != nil {
+		if err := e.check(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	for attempt := 1; ; attempt++ {
 		read, plan, err := e.attempt(ctx, t)

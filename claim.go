@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,8 +22,14 @@ type candidate struct {
 }
 
 // maxClaimRounds bounds how often one Claim re-reads the indexes after
-// every candidate it tried was taken by someone else.
-const maxClaimRounds = 4
+// every candidate it tried was taken by someone else. A round that failed
+// jobs with no attempt left, or put wrong hints right, made room: rounds
+// go on then, up to maxClearRounds, so that dead jobs ahead of a runnable
+// one do not make the queue look empty.
+const (
+	maxClaimRounds = 4
+	maxClearRounds = 64
+)
 
 // Claim takes one due job for worker: a pending job whose RunAt has come, or
 // an active job whose lease expired. The job becomes active under a lease of
@@ -47,7 +54,12 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
 // a time under WATCH until one is taken. gone, when not nil, says that the
 // caller gave up: no job is taken for it then.
 func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool) (*Job, error) {
-	for round := 0; round < maxClaimRounds; round++ {
+	left := func() bool { return gone != nil && gone() }
+	cleared := false
+	for round := 0; round < maxClaimRounds || cleared && round < maxClearRounds; round++ {
+		if left() {
+			return nil, ErrNoJob
+		}
 		cands, err := q.dueCandidates(ctx)
 		if err != nil {
 			return nil, err
@@ -56,14 +68,21 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 			break
 		}
 		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		cleared = false
 		for _, c := range cands {
-			j, err := q.tryClaim(ctx, c, worker, gone)
+			if left() {
+				return nil, ErrNoJob // answered already; nothing more to do for it
+			}
+			j, wrote, err := q.tryClaim(ctx, c, worker, gone)
 			switch {
 			case err == nil && j != nil:
 				return j, nil
-			case errors.Is(err, ErrConflict), err == nil:
-				// Someone else changed it first, or it was not claimable
-				// (an unreadable value has now been moved out of the way).
+			case errors.Is(err, ErrConflict):
+				// Someone else changed it first.
+			case err == nil:
+				// Not claimable. If it was failed (no attempt left) or its
+				// hint was put right, the next round finds others behind it.
+				cleared = cleared || wrote
 			default:
 				return nil, err
 			}
@@ -93,12 +112,12 @@ func (q *Queue) flushClaims(ctx context.Context, batch []*call[string, *Job]) {
 	got, err := q.claimBatch(ctx, workers, func(i int) bool { return batch[i].gone() })
 	for i, c := range batch {
 		switch {
+		case got[i] != nil:
+			c.finish(got[i], nil)
 		case err != nil:
 			c.finish(nil, err)
-		case got[i] == nil:
-			c.finish(nil, ErrNoJob)
 		default:
-			c.finish(got[i], nil)
+			c.finish(nil, ErrNoJob)
 		}
 	}
 }
@@ -112,17 +131,25 @@ func (q *Queue) flushClaims(ctx context.Context, batch []*call[string, *Job]) {
 // (claimers then overlap only when their blocks do), and a round whose EXEC
 // was aborted is not retried as is: the next round reads the indexes again,
 // where the jobs others took are gone. gone(i), when not nil, says that
-// the caller of workers[i] gave up: no job is taken for it.
+// the caller of workers[i] gave up: no job is taken for it. The jobs of
+// rounds that committed are returned even when a later round fails.
 func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i int) bool) ([]*Job, error) {
 	got := make([]*Job, len(workers))
 	waiting := make([]int, len(workers))
 	for i := range waiting {
 		waiting[i] = i
 	}
-	for round := 0; round < maxClaimRounds && len(waiting) > 0; round++ {
+	cleared := false
+	for round := 0; len(waiting) > 0 && (round < maxClaimRounds || cleared && round < maxClearRounds); round++ {
+		if gone != nil {
+			waiting = slices.DeleteFunc(waiting, gone)
+			if len(waiting) == 0 {
+				break
+			}
+		}
 		cands, err := q.dueCandidatesN(ctx, max(q.cfg.ClaimWindow, 8*len(waiting)))
 		if err != nil {
-			return nil, err
+			return got, err
 		}
 		if q.cluster() && len(cands) > 0 {
 			cands = sameShard(cands) // one transaction stays in one slot
@@ -142,13 +169,14 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 			ws := slices.Clone(waiting[:n])
 			left = func(k int) bool { return gone(ws[k]) }
 		}
-		claimed, err := q.claimTxn(ctx, block, names, true, left)
+		claimed, wrote, err := q.claimTxn(ctx, block, names, true, left)
 		switch {
 		case errors.Is(err, ErrConflict):
 			continue
 		case err != nil:
-			return nil, err
+			return got, err
 		}
+		cleared = wrote && !slices.ContainsFunc(claimed, func(j *Job) bool { return j != nil })
 		var still []int
 		for k, w := range waiting {
 			if k < n && claimed[k] != nil {
@@ -169,7 +197,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	var cmds []*redis.ZSliceCmd
 	var clock *redis.TimeCmd
 	sent := q.clock.local()
-	_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		clock = p.Time(ctx)
 		for s := range q.ks.shards {
 			cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, idxReady), 0, 0),
@@ -177,10 +205,15 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, false, fmt.Errorf("jobkey: read next due time: %w", err)
+	// A shard that cannot be read (its node is down) is left out: the
+	// others still say when to wake.
+	if err := unanswered(all, err); err != nil || ctx.Err() != nil {
+		return 0, false, fmt.Errorf("jobkey: read next due time: %w", cmp.Or(err, ctx.Err()))
 	}
-	now := q.clock.observe(clock.Val(), sent, q.clock.local())
+	now, _ := q.clock.estimate()
+	if clock.Err() == nil {
+		now = q.clock.observe(clock.Val(), sent, q.clock.local())
+	}
 	var next time.Time
 	for _, c := range cmds {
 		if z := c.Val(); len(z) == 1 {
@@ -217,8 +250,7 @@ func (q *Queue) dueCandidatesN(ctx context.Context, n int) ([]candidate, error) 
 	// Many shards: look in a random few first, and in all of them only when
 	// those few have nothing due, so a claim does not read every shard.
 	pick := rand.Perm(q.ks.shards)[:claimShards]
-	out, err := q.dueIn(ctx, n, pick)
-	if err != nil || len(out) > 0 {
+	if out, err := q.dueIn(ctx, n, pick); len(out) > 0 {
 		return out, err
 	}
 	return q.dueIn(ctx, n, nil)
@@ -235,11 +267,17 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 			shards[i] = i
 		}
 	}
+	if err := q.check(ctx, true); err != nil {
+		return nil, err
+	}
 	t, err := q.clock.now(ctx, q.rdb)
 	if err != nil {
 		return nil, err
 	}
 	now := strconv.FormatInt(toMillis(t), 10)
+	// Read past the jobs this build cannot read (a newer major format),
+	// which stay at the head of their index for the workers that can.
+	window := int64(n + q.newer.size())
 	type read struct {
 		shard int
 		index string
@@ -251,7 +289,7 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 			for _, idx := range []string{idxReady, idxLeased} {
 				key := q.ks.index(s, idx)
 				reads = append(reads, read{s, idx,
-					p.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: now, Count: int64(n)})})
+					p.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: now, Count: window})})
 			}
 		}
 		return nil
@@ -259,10 +297,11 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 	if err != nil && (!isRedisErr(err) || unanswered(cmds, err) != nil) {
 		return nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 	}
-	// A shard whose index holds the wrong type is skipped, so the other
-	// shards' jobs keep flowing; its error surfaces when nothing else is due.
-	// An ID found in two indexes (a stray entry) is a candidate once: one
-	// transaction must not decide about one job twice.
+	// A shard whose index cannot be read (the wrong type, or its cluster
+	// node is down) is skipped, so the other shards' jobs keep flowing; its
+	// error surfaces when nothing else is due. An ID found in two indexes
+	// (a stray entry) is a candidate once: one transaction must not decide
+	// about one job twice.
 	var out []candidate
 	var firstErr error
 	broken := map[int]bool{}
@@ -276,11 +315,15 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 			broken[r.shard] = true
 			continue
 		case err != nil:
-			return nil, fmt.Errorf("jobkey: read %s: %w", key, err)
+			firstErr = cmp.Or(firstErr, fmt.Errorf("jobkey: read %s: %w", key, err))
+			broken[r.shard] = true
+			continue
 		}
+		taken := 0
 		for _, id := range ids {
-			if !seen[id] {
+			if !seen[id] && taken < n && !q.newer.has(id) {
 				seen[id] = true
+				taken++
 				out = append(out, candidate{shard: r.shard, id: id, index: r.index})
 			}
 		}
@@ -304,23 +347,25 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 // the claimed job, or nil when the candidate was not claimable; either way
 // a hint that disagreed with its value is put right in the same EXEC. A
 // lost race is returned at once (ErrConflict): the caller moves on.
-func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string, gone func() bool) (*Job, error) {
+func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string, gone func() bool) (*Job, bool, error) {
 	var left func(int) bool
 	if gone != nil {
 		left = func(int) bool { return gone() }
 	}
-	got, err := q.claimTxn(ctx, []candidate{c}, []string{worker}, true, left)
+	got, wrote, err := q.claimTxn(ctx, []candidate{c}, []string{worker}, true, left)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return got[0], nil
+	return got[0], wrote, nil
 }
 
 // claimTxn claims every claimable candidate in one compare-and-set,
 // candidate i for workers[i]; got[i] is the job claimed, or nil. The
 // candidates must share a hash slot on a cluster. gone(i), when not nil,
 // says that the caller of workers[i] gave up: candidate i is left alone.
-func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []string, noRetry bool, gone func(i int) bool) (got []*Job, err error) {
+// wrote says whether the transaction wrote anything (a claim, a job failed
+// for good, a hint put right).
+func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []string, noRetry bool, gone func(i int) bool) (got []*Job, wrote bool, err error) {
 	keys := make([]string, len(cands))
 	var verified []string
 	seen := map[int]bool{}
@@ -332,14 +377,26 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 		}
 	}
 	got = make([]*Job, len(cands))
-	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, verified: verified, noRetry: noRetry,
+	var vanished []string
+	var plan *casPlan
+	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, verified: verified, noRetry: noRetry,
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
+			vanished = vanished[:0]
 			plan := &casPlan{}
 			var ip indexPlan
 			now := r.now
 			for i, c := range cands {
 				if gone != nil && gone(i) {
+					continue
+				}
+				if errors.Is(r.errs[i], ErrUnsupportedFormat) {
+					// Written by a newer jobkey: neither ours to read nor to
+					// set aside. Its hint stays for the workers that can
+					// read it; this one skips it for a while, and logs the
+					// sighting so Stats shows a rollout that stalls.
+					q.newer.add(c.id)
+					ip.zadd(q.ks.index(c.shard, seenNewer), toMillis(now), c.id)
 					continue
 				}
 				if r.errs[i] != nil {
@@ -359,9 +416,16 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 					if took {
 						got[i] = next
 					}
-				case derive(orEmpty(cur)).index != c.index || cur == nil:
+				case cur == nil:
+					// A hint with no value: the job was deleted outside
+					// jobkey, or evicted. The hint goes; the loss is logged
+					// and counted (Stats.Vanished).
+					q.move(&ip, c.shard, c.id, nil, nil, c.index, now)
+					ip.zadd(q.ks.index(c.shard, seenVanished), toMillis(now), c.id)
+					vanished = append(vanished, c.id)
+				case derive(cur).index != c.index:
 					// Not claimable, and the hint that led here disagrees
-					// with the value (or there is no value at all).
+					// with the value.
 					q.move(&ip, c.shard, c.id, cur, cur, c.index, now)
 				default:
 					// Same index, but the hint said due: its score may be stale.
@@ -372,9 +436,13 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 			return plan, nil
 		}})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return got, nil
+	for _, id := range vanished {
+		q.cfg.Logger.Error("jobkey: a job's index entry pointed at no value: the job was deleted outside jobkey, or evicted by Redis (is maxmemory-policy noeviction?)",
+			"queue", q.name, "job", id)
+	}
+	return got, !plan.empty(), nil
 }
 
 // decideClaim says what a claim does to cur at now (Redis's clock): take it
@@ -418,19 +486,19 @@ func (q *Queue) ClaimMany(ctx context.Context, worker string, n int) ([]*Job, er
 		return nil, fmt.Errorf("jobkey: ClaimMany of %d jobs, want 1..%d (Config.MaxBatch)", n, q.cfg.MaxBatch)
 	}
 	got, err := q.claimBatch(ctx, slices.Repeat([]string{worker}, n), nil)
-	if err != nil {
-		return nil, err
-	}
 	var out []*Job
 	for _, j := range got {
 		if j != nil {
 			out = append(out, j)
 		}
 	}
-	if len(out) == 0 {
-		return nil, ErrNoJob
+	switch {
+	case len(out) > 0:
+		return out, nil // what was claimed is the caller's, even if a later round failed
+	case err != nil:
+		return nil, err
 	}
-	return out, nil
+	return nil, ErrNoJob
 }
 
 // sameShard keeps the candidates of the first candidate's shard.
@@ -484,4 +552,44 @@ func orEmpty(j *Job) *Job {
 func cloneJob(j *Job) *Job {
 	c := *j
 	return &c
+}
+
+// skipList remembers, for a while, the IDs of jobs this build cannot read
+// because a newer jobkey wrote them, so claimers look past them.
+type skipList struct {
+	mu  sync.Mutex
+	ids map[string]time.Time // id -> when to look at it again
+}
+
+// skipFor is how long a claimer looks past a newer-format job before it
+// looks again (and logs the sighting again).
+const skipFor = time.Minute
+
+// maxSkip bounds the list; past it, the list starts over.
+const maxSkip = 1000
+
+func (l *skipList) add(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ids == nil || len(l.ids) >= maxSkip {
+		l.ids = map[string]time.Time{}
+	}
+	l.ids[id] = time.Now().Add(skipFor)
+}
+
+func (l *skipList) has(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.ids[id]
+	if ok && time.Now().After(until) {
+		delete(l.ids, id)
+		return false
+	}
+	return ok
+}
+
+func (l *skipList) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ids)
 }

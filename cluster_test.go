@@ -93,7 +93,7 @@ func TestClusterLifecycle(t *testing.T) {
 	st, err = q.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, Stats{Succeeded: 320}, st)
-	rep, err := q.Verify(ctx, false)
+	rep, err := q.Verify(ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
 	require.Equal(t, 320, rep.Jobs, "Verify reads the values on every master")
@@ -108,10 +108,10 @@ func TestClusterLifecycle(t *testing.T) {
 			require.NoError(t, rdb.ZRem(ctx, q.Keys(id).Succeeded, id).Err())
 		}
 	}
-	rep, err = q.Verify(ctx, true)
+	rep, err = q.Verify(ctx, &VerifyOpts{Keys: true, Fix: true})
 	require.NoError(t, err)
 	require.Len(t, rep.Findings, q.cfg.Shards)
-	rep, err = q.Verify(ctx, false)
+	rep, err = q.Verify(ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
 }
@@ -260,7 +260,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		}
 		return true
 	})
-	rep, err := q.Verify(ctx, false)
+	rep, err := q.Verify(ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	t.Logf("reshard under load: %d jobs enqueued, %d lost, %d finished twice, %d hint mismatches; CAS conflicts and redirections retried: %d",
 		ackedN.Load(), lost, twice.Load(), len(rep.Findings), q.Metrics().Conflicts)

@@ -120,7 +120,24 @@ type Job struct {
 	// both claims had the same Attempt and LeaseOwner. It is unique to one
 	// claim but not ordered; 0 means never claimed by this format.
 	LeaseToken uint64
+
+	// future holds the fields a newer minor version appended, as read, so
+	// that writing the job back keeps them: an older worker's claim or
+	// completion never drops what a newer producer wrote (docs/design.md,
+	// section 10).
+	future futureFields
 }
+
+// futureFields are fields this build does not know, kept raw.
+type futureFields struct {
+	minor uint64 // the minor version that wrote them
+	n     int    // how many
+	raw   []byte // their encoding; never modified
+}
+
+// minor is the minor version to write: this build's, or the newer one
+// whose fields the job carries.
+func (j *Job) minor() uint64 { return max(formatMinor, j.future.minor) }
 
 // Marshal encodes j in the current value format. The result is allocated
 // once, at its exact size.
@@ -148,22 +165,22 @@ func Marshal(j *Job) ([]byte, error) {
 // encodedSize is the exact length appendJob produces, so Marshal allocates
 // once and oversized jobs are refused before any encoding work.
 func encodedSize(j *Job) int {
-	return arrayHdrSize(knownFields) +
-		uintSize(formatMajor) + uintSize(formatMinor) +
+	return arrayHdrSize(knownFields+j.future.n) +
+		uintSize(formatMajor) + uintSize(j.minor()) +
 		strSize(j.ID) + strSize(j.Queue) + strSize(j.Type) + binSize(len(j.Payload)) +
 		uintSize(uint64(j.State)) + intSize(int64(j.Attempt)) + intSize(int64(j.MaxAttempts)) +
 		intSize(toMillis(j.RunAt)) + strSize(j.LeaseOwner) + intSize(toMillis(j.LeaseUntil)) +
 		strSize(j.LastError) + binSize(len(j.Result)) +
 		intSize(toMillis(j.CreatedAt)) + intSize(toMillis(j.UpdatedAt)) + uintSize(j.Rev) +
-		uintSize(j.LeaseToken)
+		uintSize(j.LeaseToken) + len(j.future.raw)
 }
 
 // appendJob writes the v1 array. The field order is the wire format: new
 // fields may only be appended, in a new minor version.
 func appendJob(b []byte, j *Job) []byte {
-	b = appendArrayHdr(b, knownFields)
+	b = appendArrayHdr(b, knownFields+j.future.n)
 	b = appendUint(b, formatMajor)
-	b = appendUint(b, formatMinor)
+	b = appendUint(b, j.minor())
 	b = appendStr(b, j.ID)
 	b = appendStr(b, j.Queue)
 	b = appendStr(b, j.Type)
@@ -179,7 +196,8 @@ func appendJob(b []byte, j *Job) []byte {
 	b = appendInt(b, toMillis(j.CreatedAt))
 	b = appendInt(b, toMillis(j.UpdatedAt))
 	b = appendUint(b, j.Rev)
-	return appendUint(b, j.LeaseToken) // 1.1
+	b = appendUint(b, j.LeaseToken) // 1.1
+	return append(b, j.future.raw...)
 }
 
 // Unmarshal decodes a stored value into j, which is zeroed first. It never
@@ -221,7 +239,8 @@ func decodeJob(d decoder, j *Job) error {
 	if major != formatMajor {
 		return fmt.Errorf("%w: major version %d, this build reads %d", ErrUnsupportedFormat, major, formatMajor)
 	}
-	if _, err := d.uint("format minor version", math.MaxUint32); err != nil {
+	minor, err := d.uint("format minor version", math.MaxUint32)
+	if err != nil {
 		return err
 	}
 	if n < v1Fields {
@@ -236,11 +255,16 @@ func decodeJob(d decoder, j *Job) error {
 			return err
 		}
 	}
-	// Fields appended by a newer minor version are skipped, not rejected.
+	// Fields appended by a newer minor version are checked to be well
+	// formed and kept as they are, to be written back unchanged.
+	start := d.off
 	for i := knownFields; i < n; i++ {
 		if err := d.skip(fmt.Sprintf("appended field %d", i), 0); err != nil {
 			return err
 		}
+	}
+	if n > knownFields {
+		out.future = futureFields{minor: minor, n: n - knownFields, raw: d.b[start:d.off:d.off]}
 	}
 	if d.off != len(d.b) {
 		return d.corrupt("value", fmt.Sprintf("%d trailing bytes", len(d.b)-d.off))

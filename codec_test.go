@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -163,7 +164,49 @@ func TestCodecNewerMinorDecodes(t *testing.T) {
 		[]byte{1, 2, 3}, true, nil, float32(1.5), time.Now())
 	var out Job
 	require.NoError(t, Unmarshal(b, &out))
-	require.Equal(t, *in, out)
+	require.Equal(t, 8, out.future.n)
+	require.EqualValues(t, 3, out.future.minor)
+	out.future = futureFields{}
+	require.Equal(t, *in, out, "the known fields read as ever")
+	// Written back, the value is the same, byte for byte: the fields this
+	// build does not know and the newer minor version are kept.
+	require.NoError(t, Unmarshal(b, &out))
+	again, err := Marshal(&out)
+	require.NoError(t, err)
+	require.Equal(t, b, again)
+	require.Len(t, again, encodedSize(&out))
+	var fromString Job
+	require.NoError(t, unmarshalString(string(b), &fromString))
+	require.Equal(t, out, fromString)
+}
+
+// futureGolden is a value as a future 1.3 writes it: the 1.1 fields, then
+// two fields this build does not know. Checked in, it must keep its bytes
+// through every transition an older worker makes.
+func futureGolden(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", "job-v1.3-future.msgpack")
+	if *updateGolden {
+		j := fullJob()
+		j.State, j.Attempt, j.LeaseOwner, j.LeaseUntil, j.LeaseToken = StatePending, 0, "", time.Time{}, 0
+		b := appendFields(t, j, 3, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+	}
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+func TestCodecGoldenFutureMinor(t *testing.T) {
+	t.Parallel()
+	b := futureGolden(t)
+	var j Job
+	require.NoError(t, Unmarshal(b, &j))
+	require.Equal(t, fullJob().ID, j.ID)
+	require.Equal(t, 2, j.future.n)
+	again, err := Marshal(&j)
+	require.NoError(t, err)
+	require.Equal(t, b, again)
 }
 
 func TestCodecVersions(t *testing.T) {
@@ -365,4 +408,52 @@ func TestShardTagsSpreadOverTheSlotRange(t *testing.T) {
 		}
 	}
 	require.Equal(t, "emails/0", shardTag("emails", 0, 1))
+}
+
+// A worker of this version claims, extends, fails, claims again, completes,
+// and an operator updates a job that a newer minor version wrote: every
+// write keeps the newer version's fields and its minor version (issue 10,
+// item 1).
+func TestOlderWriterKeepsNewerFields(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	var golden Job
+	require.NoError(t, Unmarshal(futureGolden(t), &golden))
+	want := golden.future
+	j := golden
+	j.Queue, j.ID, j.RunAt = "q", "future", f.clock.Now()
+	b, err := Marshal(&j)
+	require.NoError(t, err)
+	keys := f.q.Keys(j.ID)
+	require.NoError(t, f.rdb.Set(f.ctx, keys.Job, b, 0).Err())
+	require.NoError(t, f.rdb.ZAdd(f.ctx, keys.Ready, redis.Z{Score: float64(toMillis(j.RunAt)), Member: j.ID}).Err())
+
+	kept := func(step string) {
+		t.Helper()
+		raw, err := f.rdb.Get(f.ctx, keys.Job).Bytes()
+		require.NoError(t, err)
+		var got Job
+		require.NoError(t, Unmarshal(raw, &got), step)
+		require.Equal(t, want, got.future, "%s kept the newer fields", step)
+		require.EqualValues(t, 3, raw[4], "%s kept minor version 3", step) // after the array16 header and the major
+	}
+	kept("the setup")
+	c, err := f.q.Claim(f.ctx, "old-worker")
+	require.NoError(t, err)
+	kept("Claim")
+	c, err = f.q.Extend(f.ctx, c)
+	require.NoError(t, err)
+	kept("Extend")
+	_, err = f.q.Fail(f.ctx, c, errors.New("once"))
+	require.NoError(t, err)
+	kept("Fail")
+	_, err = f.q.Update(f.ctx, j.ID, func(j *Job) error { j.RunAt = f.clock.Now(); return nil })
+	require.NoError(t, err)
+	kept("Update")
+	c, err = f.q.Claim(f.ctx, "old-worker")
+	require.NoError(t, err)
+	kept("Claim again")
+	_, err = f.q.Complete(f.ctx, c, []byte("done"))
+	require.NoError(t, err)
+	kept("Complete")
 }

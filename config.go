@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 )
@@ -58,6 +59,15 @@ type Config struct {
 	// kind is in flight share the next transaction's round trips; each job is
 	// still decided under its own WATCH (default: false).
 	DisableGroupCommit bool
+	// SkipEvictionCheck skips reading maxmemory-policy (INFO memory) at a
+	// Queue's first call. Without the check, jobkey cannot refuse a Redis
+	// that may evict the keys of acknowledged jobs (allkeys-* policies).
+	// Set it only where INFO is not allowed and the policy is known to be
+	// noeviction (default: false: check, and refuse writes under allkeys-*).
+	SkipEvictionCheck bool
+	// Logger receives what jobkey notices but cannot return: a job that
+	// vanished from Redis, a risky server setting (default: slog.Default()).
+	Logger *slog.Logger
 	// Now is this host's clock (default: time.Now). jobkey does not decide
 	// by it: whether a job is due, whether a lease has run out and when a
 	// new lease ends are judged by Redis's clock (TIME, read in the same
@@ -78,8 +88,11 @@ func DefaultBackoff(attempt int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// defaultClusterShards is Config.Shards on a cluster.
-const defaultClusterShards = 16
+// defaultClusterShards is Config.Shards on a cluster; maxShards bounds it.
+const (
+	defaultClusterShards = 16
+	maxShards            = 1024
+)
 
 func (c *Config) withDefaults(cluster bool) Config {
 	var out Config
@@ -107,6 +120,9 @@ func (c *Config) withDefaults(cluster bool) Config {
 	if out.Now == nil {
 		out.Now = time.Now
 	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
 	return out
 }
 
@@ -118,8 +134,8 @@ func (c *Config) validate() error {
 	if err := validName("prefix", c.Prefix, true); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Shards < 1 || c.Shards > 1024 {
-		bad("Shards is %d, want 1..1024", c.Shards)
+	if c.Shards < 1 || c.Shards > maxShards {
+		bad("Shards is %d, want 1..%d", c.Shards, maxShards)
 	}
 	if c.Lease < 100*time.Millisecond {
 		bad("Lease is %v, want at least 100ms", c.Lease)

@@ -122,37 +122,48 @@ func (q *Queue) enqueueJobs(ctx context.Context, ins []*enqueueIn, gone func(i i
 		first[in.job.ID] = i
 		todo = append(todo, i)
 	}
-	var stop error
-	for _, set := range q.txnSets(todo, func(i int) string { return ins[i].job.ID }) {
-		if stop != nil {
-			for _, i := range set {
-				errs[i] = &notTried{stop}
-			}
-			continue
-		}
-		if err := q.enqueueTxn(ctx, ins, set, errs, gone); err != nil {
+	q.eachTxn(ctx, todo, func(i int) string { return ins[i].job.ID },
+		func(set []int) error { return q.enqueueTxn(ctx, ins, set, errs, gone) },
+		func(set []int, err error) {
 			for _, i := range set {
 				if errs[i] != errLeftOut {
 					errs[i] = err
 				}
 			}
-			if !refusedWhole(err) {
-				stop = err // Redis unreachable or ctx done: the rest would fail too
-			}
-		}
-	}
+		})
 	// An ID repeated in the batch shares the fate of its first occurrence,
-	// as if enqueued just after it.
+	// as if enqueued just after it; if the first one's caller gave up, the
+	// repeat is tried on its own.
+	var again []int
 	for _, i := range repeats {
 		f := first[ins[i].job.ID]
 		var je *JobExistsError
 		switch {
+		case errs[f] == errLeftOut:
+			again = append(again, i)
 		case errs[f] == nil:
-			errs[i] = &JobExistsError{Index: i, Job: ins[f].job}
+			errs[i] = &JobExistsError{Index: i, Job: cloneJob(ins[f].job)}
 		case errors.As(errs[f], &je):
 			errs[i] = &JobExistsError{Index: i, Job: je.Job}
 		default:
 			errs[i] = errs[f]
+		}
+	}
+	if len(again) > 0 {
+		sub := make([]*enqueueIn, len(again))
+		for k, i := range again {
+			sub[k] = ins[i]
+		}
+		var subGone func(int) bool
+		if gone != nil {
+			subGone = func(k int) bool { return gone(again[k]) }
+		}
+		for k, err := range q.enqueueJobs(ctx, sub, subGone) {
+			var je *JobExistsError
+			if errors.As(err, &je) {
+				je.Index = again[k]
+			}
+			errs[again[k]] = err
 		}
 	}
 	return errs

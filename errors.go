@@ -174,3 +174,32 @@ func (e *LeaseLostError) Error() string {
 
 // Is makes errors.Is(err, ErrLeaseLost) hold.
 func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// ShardsError reports the shards of a queue that a call could not read:
+// their cluster node is down, or an index holds the wrong type. What the
+// call returned covers the other shards.
+type ShardsError struct {
+	Shards []int   // the shards left out, in order
+	Of     int     // how many shards the queue has
+	Errs   []error // why, one per shard in Shards
+}
+
+func (e *ShardsError) Error() string {
+	return fmt.Sprintf("jobkey: %d of %d shards could not be read (%v); the first: %v", len(e.Shards), e.Of, e.Shards, e.Errs[0])
+}
+
+// Unwrap returns the shards' errors, for errors.Is and errors.As.
+func (e *ShardsError) Unwrap() []error { return e.Errs }
+
+func (e *ShardsError) add(shard int, err error) {
+	e.Shards = append(e.Shards, shard)
+	e.Errs = append(e.Errs, err)
+}
+
+// orNil returns e when it names a shard, else nil.
+func (e *ShardsError) orNil() error {
+	if len(e.Shards) == 0 {
+		return nil
+	}
+	return e
+}

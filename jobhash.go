@@ -29,6 +29,14 @@ const (
 	// Claimers move such hints here so nobody trips on them again; the value
 	// itself is never touched.
 	idxCorrupt = "corrupt"
+	// seenNewer is not an index of states: it logs the IDs of jobs written
+	// in a newer major format that claimers of this build met and left
+	// where they were, scored by when. Stats counts the recent ones.
+	seenNewer = "newer"
+	// seenVanished logs, likewise, the IDs whose ready or leased entry a
+	// claimer found pointing at no value: a job deleted outside jobkey or
+	// evicted by Redis.
+	seenVanished = "vanished"
 )
 
 // keyspace builds every Redis key and channel of one queue. Key names come
@@ -118,6 +126,7 @@ func (ks *keyspace) index(shard int, name string) string {
 	return ks.tags[shard] + ":" + name
 }
 func (ks *keyspace) wakeChannel() string   { return ks.prefix + ":{" + ks.queue + "}:wake" }
+func (ks *keyspace) metaKey() string       { return ks.prefix + ":{" + ks.queue + "}:meta" }
 func (ks *keyspace) cancelChannel() string { return ks.prefix + ":{" + ks.queue + "}:cancel" }
 
 // jobKeyOf returns the key of id, with its shard.

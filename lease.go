@@ -53,25 +53,15 @@ func (q *Queue) fencedMany(ctx context.Context, jobs []*Job, predict []string, d
 		seen[j.ID] = i
 		todo = append(todo, i)
 	}
-	var stop error
-	for _, set := range q.txnSets(todo, func(i int) string { return jobs[i].ID }) {
-		if stop != nil {
-			for _, i := range set {
-				errs[i] = &notTried{stop}
-			}
-			continue
-		}
-		if err := q.fencedTxn(ctx, jobs, set, predict, done, fn, gone, out, errs); err != nil {
+	q.eachTxn(ctx, todo, func(i int) string { return jobs[i].ID },
+		func(set []int) error { return q.fencedTxn(ctx, jobs, set, predict, done, fn, gone, out, errs) },
+		func(set []int, err error) {
 			for _, i := range set {
 				if errs[i] != errLeftOut {
 					out[i], errs[i] = nil, err
 				}
 			}
-			if !refusedWhole(err) {
-				stop = err
-			}
-		}
-	}
+		})
 	return out, errs
 }
 
@@ -102,6 +92,10 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 			default:
 				next := fn(i)(j, cloneJob(cur), r.now)
 				next.UpdatedAt = r.now
+				if err := q.fits(next, cur); err != nil {
+					errs[i] = err
+					continue
+				}
 				q.move(&ip, shards[k], j.ID, cur, next, "", r.now)
 				plan.writes = append(plan.writes, q.write(keys[k], next))
 				out[i] = next
@@ -159,9 +153,10 @@ func (q *Queue) flushCompletes(ctx context.Context, batch []*call[completeIn, *J
 }
 
 func succeed(result []byte) transition {
-	return func(_, next *Job, _ time.Time) *Job {
+	return func(_, next *Job, now time.Time) *Job {
 		next.State = StateSucceeded
 		next.Result = result
+		next.LeaseUntil = now // the run is over; so is its lease
 		return next
 	}
 }
@@ -253,6 +248,21 @@ func (q *Queue) CompleteMany(ctx context.Context, jobs []*Job, results [][]byte)
 	return done, batchErr(errs)
 }
 
+// fits holds a transition's value to Config.MaxValueBytes: a LastError
+// that would push it past is cut to what fits, and anything else that does
+// (a result, a job an Update grew) refuses the transition for that job.
+func (q *Queue) fits(next, cur *Job) error {
+	over := encodedSize(next) - q.cfg.MaxValueBytes
+	if over > 0 && next.LastError != cur.LastError && over <= len(next.LastError) {
+		next.LastError = truncate(next.LastError, len(next.LastError)-over) // a shorter string never has a longer header
+		over = encodedSize(next) - q.cfg.MaxValueBytes
+	}
+	if over > 0 {
+		return fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, next.ID, encodedSize(next), q.cfg.MaxValueBytes)
+	}
+	return nil
+}
+
 // resultFits refuses a result that would push the value past the limit.
 func (q *Queue) resultFits(j *Job, result []byte) error {
 	probe := *j
@@ -274,8 +284,14 @@ func (q *Queue) Fail(ctx context.Context, j *Job, cause error) (*Job, error) {
 	}
 	msg = truncate(msg, MaxErrorLen)
 	final := errors.Is(cause, ErrSkipRetry)
-	return q.fenced(ctx, j, []string{idxLeased, idxReady, idxFailed}, nil, func(_, next *Job, now time.Time) *Job {
+	// A Fail retried after its reply was lost finds its own write: the job
+	// no longer active, still under this claim's token, with this error.
+	done := func(j, cur *Job) bool {
+		return cur.LeaseToken == j.LeaseToken && cur.LastError == msg && (cur.State == StatePending || cur.State == StateFailed)
+	}
+	return q.fenced(ctx, j, []string{idxLeased, idxReady, idxFailed}, done, func(_, next *Job, now time.Time) *Job {
 		next.LastError = msg
+		next.LeaseUntil = now
 		if final || next.Attempt >= next.MaxAttempts {
 			next.State = StateFailed
 			return next
@@ -289,10 +305,14 @@ func (q *Queue) Fail(ctx context.Context, j *Job, cause error) (*Job, error) {
 // Release gives a claimed job back without spending its attempt: it is
 // pending again and due at once. Work uses it on shutdown.
 func (q *Queue) Release(ctx context.Context, j *Job) (*Job, error) {
-	return q.fenced(ctx, j, []string{idxLeased, idxReady}, nil, func(_, next *Job, now time.Time) *Job {
+	// A Release retried after its reply was lost finds the job pending
+	// under this claim's token: released, and nobody claimed it since.
+	done := func(j, cur *Job) bool { return cur.LeaseToken == j.LeaseToken && cur.State == StatePending }
+	return q.fenced(ctx, j, []string{idxLeased, idxReady}, done, func(_, next *Job, now time.Time) *Job {
 		next.State = StatePending
 		next.Attempt = max(0, next.Attempt-1)
 		next.RunAt = now
+		next.LeaseUntil = now
 		return next
 	})
 }

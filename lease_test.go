@@ -2,6 +2,7 @@ package jobkey
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -19,8 +20,10 @@ func TestFencingSurvivesRepeatedAttemptAndOwner(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.q.Cancel(f.ctx, j.ID)
 	require.NoError(t, err)
-	_, err = f.q.Retry(f.ctx, j.ID)
+	r, err := f.q.Retry(f.ctx, j.ID)
 	require.NoError(t, err)
+	require.Equal(t, first.LeaseUntil, r.RunAt, "due when the canceled run's lease would have ended")
+	f.clock.Advance(31 * time.Second)
 	second, err := f.q.Claim(f.ctx, "replica")
 	require.NoError(t, err)
 	require.Equal(t, first.Attempt, second.Attempt)

@@ -21,6 +21,7 @@ type mjob struct {
 	owner      string
 	token      uint64
 	leaseUntil time.Time
+	lastErr    string
 }
 
 // model is a plain in-memory queue that the real one must agree with.
@@ -124,7 +125,7 @@ func TestModel(t *testing.T) {
 				for id, mj := range m.jobs {
 					if m.expiredFinal(mj) {
 						if got, gerr := q.Get(ctx, id); gerr == nil && got.State == StateFailed {
-							mj.state = StateFailed
+							mj.state, mj.lastErr = StateFailed, got.LastError
 						}
 					}
 				}
@@ -161,7 +162,7 @@ func TestModel(t *testing.T) {
 					return
 				}
 				require.NoError(rt, err)
-				mj.state = StateSucceeded
+				mj.state, mj.leaseUntil = StateSucceeded, m.now
 			},
 			"fail": func(rt *rapid.T) {
 				if len(held) == 0 {
@@ -170,11 +171,16 @@ func TestModel(t *testing.T) {
 				j := pickHeld(rt)
 				_, err := q.Fail(ctx, j, errors.New("x"))
 				mj, ok := fenced(j)
+				if mj.token == j.LeaseToken && mj.lastErr == "x" && (mj.state == StatePending || mj.state == StateFailed) {
+					require.NoError(rt, err, "a repeated Fail finds its own write")
+					return
+				}
 				if !ok {
 					require.ErrorIs(rt, err, ErrLeaseLost)
 					return
 				}
 				require.NoError(rt, err)
+				mj.lastErr, mj.leaseUntil = "x", m.now
 				if mj.attempt >= mj.max {
 					mj.state = StateFailed
 				} else {
@@ -188,12 +194,16 @@ func TestModel(t *testing.T) {
 				j := pickHeld(rt)
 				_, err := q.Release(ctx, j)
 				mj, ok := fenced(j)
+				if mj.token == j.LeaseToken && mj.state == StatePending {
+					require.NoError(rt, err, "a repeated Release finds its own write")
+					return
+				}
 				if !ok {
 					require.ErrorIs(rt, err, ErrLeaseLost)
 					return
 				}
 				require.NoError(rt, err)
-				mj.state, mj.attempt, mj.runAt = StatePending, max(0, mj.attempt-1), m.now
+				mj.state, mj.attempt, mj.runAt, mj.leaseUntil = StatePending, max(0, mj.attempt-1), m.now, m.now
 			},
 			"extend": func(rt *rapid.T) {
 				if len(held) == 0 {
@@ -234,6 +244,9 @@ func TestModel(t *testing.T) {
 				case mj.state == StateFailed || mj.state == StateCanceled:
 					require.NoError(rt, err)
 					mj.state, mj.attempt, mj.runAt = StatePending, 0, m.now
+					if mj.leaseUntil.After(m.now) {
+						mj.runAt = mj.leaseUntil // a canceled run's lease ends first
+					}
 				default:
 					var se *StateError
 					require.ErrorAs(rt, err, &se)

@@ -19,6 +19,8 @@ type Queue struct {
 	ks    *keyspace
 	cas   *casEngine
 	clock *serverClock
+	newer skipList    // jobs of a newer format that claimers look past
+	srv   serverCheck // what the first call checks about Redis
 
 	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
 	claims    *commitGroup[string, *Job]
@@ -48,6 +50,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 		return nil, err
 	}
 	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine, clock: clock}
+	engine.check = func(ctx context.Context) error { return q.check(ctx, true) }
 	if !c.DisableGroupCommit {
 		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims}
 		q.enqueues = &commitGroup[*enqueueIn, *Job]{max: c.MaxBatch, flush: q.flushEnqueues}
@@ -69,6 +72,9 @@ func (q *Queue) Metrics() MetricsSnapshot { return q.cas.m.snapshot() }
 // when the stored value cannot be read (the value is left as it is).
 func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 	if err := validID(id); err != nil {
+		return nil, err
+	}
+	if err := q.check(ctx, false); err != nil {
 		return nil, err
 	}
 	key, _ := q.ks.jobKeyOf(id)

@@ -64,7 +64,7 @@ func setup(t *testing.T, cfg *Config) *fixture {
 	q, err := NewQueue(rdb, "q", &c)
 	require.NoError(t, err)
 	q.clock.fake = clock.Now // Redis's clock, as far as the queue can tell
-	require.NoError(t, rdb.Ping(context.Background()).Err())
+	require.NoError(t, q.check(context.Background(), true), "the one-time checks, outside every count")
 	return &fixture{q: q, rdb: rdb, hook: hook, clock: clock, ctx: context.Background()}
 }
 
@@ -232,7 +232,7 @@ func TestEnqueueRefusesBeforeWriting(t *testing.T) {
 	}
 	keys, err := f.rdb.Keys(f.ctx, f.q.cfg.Prefix+"*").Result()
 	require.NoError(t, err)
-	require.Empty(t, keys)
+	require.Equal(t, []string{f.q.ks.metaKey()}, keys, "nothing but the queue's shard count, stored by the fixture's first call")
 }
 
 func TestEnqueueMany(t *testing.T) {
@@ -376,11 +376,14 @@ func TestRelease(t *testing.T) {
 	require.Equal(t, StatePending, r.State)
 	require.Zero(t, r.Attempt, "the attempt is not spent")
 	f.requireIndexed(t, r)
-	_, err = f.q.Release(f.ctx, c)
-	require.ErrorIs(t, err, ErrLeaseLost)
+	again, err := f.q.Release(f.ctx, c)
+	require.NoError(t, err, "a Release retried after a lost reply finds its own write")
+	require.Equal(t, r.Rev, again.Rev, "and writes nothing")
 	c2, err := f.q.Claim(f.ctx, "w")
 	require.NoError(t, err)
 	require.Equal(t, 1, c2.Attempt)
+	_, err = f.q.Release(f.ctx, c)
+	require.ErrorIs(t, err, ErrLeaseLost, "once claimed again, the old claim is fenced off")
 }
 
 // A claims; A's lease expires; B claims; A's Complete is fenced off; B

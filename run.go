@@ -3,9 +3,12 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // run is one claimed job in a Work slot, from the claim until its outcome
@@ -32,10 +35,10 @@ type run struct {
 	expired  chan struct{}
 	once     sync.Once // closes expired
 
-	checking atomic.Bool   // a cancel hint is being confirmed
-	writing  atomic.Bool   // an outcome write is in flight
-	quit     chan struct{} // ends the keeper
-	kept     chan struct{} // closed when the keeper has returned
+	hints   atomic.Int64  // cancel hints not yet confirmed; a check runs while > 0
+	writing atomic.Bool   // an outcome write is in flight
+	quit    chan struct{} // ends the keeper
+	kept    chan struct{} // closed when the keeper has returned
 }
 
 // start registers a run of j, claimed by a request sent at asked, and
@@ -92,6 +95,12 @@ func (r *run) confirm(asked time.Time, j *Job) {
 	}
 }
 
+// nextRenewal is when to renew next: every Lease/3, and sooner when the
+// deadline is nearer than that (a claim that took long left less lease).
+func (r *run) nextRenewal() time.Duration {
+	return max(time.Millisecond, min(r.w.q.cfg.Lease/3, r.left()/2))
+}
+
 // left is how long until the deadline.
 func (r *run) left() time.Duration {
 	r.mu.Lock()
@@ -104,7 +113,7 @@ func (r *run) left() time.Duration {
 func (r *run) keep() {
 	defer close(r.kept)
 	q := r.w.q
-	t := time.NewTicker(q.cfg.Lease / 3)
+	t := time.NewTimer(r.nextRenewal())
 	defer t.Stop()
 	for {
 		select {
@@ -114,6 +123,7 @@ func (r *run) keep() {
 			return
 		case <-t.C:
 		}
+		t.Reset(r.nextRenewal())
 		if r.writing.Load() && r.left() > q.cfg.Lease/2 {
 			// A renewal now would only abort the outcome write in flight
 			// (both change the job's key); renew only if the lease needs it.
@@ -148,8 +158,9 @@ func (r *run) keep() {
 
 // record writes the run's outcome with write, retrying with backoff while
 // the keeper renews the lease, until it lands, is refused for good (lease
-// lost, job gone, bad input), or the lease deadline passes.
-func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error)) {
+// lost, job gone, bad input), or the lease deadline passes. It returns the
+// last error when the write did not land.
+func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error)) error {
 	delay := 10 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
@@ -159,11 +170,11 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 		cancel()
 		if err == nil {
 			w.recorded(stored, nil)
-			return
+			return nil
 		}
 		if final(err) || r.left() <= 0 {
 			w.recorded(r.job, err)
-			return
+			return err
 		}
 		w.o.Logger.Warn("jobkey: recording job outcome failed; retrying", "queue", w.q.name, "job", r.job.ID, "err", err)
 		t := time.NewTimer(min(delay, max(r.left(), 0)))
@@ -178,18 +189,34 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 
 // final reports a write error that trying again cannot fix.
 func final(err error) bool {
+	var rerr redis.Error
 	return errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) ||
 		errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnsupportedFormat) || errors.Is(err, ErrWrongType) ||
-		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrStep)
+		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrStep) || errors.Is(err, ErrEvictionPolicy) ||
+		errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM") // an ACL that lacks a grant
 }
 
 // confirmCancel checks a cancel hint against the stored job, and stops the
 // handler only when the job is no longer active under this run's lease.
+//
+// One check runs at a time per run, so a flood of hints costs one read at a
+// time; a hint that arrives during a check makes it read again after, since
+// the read in flight may have been answered before the cancel landed.
 func (r *run) confirmCancel(w *worker) {
-	if !r.checking.CompareAndSwap(false, true) {
-		return // one check at a time per run; a flood of hints costs one read
+	if r.hints.Add(1) != 1 {
+		return // the check running now will read again
 	}
-	defer r.checking.Store(false)
+	for {
+		seen := r.hints.Load()
+		if r.checkCancel(w) || r.hints.CompareAndSwap(seen, 0) {
+			return
+		}
+	}
+}
+
+// checkCancel reads the stored job once and stops the handler when the job
+// is no longer active under this run's lease; it reports whether it did.
+func (r *run) checkCancel(w *worker) bool {
 	ctx, cancel := context.WithTimeout(w.writes, w.q.cfg.Lease/3)
 	defer cancel()
 	cur, err := w.q.Get(ctx, r.job.ID)
@@ -197,12 +224,13 @@ func (r *run) confirmCancel(w *worker) {
 	case errors.Is(err, ErrNotFound):
 		r.cancel(errors.Join(ErrLeaseLost, err))
 	case err != nil:
-		// Unreadable now: the keeper's next renewal will tell.
+		return false // unreadable now: the keeper's next renewal will tell
 	case cur.State == StateActive && cur.LeaseToken == r.job.LeaseToken:
-		// Still ours: the hint was stale or forged.
+		return false // still ours: the hint was stale or forged
 	case cur.State == StateCanceled && cur.LeaseToken == r.job.LeaseToken:
 		r.cancel(ErrJobCanceled)
 	default:
 		r.cancel(&LeaseLostError{ID: r.job.ID, Attempt: r.job.Attempt, Owner: r.job.LeaseOwner, Token: r.job.LeaseToken, Now: cur})
 	}
+	return true
 }

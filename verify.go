@@ -14,43 +14,77 @@ import (
 // Finding is one disagreement between a job's value and the indexes.
 type Finding struct {
 	ID     string // the job ID
-	Kind   string // "missing-entry", "wrong-entry", "stray-entry", "unreadable"
+	Kind   string // "missing-entry", "wrong-entry", "stray-entry"
 	Detail string // what was found against what the value says
-	Fixed  bool   // set by Verify with fix, when the repair was written
+	Fixed  bool   // set by Verify with Fix, when the repair was written
 }
 
 // VerifyReport is what Verify found.
 type VerifyReport struct {
 	Jobs     int // job values read
 	Entries  int // index entries read
+	Newer    int // values in a newer major format: not this build's to judge
 	Findings []Finding
+}
+
+// VerifyOpts configure Verify. A nil *VerifyOpts means all defaults.
+type VerifyOpts struct {
+	// Fix repairs each finding with a compare-and-set under the job key's
+	// WATCH that re-derives the job's index entries from its value as it
+	// is then. Values are never written (default: false, report only).
+	Fix bool
+	// Keys also scans the keyspace for job values that no index lists.
+	// The other checks walk the queue's indexes, at a cost that grows with
+	// the queue; this one must walk the whole database with SCAN, at a
+	// cost that grows with every key in it (default: false).
+	Keys bool
 }
 
 // allIndexes lists every index a shard keeps.
 var allIndexes = []string{idxReady, idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt}
 
-// Verify walks the queue's keys and reports every disagreement between job
-// values and index entries. Normal operation never needs it: every
+// verifyPage is how many entries or keys Verify reads per command: a few
+// milliseconds of Redis's time at most, whatever the queue's size.
+const verifyPage = 1000
+
+// Verify walks the queue's indexes and reports every disagreement between
+// job values and index entries. Normal operation never needs it: every
 // transaction writes a job's entry with its value. It is for keys changed
-// outside jobkey. With fix, each finding is repaired by a compare-and-set
-// under the job key's WATCH that re-derives the job's index entries from its
-// value as it is then; values are never written.
+// outside jobkey.
+//
+// It reads in pages of at most a thousand, holding one page at a time, and
+// it is safe on a busy queue: what looks wrong is read again as one
+// consistent snapshot (a read-only MULTI/EXEC of the value and every index
+// entry of the job) and reported only if it still disagrees.
 //
 // Entries of finished jobs whose keys have expired are not findings while
-// they are older than the retention: the next transaction that finishes a
-// job of the same state trims them.
-func (q *Queue) Verify(ctx context.Context, fix bool) (VerifyReport, error) {
+// they are older than the retention: they are trimmed later. Values in a
+// newer major format are counted (Newer), not judged. When some shards
+// cannot be read (their cluster node is down), the report covers the
+// others, and the error is a *ShardsError naming the missing shards.
+func (q *Queue) Verify(ctx context.Context, opts *VerifyOpts) (VerifyReport, error) {
+	var o VerifyOpts
+	if opts != nil {
+		o = *opts
+	}
 	var rep VerifyReport
+	if err := q.check(ctx, false); err != nil {
+		return rep, err
+	}
 	now, err := q.clock.now(ctx, q.rdb)
 	if err != nil {
 		return rep, err
 	}
+	missing := &ShardsError{Of: q.ks.shards}
 	for s := range q.ks.shards {
-		if err := q.verifyShard(ctx, s, fix, now, &rep); err != nil {
-			return rep, err
+		if err := q.verifyShard(ctx, s, o, now, &rep); err != nil {
+			if ctx.Err() != nil {
+				return rep, err
+			}
+			missing.add(s, err)
 		}
 	}
-	return rep, nil
+	return rep, missing.orNil()
 }
 
 type placed struct {
@@ -58,113 +92,273 @@ type placed struct {
 	score int64
 }
 
-func (q *Queue) verifyShard(ctx context.Context, shard int, fix bool, now time.Time, rep *VerifyReport) error {
-	// Every index entry of the shard.
-	entries := map[string][]placed{}
-	for _, idx := range allIndexes {
-		key := q.ks.index(shard, idx)
-		zs, err := q.rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+// scanNode returns the client of the master that owns a shard's slot, for
+// SCAN, the one command a cluster client does not route by key. The slot
+// map go-redis holds may be stale after a slot moved, and SCAN on the old
+// owner finds nothing, so ownership is confirmed by a keyed command the
+// node would answer with MOVED.
+func (q *Queue) scanNode(ctx context.Context, shard int) (redis.Cmdable, error) {
+	c, ok := q.rdb.(*redis.ClusterClient)
+	if !ok {
+		return q.rdb, nil
+	}
+	key := q.ks.index(shard, idxReady)
+	for try := 0; ; try++ {
+		n, err := c.MasterForKey(ctx, key)
 		if err != nil {
-			return fmt.Errorf("jobkey: verify: read %s: %w", key, err)
+			return nil, fmt.Errorf("jobkey: find node for %s: %w", key, err)
 		}
-		for _, z := range zs {
-			id, _ := z.Member.(string)
-			entries[id] = append(entries[id], placed{idx, int64(z.Score)})
-			rep.Entries++
+		err = n.Type(ctx, key).Err()
+		if _, moved := redis.IsMovedError(err); !moved {
+			return n, err
+		}
+		if try == 20 {
+			return nil, fmt.Errorf("jobkey: the slot of %s keeps moving: %w", key, err)
+		}
+		c.ReloadState(ctx) // asynchronous: give it a moment
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
 		}
 	}
-	// Every job value of the shard, read in pipelined batches.
-	prefix := q.ks.jobKey(shard, "")
-	var ids []string
-	// A shard's keys share one slot: on a cluster, scan the node that owns it.
-	var scanner redis.Cmdable = q.rdb
-	if c, ok := q.rdb.(*redis.ClusterClient); ok {
-		node, err := c.MasterForKey(ctx, prefix)
+}
+
+// verifyShard checks one shard. Keyed reads go through the queue's client,
+// which follows a slot that moved; only the keyspace scan needs the node.
+func (q *Queue) verifyShard(ctx context.Context, shard int, o VerifyOpts, now time.Time, rep *VerifyReport) error {
+	suspects := map[string]bool{}
+	if err := q.walkIndexes(ctx, q.rdb, shard, now, rep, suspects); err != nil {
+		return err
+	}
+	if o.Keys {
+		node, err := q.scanNode(ctx, shard)
 		if err != nil {
-			return fmt.Errorf("jobkey: verify: find node for %s: %w", prefix, err)
+			return err
 		}
-		scanner = node
+		if err := q.walkKeys(ctx, node, shard, suspects); err != nil {
+			return err
+		}
+		if again, err := q.scanNode(ctx, shard); err != nil || again != node {
+			return fmt.Errorf("jobkey: verify: shard %d moved to another node during the scan; run Verify again", shard)
+		}
 	}
-	iter := scanner.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		ids = append(ids, strings.TrimPrefix(iter.Val(), prefix))
-	}
-	if err := iter.Err(); err != nil {
-		return fmt.Errorf("jobkey: verify: scan %s*: %w", prefix, err)
+	node := q.rdb
+	ids := make([]string, 0, len(suspects))
+	for id := range suspects {
+		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	seen := map[string]bool{}
-	for start := 0; start < len(ids); start += 500 {
-		batch := ids[start:min(len(ids), start+500)]
-		cmds := make([]*redis.StringCmd, len(batch))
-		got, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, id := range batch {
-				cmds[i] = p.Get(ctx, prefix+id)
+	for start := 0; start < len(ids); start += 100 {
+		found, err := q.recheck(ctx, node, shard, now, ids[start:min(len(ids), start+100)])
+		if err != nil {
+			return err
+		}
+		for _, f := range found {
+			if o.Fix {
+				if err := q.rederive(ctx, shard, f.ID); err != nil {
+					return fmt.Errorf("jobkey: verify: fix %q: %w", f.ID, err)
+				}
+				f.Fixed = true
 			}
-			return nil
-		})
-		if err != nil && (unanswered(got, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
-			return fmt.Errorf("jobkey: verify: read values: %w", err)
+			rep.Findings = append(rep.Findings, f)
 		}
-		for i, id := range batch {
-			seen[id] = true
-			raw := fromGet(cmds[i])
-			if raw.missing { // expired or deleted between SCAN and GET
-				continue
-			}
-			rep.Jobs++
-			var want placed
-			var j Job
-			switch {
-			case raw.err != nil && !isWrongType(raw.err):
-				return fmt.Errorf("jobkey: verify: get %s: %w", prefix+id, raw.err)
-			case raw.err != nil, unmarshalString(raw.s, &j) != nil:
-				want = placed{index: idxCorrupt}
-			default:
-				e := derive(&j)
-				want = placed{e.index, e.score}
-			}
-			if f, bad := judge(id, want, entries[id]); bad {
-				rep.Findings = append(rep.Findings, f)
-			}
-		}
-	}
-	// Entries whose job has no value.
-	cutoff := map[string]int64{}
-	for _, st := range []State{StateSucceeded, StateFailed, StateCanceled} {
-		cutoff[derive(&Job{State: st}).index] = toMillis(now.Add(-q.retention(st)))
-	}
-	for id, ps := range entries {
-		if seen[id] {
-			continue
-		}
-		for _, p := range ps {
-			if c, finished := cutoff[p.index]; finished && p.score < c {
-				continue // expired with its key; trimmed later
-			}
-			rep.Findings = append(rep.Findings, Finding{ID: id, Kind: "stray-entry",
-				Detail: fmt.Sprintf("in %s, but there is no job value", p.index)})
-			break
-		}
-	}
-	if !fix {
-		return nil
-	}
-	for i := range rep.Findings {
-		f := &rep.Findings[i]
-		if _, s := q.ks.jobKeyOf(f.ID); s != shard {
-			continue
-		}
-		if err := q.rederive(ctx, shard, f.ID); err != nil {
-			return fmt.Errorf("jobkey: verify: fix %q: %w", f.ID, err)
-		}
-		f.Fixed = true
 	}
 	return nil
 }
 
-// judge compares where a value says its ID belongs with where it is.
-func judge(id string, want placed, have []placed) (Finding, bool) {
+// walkIndexes reads every index of a shard a page at a time, with the
+// values its entries point at, and notes the IDs whose entry disagrees.
+func (q *Queue) walkIndexes(ctx context.Context, node redis.Cmdable, shard int, now time.Time, rep *VerifyReport, suspects map[string]bool) error {
+	for _, idx := range allIndexes {
+		key := q.ks.index(shard, idx)
+		for start := int64(0); ; start += verifyPage {
+			zs, err := node.ZRangeWithScores(ctx, key, start, start+verifyPage-1).Result()
+			if err != nil {
+				return fmt.Errorf("jobkey: verify: read %s: %w", key, err)
+			}
+			ids := make([]string, len(zs))
+			for i, z := range zs {
+				ids[i], _ = z.Member.(string)
+			}
+			raws, err := q.values(ctx, node, shard, ids)
+			if err != nil {
+				return err
+			}
+			rep.Entries += len(zs)
+			for i, z := range zs {
+				v := readValue(raws[i])
+				switch {
+				case v.missing:
+				case v.newer:
+					rep.Newer++
+					rep.Jobs++
+				default:
+					rep.Jobs++
+				}
+				if _, bad := q.judge(ids[i], v, []placed{{idx, int64(z.Score)}}, now); bad {
+					suspects[ids[i]] = true
+				}
+			}
+			if len(zs) < verifyPage {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// walkKeys scans the shard's job keys a page at a time and notes the IDs
+// whose value no index lists where it says.
+func (q *Queue) walkKeys(ctx context.Context, node redis.Cmdable, shard int, suspects map[string]bool) error {
+	prefix := q.ks.jobKey(shard, "")
+	iter := node.Scan(ctx, 0, globEscape(prefix)+"*", verifyPage).Iterator()
+	var page []string
+	flush := func() error {
+		raws, err := q.values(ctx, q.rdb, shard, page)
+		if err != nil {
+			return err
+		}
+		scores := make([]*redis.FloatCmd, len(page))
+		_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range page {
+				want := idxCorrupt
+				if v := readValue(raws[i]); v.job != nil {
+					want = derive(v.job).index
+				} else if v.missing || v.newer {
+					continue
+				}
+				scores[i] = p.ZScore(ctx, q.ks.index(shard, want), id)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("jobkey: verify: read entries: %w", err)
+		}
+		for i, c := range scores {
+			if c != nil && errors.Is(c.Err(), redis.Nil) {
+				suspects[page[i]] = true
+			}
+		}
+		page = page[:0]
+		return nil
+	}
+	for iter.Next(ctx) {
+		page = append(page, strings.TrimPrefix(iter.Val(), prefix))
+		if len(page) == verifyPage {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("jobkey: verify: scan %s*: %w", prefix, err)
+	}
+	return flush()
+}
+
+// values reads the values of ids in one pipeline.
+func (q *Queue) values(ctx context.Context, node redis.Cmdable, shard int, ids []string) ([]rawRead, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	all, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, q.ks.jobKey(shard, id))
+		}
+		return nil
+	})
+	if err != nil && (unanswered(all, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
+		return nil, fmt.Errorf("jobkey: verify: read values: %w", err)
+	}
+	out := make([]rawRead, len(ids))
+	for i, c := range cmds {
+		out[i] = fromGet(c)
+		if out[i].err != nil && !isWrongType(out[i].err) {
+			return nil, fmt.Errorf("jobkey: verify: get %s: %w", q.ks.jobKey(shard, ids[i]), out[i].err)
+		}
+	}
+	return out, nil
+}
+
+// value is a job value as Verify sees it.
+type value struct {
+	job     *Job // readable
+	missing bool // no key
+	newer   bool // a newer major format: not judged
+	// otherwise unreadable: it belongs in the corrupt index
+}
+
+func readValue(raw rawRead) value {
+	if raw.missing {
+		return value{missing: true}
+	}
+	if raw.err != nil {
+		return value{} // another Redis type
+	}
+	var j Job
+	switch err := unmarshalString(raw.s, &j); {
+	case err == nil:
+		return value{job: &j}
+	case errors.Is(err, ErrUnsupportedFormat):
+		return value{newer: true}
+	}
+	return value{}
+}
+
+// recheck reads the suspects as one snapshot (MULTI, then the GET and every
+// index's ZSCORE of each, EXEC) and returns the findings that still hold.
+func (q *Queue) recheck(ctx context.Context, node redis.Cmdable, shard int, now time.Time, ids []string) ([]Finding, error) {
+	type snap struct {
+		get    *redis.StringCmd
+		scores []*redis.FloatCmd
+	}
+	snaps := make([]snap, len(ids))
+	cmds, err := node.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			snaps[i].get = p.Get(ctx, q.ks.jobKey(shard, id))
+			for _, idx := range allIndexes {
+				snaps[i].scores = append(snaps[i].scores, p.ZScore(ctx, q.ks.index(shard, idx), id))
+			}
+		}
+		return nil
+	})
+	if err != nil && (unanswered(cmds, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
+		return nil, fmt.Errorf("jobkey: verify: read %d jobs: %w", len(ids), err)
+	}
+	var out []Finding
+	for i, id := range ids {
+		var have []placed
+		for k, c := range snaps[i].scores {
+			if s, err := c.Result(); err == nil {
+				have = append(have, placed{allIndexes[k], int64(s)})
+			}
+		}
+		if f, bad := q.judge(id, readValue(fromGet(snaps[i].get)), have, now); bad {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// judge compares where a value says its ID belongs with the entries found.
+func (q *Queue) judge(id string, v value, have []placed, now time.Time) (Finding, bool) {
+	if v.newer {
+		return Finding{}, false
+	}
+	if v.missing {
+		for _, p := range have {
+			if st := finishedState(p.index); st != 0 && p.score < toMillis(now.Add(-q.retention(st))) {
+				continue // expired with its key; trimmed later
+			}
+			return Finding{ID: id, Kind: "stray-entry", Detail: fmt.Sprintf("in %s, but there is no job value", p.index)}, true
+		}
+		return Finding{}, false
+	}
+	want := placed{index: idxCorrupt}
+	if v.job != nil {
+		e := derive(v.job)
+		want = placed{e.index, e.score}
+	}
 	switch {
 	case len(have) == 0:
 		return Finding{ID: id, Kind: "missing-entry", Detail: "in no index, value says " + describe(want)}, true
@@ -178,6 +372,20 @@ func judge(id string, want placed, have []placed) (Finding, bool) {
 	return Finding{}, false
 }
 
+// finishedState is the state whose jobs an index holds, when they are
+// finished; 0 for the other indexes.
+func finishedState(index string) State {
+	switch index {
+	case idxSucceeded:
+		return StateSucceeded
+	case idxFailed:
+		return StateFailed
+	case idxCanceled:
+		return StateCanceled
+	}
+	return 0
+}
+
 func describe(p placed) string {
 	if p.index == idxCorrupt {
 		return "corrupt (the value cannot be read)"
@@ -186,11 +394,15 @@ func describe(p placed) string {
 }
 
 // rederive rewrites id's index entries from its value, under WATCH of the
-// job key, and never writes the value.
+// job key, and never writes the value. A value in a newer format is left
+// alone: it is not this build's to judge.
 func (q *Queue) rederive(ctx context.Context, shard int, id string) error {
 	key := q.ks.jobKey(shard, id)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, allIndexes...),
 		decide: func(r *casRead) (*casPlan, error) {
+			if errors.Is(r.errs[0], ErrUnsupportedFormat) {
+				return nil, nil
+			}
 			var ip indexPlan
 			want := ""
 			switch {

@@ -21,7 +21,7 @@ func TestVerifyFindsAndFixesTampering(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.q.Release(f.ctx, c)
 	require.NoError(t, err)
-	rep, err := f.q.Verify(f.ctx, false)
+	rep, err := f.q.Verify(f.ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings, "normal operation leaves nothing to find")
 	require.Equal(t, 6, rep.Jobs)
@@ -40,7 +40,7 @@ func TestVerifyFindsAndFixesTampering(t *testing.T) {
 		values[id] = f.rdb.Get(f.ctx, k(id).Job).Val()
 	}
 
-	rep, err = f.q.Verify(f.ctx, false)
+	rep, err = f.q.Verify(f.ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	got := map[string]string{}
 	for _, fd := range rep.Findings {
@@ -52,13 +52,13 @@ func TestVerifyFindsAndFixesTampering(t *testing.T) {
 		"twice": "wrong-entry", "ghost": "stray-entry", "broken": "missing-entry",
 	}, got)
 
-	rep, err = f.q.Verify(f.ctx, true)
+	rep, err = f.q.Verify(f.ctx, &VerifyOpts{Keys: true, Fix: true})
 	require.NoError(t, err)
 	require.Len(t, rep.Findings, 6)
 	for _, fd := range rep.Findings {
 		require.True(t, fd.Fixed, fd.ID)
 	}
-	rep, err = f.q.Verify(f.ctx, false)
+	rep, err = f.q.Verify(f.ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings, "fix re-derived every entry")
 	for id, v := range values {

@@ -70,7 +70,7 @@ type WorkOpts struct {
 	// serve one shard in turn (a failover). Default: Lease/5; at most
 	// Lease/2.
 	LeaseMargin time.Duration
-	// Logger receives errors Work cannot return (default: slog.Default()).
+	// Logger receives errors Work cannot return (default: Config.Logger).
 	Logger *slog.Logger
 	// OnRecorded, when set, is called once for every job whose outcome the
 	// worker wrote or tried to write: with the job as stored after Complete,
@@ -111,8 +111,15 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	w.runs, stopRuns = context.WithCancelCause(w.writes)
 	defer stopRuns(nil)
 	sub := q.rdb.Subscribe(ctx, q.ks.wakeChannel(), q.ks.cancelChannel())
-	defer sub.Close()
-	go w.listen(sub.Channel())
+	listening := make(chan struct{})
+	go func() { defer close(listening); w.listen(sub.Channel()) }()
+	defer func() {
+		// Nothing of this Work outlives it: the listener, and the checks
+		// of cancel hints it started.
+		sub.Close()
+		<-listening
+		w.checks.Wait()
+	}()
 
 	var slots sync.WaitGroup
 	for i := range o.Concurrency {
@@ -148,7 +155,7 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 		o.Name = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), NewID()[20:])
 	}
 	if o.Logger == nil {
-		o.Logger = slog.Default()
+		o.Logger = q.cfg.Logger
 	}
 	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 || o.LeaseMargin < 0 || o.LeaseMargin > q.cfg.Lease/2 {
 		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v)",
@@ -171,6 +178,7 @@ type worker struct {
 
 	mu      sync.Mutex
 	running map[*run]struct{}
+	checks  sync.WaitGroup // confirmations of cancel hints in flight
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations. Anyone
@@ -185,7 +193,7 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 			w.mu.Lock()
 			for r := range w.running {
 				if r.job.ID == m.Payload {
-					go r.confirmCancel(w)
+					w.checks.Go(func() { r.confirmCancel(w) })
 				}
 			}
 			w.mu.Unlock()
@@ -245,7 +253,11 @@ func (w *worker) idle(ctx context.Context, d time.Duration) {
 func (w *worker) execute(ctx context.Context, j *Job, asked time.Time) {
 	r := w.start(j, asked)
 	defer w.stop(r)
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || r.left() <= 0 {
+		// Shutdown began while the claim was in flight, or the claim took
+		// so long that its lease may be over by now: do not start a run
+		// that another worker may be starting too. Give the job back; the
+		// release is fenced, so it writes only if the lease is still ours.
 		w.record(r, w.q.Release)
 		return
 	}
@@ -257,7 +269,15 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time) {
 	case err == nil:
 		// Even at shutdown, or when the lease could not be renewed: if the
 		// lease still holds, the success stands; if not, fencing refuses it.
-		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Complete(ctx, j, result) })
+		werr := w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Complete(ctx, j, result) })
+		if werr != nil && final(werr) && !errors.Is(werr, ErrLeaseLost) && !errors.Is(werr, ErrNotFound) {
+			// The success cannot be stored as it is (a result too large, a
+			// broken index): fail the job for good with the reason, rather
+			// than leave it leased to nobody, to run again and again.
+			w.record(r, func(ctx context.Context, j *Job) (*Job, error) {
+				return w.q.Fail(ctx, j, fmt.Errorf("%w: the handler succeeded, but its outcome could not be recorded: %w", ErrSkipRetry, werr))
+			})
+		}
 	case errors.Is(cause, ErrLeaseExpired):
 		// The job is claimed again once the lease runs out in Redis; a write
 		// now would race that claim for nothing.

@@ -62,6 +62,12 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.quick {
 		f.payloads, f.contention, f.duration, f.drainOps, f.reps = "1024,16384", "1,16", time.Second, 1000, 1
 	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
 	specs, err := plan(f)
 	if err != nil {
 		return err
@@ -125,6 +131,23 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s, %s and %s\n", filepath.Join(f.out, "report.md"), filepath.Join(f.out, "results.json"), strings.Join(charts, ", "))
+	return nil
+}
+
+// check refuses flags out of range, each with a message saying what it wants.
+func (f benchFlags) check() error {
+	switch {
+	case f.clients < 1 || f.clients > 1024:
+		return fmt.Errorf("bench: -clients is %d, want 1..1024", f.clients)
+	case f.reps < 1 || f.reps > 100:
+		return fmt.Errorf("bench: -reps is %d, want 1..100", f.reps)
+	case f.batch < 1 || f.batch > 4096:
+		return fmt.Errorf("bench: -batch is %d, want 1..4096", f.batch)
+	case f.duration < 100*time.Millisecond:
+		return fmt.Errorf("bench: -duration is %v, want at least 100ms (each timed run lasts this long)", f.duration)
+	case f.drainOps < 1:
+		return fmt.Errorf("bench: -drain-jobs is %d, want at least 1", f.drainOps)
+	}
 	return nil
 }
 

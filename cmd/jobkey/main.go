@@ -19,19 +19,41 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
+	"syscall"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	// SIGTERM stops the command as SIGINT does: whatever it set up is
+	// cleaned away before it exits.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// go-redis logs every refused dial; the command reports errors itself,
+	// in one line.
+	redis.SetLogger(quiet{})
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "jobkey:", err)
+			fmt.Fprintln(os.Stderr, oneLine(err))
 		}
 		os.Exit(1)
 	}
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// oneLine is how the command prints an error: one line, prefixed once.
+func oneLine(err error) string {
+	s := strings.Join(strings.Fields(err.Error()), " ")
+	if !strings.HasPrefix(s, "jobkey:") {
+		s = "jobkey: " + s
+	}
+	return s
 }
 
 const usage = `usage: jobkey <command> [flags]

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/bench"
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -81,30 +84,87 @@ func TestVerifyAndStats(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Client(t, nil)
 	prefix := redistest.Prefix(t)
-	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix})
+	// Four shards: the command learns the count from Redis, so its figures
+	// cover every shard without being told.
+	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix, Shards: 4})
 	require.NoError(t, err)
-	j, err := q.Enqueue(ctx, "t", nil, nil)
-	require.NoError(t, err)
+	var ids []string
+	for range 8 {
+		j, err := q.Enqueue(ctx, "t", nil, nil)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
 	args := []string{"-redis", url, "-queue", "mail", "-prefix", prefix}
 
 	var out, errOut bytes.Buffer
+	require.NoError(t, run(ctx, append([]string{"stats"}, args...), &out, &errOut))
+	require.Contains(t, out.String(), "| mail | 8 | 8 | 0 |")
+	out.Reset()
 	require.NoError(t, run(ctx, append([]string{"verify"}, args...), &out, &errOut))
 	require.Contains(t, out.String(), "no findings")
 
-	require.NoError(t, rdb.ZRem(ctx, q.Keys(j.ID).Ready, j.ID).Err())
+	// A job moved to the wrong index on whichever shard holds it.
+	for _, id := range ids {
+		require.NoError(t, rdb.ZRem(ctx, q.Keys(id).Ready, id).Err())
+		require.NoError(t, rdb.ZAdd(ctx, q.Keys(id).Failed, redis.Z{Score: 1, Member: id}).Err())
+	}
 	out.Reset()
 	err = run(ctx, append([]string{"verify"}, args...), &out, &errOut)
 	require.ErrorIs(t, err, errFindings, "a finding exits non-zero")
-	require.Contains(t, out.String(), "| "+j.ID+" | missing-entry |")
+	for _, id := range ids {
+		require.Contains(t, out.String(), "| "+id+" | wrong-entry |")
+	}
 	out.Reset()
-	require.Error(t, run(ctx, append([]string{"verify", "-fix"}, args...), &out, &errOut))
+	require.NoError(t, run(ctx, append([]string{"verify", "-fix"}, args...), &out, &errOut), "everything was repaired")
 	require.Contains(t, out.String(), "| true |")
 	out.Reset()
 	require.NoError(t, run(ctx, append([]string{"verify"}, args...), &out, &errOut))
+	require.Contains(t, out.String(), "no findings")
 
+	// A value no index lists is found only by -keys, which walks the
+	// database.
+	require.NoError(t, rdb.ZRem(ctx, q.Keys(ids[0]).Ready, ids[0]).Err())
 	out.Reset()
-	require.NoError(t, run(ctx, append([]string{"stats"}, args...), &out, &errOut))
-	require.Contains(t, out.String(), "| mail | 1 | 1 | 0 |")
+	require.NoError(t, run(ctx, append([]string{"verify"}, args...), &out, &errOut))
+	out.Reset()
+	require.ErrorIs(t, run(ctx, append([]string{"verify", "-keys"}, args...), &out, &errOut), errFindings)
+	require.Contains(t, out.String(), "| "+ids[0]+" | missing-entry |")
+}
+
+// stats and verify inspect a live queue: never an empty embedded server,
+// never a queue that does not exist, and an unreachable Redis is one line.
+func TestInspectRefusesWhatWouldLookClear(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	ctx := context.Background()
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"stats", "-queue", "mail"}, &out, &errOut)
+	require.ErrorContains(t, err, "-redis (or REDIS_URL) is required")
+	err = run(ctx, []string{"verify", "-queue", "mail"}, &out, &errOut)
+	require.ErrorContains(t, err, "-redis (or REDIS_URL) is required")
+
+	url := redistest.RequireReal(t).URL
+	err = run(ctx, []string{"stats", "-redis", url, "-queue", "never-made", "-prefix", redistest.Prefix(t)}, &out, &errOut)
+	require.ErrorIs(t, err, jobkey.ErrNotFound)
+
+	t0 := time.Now()
+	err = run(ctx, []string{"stats", "-redis", "redis://127.0.0.1:1", "-queue", "mail"}, &out, &errOut)
+	require.ErrorContains(t, err, "cannot reach Redis at 127.0.0.1:1")
+	require.Less(t, time.Since(t0), 5*time.Second)
+	require.NotContains(t, oneLine(errors.New("a\nb")), "\n")
+	require.Equal(t, "jobkey: x", oneLine(errors.New("jobkey: x")), "prefixed once")
+	require.Equal(t, "jobkey: plain", oneLine(errors.New("plain")))
+}
+
+// Flags out of range are refused with a message, never a panic.
+func TestBenchRefusesBadFlags(t *testing.T) {
+	for _, bad := range [][]string{
+		{"-clients", "-5"}, {"-clients", "0"}, {"-reps", "0"}, {"-batch", "-1"}, {"-duration", "0"},
+		{"-payloads", "0"}, {"-contention", "x"}, {"extra"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), append([]string{"bench", "-redis", "redis://127.0.0.1:1"}, bad...), &out, &errOut)
+		require.Error(t, err, "%v", bad)
+	}
 }
 
 // jobkey bench -cluster runs on a real 3-master cluster and reports each

@@ -6,62 +6,109 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/jobkey/jobkey"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// liveQueue parses the flags that name a live queue and opens it.
-func liveQueue(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*jobkey.Queue, func(), error) {
+// connect opens url: a single Redis, or, when that server says it is a
+// cluster node, the cluster it belongs to. It fails at once, in one line,
+// when Redis cannot be reached.
+func connect(ctx context.Context, url string) (redis.UniversalClient, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("-redis %q: %w", url, err)
+	}
+	o.DialTimeout, o.MaxRetries = 2*time.Second, 1
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	c := redis.NewClient(o)
+	info, err := c.Info(ctx, "cluster").Result()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w", o.Addr, err)
+	}
+	if !strings.Contains(info, "cluster_enabled:1") {
+		return c, nil
+	}
+	c.Close()
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+		DialTimeout: o.DialTimeout, MaxRetries: o.MaxRetries, MaintNotificationsConfig: o.MaintNotificationsConfig,
+	}), nil
+}
+
+// liveQueue parses the flags that name a live queue and opens it with the
+// shard count the queue stored in Redis when it was created.
+func liveQueue(ctx context.Context, name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*jobkey.Queue, func(), error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	redisURL := fs.String("redis", "", "Redis URL (default: $REDIS_URL; rediss:// for TLS)")
+	redisURL := fs.String("redis", "", "Redis URL, required (default: $REDIS_URL; rediss:// for TLS; a cluster node opens the cluster)")
 	queue := fs.String("queue", "", "queue name (required)")
 	prefix := fs.String("prefix", "jobkey", "key prefix of the queue")
-	shards := fs.Int("shards", 1, "the queue's Config.Shards")
 	if extra != nil {
 		extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
-	if *queue == "" {
-		fs.Usage()
+	url := *redisURL
+	if url == "" {
+		url = os.Getenv("REDIS_URL")
+	}
+	switch {
+	case *queue == "":
 		return nil, nil, fmt.Errorf("%s: -queue is required", name)
+	case url == "":
+		// An embedded server would hold no queue, and its empty counts
+		// would read as all clear.
+		return nil, nil, fmt.Errorf("%s: -redis (or REDIS_URL) is required: it inspects a live queue", name)
+	case fs.NArg() > 0:
+		return nil, nil, fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())
 	}
-	url, _, stop, err := server(*redisURL, stderr)
+	rdb, err := connect(ctx, url)
 	if err != nil {
 		return nil, nil, err
 	}
-	o, err := redis.ParseURL(url)
-	if err != nil {
-		stop()
-		return nil, nil, err
-	}
-	rdb := redis.NewClient(o)
-	q, err := jobkey.NewQueue(rdb, *queue, &jobkey.Config{Prefix: *prefix, Shards: *shards})
+	shards, err := jobkey.LookupShards(ctx, rdb, *prefix, *queue)
 	if err != nil {
 		rdb.Close()
-		stop()
 		return nil, nil, err
 	}
-	return q, func() { rdb.Close(); stop() }, nil
+	q, err := jobkey.NewQueue(rdb, *queue, &jobkey.Config{Prefix: *prefix, Shards: shards})
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	return q, func() { rdb.Close() }, nil
 }
 
+// errPartial makes a command exit non-zero when some shards were not read.
+var errPartial = errors.New("some shards could not be read: the figures above leave them out")
+
 func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	q, closeQ, err := liveQueue("stats", args, stderr, nil)
+	q, closeQ, err := liveQueue(ctx, "stats", args, stderr, nil)
 	if err != nil {
 		return err
 	}
 	defer closeQ()
 	st, err := q.Stats(ctx)
-	if err != nil {
+	var missing *jobkey.ShardsError
+	if err != nil && !errors.As(err, &missing) {
 		return err
 	}
-	fmt.Fprintf(stdout, "| queue | pending | due | scheduled | active | expired leases | succeeded | failed | canceled | corrupt |\n")
-	fmt.Fprintf(stdout, "|---|---|---|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(stdout, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", q.Name(),
-		st.Pending, st.Due, st.Scheduled, st.Active, st.ExpiredLeases, st.Succeeded, st.Failed, st.Canceled, st.Corrupt)
+	fmt.Fprintf(stdout, "| queue | pending | due | scheduled | active | expired leases | succeeded | failed | canceled | corrupt | newer format | vanished |\n")
+	fmt.Fprintf(stdout, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(stdout, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", q.Name(),
+		st.Pending, st.Due, st.Scheduled, st.Active, st.ExpiredLeases, st.Succeeded, st.Failed, st.Canceled, st.Corrupt,
+		st.Newer, st.Vanished)
+	if missing != nil {
+		fmt.Fprintf(stdout, "\n%v\n", missing)
+		return errPartial
+	}
 	return nil
 }
 
@@ -69,27 +116,44 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 var errFindings = errors.New("verify: the indexes disagree with the values")
 
 func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var fix bool
-	q, closeQ, err := liveQueue("verify", args, stderr, func(fs *flag.FlagSet) {
-		fs.BoolVar(&fix, "fix", false, "re-derive the index entries of every finding from its value (values are never written)")
+	var o jobkey.VerifyOpts
+	q, closeQ, err := liveQueue(ctx, "verify", args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&o.Fix, "fix", false, "re-derive the index entries of every finding from its value (values are never written)")
+		fs.BoolVar(&o.Keys, "keys", false, "also scan the keyspace for job values no index lists (costs a walk of the whole database)")
 	})
 	if err != nil {
 		return err
 	}
 	defer closeQ()
-	rep, err := q.Verify(ctx, fix)
-	if err != nil {
+	rep, err := q.Verify(ctx, &o)
+	var missing *jobkey.ShardsError
+	if err != nil && !errors.As(err, &missing) {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d job values and %d index entries read in queue %q\n\n", rep.Jobs, rep.Entries, q.Name())
+	fmt.Fprintf(stdout, "%d job values and %d index entries read in queue %q\n", rep.Jobs, rep.Entries, q.Name())
+	if rep.Newer > 0 {
+		fmt.Fprintf(stdout, "%d values in a newer format, left for a newer jobkey to judge\n", rep.Newer)
+	}
+	fmt.Fprintln(stdout)
+	unfixed := 0
 	if len(rep.Findings) == 0 {
-		fmt.Fprintln(stdout, "no findings: every index entry agrees with its value")
-		return nil
+		fmt.Fprintln(stdout, "no findings: every index entry read agrees with its value")
+	} else {
+		fmt.Fprintln(stdout, "| job | finding | detail | fixed |")
+		fmt.Fprintln(stdout, "|---|---|---|---|")
+		for _, f := range rep.Findings {
+			fmt.Fprintf(stdout, "| %s | %s | %s | %v |\n", f.ID, f.Kind, f.Detail, f.Fixed)
+			if !f.Fixed {
+				unfixed++
+			}
+		}
 	}
-	fmt.Fprintln(stdout, "| job | finding | detail | fixed |")
-	fmt.Fprintln(stdout, "|---|---|---|---|")
-	for _, f := range rep.Findings {
-		fmt.Fprintf(stdout, "| %s | %s | %s | %v |\n", f.ID, f.Kind, f.Detail, f.Fixed)
+	switch {
+	case missing != nil:
+		fmt.Fprintf(stdout, "\n%v\n", missing)
+		return errPartial
+	case unfixed > 0:
+		return fmt.Errorf("%w: %d findings", errFindings, unfixed)
 	}
-	return fmt.Errorf("%w: %d findings", errFindings, len(rep.Findings))
+	return nil
 }

@@ -390,7 +390,7 @@ func TestChaosJobkey(t *testing.T) {
 		return true
 	})
 	r.overlapping, r.runs = runs.overlaps(t)
-	rep, err := check.Verify(ctx, false)
+	rep, err := check.Verify(ctx, &jobkey.VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	r.hintMismatches = len(rep.Findings)
 	t.Logf("jobkey: %v", r)
@@ -537,7 +537,7 @@ func TestLostRepliesAreSafeToRetry(t *testing.T) {
 	done, err := q.Complete(ctx, c, []byte("r"))
 	require.NoError(t, err, "the retried Complete sees its own completion")
 	require.Equal(t, jobkey.StateSucceeded, done.State)
-	rep, err := q.Verify(ctx, false)
+	rep, err := q.Verify(ctx, &jobkey.VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
 	require.Positive(t, e.proxy.Counts().ExecCuts)

@@ -1,0 +1,191 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrEvictionPolicy reports a Redis whose maxmemory-policy may evict the
+// keys of pending and active jobs (allkeys-lru, allkeys-lfu,
+// allkeys-random): jobs it acknowledged could vanish without a trace.
+// Nothing was written.
+var ErrEvictionPolicy = errors.New("jobkey: Redis may evict acknowledged jobs")
+
+// serverCheck is what a Queue checks once about the Redis it runs on, at
+// its first call that reaches Redis: that the queue's shard count is the
+// one it was created with, and that Redis will not evict its jobs.
+type serverCheck struct {
+	ok        atomic.Bool // checked, and nothing is wrong
+	mu        sync.Mutex
+	done      bool
+	retry     time.Time // after a check that could not reach Redis: when to try again
+	shardsErr error     // refuses every call
+	evictErr  error     // refuses writes
+}
+
+// checkRetry is how long a Queue waits to check the server again after
+// it could not reach it.
+const checkRetry = 10 * time.Second
+
+// LookupShards returns the shard count of the queue name under prefix, as
+// stored in Redis by the first Queue that reached it, so that tools can
+// open a queue without being told its configuration. It returns
+// ErrNotFound when no Queue of that name has reached Redis.
+func LookupShards(ctx context.Context, rdb redis.UniversalClient, prefix, name string) (int, error) {
+	if err := validName("queue name", name, false); err != nil {
+		return 0, err
+	}
+	if err := validName("prefix", prefix, true); err != nil {
+		return 0, err
+	}
+	key := newKeyspace(prefix, name, 1).metaKey()
+	s, err := rdb.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, fmt.Errorf("%w: no queue %q under prefix %q", ErrNotFound, name, prefix)
+	case err != nil:
+		return 0, fmt.Errorf("jobkey: read %s: %w", key, err)
+	}
+	return parseShards(key, s)
+}
+
+func parseShards(key, s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimPrefix(s, "shards="))
+	if err != nil || !strings.HasPrefix(s, "shards=") || n < 1 || n > maxShards {
+		return 0, fmt.Errorf("%w: %s holds %q, not a shard count", ErrCorrupt, key, s)
+	}
+	return n, nil
+}
+
+// check runs the server checks once (again after a failure to reach
+// Redis) and returns what refuses this call: any call, or a write.
+func (q *Queue) check(ctx context.Context, write bool) error {
+	if q.srv.ok.Load() {
+		return nil
+	}
+	c := &q.srv
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.done && time.Now().After(c.retry) {
+		if err := q.runChecks(ctx); err != nil {
+			// Redis, or the node that holds the queue's meta key, cannot be
+			// reached now. The call goes ahead (it fails on its own if it
+			// needs that node); the checks run again in a while.
+			q.cfg.Logger.Warn("jobkey: could not check the server; trying again later", "queue", q.name, "err", err)
+			c.retry = time.Now().Add(checkRetry)
+			return nil
+		}
+		c.done = true
+		c.ok.Store(c.shardsErr == nil && c.evictErr == nil)
+	}
+	if c.shardsErr != nil {
+		return c.shardsErr
+	}
+	if write {
+		return c.evictErr
+	}
+	return nil
+}
+
+// runChecks stores the shard count, or compares it with the stored one,
+// reads every master's maxmemory-policy, and takes a first sample of
+// Redis's clock.
+func (q *Queue) runChecks(ctx context.Context) error {
+	c := &q.srv
+	key := q.ks.metaKey()
+	want := "shards=" + strconv.Itoa(q.ks.shards)
+	sent := q.clock.local()
+	prev, err := q.rdb.SetArgs(ctx, key, want, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	recv := q.clock.local()
+	switch {
+	case errors.Is(err, redis.Nil): // stored now
+	case err != nil:
+		return fmt.Errorf("jobkey: store the shard count in %s: %w", key, err)
+	case prev != want:
+		n, err := parseShards(key, prev)
+		if err != nil {
+			c.shardsErr = err
+			break
+		}
+		c.shardsErr = fmt.Errorf("%w: queue %q was created with %d shards, and this Queue has Config.Shards %d: "+
+			"a job's shard comes from its ID, so every process must use the count the queue was created with",
+			ErrInvalid, q.name, n, q.ks.shards)
+	}
+	if t, err := q.rdb.Time(ctx).Result(); err == nil {
+		q.clock.observe(t, sent, recv)
+	}
+	if q.cfg.SkipEvictionCheck {
+		return nil
+	}
+	policies, err := q.evictionPolicies(ctx)
+	if err != nil {
+		if strings.Contains(err.Error(), "NOPERM") {
+			c.evictErr = fmt.Errorf("%w: cannot read maxmemory-policy (%v): grant +info, or set Config.SkipEvictionCheck",
+				ErrEvictionPolicy, err)
+			return nil
+		}
+		return fmt.Errorf("jobkey: read maxmemory-policy: %w", err)
+	}
+	for addr, p := range policies {
+		switch {
+		case p == "noeviction":
+		case strings.HasPrefix(p, "volatile-"):
+			q.cfg.Logger.Warn("jobkey: Redis may evict finished jobs before their retention ends; pending and active jobs have no TTL and are safe",
+				"queue", q.name, "redis", addr, "maxmemory-policy", p)
+		default:
+			c.evictErr = fmt.Errorf("%w: Redis at %s has maxmemory-policy %s; set noeviction (or a volatile- policy), "+
+				"or Config.SkipEvictionCheck to run anyway", ErrEvictionPolicy, addr, p)
+			q.cfg.Logger.Error(c.evictErr.Error(), "queue", q.name)
+		}
+	}
+	return nil
+}
+
+// evictionPolicies reads maxmemory-policy from INFO memory of every master.
+func (q *Queue) evictionPolicies(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	var mu sync.Mutex
+	var failed []error
+	read := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			mu.Lock()
+			failed = append(failed, fmt.Errorf("%s: %w", c.Options().Addr, err))
+			mu.Unlock()
+			return nil
+		}
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
+				mu.Lock()
+				out[c.Options().Addr] = v
+				mu.Unlock()
+			}
+		}
+		return nil
+	}
+	var err error
+	switch c := q.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, read)
+	case *redis.Client:
+		err = read(ctx, c)
+	}
+	switch {
+	case err != nil:
+		return nil, err
+	case len(out) == 0 && len(failed) > 0:
+		return nil, errors.Join(failed...)
+	case len(failed) > 0:
+		// A master that is down now is checked by nobody: say so.
+		q.cfg.Logger.Warn("jobkey: could not read maxmemory-policy of every master", "queue", q.name, "err", errors.Join(failed...))
+	}
+	return out, nil
+}

@@ -1,0 +1,123 @@
+package jobkey
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Stats counts a queue's jobs from its indexes.
+type Stats struct {
+	Pending       int64 // waiting: Due + Scheduled
+	Due           int64 // pending with RunAt reached
+	Scheduled     int64 // pending with RunAt in the future
+	Active        int64 // claimed, lease included those expired
+	ExpiredLeases int64 // active with the lease run out, waiting to be reclaimed
+	Succeeded     int64 // within Config.Retention
+	Failed        int64 // within Config.FailedRetention
+	Canceled      int64 // within Config.Retention
+	// Corrupt counts jobs whose stored value could not be read (corrupt,
+	// or not a string). Claimers set them aside; their bytes are kept for
+	// inspection (see Verify).
+	Corrupt int64
+	// Newer counts jobs written in a newer major format that claimers of an
+	// older jobkey met in the last NewerWindow and left where they were, for
+	// the workers that can read them. Not zero for long during a rolling
+	// upgrade means no worker of the newer version is taking them.
+	Newer int64
+	// Vanished counts index entries that claimers found pointing at no
+	// value, within Config.Retention: a job key deleted outside jobkey, or
+	// evicted by a maxmemory policy other than noeviction. Each is a job
+	// that was acknowledged and is gone.
+	Vanished int64
+}
+
+// NewerWindow is how far back Stats.Newer looks.
+const NewerWindow = 10 * time.Minute
+
+// Stats returns exact counts of pending, due, scheduled, active and expired
+// jobs, read from the indexes in one round trip per node. Finished counts
+// cover the jobs still retained. Due and expired are judged by the estimate
+// of Redis's clock (see Config.Now); the round trip refreshes it.
+//
+// When some shards cannot be read (their cluster node is down, or an index
+// holds the wrong type), Stats returns the counts of the others with a
+// *ShardsError that names the missing shards.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	if err := q.check(ctx, false); err != nil {
+		return Stats{}, err
+	}
+	now, err := q.clock.now(ctx, q.rdb)
+	if err != nil {
+		return Stats{}, err
+	}
+	since := func(d time.Duration) string { return strconv.FormatInt(toMillis(now.Add(-d)), 10) }
+	nowS := since(0)
+	type counts struct {
+		ready, due, leased, expired, ok, failed, canceled, corrupt, newer, vanished *redis.IntCmd
+	}
+	per := make([]counts, q.ks.shards)
+	var clock *redis.TimeCmd
+	sent := q.clock.local()
+	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		clock = p.Time(ctx)
+		for s := range q.ks.shards {
+			key := func(idx string) string { return q.ks.index(s, idx) }
+			card := func(idx string) *redis.IntCmd { return p.ZCard(ctx, key(idx)) }
+			after := func(idx string, d time.Duration) *redis.IntCmd { return p.ZCount(ctx, key(idx), since(d), "+inf") }
+			per[s] = counts{
+				ready:    card(idxReady),
+				due:      p.ZCount(ctx, key(idxReady), "-inf", nowS),
+				leased:   card(idxLeased),
+				expired:  p.ZCount(ctx, key(idxLeased), "-inf", nowS),
+				ok:       after(idxSucceeded, q.cfg.Retention),
+				failed:   after(idxFailed, q.cfg.FailedRetention),
+				canceled: after(idxCanceled, q.cfg.Retention),
+				corrupt:  card(idxCorrupt),
+				newer:    after(seenNewer, NewerWindow),
+				vanished: after(seenVanished, q.cfg.Retention),
+			}
+		}
+		return nil
+	})
+	if err := unanswered(cmds, err); err != nil {
+		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
+	}
+	if clock.Err() == nil {
+		q.clock.observe(clock.Val(), sent, q.clock.local())
+	}
+	var st Stats
+	missing := &ShardsError{Of: q.ks.shards}
+	for s, c := range per {
+		all := []*redis.IntCmd{c.ready, c.due, c.leased, c.expired, c.ok, c.failed, c.canceled, c.corrupt, c.newer, c.vanished}
+		if i := slices.IndexFunc(all, func(c *redis.IntCmd) bool { return c.Err() != nil }); i >= 0 {
+			missing.add(s, readErr(all[i].Args()[1].(string), all[i].Err()))
+			continue
+		}
+		st.Pending += c.ready.Val()
+		st.Due += c.due.Val()
+		st.Active += c.leased.Val()
+		st.ExpiredLeases += c.expired.Val()
+		st.Succeeded += c.ok.Val()
+		st.Failed += c.failed.Val()
+		st.Canceled += c.canceled.Val()
+		st.Corrupt += c.corrupt.Val()
+		st.Newer += c.newer.Val()
+		st.Vanished += c.vanished.Val()
+	}
+	st.Scheduled = st.Pending - st.Due
+	return st, missing.orNil()
+}
+
+// readErr names the key a read failed on, as a *WrongTypeError when the key
+// holds another type.
+func readErr(key string, err error) error {
+	if isWrongType(err) {
+		return &WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}
+	}
+	return fmt.Errorf("jobkey: read %s: %w", key, err)
+}
