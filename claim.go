@@ -267,6 +267,12 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 			shards[i] = i
 		}
 	}
+	// Shards whose node could not be reached a moment ago are left out for
+	// a while, so claims on a cluster with a dead master do not wait on its
+	// dial timeout every time; when every shard is out, all are tried.
+	if up := slices.DeleteFunc(slices.Clone(shards), q.down.has); len(up) > 0 {
+		shards = up
+	}
 	if err := q.check(ctx, true); err != nil {
 		return nil, err
 	}
@@ -294,7 +300,7 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 		}
 		return nil
 	})
-	if err != nil && (!isRedisErr(err) || unanswered(cmds, err) != nil) {
+	if err := unanswered(cmds, err); err != nil {
 		return nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 	}
 	// A shard whose index cannot be read (the wrong type, or its cluster
@@ -317,6 +323,9 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 		case err != nil:
 			firstErr = cmp.Or(firstErr, fmt.Errorf("jobkey: read %s: %w", key, err))
 			broken[r.shard] = true
+			if !isRedisErr(err) {
+				q.down.add(r.shard)
+			}
 			continue
 		}
 		taken := 0
@@ -411,7 +420,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 				next, took := q.decideClaim(cur, workers[i], now)
 				switch {
 				case next != nil:
-					q.move(&ip, c.shard, c.id, cur, next, c.index, now)
+					q.move(&ip, c.shard, c.id, cur, next, c.index)
 					plan.writes = append(plan.writes, q.write(keys[i], next))
 					if took {
 						got[i] = next
@@ -420,13 +429,13 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 					// A hint with no value: the job was deleted outside
 					// jobkey, or evicted. The hint goes; the loss is logged
 					// and counted (Stats.Vanished).
-					q.move(&ip, c.shard, c.id, nil, nil, c.index, now)
+					q.move(&ip, c.shard, c.id, nil, nil, c.index)
 					ip.zadd(q.ks.index(c.shard, seenVanished), toMillis(now), c.id)
 					vanished = append(vanished, c.id)
 				case derive(cur).index != c.index:
 					// Not claimable, and the hint that led here disagrees
 					// with the value.
-					q.move(&ip, c.shard, c.id, cur, cur, c.index, now)
+					q.move(&ip, c.shard, c.id, cur, cur, c.index)
 				default:
 					// Same index, but the hint said due: its score may be stale.
 					q.fixScore(&ip, c.shard, c.id, derive(cur), now)
@@ -552,6 +561,36 @@ func orEmpty(j *Job) *Job {
 func cloneJob(j *Job) *Job {
 	c := *j
 	return &c
+}
+
+// downList remembers, for a while, the shards whose node could not be
+// reached.
+type downList struct {
+	mu     sync.Mutex
+	shards map[int]time.Time // shard -> when to try it again
+}
+
+// downFor is how long claims leave out a shard whose node was unreachable.
+const downFor = 2 * time.Second
+
+func (l *downList) add(shard int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.shards == nil {
+		l.shards = map[int]time.Time{}
+	}
+	l.shards[shard] = time.Now().Add(downFor)
+}
+
+func (l *downList) has(shard int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.shards[shard]
+	if ok && time.Now().After(until) {
+		delete(l.shards, shard)
+		return false
+	}
+	return ok
 }
 
 // skipList remembers, for a while, the IDs of jobs this build cannot read

@@ -72,3 +72,36 @@ func TestClaimFailsPendingJobWithNoAttemptLeft(t *testing.T) {
 	require.Contains(t, got.LastError, "no attempt left")
 	f.requireIndexed(t, got)
 }
+
+// Dead jobs (expired leases on their last attempt) ahead of a runnable one
+// are failed on the way, and the claim goes on to the runnable job instead
+// of answering that nothing is due (issue 10, item 10).
+func TestClaimGoesPastDeadJobs(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	const dead = 200
+	batch := make([]NewJob, dead)
+	for i := range batch {
+		batch[i] = NewJob{Type: "dead", Opts: &EnqueueOpts{MaxAttempts: 1}}
+	}
+	_, err := f.q.EnqueueMany(f.ctx, batch)
+	require.NoError(t, err)
+	for range dead / 50 {
+		_, err := f.q.ClaimMany(f.ctx, "gone", 50) // and never heard from again
+		require.NoError(t, err)
+	}
+	f.clock.Advance(time.Second)
+	live, err := f.q.Enqueue(f.ctx, "live", nil, &EnqueueOpts{MaxAttempts: 2})
+	require.NoError(t, err)
+	_, err = f.q.Claim(f.ctx, "gone") // its lease ends after all the dead ones'
+	require.NoError(t, err)
+	f.clock.Advance(time.Minute) // every lease has run out
+
+	got, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err, "a runnable job is due behind the dead ones")
+	require.Equal(t, live.ID, got.ID)
+	require.Equal(t, 2, got.Attempt)
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, dead, st.Failed, "the dead ones were failed on the way")
+}

@@ -312,3 +312,77 @@ func TestClusterGroupEnqueueAnswersPerShard(t *testing.T) {
 	require.Zero(t, other.Load())
 	require.Positive(t, wrongType.Load())
 }
+
+// One dead master of three (cluster-require-full-coverage no) does not stop
+// the others: claims find the jobs of the live masters, Work drains them,
+// Stats and Verify answer for the shards they can read and name the
+// others (issue 10, item 5).
+func TestClusterDeadMaster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DialTimeout, o.MaxRetries = 300*time.Millisecond, 1 })
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Lease: time.Second})
+	require.NoError(t, err)
+	batch := make([]NewJob, 600)
+	for i := range batch {
+		batch[i] = NewJob{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprintf("j%d", i)}}
+	}
+	_, err = q.EnqueueMany(ctx, batch)
+	require.NoError(t, err)
+
+	dead := cl.Nodes[2]
+	deadShards := map[int]bool{}
+	for s := range q.ks.shards {
+		if nodeOf(t, rdb, cl, q.ks.index(s, idxReady)) == 2 {
+			deadShards[s] = true
+		}
+	}
+	require.NotEmpty(t, deadShards)
+	onLive := 0
+	for i := range batch {
+		if !deadShards[q.ks.shardOf(fmt.Sprintf("j%d", i))] {
+			onLive++
+		}
+	}
+	dead.Stop()
+
+	st, err := q.Stats(ctx)
+	var se *ShardsError
+	require.ErrorAs(t, err, &se)
+	require.Len(t, se.Shards, len(deadShards))
+	require.EqualValues(t, onLive, st.Pending, "the live shards are counted")
+
+	for range 50 {
+		j, err := q.Claim(ctx, "w")
+		require.NoError(t, err, "jobs are due on the live masters")
+		require.False(t, deadShards[q.ks.shardOf(j.ID)])
+		_, err = q.Complete(ctx, j, nil)
+		require.NoError(t, err)
+	}
+	many, err := q.ClaimMany(ctx, "w", 20)
+	require.NoError(t, err)
+	require.NotEmpty(t, many)
+	_, err = q.CompleteMany(ctx, many, nil)
+	require.NoError(t, err)
+
+	var done atomic.Int64
+	wctx, stop := context.WithCancel(ctx)
+	werr := make(chan error, 1)
+	go func() {
+		werr <- q.Work(wctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { done.Add(1); return nil, nil }),
+			&WorkOpts{Concurrency: 8, PollInterval: 20 * time.Millisecond, Logger: quiet})
+	}()
+	require.Eventually(t, func() bool {
+		st, _ := q.Stats(ctx)
+		return st.Succeeded == int64(onLive)
+	}, 60*time.Second, 50*time.Millisecond, "Work drains the live masters")
+	stop()
+	require.NoError(t, <-werr)
+	require.EqualValues(t, onLive-50-len(many), done.Load())
+
+	rep, err := q.Verify(ctx, nil)
+	require.ErrorAs(t, err, &se)
+	require.Len(t, se.Shards, len(deadShards))
+	require.Empty(t, rep.Findings)
+}

@@ -269,7 +269,7 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 					j.RunAt = r.now.Add(in.delay)
 				}
 				plan.writes = append(plan.writes, casWrite{key: keys[k], job: j})
-				q.move(&ip, shards[k], j.ID, nil, j, "", r.now)
+				q.move(&ip, shards[k], j.ID, nil, j, "")
 			}
 		}
 		plan.steps, plan.checks = ip.steps(), ip.checks

@@ -1,7 +1,6 @@
 package jobkey
 
 import (
-	"strconv"
 	"time"
 )
 
@@ -38,14 +37,13 @@ type indexPlan struct {
 	keys   []string            // index keys in first-use order
 	rems   map[string][]any    // key -> members to remove
 	adds   map[string][]any    // key -> score, member pairs
-	trims  map[string]int64    // key -> remove entries scored below this
 	seen   map[string]struct{} // keys already checked
 	extra  [][]any             // other steps, after the index writes
 }
 
 func (p *indexPlan) use(key string) {
 	if p.seen == nil {
-		p.seen, p.rems, p.adds, p.trims = map[string]struct{}{}, map[string][]any{}, map[string][]any{}, map[string]int64{}
+		p.seen, p.rems, p.adds = map[string]struct{}{}, map[string][]any{}, map[string][]any{}
 	}
 	if _, ok := p.seen[key]; !ok {
 		p.seen[key] = struct{}{}
@@ -60,7 +58,7 @@ func (p *indexPlan) zadd(key string, score int64, id string) {
 	p.adds[key] = append(p.adds[key], score, id)
 }
 
-// steps returns the merged commands: removals, then additions, then trims.
+// steps returns the merged commands: removals, then additions.
 // No ID is both removed from and added to one key in a plan, so the order
 // between them does not matter.
 func (p *indexPlan) steps() [][]any {
@@ -75,11 +73,6 @@ func (p *indexPlan) steps() [][]any {
 			out = append(out, append([]any{"zadd", k}, m...))
 		}
 	}
-	for _, k := range p.keys {
-		if cut, ok := p.trims[k]; ok {
-			out = append(out, []any{"zremrangebyscore", k, "-inf", "(" + strconv.FormatInt(cut, 10)})
-		}
-	}
 	return append(out, p.extra...)
 }
 
@@ -87,9 +80,8 @@ func (p *indexPlan) steps() [][]any {
 // value before) to what new says (nil: no value after), writing only what
 // really changes. hint names an index the caller found id in; when it is
 // not where old says, the index was changed outside jobkey, so the hint is
-// removed and the right entry written whatever old said (rule 3). now is
-// Redis's clock, which dates the trim of expired finished entries.
-func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint string, now time.Time) {
+// removed and the right entry written whatever old said (rule 3).
+func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
 	var from, to entry
 	if old != nil {
 		from = derive(old)
@@ -105,13 +97,7 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 		p.zrem(q.ks.index(shard, hint), id)
 	}
 	if to.index != "" && (to != from || tampered) {
-		key := q.ks.index(shard, to.index)
-		p.zadd(key, to.score, id)
-		if to.index != from.index && new.State.Finished() {
-			// Entries of finished jobs whose keys have expired are trimmed
-			// by the transactions that add such entries: no sweeper runs.
-			p.trims[key] = toMillis(now.Add(-q.retention(new.State)))
-		}
+		p.zadd(q.ks.index(shard, to.index), to.score, id)
 	}
 }
 

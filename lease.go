@@ -96,7 +96,7 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 					errs[i] = err
 					continue
 				}
-				q.move(&ip, shards[k], j.ID, cur, next, "", r.now)
+				q.move(&ip, shards[k], j.ID, cur, next, "")
 				plan.writes = append(plan.writes, q.write(keys[k], next))
 				out[i] = next
 			}

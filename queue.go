@@ -20,6 +20,7 @@ type Queue struct {
 	cas   *casEngine
 	clock *serverClock
 	newer skipList    // jobs of a newer format that claimers look past
+	down  downList    // shards whose node a claim could not reach
 	srv   serverCheck // what the first call checks about Redis
 
 	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
@@ -137,7 +138,7 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 		}
 		next.UpdatedAt = r.now
 		var ip indexPlan
-		q.move(&ip, shard, id, &old, next, "", r.now)
+		q.move(&ip, shard, id, &old, next, "")
 		out = next
 		if notify != "" {
 			ip.extra = append(ip.extra, []any{"publish", notify, id})

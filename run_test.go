@@ -289,3 +289,64 @@ func TestWorkShutdownDuringClaim(t *testing.T) {
 	require.Equal(t, StatePending, got.State, "the job went back")
 	require.Zero(t, got.Attempt, "without spending an attempt")
 }
+
+// An outcome that cannot be written while Redis is unreachable is written
+// once it is back, while the lease still holds: the job does not run again
+// (issue 10, item 3).
+func TestWorkRecordsOutcomeAfterOutage(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	prefix := redistest.Prefix(t)
+	const lease = 3 * time.Second
+	q := queueOn(t, cut, prefix, Config{Lease: lease})
+	rival := queueOn(t, redistest.Client(t, nil), prefix, Config{Lease: lease})
+	ctx := context.Background()
+	j, err := rival.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	var runs atomic.Int32
+	h := HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+		if runs.Add(1) == 1 {
+			proxy.Partition(true) // Redis goes away as the handler succeeds
+			go func() { time.Sleep(lease / 2); proxy.Partition(false) }()
+		}
+		return []byte("ok"), nil
+	})
+	startWork(t, q, h, &WorkOpts{Concurrency: 1})
+	startWork(t, rival, h, &WorkOpts{Concurrency: 2, PollInterval: 50 * time.Millisecond})
+	waitFor(t, "success", func() bool {
+		got, err := rival.Get(ctx, j.ID)
+		return err == nil && got.State == StateSucceeded
+	})
+	time.Sleep(lease) // time for a rerun, if the lease had been let go
+	require.EqualValues(t, 1, runs.Load(), "the job ran once")
+	got, err := rival.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, got.Attempt)
+}
+
+// A job deleted while it runs: the renewal finds no job, and the handler
+// is stopped (issue 10, item 9).
+func TestWorkStopsHandlerOfDeletedJob(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: 600 * time.Millisecond})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	running := make(chan struct{})
+	cause := make(chan error, 1)
+	startWork(t, q, HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
+		close(running)
+		select {
+		case <-ctx.Done():
+			cause <- context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+			cause <- errors.New("never stopped")
+		}
+		return nil, ctx.Err()
+	}), nil)
+	<-running
+	require.NoError(t, q.rdb.Del(ctx, q.Keys(j.ID).Job).Err())
+	c := <-cause
+	require.ErrorIs(t, c, ErrLeaseLost)
+	require.ErrorIs(t, c, ErrNotFound)
+}

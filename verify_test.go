@@ -1,7 +1,9 @@
 package jobkey
 
 import (
+	"context"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,4 +78,61 @@ func TestVerifyFindsAndFixesTampering(t *testing.T) {
 	}
 	sort.Strings(ids)
 	require.Equal(t, []string{"active", "clean", "misplaced", "rescored", "twice", "unlisted"}, ids)
+}
+
+// On a busy queue Verify reports only real disagreements: a snapshot
+// re-check drops what only looked wrong between two reads (issue 10,
+// item 6). By default it never scans the keyspace, so its cost follows
+// the queue, not the database (item 10).
+func TestVerifyOnABusyQueue(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Shards: 4, Lease: time.Second})
+	ctx := context.Background()
+	for i := 0; i < 2000; i += 200 {
+		batch := make([]NewJob, 200)
+		for k := range batch {
+			batch[k] = NewJob{Type: "t"}
+		}
+		_, err := q.EnqueueMany(ctx, batch)
+		require.NoError(t, err)
+	}
+	rdb := q.rdb.(*redis.Client)
+	var scans atomic.Int64
+	rdb.AddHook(scanCounter{&scans})
+
+	loadCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for loadCtx.Err() == nil {
+			_, _ = q.Enqueue(loadCtx, "t", nil, nil)
+		}
+	}()
+	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+		&WorkOpts{Concurrency: 8, PollInterval: 10 * time.Millisecond})
+	for range 20 {
+		rep, err := q.Verify(ctx, nil)
+		require.NoError(t, err)
+		require.Empty(t, rep.Findings, "a live queue with nothing changed outside jobkey")
+		require.Positive(t, rep.Entries)
+	}
+	require.Zero(t, scans.Load(), "the default Verify does not SCAN")
+	_, err := q.Verify(ctx, &VerifyOpts{Keys: true})
+	require.NoError(t, err)
+	require.Positive(t, scans.Load(), "Keys does")
+}
+
+// scanCounter counts SCAN commands a client sends.
+type scanCounter struct{ n *atomic.Int64 }
+
+func (h scanCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h scanCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "scan" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h scanCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -70,6 +71,11 @@ type WorkOpts struct {
 	// serve one shard in turn (a failover). Default: Lease/5; at most
 	// Lease/2.
 	LeaseMargin time.Duration
+	// TrimInterval is how often Work removes index entries of finished jobs
+	// whose keys expired, in bounded steps (see Queue.Trim). Each Work
+	// starts at a random point of the interval, so workers spread it
+	// (default: 1m; -1 disables).
+	TrimInterval time.Duration
 	// Logger receives errors Work cannot return (default: Config.Logger).
 	Logger *slog.Logger
 	// OnRecorded, when set, is called once for every job whose outcome the
@@ -125,6 +131,9 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	for i := range o.Concurrency {
 		slots.Go(func() { w.slot(ctx, o.Name+"/"+strconv.Itoa(i)) })
 	}
+	if o.TrimInterval > 0 {
+		slots.Go(func() { w.trimmer(ctx) })
+	}
 	<-ctx.Done()
 	// Slots stop claiming by themselves (they watch ctx). Now the grace.
 	finished := make(chan struct{})
@@ -150,6 +159,7 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 	o.PollInterval = cmp.Or(o.PollInterval, time.Second)
 	o.ShutdownGrace = cmp.Or(o.ShutdownGrace, 10*time.Second)
 	o.LeaseMargin = cmp.Or(o.LeaseMargin, q.cfg.Lease/5)
+	o.TrimInterval = cmp.Or(o.TrimInterval, time.Minute)
 	if o.Name == "" {
 		host, _ := os.Hostname()
 		o.Name = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), NewID()[20:])
@@ -157,9 +167,10 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 	if o.Logger == nil {
 		o.Logger = q.cfg.Logger
 	}
-	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 || o.LeaseMargin < 0 || o.LeaseMargin > q.cfg.Lease/2 {
-		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v)",
-			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2)
+	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 || o.LeaseMargin < 0 || o.LeaseMargin > q.cfg.Lease/2 ||
+		o.TrimInterval < 0 && o.TrimInterval != -1 {
+		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v), TrimInterval %v",
+			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2, o.TrimInterval)
 	}
 	if err := validOwner(o.Name + "/" + strconv.Itoa(o.Concurrency)); err != nil {
 		return o, err
@@ -234,6 +245,23 @@ func (w *worker) slot(ctx context.Context, name string) {
 			w.idle(ctx, errDelay)
 			errDelay = min(2*errDelay, w.o.PollInterval)
 		}
+	}
+}
+
+// trimmer runs Queue.Trim every TrimInterval until ctx ends, starting at a
+// random point of the interval.
+func (w *worker) trimmer(ctx context.Context) {
+	wait := rand.N(w.o.TrimInterval)
+	for {
+		if sleepCtx(ctx, wait) != nil {
+			return
+		}
+		if n, err := w.q.Trim(ctx); err != nil && ctx.Err() == nil {
+			w.o.Logger.Warn("jobkey: trim failed", "queue", w.q.name, "err", err)
+		} else if n > 0 {
+			w.o.Logger.Debug("jobkey: trimmed index entries of expired jobs", "queue", w.q.name, "removed", n)
+		}
+		wait = w.o.TrimInterval
 	}
 }
 

@@ -32,9 +32,11 @@ func (c *Cluster) Addrs() []string {
 
 // StartCluster starts masters redis-servers with cluster-enabled yes,
 // joins them (slots split evenly, no replicas), waits until every node
-// says cluster_state:ok, and stops them all when tb ends. Without
-// redis-server or redis-cli it skips tb, or fails it in CI.
-func StartCluster(tb testing.TB, masters int) *Cluster {
+// says cluster_state:ok, and stops them all when tb ends. extra are more
+// redis-server arguments for every node, e.g.
+// "--cluster-require-full-coverage", "no". Without redis-server or
+// redis-cli it skips tb, or fails it in CI.
+func StartCluster(tb testing.TB, masters int, extra ...string) *Cluster {
 	tb.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if Binary() == "" || err != nil {
@@ -52,10 +54,10 @@ func StartCluster(tb testing.TB, masters int) *Cluster {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		s, err := start(dir, Options{Args: []string{
+		s, err := start(dir, Options{Args: append([]string{
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "5000", "--cluster-port", strconv.Itoa(bus),
-		}})
+		}, extra...)})
 		if err != nil {
 			tb.Fatalf("redistest: cluster node %d: %v", i, err)
 		}

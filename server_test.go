@@ -1,0 +1,111 @@
+package jobkey
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/stretchr/testify/require"
+)
+
+// Under a maxmemory-policy that may evict any key, writes are refused
+// before anything is written, and said so in the log; reads still work.
+// A volatile- policy only warns: pending and active jobs have no TTL
+// (issue 10, item 8).
+func TestEvictionPolicyIsChecked(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		policy  string
+		refused bool
+	}{{"allkeys-lru", true}, {"allkeys-random", true}, {"volatile-lru", false}, {"noeviction", false}} {
+		t.Run(c.policy, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.Options{Args: []string{"--maxmemory", "100mb", "--maxmemory-policy", c.policy}})
+			rdb := redistest.ClientFor(t, srv.URL(), nil)
+			var log bytes.Buffer
+			q, err := NewQueue(rdb, "q", &Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			require.NoError(t, err)
+			ctx := context.Background()
+			_, err = q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "x"})
+			if !c.refused {
+				require.NoError(t, err)
+				if c.policy != "noeviction" {
+					require.Contains(t, log.String(), "may evict finished jobs")
+				}
+				return
+			}
+			require.ErrorIs(t, err, ErrEvictionPolicy)
+			require.ErrorContains(t, err, c.policy)
+			require.Contains(t, log.String(), "maxmemory-policy "+c.policy)
+			_, err = q.Get(ctx, "x")
+			require.ErrorIs(t, err, ErrNotFound, "nothing was written, and reads still work")
+			_, err = q.Claim(ctx, "w")
+			require.ErrorIs(t, err, ErrEvictionPolicy)
+			st, err := q.Stats(ctx)
+			require.NoError(t, err)
+			require.Zero(t, st.Pending)
+
+			skip, err := NewQueue(rdb, "q", &Config{SkipEvictionCheck: true})
+			require.NoError(t, err)
+			_, err = skip.Enqueue(ctx, "t", nil, nil)
+			require.NoError(t, err, "the check can be skipped where INFO is not allowed")
+		})
+	}
+}
+
+// A job whose key vanished (evicted, or deleted outside jobkey) is noticed
+// by the claim that meets its entry: logged and counted.
+func TestVanishedJobsAreCounted(t *testing.T) {
+	t.Parallel()
+	var log bytes.Buffer
+	f := setup(t, &Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Del(f.ctx, f.q.Keys(j.ID).Job).Err()) // as an eviction would
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Vanished)
+	require.Zero(t, st.Pending, "the dangling entry is gone")
+	require.Contains(t, log.String(), j.ID)
+	require.Contains(t, log.String(), "pointed at no value")
+}
+
+// The shard count is stored with the queue: a process configured with
+// another count is refused, and tools read the count from Redis (issue 10,
+// item 11).
+func TestShardCountIsStored(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	rdb := redistest.Client(t, nil)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	_, err := LookupShards(ctx, rdb, prefix, "q")
+	require.ErrorIs(t, err, ErrNotFound)
+	four, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Shards: 4})
+	require.NoError(t, err)
+	_, err = four.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "a"})
+	require.NoError(t, err)
+	n, err := LookupShards(ctx, rdb, prefix, "q")
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+
+	two, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Shards: 2})
+	require.NoError(t, err)
+	_, err = two.Get(ctx, "a")
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "created with 4 shards")
+	_, err = two.Enqueue(ctx, "t", nil, nil)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = two.Stats(ctx)
+	require.ErrorIs(t, err, ErrInvalid)
+
+	again, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Shards: 4})
+	require.NoError(t, err)
+	j, err := again.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, "a", j.ID)
+}

@@ -1,0 +1,114 @@
+package jobkey
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// trimStep bounds the entries one trim command removes: a few milliseconds
+// of Redis's time at most, whatever the size of the backlog.
+const trimStep = 1000
+
+// maxTrimRounds bounds one Trim call: at most this many steps per index.
+const maxTrimRounds = 100
+
+// trimTarget is an index whose old entries Trim removes.
+type trimTarget struct {
+	key string
+	age time.Duration // entries older than this go
+}
+
+// Trim removes index entries that nothing needs any more: those of
+// finished jobs whose keys have expired with their retention, and old
+// sightings of newer-format and vanished jobs (Stats.Newer, Stats.Vanished).
+// It removes at most a thousand entries per command, so that no command
+// blocks Redis for more than a few milliseconds at any queue size, and up
+// to a hundred thousand per index per call. It returns how many it removed.
+//
+// Trimming is housekeeping, not repair: an entry left behind is never
+// mistaken for a job (claims never read finished indexes, and Stats counts
+// only entries within the retention). Work calls it every
+// WorkOpts.TrimInterval; a queue without workers can call it from a timer.
+func (q *Queue) Trim(ctx context.Context) (int, error) {
+	if err := q.check(ctx, true); err != nil {
+		return 0, err
+	}
+	now, err := q.clock.now(ctx, q.rdb)
+	if err != nil {
+		return 0, err
+	}
+	var targets []trimTarget
+	for s := range q.ks.shards {
+		targets = append(targets,
+			trimTarget{q.ks.index(s, idxSucceeded), q.cfg.Retention},
+			trimTarget{q.ks.index(s, idxCanceled), q.cfg.Retention},
+			trimTarget{q.ks.index(s, idxFailed), q.cfg.FailedRetention},
+			trimTarget{q.ks.index(s, seenNewer), NewerWindow},
+			trimTarget{q.ks.index(s, seenVanished), q.cfg.Retention})
+	}
+	removed := 0
+	for round := 0; round < maxTrimRounds && len(targets) > 0; round++ {
+		n, more, err := q.trimStep(ctx, now, targets)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+		targets = more
+	}
+	return removed, nil
+}
+
+// trimStep removes up to trimStep old entries of each target, in two round
+// trips: where the trimStep-th old entry lies, then the removals. It
+// returns the targets that may hold more.
+func (q *Queue) trimStep(ctx context.Context, now time.Time, targets []trimTarget) (int, []trimTarget, error) {
+	cuts := make([]string, len(targets))
+	nth := make([]*redis.ZSliceCmd, len(targets))
+	low := make([]*redis.ZSliceCmd, len(targets))
+	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range targets {
+			cuts[i] = strconv.FormatInt(toMillis(now.Add(-t.age)), 10)
+			nth[i] = p.ZRangeByScoreWithScores(ctx, t.key, &redis.ZRangeBy{Min: "-inf", Max: "(" + cuts[i], Offset: trimStep - 1, Count: 1})
+			low[i] = p.ZRangeWithScores(ctx, t.key, 0, 0)
+		}
+		return nil
+	})
+	if err := unanswered(cmds, err); err != nil {
+		return 0, nil, fmt.Errorf("jobkey: trim: %w", err)
+	}
+	var more []trimTarget
+	var rems []*redis.IntCmd
+	cmds, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range targets {
+			if nth[i].Err() != nil || low[i].Err() != nil {
+				continue // a broken index or a node that is down: left for later
+			}
+			max := "(" + cuts[i]
+			if z := nth[i].Val(); len(z) == 1 {
+				// More than a step's worth is old: remove what scores below
+				// the step's last entry (all of its millisecond, if the
+				// whole step shares one), and come back for the rest.
+				s := strconv.FormatInt(int64(z[0].Score), 10)
+				max = "(" + s
+				if l := low[i].Val(); len(l) == 1 && l[0].Score == z[0].Score {
+					max = s
+				}
+				more = append(more, t)
+			}
+			rems = append(rems, p.ZRemRangeByScore(ctx, t.key, "-inf", max))
+		}
+		return nil
+	})
+	if err := unanswered(cmds, err); err != nil {
+		return 0, nil, fmt.Errorf("jobkey: trim: %w", err)
+	}
+	removed := 0
+	for _, c := range rems {
+		removed += int(c.Val())
+	}
+	return removed, more, nil
+}

@@ -1,0 +1,106 @@
+package jobkey
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/stretchr/testify/require"
+)
+
+// Trim removes the entries of finished jobs older than their retention,
+// and leaves the others.
+func TestTrimRemovesOnlyExpiredEntries(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Retention: time.Hour, FailedRetention: 2 * time.Hour})
+	for i := range 5 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("j%d", i)})
+		require.NoError(t, err)
+	}
+	for i := range 5 {
+		c, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		if i < 3 {
+			_, err = f.q.Complete(f.ctx, c, nil)
+		} else {
+			_, err = f.q.Fail(f.ctx, c, fmt.Errorf("for good: %w", ErrSkipRetry))
+		}
+		require.NoError(t, err)
+		f.clock.Advance(time.Minute)
+	}
+	n, err := f.q.Trim(f.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is past its retention yet")
+
+	f.clock.Advance(time.Hour) // past the succeeded jobs' retention, not the failed ones'
+	n, err = f.q.Trim(f.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	keys := f.q.Keys("j0")
+	require.Zero(t, f.rdb.ZCard(f.ctx, keys.Succeeded).Val())
+	require.EqualValues(t, 2, f.rdb.ZCard(f.ctx, keys.Failed).Val())
+}
+
+// A backlog of two million expired entries is trimmed in steps that each
+// take Redis a few milliseconds, and the transaction that finishes a job
+// no longer trims at all (issue 10, item 7). The slow log records every
+// command over 5 ms.
+func TestTrimIsBounded(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{Args: []string{"--slowlog-log-slower-than", "5000", "--slowlog-max-len", "1000"}})
+	rdb := redistest.ClientFor(t, srv.URL(), nil)
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "big", &Config{Retention: time.Hour})
+	require.NoError(t, err)
+	key := q.Keys("any").Succeeded
+	old := time.Now().Add(-48 * time.Hour).UnixMilli()
+	const n = 2_000_000
+	// Load the backlog with a server-side loop, 200 entries per ZADD.
+	load := `for i = 0, tonumber(ARGV[1]) - 1, 200 do
+		local args = {}
+		for k = 0, 199 do
+			args[#args+1] = tonumber(ARGV[2]) + i + k
+			args[#args+1] = 'expired-' .. (tonumber(ARGV[2]) + i + k)
+		end
+		redis.call('zadd', KEYS[1], unpack(args))
+	end
+	return 1`
+	for start := 0; start < n; start += 100_000 {
+		require.NoError(t, rdb.Eval(ctx, load, []string{key}, 100_000, old+int64(start)).Err())
+	}
+	require.EqualValues(t, n, rdb.ZCard(ctx, key).Val())
+	require.NoError(t, rdb.SlowLogReset(ctx).Err())
+
+	// A job finishes on that shard: its EXEC no longer trims the backlog.
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	c, err := q.Claim(ctx, "w")
+	require.NoError(t, err)
+	_, err = q.Complete(ctx, c, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, n+1, rdb.ZCard(ctx, key).Val())
+
+	t0 := time.Now()
+	removed := 0
+	for removed < n {
+		got, err := q.Trim(ctx)
+		require.NoError(t, err)
+		require.Positive(t, got)
+		removed += got
+	}
+	t.Logf("trimmed %d entries in %v", removed, time.Since(t0))
+	require.Equal(t, n, removed)
+	require.EqualValues(t, 1, rdb.ZCard(ctx, key).Val(), "the fresh entry stays")
+	_, err = q.Get(ctx, j.ID)
+	require.NoError(t, err)
+
+	slow, err := rdb.SlowLogGet(ctx, 1000).Result()
+	require.NoError(t, err)
+	for _, s := range slow {
+		t.Logf("slow: %v %v", s.Duration, s.Args[:min(4, len(s.Args))])
+		require.NotEqual(t, "zremrangebyscore", strings.ToLower(fmt.Sprint(s.Args[0])), "a trim step took %v", s.Duration)
+	}
+}
