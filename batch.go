@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -30,6 +31,14 @@ func (q *Queue) eachTxn(ctx context.Context, pos []int, id func(i int) string, r
 			failed(set, &notTried{stop})
 			continue
 		}
+		// On a cluster a set is one shard. One whose node could not be
+		// reached a moment ago fails at once, instead of after a dial
+		// timeout: nothing is written, and the caller tries again later.
+		shard := q.ks.shardOf(id(set[0]))
+		if q.cluster() && q.down.has(shard) {
+			failed(set, fmt.Errorf("jobkey: not attempted, nothing written: the node of shard %d could not be reached within the last %v", shard, downFor))
+			continue
+		}
 		err := run(set)
 		switch {
 		case err == nil:
@@ -41,8 +50,11 @@ func (q *Queue) eachTxn(ctx context.Context, pos []int, id func(i int) string, r
 			failed(set, err)
 		default:
 			failed(set, err)
-			if !q.cluster() || ctx.Err() != nil {
+			switch {
+			case !q.cluster() || ctx.Err() != nil:
 				stop = err
+			case !isRedisErr(err):
+				q.down.add(shard)
 			}
 		}
 	}

@@ -198,8 +198,15 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	var clock *redis.TimeCmd
 	sent := q.clock.local()
 	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		clock = p.Time(ctx)
+		if !q.cluster() {
+			// On a cluster TIME would go to a node at random, perhaps one
+			// that is down; the compare-and-sets keep the estimate fresh.
+			clock = p.Time(ctx)
+		}
 		for s := range q.ks.shards {
+			if q.down.has(s) {
+				continue
+			}
 			cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, idxReady), 0, 0),
 				p.ZRangeWithScores(ctx, q.ks.index(s, idxLeased), 0, 0))
 		}
@@ -211,7 +218,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 		return 0, false, fmt.Errorf("jobkey: read next due time: %w", cmp.Or(err, ctx.Err()))
 	}
 	now, _ := q.clock.estimate()
-	if clock.Err() == nil {
+	if clock != nil && clock.Err() == nil {
 		now = q.clock.observe(clock.Val(), sent, q.clock.local())
 	}
 	var next time.Time

@@ -64,7 +64,9 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var clock *redis.TimeCmd
 	sent := q.clock.local()
 	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		clock = p.Time(ctx)
+		if !q.cluster() {
+			clock = p.Time(ctx) // on a cluster, to a node at random: the estimate serves
+		}
 		for s := range q.ks.shards {
 			key := func(idx string) string { return q.ks.index(s, idx) }
 			card := func(idx string) *redis.IntCmd { return p.ZCard(ctx, key(idx)) }
@@ -87,7 +89,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if err := unanswered(cmds, err); err != nil {
 		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
 	}
-	if clock.Err() == nil {
+	if clock != nil && clock.Err() == nil {
 		q.clock.observe(clock.Val(), sent, q.clock.local())
 	}
 	var st Stats

@@ -119,7 +119,7 @@ func (e *env) set(f faultproxy.Faults) {
 func (e *env) inject(ctx context.Context) {
 	base := faultproxy.Faults{ResetProb: 0.002, ExecCutProb: 0.01}
 	e.set(base)
-	restarted := false
+	restarted, outage := false, false
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	start := time.Now()
@@ -145,6 +145,18 @@ func (e *env) inject(ctx context.Context) {
 				p.KillAll()
 			}
 			e.count("every connection reset")
+		case r < 23 || !outage && time.Since(start) > *duration/3:
+			// Redis is unreachable for everyone for a while, shorter than
+			// a lease: outcomes wait to be written, and must be.
+			outage = true
+			for _, p := range e.all() {
+				p.Partition(true)
+			}
+			time.Sleep(time.Duration(300+rand.N(400)) * time.Millisecond)
+			for _, p := range e.all() {
+				p.Partition(false)
+			}
+			e.count("Redis unreachable for 300-700 ms")
 		case !restarted && time.Since(start) > *duration/2:
 			restarted = true
 			e.srv.Restart(e.t) // SHUTDOWN (AOF fsynced), then start on the same port
@@ -162,18 +174,20 @@ type acked struct {
 
 func (a *acked) add(id string) { a.mu.Lock(); a.ids = append(a.ids, id); a.mu.Unlock() }
 
+func (a *acked) count() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.ids) }
+
 type result struct {
 	enqueued, finished                         int
 	lost, finishedTwice, hintMismatches, stuck int
 	overlapping, runs                          int
-	ambiguous, abandoned                       int64
+	ambiguous, abandoned, vanished             int64
 	faults                                     map[string]int64
 }
 
 func (r result) String() string {
 	return fmt.Sprintf("enqueued %d, finished %d, handler runs %d; lost %d, finished twice %d, hint mismatches %d, stuck %d, "+
-		"overlapping runs %d; ambiguous enqueues retried %d, claims abandoned by dying workers %d; faults %v",
-		r.enqueued, r.finished, r.runs, r.lost, r.finishedTwice, r.hintMismatches, r.stuck, r.overlapping,
+		"overlapping runs %d, evicted jobs noticed %d; ambiguous enqueues retried %d, claims abandoned by dying workers %d; faults %v",
+		r.enqueued, r.finished, r.runs, r.lost, r.finishedTwice, r.hintMismatches, r.stuck, r.overlapping, r.vanished,
 		r.ambiguous, r.abandoned, r.faults)
 }
 
@@ -335,6 +349,29 @@ func TestChaosJobkey(t *testing.T) {
 			}
 		})
 	}
+	// Eviction, as a maxmemory policy other than noeviction would do it:
+	// now and then a pending or active job's key is deleted from outside.
+	// Those jobs are lost by design; the checker makes sure every one of
+	// them was noticed (Stats.Vanished) and that no other job was lost.
+	var evictedMu sync.Mutex
+	evicted := map[string]bool{}
+	evq := newQueue(e.admin, 0)
+	wg.Go(func() {
+		for chaosCtx.Err() == nil {
+			time.Sleep(time.Duration(200+rand.N(600)) * time.Millisecond)
+			ack.mu.Lock()
+			var id string
+			if len(ack.ids) > 0 {
+				id = ack.ids[rand.N(len(ack.ids))]
+			}
+			ack.mu.Unlock()
+			if id != "" && evict(ctx, e.admin, evq, id) {
+				evictedMu.Lock()
+				evicted[id] = true
+				evictedMu.Unlock()
+			}
+		}
+	})
 	// A worker that dies mid-job: it claims and is never heard from again.
 	var abandoned atomic.Int64
 	zq := newQueue(e.client(), skews[4])
@@ -367,12 +404,15 @@ func TestChaosJobkey(t *testing.T) {
 	wg.Wait()
 
 	r := result{enqueued: len(ack.ids), ambiguous: ack.ambiguous.Load(), abandoned: abandoned.Load(), faults: e.counts()}
+	r.faults["pending or active job evicted"] = int64(len(evicted))
 	r.faults["worker cut off for longer than a lease"] = partitions.Load()
 	r.faults["completion started late (1.5 leases)"] = slowCompletions.Load()
 	r.faults["worker shut down at a random moment"] = shutdowns.Load()
 	for _, id := range ack.ids {
 		j, err := check.Get(ctx, id)
 		switch {
+		case evicted[id]:
+			require.ErrorIs(t, err, jobkey.ErrNotFound, "evicted %s", id)
 		case errors.Is(err, jobkey.ErrNotFound):
 			r.lost++
 		case err != nil:
@@ -390,6 +430,9 @@ func TestChaosJobkey(t *testing.T) {
 		return true
 	})
 	r.overlapping, r.runs = runs.overlaps(t)
+	st, err := check.Stats(ctx)
+	require.NoError(t, err)
+	r.vanished = st.Vanished
 	rep, err := check.Verify(ctx, &jobkey.VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	r.hintMismatches = len(rep.Findings)
@@ -407,7 +450,26 @@ func TestChaosJobkey(t *testing.T) {
 	require.Zero(t, r.hintMismatches, "index entries that disagree with their value")
 	require.Zero(t, r.stuck, "jobs a fresh consumer could not drain")
 	require.Zero(t, r.overlapping, "jobs whose handler ran twice at the same time")
-	require.Equal(t, r.enqueued, r.finished)
+	require.Equal(t, int64(len(evicted)), r.vanished, "every evicted job was noticed")
+	require.Equal(t, r.enqueued-len(evicted), r.finished)
+}
+
+// evict deletes a job's key from outside, as Redis's eviction would, if
+// the job is pending or active (a finished one is no loss): WATCH, read,
+// and delete in one MULTI/EXEC, so its state is the one deleted.
+func evict(ctx context.Context, admin *redis.Client, q *jobkey.Queue, id string) bool {
+	key := q.Keys(id).Job
+	deleted := false
+	_ = admin.Watch(ctx, func(tx *redis.Tx) error {
+		j, err := q.Get(ctx, id)
+		if err != nil || j.State.Finished() {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Del(ctx, key); return nil })
+		deleted = err == nil
+		return err
+	}, key)
+	return deleted
 }
 
 // slowCompleter holds back, now and then, the first round trip of a
@@ -541,4 +603,162 @@ func TestLostRepliesAreSafeToRetry(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
 	require.Positive(t, e.proxy.Counts().ExecCuts)
+}
+
+// One master of a 3-master cluster crashes while producers and workers
+// run, and comes back with its AOF: the jobs of the other masters keep
+// flowing meanwhile, and afterwards nothing is lost, finished twice or run
+// twice at once.
+func TestChaosClusterDeadMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no", "--appendonly", "yes", "--appendfsync", "always")
+	ctx := context.Background()
+	const lease = time.Second
+	prefix := redistest.Prefix(t)
+	client := func() *redis.ClusterClient {
+		return cl.Client(t, func(o *redis.ClusterOptions) {
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = 300*time.Millisecond, time.Second, time.Second, 1
+		})
+	}
+	newQueue := func() *jobkey.Queue {
+		q, err := jobkey.NewQueue(client(), "chaos", &jobkey.Config{Prefix: prefix, Lease: lease})
+		require.NoError(t, err)
+		return q
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var ack acked
+	var successes sync.Map
+	var runs runLog
+	var finishedDuringOutage atomic.Int64
+	var outage atomic.Bool
+	handler := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		start := time.Now()
+		defer func() { runs.add(j.ID, start, time.Now()) }()
+		select {
+		case <-time.After(time.Duration(rand.N(3)) * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return nil, nil
+	})
+	onRecorded := func(j *jobkey.Job, err error) {
+		if err == nil && j.State == jobkey.StateSucceeded {
+			v, _ := successes.LoadOrStore(j.ID, new(atomic.Int64))
+			v.(*atomic.Int64).Add(1)
+			if outage.Load() {
+				finishedDuringOutage.Add(1)
+			}
+		}
+	}
+	chaosCtx, stopChaos := context.WithTimeout(ctx, *duration)
+	defer stopChaos()
+	workCtx, stopWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for w := range 2 {
+		q := newQueue()
+		wg.Go(func() {
+			_ = q.Work(workCtx, handler, &jobkey.WorkOpts{Name: fmt.Sprintf("work%d", w), Concurrency: 4,
+				PollInterval: 50 * time.Millisecond, Logger: quiet, OnRecorded: onRecorded})
+		})
+	}
+	// Producers: an enqueue that errors (its shard's master is down, or the
+	// reply was lost) is kept aside and retried with the same ID later,
+	// while new jobs go on; all are known before the check.
+	for p := range 2 {
+		q := newQueue()
+		wg.Go(func() {
+			var later []string
+			try := func(id string) bool {
+				_, err := q.Enqueue(ctx, "chaos", nil, &jobkey.EnqueueOpts{ID: id})
+				if err == nil || errors.Is(err, jobkey.ErrJobExists) {
+					ack.add(id)
+					return true
+				}
+				ack.ambiguous.Add(1)
+				return false
+			}
+			retry := time.Now()
+			for n := 0; chaosCtx.Err() == nil; n++ {
+				if id := fmt.Sprintf("p%d-%d", p, n); !try(id) {
+					later = append(later, id)
+				}
+				if len(later) > 0 && time.Now().After(retry) {
+					if try(later[0]) {
+						later = later[1:]
+					} else {
+						retry = time.Now().Add(500 * time.Millisecond)
+					}
+				}
+			}
+			for len(later) > 0 {
+				if try(later[0]) {
+					later = later[1:]
+				} else {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		})
+	}
+	time.Sleep(*duration / 5)
+	dead := cl.Nodes[2]
+	dead.Crash()
+	outage.Store(true)
+	ackedBefore := ack.count()
+	down := max(8*time.Second, *duration/2)
+	time.Sleep(down)
+	outage.Store(false)
+	ackedDuring := ack.count() - ackedBefore
+	dead.Relaunch(t)
+	require.NoError(t, cl.WaitOK(60*time.Second))
+	<-chaosCtx.Done()
+
+	check := newQueue()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		st, err := check.Stats(ctx)
+		if err == nil && st.Pending+st.Active == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Logf("not drained after 90 s: %+v (%v)", st, err)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopWork()
+	wg.Wait()
+
+	r := result{enqueued: len(ack.ids), ambiguous: ack.ambiguous.Load(),
+		faults: map[string]int64{"master crashed, seconds down": int64(down / time.Second)}}
+	for _, id := range ack.ids {
+		j, err := check.Get(ctx, id)
+		switch {
+		case errors.Is(err, jobkey.ErrNotFound):
+			r.lost++
+		case err != nil:
+			t.Fatalf("get %s: %v", id, err)
+		case j.State == jobkey.StateSucceeded:
+			r.finished++
+		default:
+			r.stuck++
+		}
+	}
+	successes.Range(func(_, v any) bool {
+		if v.(*atomic.Int64).Load() > 1 {
+			r.finishedTwice++
+		}
+		return true
+	})
+	r.overlapping, r.runs = runs.overlaps(t)
+	rep, err := check.Verify(ctx, &jobkey.VerifyOpts{Keys: true})
+	require.NoError(t, err)
+	r.hintMismatches = len(rep.Findings)
+	t.Logf("jobkey on a cluster, one master crashed for %v: %v; while it was down: %d enqueued, %d finished",
+		down, r, ackedDuring, finishedDuringOutage.Load())
+	require.Positive(t, finishedDuringOutage.Load(), "the other masters' jobs kept flowing")
+	require.Zero(t, r.lost, "lost jobs")
+	require.Zero(t, r.finishedTwice, "jobs finished twice")
+	require.Zero(t, r.hintMismatches, "index entries that disagree with their value")
+	require.Zero(t, r.stuck, "jobs a fresh consumer could not drain")
+	require.Zero(t, r.overlapping, "jobs whose handler ran twice at the same time")
+	require.Equal(t, r.enqueued, r.finished)
 }

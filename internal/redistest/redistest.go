@@ -190,7 +190,20 @@ func (s *Server) Restart(tb testing.TB) {
 	}
 }
 
-// Kill stops the server abruptly, as a crash would.
+// Crash kills the server abruptly (SIGKILL), as a crash would, and leaves
+// its directory for Relaunch.
+func (s *Server) Crash() { s.kill() }
+
+// Relaunch starts a crashed server again on the same port and directory:
+// with AOF it comes back with what it had acknowledged.
+func (s *Server) Relaunch(tb testing.TB) {
+	tb.Helper()
+	if err := s.launch(); err != nil {
+		tb.Fatalf("redistest: relaunch: %v", err)
+	}
+}
+
+// kill stops the server abruptly, as a crash would.
 func (s *Server) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
