@@ -703,7 +703,7 @@ func TestChaosClusterDeadMaster(t *testing.T) {
 	dead.Crash()
 	outage.Store(true)
 	ackedBefore := ack.count()
-	down := max(8*time.Second, *duration/2)
+	down := min(max(8*time.Second, *duration/2), time.Minute)
 	time.Sleep(down)
 	outage.Store(false)
 	ackedDuring := ack.count() - ackedBefore
