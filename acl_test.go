@@ -115,7 +115,7 @@ func produce(t *testing.T, q *Queue, tag string) {
 	require.NoError(t, err)
 	_, err = q.Enqueue(ctx, "t", []byte("p"), &EnqueueOpts{ID: tag + "-a"})
 	require.ErrorIs(t, err, ErrJobExists) // writes nothing: UNWATCH
-	_, err = q.EnqueueMany(ctx, []NewJob{
+	_, err = q.EnqueueMany(ctx, []JobSpec{
 		{Type: "t", Opts: &EnqueueOpts{ID: tag + "-b"}},
 		{Type: "t", Opts: &EnqueueOpts{ID: tag + "-c"}},
 		{Type: "t", Opts: &EnqueueOpts{ID: tag + "-d", Delay: time.Hour}},
@@ -341,7 +341,7 @@ func TestLeastPrivilegeAdmin(t *testing.T) {
 	require.NoError(t, err)
 	j, err := q.Enqueue(ctx, "t", []byte("p"), &EnqueueOpts{ID: "one"})
 	require.NoError(t, err)
-	_, err = q.EnqueueMany(ctx, []NewJob{{Type: "t"}, {Type: "t", Opts: &EnqueueOpts{Delay: time.Hour}}})
+	_, err = q.EnqueueMany(ctx, []JobSpec{{Type: "t"}, {Type: "t", Opts: &EnqueueOpts{Delay: time.Hour}}})
 	require.NoError(t, err)
 	c, err := q.Claim(ctx, "w")
 	require.NoError(t, err)

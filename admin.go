@@ -6,18 +6,6 @@ import (
 	"time"
 )
 
-// StateError reports an operation that the job's current state does not
-// allow, such as canceling a job that already succeeded.
-type StateError struct {
-	ID    string
-	Op    string // "cancel", "retry", ...
-	State State  // the state the job is in
-}
-
-func (e *StateError) Error() string {
-	return fmt.Sprintf("jobkey: cannot %s job %q: it is %s", e.Op, e.ID, e.State)
-}
-
 // Cancel cancels a pending or active job. The worker of an active job gets
 // ErrLeaseLost on its next write, and Work cancels its handler's context.
 // Canceling a canceled job returns it unchanged; a succeeded or failed job

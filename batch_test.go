@@ -30,9 +30,9 @@ func TestEnqueueManyReportsPartialWrites(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{MaxBatch: 2, DisableGroupCommit: true})
 	failNthExec(f, 2)
-	batch := make([]NewJob, 5)
+	batch := make([]JobSpec, 5)
 	for i := range batch {
-		batch[i] = NewJob{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprintf("p%d", i)}}
+		batch[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprintf("p%d", i)}}
 	}
 	jobs, err := f.q.EnqueueMany(f.ctx, batch)
 	errs := jobErrs(t, err, 5)
@@ -104,9 +104,9 @@ func TestBrokenShardRefusesOnlyItsJobs(t *testing.T) {
 	for i := range 40 {
 		ids = append(ids, fmt.Sprintf("j%d", i))
 	}
-	batch := make([]NewJob, len(ids))
+	batch := make([]JobSpec, len(ids))
 	for i, id := range ids {
-		batch[i] = NewJob{Type: "t", Opts: &EnqueueOpts{ID: id}}
+		batch[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: id}}
 	}
 	_, err := f.q.EnqueueMany(f.ctx, batch)
 	require.NoError(t, err)
@@ -135,9 +135,9 @@ func TestBrokenShardRefusesOnlyItsJobs(t *testing.T) {
 
 	// The same for an enqueue batch whose shard's ready index is broken.
 	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.index(broken, idxReady), "not a zset", 0).Err())
-	more := make([]NewJob, 40)
+	more := make([]JobSpec, 40)
 	for i := range more {
-		more[i] = NewJob{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprintf("k%d", i)}}
+		more[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprintf("k%d", i)}}
 	}
 	jobs, err := f.q.EnqueueMany(f.ctx, more)
 	errs = jobErrs(t, err, len(more))

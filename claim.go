@@ -1,17 +1,12 @@
 package jobkey
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // candidate is a due entry read from an index: a hint, not a truth.
@@ -190,173 +185,11 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 	return got, nil
 }
 
-// untilDue returns how long until the next job becomes claimable by
-// Redis's clock, read in the same round trip: the earliest score in ready
-// or leased over all shards. ok is false when the queue holds none.
-func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
-	var cmds []*redis.ZSliceCmd
-	var clock *redis.TimeCmd
-	sent := q.clock.local()
-	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if !q.cluster() {
-			// On a cluster TIME would go to a node at random, perhaps one
-			// that is down; the compare-and-sets keep the estimate fresh.
-			clock = p.Time(ctx)
-		}
-		for s := range q.ks.shards {
-			if q.down.has(s) {
-				continue
-			}
-			cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, idxReady), 0, 0),
-				p.ZRangeWithScores(ctx, q.ks.index(s, idxLeased), 0, 0))
-		}
-		return nil
-	})
-	// A shard that cannot be read (its node is down) is left out: the
-	// others still say when to wake.
-	if err := unanswered(all, err); err != nil || ctx.Err() != nil {
-		return 0, false, fmt.Errorf("jobkey: read next due time: %w", cmp.Or(err, ctx.Err()))
-	}
-	now, _ := q.clock.estimate()
-	if clock != nil && clock.Err() == nil {
-		now = q.clock.observe(clock.Val(), sent, q.clock.local())
-	}
-	var next time.Time
-	for _, c := range cmds {
-		if z := c.Val(); len(z) == 1 {
-			if t := fromMillis(int64(z[0].Score)); next.IsZero() || t.Before(next) {
-				next = t
-			}
-		}
-	}
-	if next.IsZero() {
-		return 0, false, nil
-	}
-	return max(0, next.Sub(now)), true, nil
-}
-
 func validOwner(worker string) error {
 	if worker == "" || len(worker) > 256 {
 		return fmt.Errorf("%w: worker name must be 1..256 bytes, got %d", ErrInvalid, len(worker))
 	}
 	return nil
-}
-
-// dueCandidates reads the first ClaimWindow due entries of ready and the
-// first expired entries of leased, of every shard, in one round trip per
-// node. Reading them also shows the two indexes hold sorted sets.
-func (q *Queue) dueCandidates(ctx context.Context) ([]candidate, error) {
-	return q.dueCandidatesN(ctx, q.cfg.ClaimWindow)
-}
-
-// dueCandidatesN is dueCandidates with a window of n entries per index.
-func (q *Queue) dueCandidatesN(ctx context.Context, n int) ([]candidate, error) {
-	if q.ks.shards <= claimShards {
-		return q.dueIn(ctx, n, nil)
-	}
-	// Many shards: look in a random few first, and in all of them only when
-	// those few have nothing due, so a claim does not read every shard.
-	pick := rand.Perm(q.ks.shards)[:claimShards]
-	if out, err := q.dueIn(ctx, n, pick); len(out) > 0 {
-		return out, err
-	}
-	return q.dueIn(ctx, n, nil)
-}
-
-// claimShards is how many shards a claim reads first.
-const claimShards = 4
-
-// dueIn reads the due entries of the given shards (nil: all of them).
-func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, error) {
-	if shards == nil {
-		shards = make([]int, q.ks.shards)
-		for i := range shards {
-			shards[i] = i
-		}
-	}
-	// Shards whose node could not be reached a moment ago are left out for
-	// a while, so claims on a cluster with a dead master do not wait on its
-	// dial timeout every time; when every shard is out, all are tried.
-	if up := slices.DeleteFunc(slices.Clone(shards), q.down.has); len(up) > 0 {
-		shards = up
-	}
-	if err := q.check(ctx, true); err != nil {
-		return nil, err
-	}
-	t, err := q.clock.now(ctx, q.rdb)
-	if err != nil {
-		return nil, err
-	}
-	now := strconv.FormatInt(toMillis(t), 10)
-	// Read past the jobs this build cannot read (a newer major format),
-	// which stay at the head of their index for the workers that can.
-	window := int64(n + q.newer.size())
-	type read struct {
-		shard int
-		index string
-		due   *redis.StringSliceCmd
-	}
-	var reads []read
-	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, s := range shards {
-			for _, idx := range []string{idxReady, idxLeased} {
-				key := q.ks.index(s, idx)
-				reads = append(reads, read{s, idx,
-					p.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: now, Count: window})})
-			}
-		}
-		return nil
-	})
-	if err := unanswered(cmds, err); err != nil {
-		return nil, fmt.Errorf("jobkey: read due jobs: %w", err)
-	}
-	// A shard whose index cannot be read (the wrong type, or its cluster
-	// node is down) is skipped, so the other shards' jobs keep flowing; its
-	// error surfaces when nothing else is due. An ID found in two indexes
-	// (a stray entry) is a candidate once: one transaction must not decide
-	// about one job twice.
-	var out []candidate
-	var firstErr error
-	broken := map[int]bool{}
-	seen := map[string]bool{}
-	for _, r := range reads {
-		key := q.ks.index(r.shard, r.index)
-		ids, err := r.due.Result()
-		switch {
-		case isWrongType(err):
-			firstErr = cmp.Or(firstErr, error(&WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}))
-			broken[r.shard] = true
-			continue
-		case err != nil:
-			firstErr = cmp.Or(firstErr, fmt.Errorf("jobkey: read %s: %w", key, err))
-			broken[r.shard] = true
-			if !isRedisErr(err) {
-				q.down.add(r.shard)
-			}
-			continue
-		}
-		taken := 0
-		for _, id := range ids {
-			if !seen[id] && taken < n && !q.newer.has(id) {
-				seen[id] = true
-				taken++
-				out = append(out, candidate{shard: r.shard, id: id, index: r.index})
-			}
-		}
-	}
-	if len(broken) > 0 {
-		kept := out[:0]
-		for _, c := range out {
-			if !broken[c.shard] {
-				kept = append(kept, c)
-			}
-		}
-		out = kept
-	}
-	if len(out) == 0 && firstErr != nil {
-		return nil, firstErr
-	}
-	return out, nil
 }
 
 // tryClaim decides on one candidate from its value under WATCH. It returns
@@ -556,86 +389,4 @@ func (q *Queue) fixScore(p *indexPlan, shard int, id string, want entry, now tim
 	if want.score > toMillis(now) {
 		p.zadd(q.ks.index(shard, want.index), want.score, id)
 	}
-}
-
-func orEmpty(j *Job) *Job {
-	if j == nil {
-		return &Job{}
-	}
-	return j
-}
-
-func cloneJob(j *Job) *Job {
-	c := *j
-	return &c
-}
-
-// downList remembers, for a while, the shards whose node could not be
-// reached.
-type downList struct {
-	mu     sync.Mutex
-	shards map[int]time.Time // shard -> when to try it again
-}
-
-// downFor is how long claims leave out a shard whose node was unreachable.
-const downFor = 2 * time.Second
-
-func (l *downList) add(shard int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.shards == nil {
-		l.shards = map[int]time.Time{}
-	}
-	l.shards[shard] = time.Now().Add(downFor)
-}
-
-func (l *downList) has(shard int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	until, ok := l.shards[shard]
-	if ok && time.Now().After(until) {
-		delete(l.shards, shard)
-		return false
-	}
-	return ok
-}
-
-// skipList remembers, for a while, the IDs of jobs this build cannot read
-// because a newer jobkey wrote them, so claimers look past them.
-type skipList struct {
-	mu  sync.Mutex
-	ids map[string]time.Time // id -> when to look at it again
-}
-
-// skipFor is how long a claimer looks past a newer-format job before it
-// looks again (and logs the sighting again).
-const skipFor = time.Minute
-
-// maxSkip bounds the list; past it, the list starts over.
-const maxSkip = 1000
-
-func (l *skipList) add(id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ids == nil || len(l.ids) >= maxSkip {
-		l.ids = map[string]time.Time{}
-	}
-	l.ids[id] = time.Now().Add(skipFor)
-}
-
-func (l *skipList) has(id string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	until, ok := l.ids[id]
-	if ok && time.Now().After(until) {
-		delete(l.ids, id)
-		return false
-	}
-	return ok
-}
-
-func (l *skipList) size() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.ids)
 }

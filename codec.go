@@ -2,14 +2,11 @@ package jobkey
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"time"
 	"unsafe"
-
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // MaxValueBytes is the hard ceiling on an encoded job value. The codec
@@ -45,100 +42,6 @@ const MaxAttemptsLimit = math.MaxInt32
 // maxSkipDepth bounds how deeply nested an unknown appended field may be.
 const maxSkipDepth = 16
 
-var (
-	// ErrCorrupt reports a stored value that cannot be decoded. The bytes are
-	// left in Redis untouched; the error says what was wrong and where.
-	ErrCorrupt = errors.New("jobkey: corrupt job value")
-	// ErrUnsupportedFormat reports a value written in a format major version
-	// this build does not know, typically by a newer jobkey.
-	ErrUnsupportedFormat = errors.New("jobkey: unsupported job value format")
-	// ErrTooLarge reports a job whose encoded value would exceed the limit.
-	ErrTooLarge = errors.New("jobkey: job value too large")
-)
-
-// State is where a job stands. Its wire values are explicit and stable:
-// they are stored in Redis and must never be renumbered.
-type State uint8
-
-// The states of a job. Zero is deliberately not a state, so a value that
-// lost its state field cannot pass for a pending job.
-const (
-	StatePending   State = 1 // waiting for RunAt, then claimable
-	StateActive    State = 2 // claimed by a worker under a lease
-	StateSucceeded State = 3 // finished with a result
-	StateFailed    State = 4 // attempts exhausted or failed for good
-	StateCanceled  State = 5 // canceled before finishing
-)
-
-// String returns the state's lower-case name.
-func (s State) String() string {
-	switch s {
-	case StatePending:
-		return "pending"
-	case StateActive:
-		return "active"
-	case StateSucceeded:
-		return "succeeded"
-	case StateFailed:
-		return "failed"
-	case StateCanceled:
-		return "canceled"
-	}
-	return fmt.Sprintf("state(%d)", uint8(s))
-}
-
-// Valid reports whether s is one of the defined states.
-func (s State) Valid() bool { return s >= StatePending && s <= StateCanceled }
-
-// Finished reports whether s is a terminal state.
-func (s State) Finished() bool {
-	return s == StateSucceeded || s == StateFailed || s == StateCanceled
-}
-
-// Job is a job and everything about where it stands. It is stored as one
-// value under one Redis key and only ever written whole.
-type Job struct {
-	ID          string    // unique within the queue
-	Queue       string    // the queue's name
-	Type        string    // what kind of work; selects the handler
-	Payload     []byte    // the caller's arguments, opaque to jobkey
-	State       State     // where the job stands
-	Attempt     int       // claims so far; 0 until first claimed
-	MaxAttempts int       // claims allowed before the job fails for good
-	RunAt       time.Time // earliest time the job may be claimed
-	LeaseOwner  string    // worker holding the lease while active
-	LeaseUntil  time.Time // lease deadline while active
-	LastError   string    // the last failure, if any
-	Result      []byte    // what the handler returned on success
-	CreatedAt   time.Time // when it was enqueued
-	UpdatedAt   time.Time // when it was last written
-	Rev         uint64    // revision, bumped by every write
-	// LeaseToken is drawn at random by every claim and kept until the next
-	// one. Extend, Complete, Fail and Release write only while the stored
-	// job is active with the caller's token (fencing), so a worker whose
-	// lease ran out can never write over the claim that followed, even when
-	// both claims had the same Attempt and LeaseOwner. It is unique to one
-	// claim but not ordered; 0 means never claimed by this format.
-	LeaseToken uint64
-
-	// future holds the fields a newer minor version appended, as read, so
-	// that writing the job back keeps them: an older worker's claim or
-	// completion never drops what a newer producer wrote (docs/design.md,
-	// section 10).
-	future futureFields
-}
-
-// futureFields are fields this build does not know, kept raw.
-type futureFields struct {
-	minor uint64 // the minor version that wrote them
-	n     int    // how many
-	raw   []byte // their encoding; never modified
-}
-
-// minor is the minor version to write: this build's, or the newer one
-// whose fields the job carries.
-func (j *Job) minor() uint64 { return max(formatMinor, j.future.minor) }
-
 // Marshal encodes j in the current value format. The result is allocated
 // once, at its exact size.
 func Marshal(j *Job) ([]byte, error) {
@@ -160,44 +63,6 @@ func Marshal(j *Job) ([]byte, error) {
 		return nil, fmt.Errorf("%w: job %q encodes to %d bytes, limit %d", ErrTooLarge, j.ID, n, MaxValueBytes)
 	}
 	return appendJob(make([]byte, 0, n), j), nil
-}
-
-// encodedSize is the exact length appendJob produces, so Marshal allocates
-// once and oversized jobs are refused before any encoding work.
-func encodedSize(j *Job) int {
-	return arrayHdrSize(knownFields+j.future.n) +
-		uintSize(formatMajor) + uintSize(j.minor()) +
-		strSize(j.ID) + strSize(j.Queue) + strSize(j.Type) + binSize(len(j.Payload)) +
-		uintSize(uint64(j.State)) + intSize(int64(j.Attempt)) + intSize(int64(j.MaxAttempts)) +
-		intSize(toMillis(j.RunAt)) + strSize(j.LeaseOwner) + intSize(toMillis(j.LeaseUntil)) +
-		strSize(j.LastError) + binSize(len(j.Result)) +
-		intSize(toMillis(j.CreatedAt)) + intSize(toMillis(j.UpdatedAt)) + uintSize(j.Rev) +
-		uintSize(j.LeaseToken) + len(j.future.raw)
-}
-
-// appendJob writes the v1 array. The field order is the wire format: new
-// fields may only be appended, in a new minor version.
-func appendJob(b []byte, j *Job) []byte {
-	b = appendArrayHdr(b, knownFields+j.future.n)
-	b = appendUint(b, formatMajor)
-	b = appendUint(b, j.minor())
-	b = appendStr(b, j.ID)
-	b = appendStr(b, j.Queue)
-	b = appendStr(b, j.Type)
-	b = appendBin(b, j.Payload)
-	b = appendUint(b, uint64(j.State))
-	b = appendInt(b, int64(j.Attempt))
-	b = appendInt(b, int64(j.MaxAttempts))
-	b = appendInt(b, toMillis(j.RunAt))
-	b = appendStr(b, j.LeaseOwner)
-	b = appendInt(b, toMillis(j.LeaseUntil))
-	b = appendStr(b, j.LastError)
-	b = appendBin(b, j.Result)
-	b = appendInt(b, toMillis(j.CreatedAt))
-	b = appendInt(b, toMillis(j.UpdatedAt))
-	b = appendUint(b, j.Rev)
-	b = appendUint(b, j.LeaseToken) // 1.1
-	return append(b, j.future.raw...)
 }
 
 // Unmarshal decodes a stored value into j, which is zeroed first. It never
@@ -341,137 +206,4 @@ func fromMillis(ms int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms).UTC()
-}
-
-// ---- encoding primitives -------------------------------------------------
-
-func arrayHdrSize(n int) int {
-	switch {
-	case n <= 15:
-		return 1
-	case n <= math.MaxUint16:
-		return 3
-	}
-	return 5
-}
-
-func appendArrayHdr(b []byte, n int) []byte {
-	switch {
-	case n <= 15:
-		return append(b, msgpcode.FixedArrayLow|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, msgpcode.Array16), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, msgpcode.Array32), uint32(n))
-}
-
-func uintSize(v uint64) int {
-	switch {
-	case v <= uint64(msgpcode.PosFixedNumHigh):
-		return 1
-	case v <= math.MaxUint8:
-		return 2
-	case v <= math.MaxUint16:
-		return 3
-	case v <= math.MaxUint32:
-		return 5
-	}
-	return 9
-}
-
-func appendUint(b []byte, v uint64) []byte {
-	switch {
-	case v <= uint64(msgpcode.PosFixedNumHigh):
-		return append(b, byte(v))
-	case v <= math.MaxUint8:
-		return append(b, msgpcode.Uint8, byte(v))
-	case v <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, msgpcode.Uint16), uint16(v))
-	case v <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, msgpcode.Uint32), uint32(v))
-	}
-	return binary.BigEndian.AppendUint64(append(b, msgpcode.Uint64), v)
-}
-
-func intSize(v int64) int {
-	switch {
-	case v >= 0:
-		return uintSize(uint64(v))
-	case v >= -32:
-		return 1
-	case v >= math.MinInt8:
-		return 2
-	case v >= math.MinInt16:
-		return 3
-	case v >= math.MinInt32:
-		return 5
-	}
-	return 9
-}
-
-func appendInt(b []byte, v int64) []byte {
-	switch {
-	case v >= 0:
-		return appendUint(b, uint64(v))
-	case v >= -32:
-		return append(b, byte(int8(v)))
-	case v >= math.MinInt8:
-		return append(b, msgpcode.Int8, byte(int8(v)))
-	case v >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(b, msgpcode.Int16), uint16(int16(v)))
-	case v >= math.MinInt32:
-		return binary.BigEndian.AppendUint32(append(b, msgpcode.Int32), uint32(int32(v)))
-	}
-	return binary.BigEndian.AppendUint64(append(b, msgpcode.Int64), uint64(v))
-}
-
-func strSize(s string) int {
-	n := len(s)
-	switch {
-	case n <= 31:
-		return 1 + n
-	case n <= math.MaxUint8:
-		return 2 + n
-	case n <= math.MaxUint16:
-		return 3 + n
-	}
-	return 5 + n
-}
-
-func appendStr(b []byte, s string) []byte {
-	n := len(s)
-	switch {
-	case n <= 31:
-		b = append(b, msgpcode.FixedStrLow|byte(n))
-	case n <= math.MaxUint8:
-		b = append(b, msgpcode.Str8, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, msgpcode.Str16), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, msgpcode.Str32), uint32(n))
-	}
-	return append(b, s...)
-}
-
-func binSize(n int) int {
-	switch {
-	case n <= math.MaxUint8:
-		return 2 + n
-	case n <= math.MaxUint16:
-		return 3 + n
-	}
-	return 5 + n
-}
-
-func appendBin(b []byte, p []byte) []byte {
-	n := len(p)
-	switch {
-	case n <= math.MaxUint8:
-		b = append(b, msgpcode.Bin8, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, msgpcode.Bin16), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, msgpcode.Bin32), uint32(n))
-	}
-	return append(b, p...)
 }

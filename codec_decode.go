@@ -24,26 +24,6 @@ type decoder struct {
 	elems int
 }
 
-// CorruptError is the detail behind ErrCorrupt: which field was malformed,
-// at which byte offset, and how.
-type CorruptError struct {
-	Key    string // the Redis key holding the value, when known
-	Field  string // the field being decoded, e.g. "Payload"
-	Offset int    // byte offset into the value where decoding failed
-	Reason string // what was wrong
-}
-
-func (e *CorruptError) Error() string {
-	where := ""
-	if e.Key != "" {
-		where = fmt.Sprintf(" at key %q", e.Key)
-	}
-	return fmt.Sprintf("jobkey: corrupt job value%s: %s at byte %d: %s", where, e.Field, e.Offset, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrCorrupt) hold for every CorruptError.
-func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
-
 func corruptAt(off int, field, reason string) error {
 	return &CorruptError{Field: field, Offset: off, Reason: reason}
 }

@@ -179,8 +179,9 @@ type EnqueueOpts struct {
 	MaxAttempts int
 }
 
-// NewJob is one job of an EnqueueMany batch.
-type NewJob struct {
+// JobSpec describes one job to enqueue, as an element of an EnqueueMany
+// batch.
+type JobSpec struct {
 	Type    string       // what kind of work
 	Payload []byte       // the arguments
 	Opts    *EnqueueOpts // may be nil

@@ -18,11 +18,21 @@
 // NewQueue wraps a caller's redis.UniversalClient, which jobkey never
 // closes. Enqueue stores a job in two round trips; a caller's ID makes it
 // idempotent (ErrJobExists returns the stored job). Claim takes a due job
-// under a lease; Extend, Complete, Fail and Release are fenced: they write
-// only while the caller still holds the lease, and otherwise return
-// ErrLeaseLost. Work runs handlers with lease renewal, cancellation, panic
-// recovery and graceful shutdown. Args, EnqueueArgs, DecodeArgs, HandleArgs
-// and Mux give typed job types, so a team can move one job type at a time.
+// under a lease with a token of its own; Extend, Complete, Fail and Release
+// are fenced: they write only while the stored job is still active under
+// the caller's token, and otherwise return ErrLeaseLost. Work runs handlers
+// with lease renewal until the outcome is recorded, self-fencing (a handler
+// whose lease cannot be renewed is stopped before it can run out),
+// cancellation, panic recovery and graceful shutdown. Args, EnqueueArgs,
+// DecodeArgs, HandleArgs and Mux give typed job types, so a team can move
+// one job type at a time.
+//
+// # Time
+//
+// Every decision about time (is a job due, has a lease run out, when does
+// a new one end) is made by Redis's clock, read with TIME in the same round
+// trip as the job, so clients whose clocks disagree still agree on every
+// decision. Config.Now is only this host's clock.
 //
 // # Where things live
 //
@@ -31,10 +41,11 @@
 // of job IDs (ready, leased, succeeded, failed, canceled, corrupt) that are
 // derived from the values and written in the same MULTI/EXEC; they are hints
 // for finding work, never a second truth. Shards are Redis Cluster hash
-// tags, so on a *redis.ClusterClient one queue spreads over every master. Counts come from them, so no
-// stored counter can disagree. Finished jobs expire by their key's own TTL.
-// No sweeper, reaper or recoverer runs: an expired lease is found and taken
-// over by the next claimer.
+// tags, so on a *redis.ClusterClient one queue spreads over every master.
+// Counts come from the indexes, so no stored counter can disagree. Finished
+// jobs expire by their key's own TTL. No sweeper, reaper or recoverer runs:
+// an expired lease is found and taken over by the next claimer. The design,
+// and why, is in docs/design.md.
 //
 // # Round trips
 //

@@ -10,20 +10,6 @@ import (
 // MaxTypeLen bounds a job's Type.
 const MaxTypeLen = 256
 
-// JobExistsError reports an enqueued ID that was already taken. Job is the
-// stored job; nothing was written for it.
-type JobExistsError struct {
-	Index int  // position in the EnqueueMany batch (0 for Enqueue)
-	Job   *Job // the job already stored under the ID
-}
-
-func (e *JobExistsError) Error() string {
-	return fmt.Sprintf("jobkey: job %q already exists (state %s)", e.Job.ID, e.Job.State)
-}
-
-// Is makes errors.Is(err, ErrJobExists) hold.
-func (e *JobExistsError) Is(target error) bool { return target == ErrJobExists }
-
 // Enqueue stores a new pending job in two round trips. With opts.ID set and
 // taken, it writes nothing and returns the stored job with an error that
 // matches ErrJobExists, so an enqueue whose outcome was unknown can be
@@ -31,7 +17,7 @@ func (e *JobExistsError) Is(target error) bool { return target == ErrJobExists }
 // refused with ErrTooLarge before anything is written. CreatedAt, and RunAt
 // when opts gives a Delay or nothing, are set by Redis's clock.
 func (q *Queue) Enqueue(ctx context.Context, typ string, payload []byte, opts *EnqueueOpts) (*Job, error) {
-	in, err := q.newJob(NewJob{Type: typ, Payload: payload, Opts: opts})
+	in, err := q.newJob(JobSpec{Type: typ, Payload: payload, Opts: opts})
 	if err != nil {
 		return nil, err
 	}
@@ -75,13 +61,13 @@ func existingOr(j *Job, err error) *Job {
 // failure of the transaction that carried it (which wrote none of its
 // jobs, or, when the error says the outcome is unknown, may have written
 // all of them). Jobs of transactions that committed have a nil entry.
-func (q *Queue) EnqueueMany(ctx context.Context, batch []NewJob) ([]*Job, error) {
+func (q *Queue) EnqueueMany(ctx context.Context, batch []JobSpec) ([]*Job, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
 	ins := make([]*enqueueIn, len(batch))
-	for i, nj := range batch {
-		in, err := q.newJob(nj)
+	for i, spec := range batch {
+		in, err := q.newJob(spec)
 		if err != nil {
 			if len(batch) > 1 {
 				err = fmt.Errorf("jobkey: batch job %d: %w", i, err)
@@ -190,11 +176,11 @@ func (q *Queue) flushEnqueues(ctx context.Context, batch []*call[*enqueueIn, *Jo
 	}
 }
 
-func (q *Queue) newJob(nj NewJob) (*enqueueIn, error) {
-	if nj.Type == "" || len(nj.Type) > MaxTypeLen {
-		return nil, fmt.Errorf("%w: job type must be 1..%d bytes, got %d", ErrInvalid, MaxTypeLen, len(nj.Type))
+func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
+	if spec.Type == "" || len(spec.Type) > MaxTypeLen {
+		return nil, fmt.Errorf("%w: job type must be 1..%d bytes, got %d", ErrInvalid, MaxTypeLen, len(spec.Type))
 	}
-	o := nj.Opts
+	o := spec.Opts
 	if o == nil {
 		o = &EnqueueOpts{}
 	}
@@ -202,7 +188,7 @@ func (q *Queue) newJob(nj NewJob) (*enqueueIn, error) {
 	// check below is exact.
 	now := q.clock.guess()
 	j := &Job{
-		ID: o.ID, Queue: q.name, Type: nj.Type, Payload: nj.Payload, State: StatePending,
+		ID: o.ID, Queue: q.name, Type: spec.Type, Payload: spec.Payload, State: StatePending,
 		MaxAttempts: q.cfg.MaxAttempts, RunAt: now, CreatedAt: now, UpdatedAt: now,
 	}
 	in := &enqueueIn{job: j, delay: o.Delay}

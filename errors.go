@@ -6,6 +6,8 @@ import (
 	"strings"
 )
 
+// Sentinels: compare with errors.Is. Where a typed error carries more, it
+// says so.
 var (
 	// ErrNotFound reports that no job exists under the given ID.
 	ErrNotFound = errors.New("jobkey: job not found")
@@ -31,6 +33,41 @@ var (
 	// ErrInvalid reports an argument jobkey refuses before it talks to
 	// Redis: a bad ID, type, option or setting. Nothing was written.
 	ErrInvalid = errors.New("jobkey: invalid argument")
+	// ErrCorrupt reports a stored value that cannot be decoded. The bytes are
+	// left in Redis untouched; the error says what was wrong and where.
+	ErrCorrupt = errors.New("jobkey: corrupt job value")
+	// ErrUnsupportedFormat reports a value written in a format major version
+	// this build does not know, typically by a newer jobkey.
+	ErrUnsupportedFormat = errors.New("jobkey: unsupported job value format")
+	// ErrTooLarge reports a job whose encoded value would exceed the limit.
+	ErrTooLarge = errors.New("jobkey: job value too large")
+	// ErrEvictionPolicy reports a Redis whose maxmemory-policy may evict the
+	// keys of pending and active jobs (allkeys-lru, allkeys-lfu,
+	// allkeys-random): jobs it acknowledged could vanish without a trace.
+	// Nothing was written.
+	ErrEvictionPolicy = errors.New("jobkey: Redis may evict acknowledged jobs")
+	// ErrState reports an operation that the job's state does not allow,
+	// such as canceling a job that already succeeded. Nothing was written.
+	// The error is a *StateError that names the state.
+	ErrState = errors.New("jobkey: not allowed in the job's state")
+	// ErrSkipRetry, wrapped into a handler's error, fails the job for good
+	// whatever attempts it has left.
+	ErrSkipRetry = errors.New("jobkey: do not retry")
+)
+
+// Causes of a handler's context being canceled, for context.Cause.
+var (
+	// ErrJobCanceled is the cause when the job was canceled while running.
+	ErrJobCanceled = errors.New("jobkey: job canceled")
+	// ErrShutdown is the cause when shutdown's grace period ran out; the job
+	// is released back to pending without spending its attempt.
+	ErrShutdown = errors.New("jobkey: worker shutting down")
+	// ErrLeaseExpired is the cause when the lease could not be renewed
+	// (Redis unreachable, or too slow) and its last confirmed deadline, less
+	// WorkOpts.LeaseMargin, passed: the worker stops the handler before
+	// another worker may claim the job. Nothing is written; the job is
+	// claimed again once the lease has run out in Redis.
+	ErrLeaseExpired = errors.New("jobkey: lease could not be renewed before it ran out")
 )
 
 // BatchError is the error of a batch call (EnqueueMany, CompleteMany) in
@@ -203,3 +240,52 @@ func (e *ShardsError) orNil() error {
 	}
 	return e
 }
+
+// CorruptError is the detail behind ErrCorrupt: which field was malformed,
+// at which byte offset, and how.
+type CorruptError struct {
+	Key    string // the Redis key holding the value, when known
+	Field  string // the field being decoded, e.g. "Payload"
+	Offset int    // byte offset into the value where decoding failed
+	Reason string // what was wrong
+}
+
+func (e *CorruptError) Error() string {
+	where := ""
+	if e.Key != "" {
+		where = fmt.Sprintf(" at key %q", e.Key)
+	}
+	return fmt.Sprintf("jobkey: corrupt job value%s: %s at byte %d: %s", where, e.Field, e.Offset, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrCorrupt) hold for every CorruptError.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// JobExistsError reports an enqueued ID that was already taken. Job is the
+// stored job; nothing was written for it.
+type JobExistsError struct {
+	Index int  // position in the EnqueueMany batch (0 for Enqueue)
+	Job   *Job // the job already stored under the ID
+}
+
+func (e *JobExistsError) Error() string {
+	return fmt.Sprintf("jobkey: job %q already exists (state %s)", e.Job.ID, e.Job.State)
+}
+
+// Is makes errors.Is(err, ErrJobExists) hold.
+func (e *JobExistsError) Is(target error) bool { return target == ErrJobExists }
+
+// StateError reports an operation that the job's current state does not
+// allow, such as canceling a job that already succeeded.
+type StateError struct {
+	ID    string
+	Op    string // "cancel", "retry", ...
+	State State  // the state the job is in
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("jobkey: cannot %s job %q: it is %s", e.Op, e.ID, e.State)
+}
+
+// Is makes errors.Is(err, ErrState) hold.
+func (e *StateError) Is(target error) bool { return target == ErrState }

@@ -1,6 +1,9 @@
 package jobkey
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,4 +50,186 @@ func TestFencingSurvivesRepeatedAttemptAndOwner(t *testing.T) {
 	require.Equal(t, done.Rev, again.Rev)
 	_, err = f.q.Complete(f.ctx, first, []byte("stale"))
 	require.ErrorIs(t, err, ErrLeaseLost, "and not the other claim's")
+}
+
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	j, err := f.q.Enqueue(f.ctx, "t", []byte("p"), nil)
+	require.NoError(t, err)
+
+	c, err := f.q.Claim(f.ctx, "w1")
+	require.NoError(t, err)
+	require.Equal(t, j.ID, c.ID)
+	require.Equal(t, StateActive, c.State)
+	require.Equal(t, 1, c.Attempt)
+	require.Equal(t, "w1", c.LeaseOwner)
+	require.Equal(t, f.clock.Now().Add(30*time.Second), c.LeaseUntil)
+	f.requireIndexed(t, c)
+
+	_, err = f.q.Claim(f.ctx, "w2")
+	require.ErrorIs(t, err, ErrNoJob, "a held lease is not claimable")
+
+	f.clock.Advance(20 * time.Second)
+	e, err := f.q.Extend(f.ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, f.clock.Now().Add(30*time.Second), e.LeaseUntil)
+	f.requireIndexed(t, e)
+
+	done, err := f.q.Complete(f.ctx, c, []byte("result"))
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, done.State)
+	require.Equal(t, []byte("result"), done.Result)
+	f.requireIndexed(t, done)
+	ttl, err := f.rdb.PTTL(f.ctx, f.q.ks.jobKey(0, j.ID)).Result()
+	require.NoError(t, err)
+	require.InDelta(t, (24 * time.Hour).Seconds(), ttl.Seconds(), 60, "retention is the key's own expiry")
+
+	// A Complete retried after its reply was lost is a no-op success.
+	again, err := f.q.Complete(f.ctx, c, []byte("result"))
+	require.NoError(t, err)
+	require.Equal(t, done.Rev, again.Rev)
+
+	_, err = f.q.Extend(f.ctx, c)
+	require.ErrorIs(t, err, ErrLeaseLost)
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.Equal(t, Stats{Succeeded: 1}, st)
+}
+
+func TestFailRetriesThenFails(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{MaxAttempts: 2})
+	require.NoError(t, err)
+
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	p, err := f.q.Fail(f.ctx, c, errors.New("boom"))
+	require.NoError(t, err)
+	require.Equal(t, StatePending, p.State)
+	require.Equal(t, "boom", p.LastError)
+	require.Equal(t, f.clock.Now().Add(time.Minute), p.RunAt, "backoff of attempt 1")
+	f.requireIndexed(t, p)
+
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "not due during backoff")
+	f.clock.Advance(time.Minute)
+	c2, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, 2, c2.Attempt)
+	_, err = f.q.Fail(f.ctx, c, errors.New("stale"))
+	require.ErrorIs(t, err, ErrLeaseLost, "attempt 1's copy is fenced off")
+
+	final, err := f.q.Fail(f.ctx, c2, errors.New(strings.Repeat("é", MaxErrorLen)))
+	require.NoError(t, err)
+	require.Equal(t, StateFailed, final.State)
+	require.LessOrEqual(t, len(final.LastError), MaxErrorLen)
+	require.True(t, strings.HasPrefix(final.LastError, "éé"))
+	f.requireIndexed(t, final)
+
+	r, err := f.q.Retry(f.ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatePending, r.State)
+	require.Zero(t, r.Attempt)
+	ttl, err := f.rdb.PTTL(f.ctx, f.q.ks.jobKey(0, j.ID)).Result()
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(-1), ttl, "a retried job no longer expires")
+	f.requireIndexed(t, r)
+}
+
+func TestSkipRetryFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	failed, err := f.q.Fail(f.ctx, c, fmt.Errorf("bad input: %w", ErrSkipRetry))
+	require.NoError(t, err)
+	require.Equal(t, StateFailed, failed.State)
+}
+
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	r, err := f.q.Release(f.ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, StatePending, r.State)
+	require.Zero(t, r.Attempt, "the attempt is not spent")
+	f.requireIndexed(t, r)
+	again, err := f.q.Release(f.ctx, c)
+	require.NoError(t, err, "a Release retried after a lost reply finds its own write")
+	require.Equal(t, r.Rev, again.Rev, "and writes nothing")
+	c2, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, 1, c2.Attempt)
+	_, err = f.q.Release(f.ctx, c)
+	require.ErrorIs(t, err, ErrLeaseLost, "once claimed again, the old claim is fenced off")
+}
+
+// A claims; A's lease expires; B claims; A's Complete is fenced off; B
+// completes and the result is B's.
+func TestZombieFencing(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	a, err := f.q.Claim(f.ctx, "A")
+	require.NoError(t, err)
+	f.clock.Advance(31 * time.Second)
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.ExpiredLeases)
+	b, err := f.q.Claim(f.ctx, "B")
+	require.NoError(t, err)
+	require.Equal(t, j.ID, b.ID)
+	require.Equal(t, 2, b.Attempt)
+
+	for name, op := range map[string]func() error{
+		"complete": func() error { _, err := f.q.Complete(f.ctx, a, []byte("A")); return err },
+		"extend":   func() error { _, err := f.q.Extend(f.ctx, a); return err },
+		"fail":     func() error { _, err := f.q.Fail(f.ctx, a, errors.New("A")); return err },
+		"release":  func() error { _, err := f.q.Release(f.ctx, a); return err },
+	} {
+		err := op()
+		require.ErrorIs(t, err, ErrLeaseLost, name)
+		var ll *LeaseLostError
+		require.ErrorAs(t, err, &ll)
+		require.Equal(t, "B", ll.Now.LeaseOwner)
+	}
+	done, err := f.q.Complete(f.ctx, b, []byte("B"))
+	require.NoError(t, err)
+	got, err := f.q.Get(f.ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, got.State)
+	require.Equal(t, []byte("B"), got.Result)
+	require.Equal(t, done, got)
+}
+
+// Regression, found in review: Config.MaxValueBytes "refuses jobs whose stored value would be
+// larger, with ErrTooLarge, before anything is written", but only Enqueue,
+// Update and Complete (on the caller's copy) check it. Fail stores up to
+// MaxErrorLen bytes of LastError with no check, so a job near the limit
+// is written past it.
+func TestFailStaysWithinMaxValueBytes(t *testing.T) {
+	t.Parallel()
+	const limit = 2048
+	f := setup(t, &Config{MaxValueBytes: limit})
+	payload := make([]byte, limit-200)
+	j, err := f.q.Enqueue(f.ctx, "t", payload, nil)
+	require.NoError(t, err)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, j.ID, c.ID)
+	_, err = f.q.Fail(f.ctx, c, errors.New(strings.Repeat("x", MaxErrorLen)))
+	key, _ := f.q.ks.jobKeyOf(j.ID)
+	n, serr := f.rdb.StrLen(f.ctx, key).Result()
+	require.NoError(t, serr)
+	t.Logf("Fail returned %v; stored value is %d bytes, limit %d", err, n, limit)
+	require.LessOrEqual(t, n, int64(limit), "a value larger than Config.MaxValueBytes was written")
 }

@@ -85,3 +85,16 @@ func sleepCtxOr(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// getHook delays the reply of chosen single commands (not pipelines).
+type getHook func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error
+
+func (h getHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h getHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return h(ctx, cmd, next) }
+}
+
+func (h getHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}

@@ -350,3 +350,303 @@ func TestWorkStopsHandlerOfDeletedJob(t *testing.T) {
 	require.ErrorIs(t, c, ErrLeaseLost)
 	require.ErrorIs(t, c, ErrNotFound)
 }
+
+// Regression, found in review: Work's outcome write is retried after an ambiguous error, but only
+// Complete recognises its own earlier landing. A Fail (or Release) whose
+// EXEC ran and whose reply was lost is retried, finds the job no longer
+// active under its token, and is reported as failed with ErrLeaseLost:
+// OnRecorded (and the log) say "not written" for a write that landed.
+func TestWorkRecognisesItsLandedFail(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	q := queueOn(t, cut, redistest.Prefix(t), Config{Lease: 10 * time.Second, MaxAttempts: 5})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	type rec struct {
+		j   *Job
+		err error
+	}
+	recs := make(chan rec, 4)
+	running, fail := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+		once.Do(func() { close(running) })
+		<-fail
+		return nil, errors.New("handler failed")
+	}), &WorkOpts{Concurrency: 1, OnRecorded: func(j *Job, err error) { recs <- rec{j, err} }})
+	<-running
+	proxy.Set(faultproxy.Faults{ExecCutProb: 1}) // the next EXEC (the Fail) runs, its reply is lost
+	close(fail)
+	var r rec
+	select {
+	case r = <-recs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing recorded")
+	}
+	proxy.Set(faultproxy.Faults{})
+	stored, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	t.Logf("OnRecorded err: %v; stored: %s, LastError %q, exec cuts %d", r.err, stored.State, stored.LastError, proxy.Counts().ExecCuts)
+	require.Equal(t, "handler failed", stored.LastError, "precondition: the Fail landed")
+	require.NoError(t, r.err, "the Fail landed, but Work reported it as not written")
+}
+
+// Regression, found in review: Work starts a handler whose lease has already run out.
+//
+// A claim decides by the TIME read in its first round trip and sets
+// LeaseUntil = TIME + Lease; its EXEC lands later. When the EXEC is held
+// up for longer than a lease (the process paused between the read and the
+// EXEC, or the request sat in a congested link), the claim commits a lease
+// that is already over: any other worker may claim the job at once. Work
+// knows it (the run's deadline, asked + Lease - LeaseMargin, has passed
+// when execute starts) but calls the handler anyway; the self-fence only
+// cancels its context asynchronously. Whatever the handler does before it
+// looks at ctx overlaps a rival's run of the same job.
+func TestWorkDoesNotRunOnExpiredLease(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	const lease = 300 * time.Millisecond
+	rdb := redistest.Client(t, nil)
+	var held atomic.Bool
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		// The claim's EXEC (ready -> leased) is held up once, for two leases.
+		if has(cmds, "zrem", ":ready") && has(cmds, "zadd", ":leased") && held.CompareAndSwap(false, true) {
+			time.Sleep(2 * lease)
+		}
+		return nil
+	}))
+	prefix := redistest.Prefix(t)
+	q := queueOn(t, rdb, prefix, Config{Lease: lease})
+	other := redistest.Client(t, nil)
+	rival := queueOn(t, other, prefix, Config{Lease: lease})
+	ctx := context.Background()
+	j, err := rival.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	type entry struct {
+		redisNow   time.Time
+		leaseUntil time.Time
+		ctxErr     error
+		rival      *Job
+		rivalErr   error
+	}
+	entered := make(chan entry, 1)
+	var once sync.Once
+	startWork(t, q, HandlerFunc(func(hctx context.Context, jj *Job) ([]byte, error) {
+		once.Do(func() {
+			e := entry{leaseUntil: jj.LeaseUntil, ctxErr: hctx.Err()}
+			e.redisNow, _ = other.Time(ctx).Result()
+			// Another worker looks for work now, while this run is inside
+			// its handler.
+			e.rival, e.rivalErr = rival.Claim(ctx, "rival")
+			entered <- e
+		})
+		<-hctx.Done()
+		return nil, hctx.Err()
+	}), &WorkOpts{Concurrency: 1})
+
+	var e entry
+	select {
+	case e = <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never ran")
+	}
+	require.True(t, held.Load())
+	t.Logf("handler entered at Redis time %v, its lease ended at %v (%v earlier); ctx.Err at entry: %v; rival claim: %v",
+		e.redisNow.UTC().Format("15:04:05.000"), e.leaseUntil.UTC().Format("15:04:05.000"), e.redisNow.Sub(e.leaseUntil), e.ctxErr, e.rivalErr)
+	if e.rival != nil {
+		t.Logf("the rival claimed %q (attempt %d) while the first run was inside its handler", e.rival.ID, e.rival.Attempt)
+	}
+	if e.rival != nil {
+		require.Equal(t, j.ID, e.rival.ID)
+	}
+	require.True(t, e.redisNow.Before(e.leaseUntil),
+		"Work called the handler %v after its lease had run out in Redis; a rival could claim the job meanwhile (rival got it: %v)",
+		e.redisNow.Sub(e.leaseUntil), e.rival != nil)
+}
+
+// Regression, found in review: the keeper renews on a fixed Lease/3 ticker started when the run
+// starts, not relative to the run's deadline. A claim that took a large
+// share of the lease (slow EXEC, a pause, a queue of group-commit callers)
+// leaves less than Lease/3 before the self-fence deadline, so the fence
+// fires before the first renewal is even tried: the handler is canceled
+// with ErrLeaseExpired although Redis answered every request, the keeper
+// stops, and the job sits out the rest of its lease to run again.
+func TestWorkRenewsAfterSlowClaim(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	const lease = 600 * time.Millisecond
+	rdb := redistest.Client(t, nil)
+	var held atomic.Bool
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		// The claim's EXEC is slow once: 60% of a lease. Nothing else is.
+		if has(cmds, "zrem", ":ready") && has(cmds, "zadd", ":leased") && held.CompareAndSwap(false, true) {
+			time.Sleep(lease * 6 / 10)
+		}
+		return nil
+	}))
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: lease})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	var runs atomic.Int32
+	causes := make(chan error, 4)
+	startWork(t, q, HandlerFunc(func(hctx context.Context, _ *Job) ([]byte, error) {
+		runs.Add(1)
+		select {
+		case <-hctx.Done(): // should not happen: Redis is reachable throughout
+			causes <- context.Cause(hctx)
+			return nil, hctx.Err()
+		case <-time.After(2 * lease): // a handler that needs two leases, renewed
+			causes <- nil
+			return []byte("ok"), nil
+		}
+	}), &WorkOpts{Concurrency: 1})
+
+	var cause error
+	select {
+	case cause = <-causes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never ran")
+	}
+	require.True(t, held.Load())
+	require.NoError(t, cause, "the handler was stopped although Redis answered every request")
+	waitFor(t, "success", func() bool { return state(t, q, j.ID) == StateSucceeded })
+	require.EqualValues(t, 1, runs.Load())
+}
+
+// Regression, found in review: a success whose Complete is refused for good (here ErrTooLarge:
+// the result does not fit Config.MaxValueBytes) is only logged. record
+// stops, the keeper stops, and the job stays active under a lease nobody
+// renews; after it runs out the job is claimed and run again, and again,
+// each time after a full lease, until its attempts are spent. It then
+// fails with "lease ... expired", not with the reason. A handler that
+// succeeded runs MaxAttempts times.
+func TestWorkFailsSuccessThatCannotBeStored(t *testing.T) {
+	t.Parallel()
+	const lease = 200 * time.Millisecond
+	q := realQueue(t, &Config{Lease: lease, MaxValueBytes: 1024})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{MaxAttempts: 3})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	var recorded atomic.Value
+	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+		runs.Add(1)
+		return make([]byte, 4096), nil // succeeded, with a result too large to store
+	}), &WorkOpts{Concurrency: 2, PollInterval: 20 * time.Millisecond,
+		OnRecorded: func(_ *Job, err error) {
+			if err != nil {
+				recorded.Store(err.Error())
+			}
+		}})
+	waitFor(t, "the job to end", func() bool { s := state(t, q, j.ID); return s.Finished() })
+	got, err := q.Get(ctx, j.ID)
+	require.NoError(t, err)
+	t.Logf("handler runs: %d; job %s after %d attempts, LastError %q; OnRecorded error: %v",
+		runs.Load(), got.State, got.Attempt, got.LastError, recorded.Load())
+	require.EqualValues(t, 1, runs.Load(), "a handler that succeeded was run again")
+}
+
+// Regression, found in review: Retry of a job canceled while it ran makes it claimable at once,
+// while the canceled run is still inside its handler. The canceled worker
+// learns of the cancel by a pub/sub hint plus a GET, and its handler then
+// needs a moment to stop; Retry waits for none of it (RunAt = now, though
+// the canceled run's lease is still in the value). Another worker claims
+// and runs the job alongside. Here the handler stops 50ms after its ctx is
+// canceled, well inside LeaseMargin (200ms), the margin within which
+// self-fencing promises that no other worker runs the job.
+func TestRetryAfterCancelWaitsForCanceledRun(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	q := realQueue(t, &Config{Lease: lease})
+	rival, err := NewQueue(redistest.Client(t, nil), "q", &q.cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	var inside, most, runs atomic.Int32
+	h := HandlerFunc(func(hctx context.Context, _ *Job) ([]byte, error) {
+		n := inside.Add(1)
+		runs.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		defer inside.Add(-1)
+		<-hctx.Done()
+		time.Sleep(50 * time.Millisecond) // stopping takes a moment
+		return nil, hctx.Err()
+	})
+	startWork(t, q, h, &WorkOpts{Concurrency: 1, ShutdownGrace: 100 * time.Millisecond})
+	waitFor(t, "the first run", func() bool { return runs.Load() == 1 })
+	startWork(t, rival, h, &WorkOpts{Concurrency: 1, PollInterval: 10 * time.Millisecond, ShutdownGrace: 100 * time.Millisecond})
+
+	_, err = q.Cancel(ctx, j.ID)
+	require.NoError(t, err)
+	_, err = q.Retry(ctx, j.ID)
+	require.NoError(t, err)
+	waitFor(t, "the second run", func() bool { return runs.Load() == 2 })
+	time.Sleep(100 * time.Millisecond)
+	require.EqualValues(t, 1, most.Load(), "two runs of job %q were inside the handler at once", j.ID)
+}
+
+// Regression, found in review: confirmCancel runs one check per run at a time and drops every
+// hint that arrives meanwhile. A hint that is forged (or stale, from an
+// earlier run of the same ID) starts a check whose GET is answered before
+// the real Cancel lands; the real cancel's hint, arriving while that check
+// is in flight, is dropped, and the stale answer says "still ours". The
+// handler then runs on until the keeper's next renewal, up to Lease/3
+// later (10s with the default lease), instead of a round trip later.
+func TestWorkRechecksCancelHintsDuringCheck(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	const lease = 6 * time.Second
+	rdb := redistest.Client(t, nil)
+	readDone := make(chan struct{})
+	var gets atomic.Int32
+	rdb.AddHook(getHook(func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "get" && gets.Add(1) == 1 {
+			close(readDone)                    // Redis has answered the first check's GET ...
+			time.Sleep(300 * time.Millisecond) // ... and the reply is slow to come back
+		}
+		return err
+	}))
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: lease})
+	admin := queueOn(t, redistest.Client(t, nil), q.cfg.Prefix, Config{Lease: lease})
+	ctx := context.Background()
+	j, err := admin.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	running := make(chan struct{})
+	stopped := make(chan time.Time, 1)
+	startWork(t, q, HandlerFunc(func(hctx context.Context, _ *Job) ([]byte, error) {
+		close(running)
+		<-hctx.Done()
+		stopped <- time.Now()
+		return nil, hctx.Err()
+	}), &WorkOpts{Concurrency: 1, ShutdownGrace: 100 * time.Millisecond})
+	<-running
+
+	// A forged hint (anyone who may publish on the channel can send one).
+	require.NoError(t, admin.rdb.Publish(ctx, q.ks.cancelChannel(), j.ID).Err())
+	<-readDone
+	_, err = admin.Cancel(ctx, j.ID) // the real cancel, while that check is in flight
+	require.NoError(t, err)
+	canceledAt := time.Now()
+
+	select {
+	case at := <-stopped:
+		t.Logf("handler stopped %v after the cancel", at.Sub(canceledAt))
+		require.Less(t, at.Sub(canceledAt), time.Second, "the real cancel was only noticed by the keeper's renewal")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler was never stopped")
+	}
+}

@@ -13,12 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrEvictionPolicy reports a Redis whose maxmemory-policy may evict the
-// keys of pending and active jobs (allkeys-lru, allkeys-lfu,
-// allkeys-random): jobs it acknowledged could vanish without a trace.
-// Nothing was written.
-var ErrEvictionPolicy = errors.New("jobkey: Redis may evict acknowledged jobs")
-
 // serverCheck is what a Queue checks once about the Redis it runs on, at
 // its first call that reaches Redis: that the queue's shard count is the
 // one it was created with, and that Redis will not evict its jobs.

@@ -89,9 +89,9 @@ func TestVerifyOnABusyQueue(t *testing.T) {
 	q := realQueue(t, &Config{Shards: 4, Lease: time.Second})
 	ctx := context.Background()
 	for i := 0; i < 2000; i += 200 {
-		batch := make([]NewJob, 200)
+		batch := make([]JobSpec, 200)
 		for k := range batch {
-			batch[k] = NewJob{Type: "t"}
+			batch[k] = JobSpec{Type: "t"}
 		}
 		_, err := q.EnqueueMany(ctx, batch)
 		require.NoError(t, err)

@@ -31,25 +31,6 @@ type HandlerFunc func(ctx context.Context, j *Job) ([]byte, error)
 // Work calls f.
 func (f HandlerFunc) Work(ctx context.Context, j *Job) ([]byte, error) { return f(ctx, j) }
 
-// ErrSkipRetry, wrapped into a handler's error, fails the job for good
-// whatever attempts it has left.
-var ErrSkipRetry = errors.New("jobkey: do not retry")
-
-// Causes of a handler's context being canceled, for context.Cause.
-var (
-	// ErrJobCanceled is the cause when the job was canceled while running.
-	ErrJobCanceled = errors.New("jobkey: job canceled")
-	// ErrShutdown is the cause when shutdown's grace period ran out; the job
-	// is released back to pending without spending its attempt.
-	ErrShutdown = errors.New("jobkey: worker shutting down")
-	// ErrLeaseExpired is the cause when the lease could not be renewed
-	// (Redis unreachable, or too slow) and its last confirmed deadline, less
-	// WorkOpts.LeaseMargin, passed: the worker stops the handler before
-	// another worker may claim the job. Nothing is written; the job is
-	// claimed again once the lease has run out in Redis.
-	ErrLeaseExpired = errors.New("jobkey: lease could not be renewed before it ran out")
-)
-
 // WorkOpts configure Work. A nil *WorkOpts means all defaults.
 type WorkOpts struct {
 	// Concurrency is how many handlers run at once (default: 10).

@@ -28,7 +28,8 @@ type benchFlags struct {
 	duration   time.Duration
 	reps       int
 	drainOps   int
-	quick      bool
+	full       bool
+	matrix     bool // a flag chose the matrix: run it, not the short set
 	out        string
 	batch      int
 	cluster    bool
@@ -45,22 +46,32 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (default: $REDIS_URL, else an embedded miniredis)")
-	fs.StringVar(&f.scenarios, "scenarios", strings.Join(bench.Scenarios, ","), "scenarios to run")
-	fs.StringVar(&f.payloads, "payloads", "64,1024,16384,262144", "payload sizes in bytes")
+	fs.StringVar(&f.scenarios, "scenarios", strings.Join(bench.Scenarios, ","), "scenarios of the matrix (-full)")
+	fs.StringVar(&f.payloads, "payloads", "64,1024,16384,262144", "payload sizes in bytes of the matrix (-full)")
 	fs.IntVar(&f.clients, "clients", 8, "concurrent clients for the non-contention scenarios")
-	fs.StringVar(&f.contention, "contention", "1,4,16,64", "writers/claimers for update-contended and drain")
-	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long each timed run lasts")
+	fs.StringVar(&f.contention, "contention", "1,4,16,64", "writers/claimers for update-contended and drain, in the matrix (-full)")
+	fs.DurationVar(&f.duration, "duration", 0, "how long each timed run lasts (default: 1s; 3s with -full)")
 	fs.IntVar(&f.reps, "reps", 1, "repetitions of each run; the report gives the median")
-	fs.IntVar(&f.drainOps, "drain-jobs", 3000, "jobs the drain scenario pre-enqueues")
+	fs.IntVar(&f.drainOps, "drain-jobs", 0, "jobs the drain scenario pre-enqueues (default: 1000; 3000 with -full)")
 	fs.IntVar(&f.batch, "batch", 32, "jobs per call in the batched scenarios")
-	fs.BoolVar(&f.quick, "quick", false, "a short run (within 60 s): 1 KiB and 16 KiB payloads, contention 1 and 16, 1 s runs")
+	fs.BoolVar(&f.full, "full", false, "the whole matrix: every scenario at every payload and contention level (-scenarios, -payloads, -contention choose a part of it)")
 	fs.StringVar(&f.out, "out", "report", "folder for report.md, results.json and the charts")
 	fs.BoolVar(&f.cluster, "cluster", false, "-redis names a node of a Redis Cluster: report each master's share of keys and commands")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if f.quick {
-		f.payloads, f.contention, f.duration, f.drainOps, f.reps = "1024,16384", "1,16", time.Second, 1000, 1
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "scenarios", "payloads", "contention":
+			f.matrix = true
+		}
+	})
+	f.matrix = f.matrix || f.full
+	if f.duration == 0 {
+		f.duration = map[bool]time.Duration{false: time.Second, true: 3 * time.Second}[f.matrix]
+	}
+	if f.drainOps == 0 {
+		f.drainOps = map[bool]int{false: 1000, true: 3000}[f.matrix]
 	}
 	if err := f.check(); err != nil {
 		return err
@@ -151,7 +162,29 @@ func (f benchFlags) check() error {
 	return nil
 }
 
+// plan lists the runs: by default a short set that shows the main
+// trade-off (enqueue and lifecycle at 1 KiB, the lifecycle at 16 KiB,
+// one job updated by 1 and 16 writers, a queue drained by 16 claimers);
+// with -full, or when a flag chose scenarios, payloads or contention, the
+// matrix of those.
 func plan(f benchFlags) ([]runSpec, error) {
+	if !f.matrix {
+		ps := []bench.Params{
+			{Scenario: bench.Enqueue, Payload: 1 << 10, Clients: f.clients, Duration: f.duration},
+			{Scenario: bench.Lifecycle, Payload: 1 << 10, Clients: f.clients, Duration: f.duration},
+			{Scenario: bench.Lifecycle, Payload: 16 << 10, Clients: f.clients, Duration: f.duration},
+			{Scenario: bench.Contended, Payload: 1 << 10, Clients: 1, Duration: f.duration},
+			{Scenario: bench.Contended, Payload: 1 << 10, Clients: 16, Duration: f.duration},
+			{Scenario: bench.Drain, Payload: 1 << 10, Clients: 16, Ops: f.drainOps},
+		}
+		var specs []runSpec
+		for _, p := range ps {
+			for _, d := range bench.Designs {
+				specs = append(specs, runSpec{design: d, params: p})
+			}
+		}
+		return specs, nil
+	}
 	sizes, err := ints(f.payloads)
 	if err != nil {
 		return nil, fmt.Errorf("-payloads: %w", err)

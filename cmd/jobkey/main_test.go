@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,4 +181,24 @@ func TestBenchOnCluster(t *testing.T) {
 	for _, a := range cl.Addrs() {
 		require.Contains(t, s, "| lifecycle | 1KiB | jobkey | "+a+" |")
 	}
+}
+
+// With no flags, bench runs a short set that shows the main trade-off, so
+// a newcomer's first command answers within a minute; -full, or a flag
+// that names scenarios, payloads or contention, runs the matrix.
+func TestBenchDefaultPlanIsShort(t *testing.T) {
+	specs, err := plan(benchFlags{clients: 8, duration: time.Second, drainOps: 1000})
+	require.NoError(t, err)
+	require.Len(t, specs, 12, "six measurements, each for both designs")
+	var names []string
+	for _, s := range specs {
+		names = append(names, fmt.Sprintf("%s/%s/%d", s.params.Scenario, sizeName(s.params.Payload), s.params.Clients))
+	}
+	for _, want := range []string{"enqueue/1KiB/8", "lifecycle/1KiB/8", "lifecycle/16KiB/8", "update-contended/1KiB/16", "drain/1KiB/16"} {
+		require.Contains(t, names, want)
+	}
+	full, err := plan(benchFlags{matrix: true, scenarios: strings.Join(bench.Scenarios, ","), payloads: "64,1024,16384,262144",
+		contention: "1,4,16,64", clients: 8, duration: time.Second, drainOps: 1000})
+	require.NoError(t, err)
+	require.Len(t, full, 2*(5*4+2*4), "the whole matrix: five scenarios at four payloads, two at four contention levels")
 }

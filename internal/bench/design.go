@@ -65,9 +65,9 @@ func (d *Jobkey) Enqueue(ctx context.Context, payload []byte) error {
 }
 
 func (d *Jobkey) EnqueueBatch(ctx context.Context, payloads [][]byte) error {
-	batch := make([]jobkey.NewJob, len(payloads))
+	batch := make([]jobkey.JobSpec, len(payloads))
 	for i, p := range payloads {
-		batch[i] = jobkey.NewJob{Type: "bench", Payload: p}
+		batch[i] = jobkey.JobSpec{Type: "bench", Payload: p}
 	}
 	_, err := d.Q.EnqueueMany(ctx, batch)
 	return d.count(err)

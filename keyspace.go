@@ -1,21 +1,10 @@
 package jobkey
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"strconv"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/oklog/ulid/v2"
 )
-
-// MaxIDLen bounds a job ID, which is part of a Redis key.
-const MaxIDLen = 512
 
 // Index names: each shard keeps one sorted set per derived index.
 const (
@@ -24,10 +13,11 @@ const (
 	idxSucceeded = "succeeded" // finished jobs, scored by finish time
 	idxFailed    = "failed"
 	idxCanceled  = "canceled"
-	// idxCorrupt lists IDs whose value cannot be read as a job (corrupt, a
-	// newer format, another Redis type), scored by when a claimer found it.
-	// Claimers move such hints here so nobody trips on them again; the value
-	// itself is never touched.
+	// idxCorrupt lists IDs whose value cannot be read as a job (corrupt, or
+	// another Redis type), scored by when a claimer found it. Claimers move
+	// such hints here so nobody trips on them again; the value itself is
+	// never touched. A value in a newer major format is not corrupt: its
+	// hint stays where it is (seenNewer).
 	idxCorrupt = "corrupt"
 	// seenNewer is not an index of states: it logs the IDs of jobs written
 	// in a newer major format that claimers of this build met and left
@@ -44,6 +34,7 @@ const (
 //
 //	<prefix>:{<shard tag>}:job:<id>   the job value, the only truth
 //	<prefix>:{<shard tag>}:<index>    derived sorted sets of job IDs
+//	<prefix>:{<queue>}:meta           the queue's shard count
 //	<prefix>:{<queue>}:wake           pub/sub hint that work arrived
 //	<prefix>:{<queue>}:cancel         pub/sub: a running job was canceled
 //
@@ -122,11 +113,15 @@ func (ks *keyspace) shardOf(id string) int {
 }
 
 func (ks *keyspace) jobKey(shard int, id string) string { return ks.tags[shard] + ":job:" + id }
+
 func (ks *keyspace) index(shard int, name string) string {
 	return ks.tags[shard] + ":" + name
 }
-func (ks *keyspace) wakeChannel() string   { return ks.prefix + ":{" + ks.queue + "}:wake" }
-func (ks *keyspace) metaKey() string       { return ks.prefix + ":{" + ks.queue + "}:meta" }
+
+func (ks *keyspace) wakeChannel() string { return ks.prefix + ":{" + ks.queue + "}:wake" }
+
+func (ks *keyspace) metaKey() string { return ks.prefix + ":{" + ks.queue + "}:meta" }
+
 func (ks *keyspace) cancelChannel() string { return ks.prefix + ":{" + ks.queue + "}:cancel" }
 
 // jobKeyOf returns the key of id, with its shard.
@@ -155,54 +150,6 @@ func validName(kind, s string, allowColon bool) error {
 		}
 	}
 	return nil
-}
-
-// validID checks a caller's job ID.
-func validID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: job ID is empty", ErrInvalid)
-	}
-	if len(id) > MaxIDLen {
-		return fmt.Errorf("%w: job ID is %d bytes, limit %d", ErrInvalid, len(id), MaxIDLen)
-	}
-	if strings.ContainsAny(id, "{}") {
-		return fmt.Errorf("%w: job ID %q contains a brace", ErrInvalid, id)
-	}
-	return nil
-}
-
-var (
-	ulidMu      sync.Mutex
-	ulidEntropy = ulid.Monotonic(rand.Reader, 0)
-)
-
-// NewID returns a new ULID: unique, and sortable by creation time.
-func NewID() string {
-	ulidMu.Lock()
-	defer ulidMu.Unlock()
-	ts := ulid.Timestamp(time.Now())
-	id, err := ulid.New(ts, ulidEntropy)
-	if err != nil { // the monotonic counter overflowed within one millisecond
-		ulidEntropy = ulid.Monotonic(rand.Reader, 0)
-		id, err = ulid.New(ts, ulidEntropy)
-	}
-	if err != nil {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		return hex.EncodeToString(b[:])
-	}
-	return id.String()
-}
-
-// ContentID derives a job ID from a job's type and payload, so enqueueing the
-// same work twice with it is deduplicated: the second Enqueue returns
-// ErrJobExists and the first job.
-func ContentID(typ string, payload []byte) string {
-	h := sha256.New()
-	_, _ = h.Write([]byte(typ))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write(payload)
-	return "c-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // JobKeys names the Redis keys that concern one job: its value and the

@@ -1,0 +1,401 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// attempt is one pass: read under WATCH, decide, check the types of keys
+// nobody predicted, EXEC, and classify what came back. Any error it returns
+// means nothing was written, except one that says the outcome is unknown.
+func (e *casEngine) attempt(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) {
+	e.m.attempts.Add(1)
+	conn, err := e.conn(ctx, t.route)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+
+	armed := true // a WATCH may be active on conn
+	defer func() {
+		if armed {
+			e.unwatch(ctx, conn)
+		}
+	}()
+	read, err := e.read(ctx, conn, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	plan, err := t.decide(read)
+	if err != nil || plan.empty() {
+		return read, nil, err // the deferred UNWATCH releases the watch
+	}
+	values, err := encodePlan(t.keys, read, plan)
+	if err != nil {
+		return read, nil, err
+	}
+	if err := e.checkLate(ctx, conn, lateChecks(t, plan)); err != nil {
+		return read, nil, err
+	}
+	// go-redis would still send the EXEC on a done context; a caller who
+	// gave up must not have the write land behind its back.
+	if err := ctx.Err(); err != nil {
+		return read, nil, err
+	}
+	cmds, err := e.exec(ctx, conn, plan, values)
+	armed, err = classify(t.route, cmds, err)
+	if err != nil {
+		return nil, nil, err
+	}
+	return read, plan, nil
+}
+
+// read is round trip 1: WATCH, TIME, every job key, and TYPE of every
+// declared key. One key is a GET. Several are one MGET and one EXISTS: MGET
+// answers nil for a key of another type, so when EXISTS counts more keys
+// than MGET returned values, one more round trip of GETs finds the culprit.
+func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*casRead, error) {
+	watch := make([]any, 0, 1+len(t.keys))
+	watch = append(watch, "watch")
+	for _, k := range t.keys {
+		watch = append(watch, k)
+	}
+	multi := len(t.keys) > 1
+	var get *redis.StringCmd
+	var mget *redis.SliceCmd
+	var exists *redis.IntCmd
+	var clock *redis.TimeCmd
+	types := make([]*redis.StatusCmd, 0, len(t.checks))
+	e.m.roundTrips.Add(1)
+	reads := 1
+	if multi {
+		reads = 2
+	}
+	e.m.commands.Add(int64(2 + reads + len(t.checks)))
+	sent := e.clock.local()
+	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, watch...)
+		clock = p.Time(ctx)
+		if multi {
+			mget = p.MGet(ctx, t.keys...)
+			exists = p.Exists(ctx, t.keys...)
+		} else {
+			get = p.Get(ctx, t.keys[0])
+		}
+		for _, c := range t.checks {
+			types = append(types, p.Type(ctx, c.key))
+		}
+		return nil
+	})
+	recv := e.clock.local()
+	if err := unanswered(cmds, err); err != nil {
+		return nil, fmt.Errorf("jobkey: read %s: %w", t.route, err)
+	}
+	if err != nil && len(cmds) > 0 && cmds[0].Err() != nil {
+		err := fmt.Errorf("jobkey: watch %s: %w", t.route, cmds[0].Err())
+		if redirected(err) {
+			return nil, &retry{err: err, moved: true}
+		}
+		return nil, err
+	}
+	server, err := clock.Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobkey: read Redis's clock: %w", err)
+	}
+	if err := verifyTypes(t.checks, types); err != nil {
+		return nil, err
+	}
+	var raws []rawRead
+	if multi {
+		if raws, err = e.multiRead(ctx, conn, t.keys, mget, exists); err != nil {
+			return nil, err
+		}
+	} else {
+		raws = []rawRead{fromGet(get)}
+	}
+	r, err := decodeReads(t.keys, raws)
+	if err != nil {
+		return nil, err
+	}
+	r.now = e.clock.observe(server, sent, recv)
+	return r, nil
+}
+
+// checkLate types the keys a plan writes that were neither predicted nor
+// verified by the caller: one more round trip, still under the WATCH.
+func (e *casEngine) checkLate(ctx context.Context, conn *redis.Conn, late []typeCheck) error {
+	if len(late) == 0 {
+		return nil
+	}
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(int64(len(late)))
+	types := make([]*redis.StatusCmd, 0, len(late))
+	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range late {
+			types = append(types, p.Type(ctx, c.key))
+		}
+		return nil
+	})
+	if err != nil && (!isRedisErr(err) || unanswered(cmds, err) != nil) {
+		return fmt.Errorf("jobkey: type check: %w", err)
+	}
+	return verifyTypes(late, types)
+}
+
+// exec is round trip 2: MULTI, the whole values, the extra steps, EXEC.
+func (e *casEngine) exec(ctx context.Context, conn *redis.Conn, plan *casPlan, values [][]byte) ([]redis.Cmder, error) {
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(int64(2 + len(plan.writes) + len(plan.steps)))
+	return conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, w := range plan.writes {
+			p.Set(ctx, w.key, values[i], w.ttl) // ttl 0: no expiry
+		}
+		for _, s := range plan.steps {
+			p.Do(ctx, s...)
+		}
+		return nil
+	})
+}
+
+// classify turns what EXEC returned into the attempt's error, and says
+// whether a WATCH may still be armed on the connection.
+func classify(route string, cmds []redis.Cmder, err error) (armed bool, _ error) {
+	switch {
+	case err == nil:
+		return false, nil
+	case unanswered(cmds, err) != nil:
+		return true, fmt.Errorf("jobkey: exec %s: outcome unknown: %w", route, err)
+	case errors.Is(err, redis.TxFailedErr):
+		return false, &retry{err: err} // EXEC ran, found a watched key changed, and cleared the watch
+	case redis.IsExecAbortError(err):
+		for _, c := range cmds {
+			if redirected(c.Err()) {
+				return false, &retry{err: c.Err(), moved: true} // queued while the slot was moving
+			}
+		}
+		return false, stepError(cmds, true)
+	case redirected(err):
+		return true, &retry{err: err, moved: true}
+	case isRedisErr(err):
+		// EXEC ran and returned one result per step; some failed. Redis
+		// applied the others and will not undo them.
+		return false, stepError(cmds, false)
+	}
+	// A network or context error: EXEC may or may not have run. The
+	// deferred UNWATCH is harmless if it did.
+	return true, fmt.Errorf("jobkey: exec %s: outcome unknown: %w", route, err)
+}
+
+// verifyTypes refuses the transaction if any checked key holds a type other
+// than the one wanted; a missing key is fine.
+func verifyTypes(checks []typeCheck, types []*redis.StatusCmd) error {
+	for i, c := range types {
+		got, err := c.Result()
+		if err != nil {
+			return fmt.Errorf("jobkey: type %s: %w", checks[i].key, err)
+		}
+		if got != "none" && got != checks[i].want {
+			return &WrongTypeError{Key: checks[i].key, Want: checks[i].want, Got: got}
+		}
+	}
+	return nil
+}
+
+// lateChecks returns the plan's checks that were neither predicted nor
+// verified by the caller.
+func lateChecks(t *casTxn, plan *casPlan) []typeCheck {
+	var late []typeCheck
+next:
+	for _, c := range plan.checks {
+		for _, p := range t.checks {
+			if p.key == c.key && p.want == c.want {
+				continue next
+			}
+		}
+		for _, v := range t.verified {
+			if v == c.key {
+				continue next
+			}
+		}
+		late = append(late, c)
+	}
+	return late
+}
+
+// unanswered returns err when a pipeline failed without any command
+// carrying an error. go-redis does that when it cannot set up the
+// connection (a wrong password, a refused SELECT), and the commands' empty
+// results must then not be read as answers.
+func unanswered(cmds []redis.Cmder, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func isRedisErr(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+func isWrongType(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
+}
+
+// rawRead is one job key as read: its bytes, or that it is missing, or the
+// error reading it gave.
+type rawRead struct {
+	s       string
+	missing bool
+	err     error
+}
+
+func fromGet(g *redis.StringCmd) rawRead {
+	s, err := g.Result()
+	if errors.Is(err, redis.Nil) {
+		return rawRead{missing: true}
+	}
+	return rawRead{s: s, err: err}
+}
+
+// multiRead turns an MGET and an EXISTS of the same keys into per-key reads.
+func (e *casEngine) multiRead(ctx context.Context, conn *redis.Conn, keys []string, mget *redis.SliceCmd, exists *redis.IntCmd) ([]rawRead, error) {
+	vals, err := mget.Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobkey: mget %s: %w", keys[0], err)
+	}
+	n, err := exists.Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobkey: exists %s: %w", keys[0], err)
+	}
+	out := make([]rawRead, len(keys))
+	found := int64(0)
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			out[i].s = s
+			found++
+		} else {
+			out[i].missing = true
+		}
+	}
+	if found == n {
+		return out, nil
+	}
+	// Some key exists without being a string: GET each, still under the
+	// WATCH, to name it.
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(int64(len(keys)))
+	gets := make([]*redis.StringCmd, len(keys))
+	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			gets[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && (unanswered(cmds, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
+		return nil, fmt.Errorf("jobkey: get %s: %w", keys[0], err)
+	}
+	for i, g := range gets {
+		out[i] = fromGet(g)
+	}
+	return out, nil
+}
+
+// decodeReads turns raw reads into jobs. A missing key is a nil job; a key
+// of another type or a value that cannot be decoded is reported per key and
+// left untouched.
+func decodeReads(keys []string, raws []rawRead) (*casRead, error) {
+	r := &casRead{jobs: make([]*Job, len(keys)), errs: make([]error, len(keys))}
+	for i, raw := range raws {
+		switch {
+		case raw.missing:
+			continue
+		case isWrongType(raw.err):
+			r.errs[i] = &WrongTypeError{Key: keys[i], Want: "string", Got: "non-string"}
+			continue
+		case raw.err != nil:
+			return nil, fmt.Errorf("jobkey: get %s: %w", keys[i], raw.err)
+		}
+		j := new(Job)
+		if err := unmarshalString(raw.s, j); err != nil {
+			var ce *CorruptError
+			if errors.As(err, &ce) {
+				ce.Key = keys[i]
+			} else {
+				err = fmt.Errorf("key %q: %w", keys[i], err)
+			}
+			r.errs[i] = err
+			continue
+		}
+		r.jobs[i] = j
+	}
+	return r, nil
+}
+
+// encodePlan bumps each written job's revision past the value it replaces
+// and encodes it. Every write must target a watched key, or the compare in
+// compare-and-set would not cover it.
+func encodePlan(keys []string, read *casRead, plan *casPlan) ([][]byte, error) {
+	at := make(map[string]int, len(keys))
+	for k, key := range keys {
+		at[key] = k
+	}
+	values := make([][]byte, len(plan.writes))
+	for i, w := range plan.writes {
+		idx, ok := at[w.key]
+		if !ok {
+			return nil, fmt.Errorf("jobkey: internal error: write to unwatched key %q", w.key)
+		}
+		var prevRev uint64
+		if prev := read.jobs[idx]; prev != nil {
+			prevRev = prev.Rev // read first: decide may have edited prev in place
+		}
+		w.job.Rev = prevRev + 1
+		b, err := Marshal(w.job)
+		if err != nil {
+			return nil, err
+		}
+		values[i] = b
+	}
+	return values, nil
+}
+
+// unwatch releases a watch on a path that did not reach EXEC. It must run
+// even when ctx is done, so it gets a short context of its own. If it cannot
+// be sent, the connection is broken and go-redis discards it rather than
+// pooling it.
+func (e *casEngine) unwatch(ctx context.Context, conn *redis.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	e.m.unwatches.Add(1)
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(1)
+	_ = conn.Do(ctx, "unwatch").Err()
+}
+
+func stepError(cmds []redis.Cmder, aborted bool) *StepError {
+	se := &StepError{Aborted: aborted}
+	for _, c := range cmds {
+		name := c.Name()
+		if name == "multi" || name == "exec" {
+			continue
+		}
+		args := c.Args()
+		desc := name
+		if len(args) > 1 {
+			desc = fmt.Sprintf("%s %v", name, args[1])
+		}
+		se.Steps = append(se.Steps, StepResult{Cmd: desc, Err: c.Err()})
+	}
+	return se
+}

@@ -1,0 +1,177 @@
+package jobkey
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// encodedSize is the exact length appendJob produces, so Marshal allocates
+// once and oversized jobs are refused before any encoding work.
+func encodedSize(j *Job) int {
+	return arrayHdrSize(knownFields+j.future.n) +
+		uintSize(formatMajor) + uintSize(j.minor()) +
+		strSize(j.ID) + strSize(j.Queue) + strSize(j.Type) + binSize(len(j.Payload)) +
+		uintSize(uint64(j.State)) + intSize(int64(j.Attempt)) + intSize(int64(j.MaxAttempts)) +
+		intSize(toMillis(j.RunAt)) + strSize(j.LeaseOwner) + intSize(toMillis(j.LeaseUntil)) +
+		strSize(j.LastError) + binSize(len(j.Result)) +
+		intSize(toMillis(j.CreatedAt)) + intSize(toMillis(j.UpdatedAt)) + uintSize(j.Rev) +
+		uintSize(j.LeaseToken) + len(j.future.raw)
+}
+
+// appendJob writes the v1 array. The field order is the wire format: new
+// fields may only be appended, in a new minor version.
+func appendJob(b []byte, j *Job) []byte {
+	b = appendArrayHdr(b, knownFields+j.future.n)
+	b = appendUint(b, formatMajor)
+	b = appendUint(b, j.minor())
+	b = appendStr(b, j.ID)
+	b = appendStr(b, j.Queue)
+	b = appendStr(b, j.Type)
+	b = appendBin(b, j.Payload)
+	b = appendUint(b, uint64(j.State))
+	b = appendInt(b, int64(j.Attempt))
+	b = appendInt(b, int64(j.MaxAttempts))
+	b = appendInt(b, toMillis(j.RunAt))
+	b = appendStr(b, j.LeaseOwner)
+	b = appendInt(b, toMillis(j.LeaseUntil))
+	b = appendStr(b, j.LastError)
+	b = appendBin(b, j.Result)
+	b = appendInt(b, toMillis(j.CreatedAt))
+	b = appendInt(b, toMillis(j.UpdatedAt))
+	b = appendUint(b, j.Rev)
+	b = appendUint(b, j.LeaseToken) // 1.1
+	return append(b, j.future.raw...)
+}
+
+func arrayHdrSize(n int) int {
+	switch {
+	case n <= 15:
+		return 1
+	case n <= math.MaxUint16:
+		return 3
+	}
+	return 5
+}
+
+func appendArrayHdr(b []byte, n int) []byte {
+	switch {
+	case n <= 15:
+		return append(b, msgpcode.FixedArrayLow|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, msgpcode.Array16), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(b, msgpcode.Array32), uint32(n))
+}
+
+func uintSize(v uint64) int {
+	switch {
+	case v <= uint64(msgpcode.PosFixedNumHigh):
+		return 1
+	case v <= math.MaxUint8:
+		return 2
+	case v <= math.MaxUint16:
+		return 3
+	case v <= math.MaxUint32:
+		return 5
+	}
+	return 9
+}
+
+func appendUint(b []byte, v uint64) []byte {
+	switch {
+	case v <= uint64(msgpcode.PosFixedNumHigh):
+		return append(b, byte(v))
+	case v <= math.MaxUint8:
+		return append(b, msgpcode.Uint8, byte(v))
+	case v <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, msgpcode.Uint16), uint16(v))
+	case v <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(b, msgpcode.Uint32), uint32(v))
+	}
+	return binary.BigEndian.AppendUint64(append(b, msgpcode.Uint64), v)
+}
+
+func intSize(v int64) int {
+	switch {
+	case v >= 0:
+		return uintSize(uint64(v))
+	case v >= -32:
+		return 1
+	case v >= math.MinInt8:
+		return 2
+	case v >= math.MinInt16:
+		return 3
+	case v >= math.MinInt32:
+		return 5
+	}
+	return 9
+}
+
+func appendInt(b []byte, v int64) []byte {
+	switch {
+	case v >= 0:
+		return appendUint(b, uint64(v))
+	case v >= -32:
+		return append(b, byte(int8(v)))
+	case v >= math.MinInt8:
+		return append(b, msgpcode.Int8, byte(int8(v)))
+	case v >= math.MinInt16:
+		return binary.BigEndian.AppendUint16(append(b, msgpcode.Int16), uint16(int16(v)))
+	case v >= math.MinInt32:
+		return binary.BigEndian.AppendUint32(append(b, msgpcode.Int32), uint32(int32(v)))
+	}
+	return binary.BigEndian.AppendUint64(append(b, msgpcode.Int64), uint64(v))
+}
+
+func strSize(s string) int {
+	n := len(s)
+	switch {
+	case n <= 31:
+		return 1 + n
+	case n <= math.MaxUint8:
+		return 2 + n
+	case n <= math.MaxUint16:
+		return 3 + n
+	}
+	return 5 + n
+}
+
+func appendStr(b []byte, s string) []byte {
+	n := len(s)
+	switch {
+	case n <= 31:
+		b = append(b, msgpcode.FixedStrLow|byte(n))
+	case n <= math.MaxUint8:
+		b = append(b, msgpcode.Str8, byte(n))
+	case n <= math.MaxUint16:
+		b = binary.BigEndian.AppendUint16(append(b, msgpcode.Str16), uint16(n))
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, msgpcode.Str32), uint32(n))
+	}
+	return append(b, s...)
+}
+
+func binSize(n int) int {
+	switch {
+	case n <= math.MaxUint8:
+		return 2 + n
+	case n <= math.MaxUint16:
+		return 3 + n
+	}
+	return 5 + n
+}
+
+func appendBin(b []byte, p []byte) []byte {
+	n := len(p)
+	switch {
+	case n <= math.MaxUint8:
+		b = append(b, msgpcode.Bin8, byte(n))
+	case n <= math.MaxUint16:
+		b = binary.BigEndian.AppendUint16(append(b, msgpcode.Bin16), uint16(n))
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, msgpcode.Bin32), uint32(n))
+	}
+	return append(b, p...)
+}

@@ -1,0 +1,61 @@
+package jobkey
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestWrongTypeIndexRefused(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ready := f.q.ks.index(0, idxReady)
+	require.NoError(t, f.rdb.Set(f.ctx, ready, "not a zset", 0).Err())
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "x"})
+	var wt *WrongTypeError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, ready, wt.Key)
+	_, err = f.q.Get(f.ctx, "x")
+	require.ErrorIs(t, err, ErrNotFound, "nothing was written")
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, ready, wt.Key)
+}
+
+// The fault of the failing group (docs/design.md, section 1), injected into jobkey: the
+// index the enqueue writes holds a string. Nothing is written, the error
+// names the key, and the other shards' jobs keep flowing.
+func TestInjectedFaultWritesNothingOthersFlow(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	id := "8123"
+	key, shard := f.q.ks.jobKeyOf(id)
+	broken := f.q.ks.index(shard, idxReady)
+	require.NoError(t, f.rdb.Set(f.ctx, broken, "not a zset", 0).Err())
+
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id})
+	var wt *WrongTypeError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, broken, wt.Key)
+	require.Zero(t, f.rdb.Exists(f.ctx, key).Val(), "no record")
+	require.Equal(t, "not a zset", f.rdb.Get(f.ctx, broken).Val())
+
+	flowed := 0
+	for i := 0; flowed < 10; i++ {
+		other := fmt.Sprintf("job-%d", i)
+		if _, s := f.q.ks.jobKeyOf(other); s == shard {
+			continue
+		}
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: other})
+		require.NoError(t, err)
+		c, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		_, err = f.q.Complete(f.ctx, c, nil)
+		require.NoError(t, err)
+		flowed++
+	}
+	_, err = f.q.Stats(f.ctx)
+	require.ErrorAs(t, err, &wt, "Stats reports the broken index rather than a wrong count")
+	require.Equal(t, broken, wt.Key)
+}

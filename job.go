@@ -1,0 +1,101 @@
+package jobkey
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is where a job stands. Its wire values are explicit and stable:
+// they are stored in Redis and must never be renumbered.
+type State uint8
+
+// The states of a job. Zero is deliberately not a state, so a value that
+// lost its state field cannot pass for a pending job.
+const (
+	StatePending   State = 1 // waiting for RunAt, then claimable
+	StateActive    State = 2 // claimed by a worker under a lease
+	StateSucceeded State = 3 // finished with a result
+	StateFailed    State = 4 // attempts exhausted or failed for good
+	StateCanceled  State = 5 // canceled before finishing
+)
+
+// String returns the state's lower-case name.
+func (s State) String() string {
+	switch s {
+	case StatePending:
+		return "pending"
+	case StateActive:
+		return "active"
+	case StateSucceeded:
+		return "succeeded"
+	case StateFailed:
+		return "failed"
+	case StateCanceled:
+		return "canceled"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Valid reports whether s is one of the defined states.
+func (s State) Valid() bool { return s >= StatePending && s <= StateCanceled }
+
+// Finished reports whether s is a terminal state.
+func (s State) Finished() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateCanceled
+}
+
+// Job is a job and everything about where it stands. It is stored as one
+// value under one Redis key and only ever written whole.
+type Job struct {
+	ID          string    // unique within the queue
+	Queue       string    // the queue's name
+	Type        string    // what kind of work; selects the handler
+	Payload     []byte    // the caller's arguments, opaque to jobkey
+	State       State     // where the job stands
+	Attempt     int       // claims so far; 0 until first claimed
+	MaxAttempts int       // claims allowed before the job fails for good
+	RunAt       time.Time // earliest time the job may be claimed
+	LeaseOwner  string    // worker holding the lease while active
+	LeaseUntil  time.Time // lease deadline while active
+	LastError   string    // the last failure, if any
+	Result      []byte    // what the handler returned on success
+	CreatedAt   time.Time // when it was enqueued
+	UpdatedAt   time.Time // when it was last written
+	Rev         uint64    // revision, bumped by every write
+	// LeaseToken is drawn at random by every claim and kept until the next
+	// one. Extend, Complete, Fail and Release write only while the stored
+	// job is active with the caller's token (fencing), so a worker whose
+	// lease ran out can never write over the claim that followed, even when
+	// both claims had the same Attempt and LeaseOwner. It is unique to one
+	// claim but not ordered; 0 means never claimed by this format.
+	LeaseToken uint64
+
+	// future holds the fields a newer minor version appended, as read, so
+	// that writing the job back keeps them: an older worker's claim or
+	// completion never drops what a newer producer wrote (docs/design.md,
+	// section 10).
+	future futureFields
+}
+
+// futureFields are fields this build does not know, kept raw.
+type futureFields struct {
+	minor uint64 // the minor version that wrote them
+	n     int    // how many
+	raw   []byte // their encoding; never modified
+}
+
+// minor is the minor version to write: this build's, or the newer one
+// whose fields the job carries.
+func (j *Job) minor() uint64 { return max(formatMinor, j.future.minor) }
+
+func cloneJob(j *Job) *Job {
+	c := *j
+	return &c
+}
+
+func orEmpty(j *Job) *Job {
+	if j == nil {
+		return &Job{}
+	}
+	return j
+}
