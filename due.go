@@ -175,72 +175,49 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	return max(0, next.Sub(now)), true, nil
 }
 
-// downList remembers, for a while, the shards whose node could not be
-// reached.
-type downList struct {
-	mu     sync.Mutex
-	shards map[int]time.Time // shard -> when to try it again
+// expiring is a small set whose members leave after a while: shards whose
+// node could not be reached, and jobs of a newer format that claimers look
+// past. Past max members it starts over.
+type expiring[K comparable] struct {
+	ttl time.Duration
+	max int
+
+	mu    sync.Mutex
+	until map[K]time.Time
+}
+
+func (s *expiring[K]) add(k K) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.until == nil || len(s.until) >= s.max {
+		s.until = map[K]time.Time{}
+	}
+	s.until[k] = time.Now().Add(s.ttl)
+}
+
+func (s *expiring[K]) has(k K) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.until[k]
+	if ok && time.Now().After(until) {
+		delete(s.until, k)
+		return false
+	}
+	return ok
+}
+
+func (s *expiring[K]) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.until)
 }
 
 // downFor is how long claims leave out a shard whose node was unreachable.
 const downFor = 2 * time.Second
 
-func (l *downList) add(shard int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.shards == nil {
-		l.shards = map[int]time.Time{}
-	}
-	l.shards[shard] = time.Now().Add(downFor)
-}
-
-func (l *downList) has(shard int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	until, ok := l.shards[shard]
-	if ok && time.Now().After(until) {
-		delete(l.shards, shard)
-		return false
-	}
-	return ok
-}
-
-// skipList remembers, for a while, the IDs of jobs this build cannot read
-// because a newer jobkey wrote them, so claimers look past them.
-type skipList struct {
-	mu  sync.Mutex
-	ids map[string]time.Time // id -> when to look at it again
-}
-
 // skipFor is how long a claimer looks past a newer-format job before it
-// looks again (and logs the sighting again).
-const skipFor = time.Minute
-
-// maxSkip bounds the list; past it, the list starts over.
-const maxSkip = 1000
-
-func (l *skipList) add(id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ids == nil || len(l.ids) >= maxSkip {
-		l.ids = map[string]time.Time{}
-	}
-	l.ids[id] = time.Now().Add(skipFor)
-}
-
-func (l *skipList) has(id string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	until, ok := l.ids[id]
-	if ok && time.Now().After(until) {
-		delete(l.ids, id)
-		return false
-	}
-	return ok
-}
-
-func (l *skipList) size() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.ids)
-}
+// looks again (and logs the sighting again); maxSkip bounds how many.
+const (
+	skipFor = time.Minute
+	maxSkip = 1000
+)

@@ -19,9 +19,9 @@ type Queue struct {
 	ks    *keyspace
 	cas   *casEngine
 	clock *serverClock
-	newer skipList    // jobs of a newer format that claimers look past
-	down  downList    // shards whose node a claim could not reach
-	srv   serverCheck // what the first call checks about Redis
+	newer *expiring[string] // jobs of a newer format that claimers look past
+	down  *expiring[int]    // shards whose node could not be reached
+	srv   serverCheck       // what the first call checks about Redis
 
 	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
 	claims    *commitGroup[string, *Job]
@@ -50,7 +50,8 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine, clock: clock}
+	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine, clock: clock,
+		newer: &expiring[string]{ttl: skipFor, max: maxSkip}, down: &expiring[int]{ttl: downFor, max: maxShards}}
 	engine.check = func(ctx context.Context) error { return q.check(ctx, true) }
 	if !c.DisableGroupCommit {
 		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims}

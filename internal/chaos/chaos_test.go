@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 	redistest.Main(m)
 }
 
+// quiet discards jobkey's log: the faults make it log what it is meant to
+// (vanished jobs, failed renewals), and the checker counts what matters.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 type quietLog struct{}
 
 func (quietLog) Printf(context.Context, string, ...any) {}
@@ -237,7 +241,7 @@ func TestChaosJobkey(t *testing.T) {
 	const lease = time.Second
 	prefix := redistest.Prefix(t)
 	newQueue := func(rdb *redis.Client, skew time.Duration) *jobkey.Queue {
-		q, err := jobkey.NewQueue(rdb, "chaos", &jobkey.Config{Prefix: prefix, Lease: lease,
+		q, err := jobkey.NewQueue(rdb, "chaos", &jobkey.Config{Prefix: prefix, Lease: lease, Logger: quiet,
 			Now: func() time.Time { return time.Now().Add(skew) }})
 		require.NoError(t, err)
 		return q
@@ -251,7 +255,6 @@ func TestChaosJobkey(t *testing.T) {
 			v.(*atomic.Int64).Add(1)
 		}
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var runs runLog
 	handler := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
 		start := time.Now()
@@ -408,8 +411,23 @@ func TestChaosJobkey(t *testing.T) {
 	r.faults["worker cut off for longer than a lease"] = partitions.Load()
 	r.faults["completion started late (1.5 leases)"] = slowCompletions.Load()
 	r.faults["worker shut down at a random moment"] = shutdowns.Load()
+	r.check(t, check, &ack, &successes, &runs, evicted)
+	t.Logf("jobkey: %v", r)
+	require.Positive(t, r.enqueued)
+	require.Positive(t, r.faults["EXEC sent, reply lost"]+r.faults["connection reset mid-stream"], "faults were injected")
+	require.Positive(t, partitions.Load(), "workers were cut off")
+	require.Positive(t, shutdowns.Load(), "workers were shut down mid-work")
+	r.requireClean(t, len(evicted))
+}
+
+// check reads every acknowledged job, the queue's counts and its indexes,
+// and fills in what the run left: lost, finished, stuck, finished twice,
+// overlapping runs, vanished and index findings. Evicted jobs must be gone.
+func (r *result) check(t *testing.T, q *jobkey.Queue, ack *acked, successes *sync.Map, runs *runLog, evicted map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
 	for _, id := range ack.ids {
-		j, err := check.Get(ctx, id)
+		j, err := q.Get(ctx, id)
 		switch {
 		case evicted[id]:
 			require.ErrorIs(t, err, jobkey.ErrNotFound, "evicted %s", id)
@@ -430,28 +448,28 @@ func TestChaosJobkey(t *testing.T) {
 		return true
 	})
 	r.overlapping, r.runs = runs.overlaps(t)
-	st, err := check.Stats(ctx)
+	st, err := q.Stats(ctx)
 	require.NoError(t, err)
 	r.vanished = st.Vanished
-	rep, err := check.Verify(ctx, &jobkey.VerifyOpts{Keys: true})
+	rep, err := q.Verify(ctx, &jobkey.VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	r.hintMismatches = len(rep.Findings)
-	t.Logf("jobkey: %v", r)
 	for _, f := range rep.Findings {
 		t.Logf("finding: %+v", f)
 	}
+}
 
-	require.Positive(t, r.enqueued)
-	require.Positive(t, r.faults["EXEC sent, reply lost"]+r.faults["connection reset mid-stream"], "faults were injected")
-	require.Positive(t, partitions.Load(), "workers were cut off")
-	require.Positive(t, shutdowns.Load(), "workers were shut down mid-work")
+// requireClean holds a run to the target: nothing lost, finished twice,
+// mismatched, stuck or run twice at once, and every evicted job noticed.
+func (r *result) requireClean(t *testing.T, evicted int) {
+	t.Helper()
 	require.Zero(t, r.lost, "lost jobs")
 	require.Zero(t, r.finishedTwice, "jobs finished twice")
 	require.Zero(t, r.hintMismatches, "index entries that disagree with their value")
 	require.Zero(t, r.stuck, "jobs a fresh consumer could not drain")
 	require.Zero(t, r.overlapping, "jobs whose handler ran twice at the same time")
-	require.Equal(t, int64(len(evicted)), r.vanished, "every evicted job was noticed")
-	require.Equal(t, r.enqueued-len(evicted), r.finished)
+	require.Equal(t, int64(evicted), r.vanished, "every evicted job was noticed")
+	require.Equal(t, r.enqueued-evicted, r.finished)
 }
 
 // evict deletes a job's key from outside, as Redis's eviction would, if
@@ -620,11 +638,10 @@ func TestChaosClusterDeadMaster(t *testing.T) {
 		})
 	}
 	newQueue := func() *jobkey.Queue {
-		q, err := jobkey.NewQueue(client(), "chaos", &jobkey.Config{Prefix: prefix, Lease: lease})
+		q, err := jobkey.NewQueue(client(), "chaos", &jobkey.Config{Prefix: prefix, Lease: lease, Logger: quiet})
 		require.NoError(t, err)
 		return q
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var ack acked
 	var successes sync.Map
 	var runs runLog
@@ -729,36 +746,9 @@ func TestChaosClusterDeadMaster(t *testing.T) {
 
 	r := result{enqueued: len(ack.ids), ambiguous: ack.ambiguous.Load(),
 		faults: map[string]int64{"master crashed, seconds down": int64(down / time.Second)}}
-	for _, id := range ack.ids {
-		j, err := check.Get(ctx, id)
-		switch {
-		case errors.Is(err, jobkey.ErrNotFound):
-			r.lost++
-		case err != nil:
-			t.Fatalf("get %s: %v", id, err)
-		case j.State == jobkey.StateSucceeded:
-			r.finished++
-		default:
-			r.stuck++
-		}
-	}
-	successes.Range(func(_, v any) bool {
-		if v.(*atomic.Int64).Load() > 1 {
-			r.finishedTwice++
-		}
-		return true
-	})
-	r.overlapping, r.runs = runs.overlaps(t)
-	rep, err := check.Verify(ctx, &jobkey.VerifyOpts{Keys: true})
-	require.NoError(t, err)
-	r.hintMismatches = len(rep.Findings)
+	r.check(t, check, &ack, &successes, &runs, nil)
 	t.Logf("jobkey on a cluster, one master crashed for %v: %v; while it was down: %d enqueued, %d finished",
 		down, r, ackedDuring, finishedDuringOutage.Load())
 	require.Positive(t, finishedDuringOutage.Load(), "the other masters' jobs kept flowing")
-	require.Zero(t, r.lost, "lost jobs")
-	require.Zero(t, r.finishedTwice, "jobs finished twice")
-	require.Zero(t, r.hintMismatches, "index entries that disagree with their value")
-	require.Zero(t, r.stuck, "jobs a fresh consumer could not drain")
-	require.Zero(t, r.overlapping, "jobs whose handler ran twice at the same time")
-	require.Equal(t, r.enqueued, r.finished)
+	r.requireClean(t, 0)
 }
