@@ -69,6 +69,10 @@ type casTxn struct {
 	verified []string
 	noRetry  bool // return a conflict at once instead of retrying (claims move on)
 	decide   func(r *casRead) (*casPlan, error)
+	// extra, when set, adds read-only commands to round trip 1 (the due
+	// entries a fused claim will need next) and returns what to do with
+	// their replies, before decide runs.
+	extra func(ctx context.Context, p redis.Pipeliner) func()
 }
 
 // casMetrics counts what the engine did, for benchmarks and tests.
@@ -128,19 +132,74 @@ func newCASEngine(rdb redis.UniversalClient, limits casLimits, clock *serverCloc
 	return &casEngine{rdb: rdb, limits: limits, clock: clock}, nil
 }
 
-// conn returns a dedicated connection to the node that owns route's slot.
-func (e *casEngine) conn(ctx context.Context, route string) (*redis.Conn, error) {
+// node returns the client of the node that owns route's slot.
+func (e *casEngine) node(ctx context.Context, route string) (*redis.Client, error) {
 	switch c := e.rdb.(type) {
 	case *redis.Client:
-		return c.Conn(), nil
+		return c, nil
 	case *redis.ClusterClient:
 		node, err := c.MasterForKey(ctx, route)
 		if err != nil {
 			return nil, fmt.Errorf("jobkey: find node for %q: %w", route, err)
 		}
-		return node.Conn(), nil
+		return node, nil
 	}
 	return nil, fmt.Errorf("jobkey: unsupported client %T", e.rdb)
+}
+
+// connCache keeps the dedicated connections of one goroutine's run of
+// transactions, such as a group-commit leader flushing batch after batch:
+// wrapping a pooled connection anew (Client.Conn) for every attempt costs
+// allocations and a trip through go-redis's pool on the hot path. It lives
+// no longer than that run, so no connection stays out of the pool while
+// the queue is idle. One goroutine uses a cache at a time.
+type connCache struct {
+	conns map[*redis.Client]*redis.Conn
+}
+
+type connCacheKey struct{}
+
+// withConnCache returns ctx carrying a new cache, and the func that
+// releases its connections.
+func withConnCache(ctx context.Context) (context.Context, func()) {
+	c := &connCache{}
+	return context.WithValue(ctx, connCacheKey{}, c), func() {
+		for _, conn := range c.conns {
+			_ = conn.Close()
+		}
+		c.conns = nil
+	}
+}
+
+// get returns a dedicated connection to node: the cached one, when ctx
+// carries a cache, else a new one.
+func (e *casEngine) get(ctx context.Context, node *redis.Client) *redis.Conn {
+	c, _ := ctx.Value(connCacheKey{}).(*connCache)
+	if c == nil {
+		return node.Conn()
+	}
+	if conn, ok := c.conns[node]; ok {
+		return conn
+	}
+	conn := node.Conn()
+	if c.conns == nil {
+		c.conns = map[*redis.Client]*redis.Conn{}
+	}
+	c.conns[node] = conn
+	return conn
+}
+
+// put gives back a connection: kept in ctx's cache when healthy, closed
+// otherwise (or when there is no cache).
+func (e *casEngine) put(ctx context.Context, node *redis.Client, conn *redis.Conn, healthy bool) {
+	c, _ := ctx.Value(connCacheKey{}).(*connCache)
+	if c != nil && healthy && c.conns[node] == conn {
+		return
+	}
+	if c != nil && c.conns[node] == conn {
+		delete(c.conns, node)
+	}
+	_ = conn.Close()
 }
 
 // run applies t with bounded, jittered retries. It returns the read and the

@@ -13,22 +13,24 @@ import (
 // attempt is one pass: read under WATCH, decide, check the types of keys
 // nobody predicted, EXEC, and classify what came back. Any error it returns
 // means nothing was written, except one that says the outcome is unknown.
-func (e *casEngine) attempt(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) {
+func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casPlan, err error) {
 	e.m.attempts.Add(1)
-	conn, err := e.conn(ctx, t.route)
+	node, err := e.node(ctx, t.route)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer conn.Close()
-
+	conn := e.get(ctx, node)
 	armed := true // a WATCH may be active on conn
+	sick := false // a command on conn failed: it may not be kept
 	defer func() {
-		if armed {
-			e.unwatch(ctx, conn)
+		if armed && !e.unwatch(ctx, conn) {
+			sick = true
 		}
+		e.put(ctx, node, conn, !sick)
 	}()
 	read, err := e.read(ctx, conn, t)
 	if err != nil {
+		sick = true
 		return nil, nil, err
 	}
 	plan, err := t.decide(read)
@@ -40,6 +42,7 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (*casRead, *casPlan,
 		return read, nil, err
 	}
 	if err := e.checkLate(ctx, conn, lateChecks(t, plan)); err != nil {
+		sick = true
 		return read, nil, err
 	}
 	// go-redis would still send the EXEC on a done context; a caller who
@@ -50,6 +53,8 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (*casRead, *casPlan,
 	cmds, err := e.exec(ctx, conn, plan, values)
 	armed, err = classify(t.route, cmds, err)
 	if err != nil {
+		var r *retry
+		sick = !errors.As(err, &r) && !errors.Is(err, ErrStep)
 		return nil, nil, err
 	}
 	return read, plan, nil
@@ -70,6 +75,7 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 	var mget *redis.SliceCmd
 	var exists *redis.IntCmd
 	var clock *redis.TimeCmd
+	var after func()
 	types := make([]*redis.StatusCmd, 0, len(t.checks))
 	e.m.roundTrips.Add(1)
 	reads := 1
@@ -89,6 +95,11 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		}
 		for _, c := range t.checks {
 			types = append(types, p.Type(ctx, c.key))
+		}
+		if t.extra != nil {
+			n := p.Len()
+			after = t.extra(ctx, p)
+			e.m.commands.Add(int64(p.Len() - n))
 		}
 		return nil
 	})
@@ -123,6 +134,9 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		return nil, err
 	}
 	r.now = e.clock.observe(server, sent, recv)
+	if after != nil {
+		after()
+	}
 	return r, nil
 }
 
@@ -371,17 +385,18 @@ func encodePlan(keys []string, read *casRead, plan *casPlan) ([][]byte, error) {
 }
 
 // unwatch releases a watch on a path that did not reach EXEC. It must run
-// even when ctx is done, so it gets a short context of its own. If it cannot
-// be sent, the connection is broken and go-redis discards it rather than
-// pooling it.
-func (e *casEngine) unwatch(ctx context.Context, conn *redis.Conn) {
+// even when ctx is done, so it gets a short context of its own. It reports
+// whether the connection answered: if not, it is broken and must not be
+// kept.
+func (e *casEngine) unwatch(ctx context.Context, conn *redis.Conn) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	e.m.unwatches.Add(1)
 	e.m.roundTrips.Add(1)
 	e.m.commands.Add(1)
-	_ = conn.Do(ctx, "unwatch").Err()
+	return conn.Do(ctx, "unwatch").Err() == nil
 }
+
 
 func stepError(cmds []redis.Cmder, aborted bool) *StepError {
 	se := &StepError{Aborted: aborted}

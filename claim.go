@@ -239,46 +239,10 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 				if gone != nil && gone(i) {
 					continue
 				}
-				if errors.Is(r.errs[i], ErrUnsupportedFormat) {
-					// Written by a newer jobkey: neither ours to read nor to
-					// set aside. Its hint stays for the workers that can
-					// read it; this one skips it for a while, and logs the
-					// sighting so Stats shows a rollout that stalls.
-					q.newer.add(c.id)
-					ip.zadd(q.ks.index(c.shard, seenNewer), toMillis(now), c.id)
-					continue
-				}
-				if r.errs[i] != nil {
-					// The value cannot be read. Its bytes are kept untouched;
-					// its hint moves to the corrupt index, so no claimer
-					// trips on it again and Stats counts it.
-					ip.zrem(q.ks.index(c.shard, c.index), c.id)
-					ip.zadd(q.ks.index(c.shard, idxCorrupt), toMillis(now), c.id)
-					continue
-				}
-				cur := r.jobs[i]
-				next, took := q.decideClaim(cur, workers[i], now)
-				switch {
-				case next != nil:
-					q.move(&ip, c.shard, c.id, cur, next, c.index)
-					plan.writes = append(plan.writes, q.write(keys[i], next))
-					if took {
-						got[i] = next
-					}
-				case cur == nil:
-					// A hint with no value: the job was deleted outside
-					// jobkey, or evicted. The hint goes; the loss is logged
-					// and counted (Stats.Vanished).
-					q.move(&ip, c.shard, c.id, nil, nil, c.index)
-					ip.zadd(q.ks.index(c.shard, seenVanished), toMillis(now), c.id)
+				claimed, lost := q.decideCandidate(plan, &ip, c, keys[i], r.jobs[i], r.errs[i], workers[i], now)
+				got[i] = claimed
+				if lost {
 					vanished = append(vanished, c.id)
-				case derive(cur).index != c.index:
-					// Not claimable, and the hint that led here disagrees
-					// with the value.
-					q.move(&ip, c.shard, c.id, cur, cur, c.index)
-				default:
-					// Same index, but the hint said due: its score may be stale.
-					q.fixScore(&ip, c.shard, c.id, derive(cur), now)
 				}
 			}
 			plan.steps, plan.checks = ip.steps(), ip.checks
@@ -287,11 +251,65 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	if err != nil {
 		return nil, false, err
 	}
-	for _, id := range vanished {
+	q.logVanished(vanished)
+	return got, !plan.empty(), nil
+}
+
+// logVanished logs the jobs whose entry pointed at no value.
+func (q *Queue) logVanished(ids []string) {
+	for _, id := range ids {
 		q.cfg.Logger.Error("jobkey: a job's index entry pointed at no value: the job was deleted outside jobkey, or evicted by Redis (is maxmemory-policy noeviction?)",
 			"queue", q.name, "job", id)
 	}
-	return got, !plan.empty(), nil
+}
+
+// decideCandidate decides what a claim does about one candidate, stored at
+// key, whose value read as cur (or gave readErr): claim it for worker (the
+// job returned), fail it for good, put its hint right, set an unreadable
+// value aside, or skip a newer format. Its writes go to plan and ip; lost
+// says the hint pointed at no value.
+func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, c candidate, key string, cur *Job, readErr error,
+	worker string, now time.Time) (claimed *Job, lost bool) {
+	switch {
+	case errors.Is(readErr, ErrUnsupportedFormat):
+		// Written by a newer jobkey: neither ours to read nor to set aside.
+		// Its hint stays for the workers that can read it; this one skips
+		// it for a while, and logs the sighting so Stats shows a rollout
+		// that stalls.
+		q.newer.add(c.id)
+		ip.zadd(q.ks.index(c.shard, seenNewer), toMillis(now), c.id)
+		return nil, false
+	case readErr != nil:
+		// The value cannot be read. Its bytes are kept untouched; its hint
+		// moves to the corrupt index, so no claimer trips on it again and
+		// Stats counts it.
+		ip.zrem(q.ks.index(c.shard, c.index), c.id)
+		ip.zadd(q.ks.index(c.shard, idxCorrupt), toMillis(now), c.id)
+		return nil, false
+	}
+	next, took := q.decideClaim(cur, worker, now)
+	switch {
+	case next != nil:
+		q.move(ip, c.shard, c.id, cur, next, c.index)
+		plan.writes = append(plan.writes, q.write(key, next))
+		if took {
+			return next, false
+		}
+	case cur == nil:
+		// A hint with no value: the job was deleted outside jobkey, or
+		// evicted. The hint goes; the loss is logged and counted
+		// (Stats.Vanished).
+		q.move(ip, c.shard, c.id, nil, nil, c.index)
+		ip.zadd(q.ks.index(c.shard, seenVanished), toMillis(now), c.id)
+		return nil, true
+	case derive(cur).index != c.index:
+		// Not claimable, and the hint that led here disagrees with the value.
+		q.move(ip, c.shard, c.id, cur, cur, c.index)
+	default:
+		// Same index, but the hint said due: its score may be stale.
+		q.fixScore(ip, c.shard, c.id, derive(cur), now)
+	}
+	return nil, false
 }
 
 // decideClaim says what a claim does to cur at now (Redis's clock): take it

@@ -113,8 +113,13 @@ func (g *commitGroup[T, R]) take() []*call[T, R] {
 // lead flushes batches until the queue is empty.
 func (g *commitGroup[T, R]) lead(batch []*call[T, R]) {
 	var zero R
+	// The leader keeps its connections from batch to batch while callers
+	// keep coming, and lets them go when the group goes idle.
+	conns, release := withConnCache(context.Background())
+	defer release()
 	for len(batch) > 0 {
 		ctx, cancel := flushContext(batch)
+		ctx = context.WithValue(ctx, connCacheKey{}, conns.Value(connCacheKey{}))
 		g.flush(ctx, batch)
 		cancel()
 		for _, c := range batch {

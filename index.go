@@ -34,43 +34,58 @@ func derive(j *Job) entry {
 // n jobs costs a few index commands, not n of each.
 type indexPlan struct {
 	checks []typeCheck
-	keys   []string            // index keys in first-use order
-	rems   map[string][]any    // key -> members to remove
-	adds   map[string][]any    // key -> score, member pairs
-	seen   map[string]struct{} // keys already checked
-	extra  [][]any             // other steps, after the index writes
+	keys   []indexWrites // in first-use order; a transaction touches a few
+	extra  [][]any       // other steps, after the index writes
 }
 
-func (p *indexPlan) use(key string) {
-	if p.seen == nil {
-		p.seen, p.rems, p.adds = map[string]struct{}{}, map[string][]any{}, map[string][]any{}
-	}
-	if _, ok := p.seen[key]; !ok {
-		p.seen[key] = struct{}{}
-		p.keys = append(p.keys, key)
-		p.checks = append(p.checks, typeCheck{key: key, want: "zset"})
-	}
+// indexWrites are the writes to one index key: the command prefixes are
+// built in as the first elements, so steps hands them over as they are.
+type indexWrites struct {
+	key  string
+	rems []any // "zrem", key, members...
+	adds []any // "zadd", key, score, member, ...
 }
 
-func (p *indexPlan) zrem(key, id string) { p.use(key); p.rems[key] = append(p.rems[key], id) }
+func (p *indexPlan) use(key string) *indexWrites {
+	for i := range p.keys {
+		if p.keys[i].key == key {
+			return &p.keys[i]
+		}
+	}
+	p.keys = append(p.keys, indexWrites{key: key})
+	p.checks = append(p.checks, typeCheck{key: key, want: "zset"})
+	return &p.keys[len(p.keys)-1]
+}
+
+func (p *indexPlan) zrem(key, id string) {
+	w := p.use(key)
+	if w.rems == nil {
+		w.rems = []any{"zrem", key}
+	}
+	w.rems = append(w.rems, id)
+}
+
 func (p *indexPlan) zadd(key string, score int64, id string) {
-	p.use(key)
-	p.adds[key] = append(p.adds[key], score, id)
+	w := p.use(key)
+	if w.adds == nil {
+		w.adds = []any{"zadd", key}
+	}
+	w.adds = append(w.adds, score, id)
 }
 
 // steps returns the merged commands: removals, then additions.
 // No ID is both removed from and added to one key in a plan, so the order
 // between them does not matter.
 func (p *indexPlan) steps() [][]any {
-	var out [][]any
-	for _, k := range p.keys {
-		if m := p.rems[k]; len(m) > 0 {
-			out = append(out, append([]any{"zrem", k}, m...))
+	out := make([][]any, 0, 2*len(p.keys)+len(p.extra))
+	for _, w := range p.keys {
+		if w.rems != nil {
+			out = append(out, w.rems)
 		}
 	}
-	for _, k := range p.keys {
-		if m := p.adds[k]; len(m) > 0 {
-			out = append(out, append([]any{"zadd", k}, m...))
+	for _, w := range p.keys {
+		if w.adds != nil {
+			out = append(out, w.adds)
 		}
 	}
 	return append(out, p.extra...)

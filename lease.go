@@ -76,35 +76,52 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 		plan := &casPlan{}
 		var ip indexPlan
 		for k, i := range set {
-			j, cur := jobs[i], r.jobs[k]
 			out[i], errs[i] = nil, nil
-			switch {
-			case gone != nil && gone(i):
+			if gone != nil && gone(i) {
 				errs[i] = errLeftOut
-			case r.errs[k] != nil:
-				errs[i] = r.errs[k]
-			case cur == nil:
-				errs[i] = fmt.Errorf("%w: %q in queue %q", ErrNotFound, j.ID, q.name)
-			case done != nil && done(j, cur):
-				out[i] = cur
-			case cur.State != StateActive || cur.LeaseToken != j.LeaseToken:
-				errs[i] = &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Token: j.LeaseToken, Now: cur}
-			default:
-				next := fn(i)(j, cloneJob(cur), r.now)
-				next.UpdatedAt = r.now
-				if err := q.fits(next, cur); err != nil {
-					errs[i] = err
-					continue
-				}
-				q.move(&ip, shards[k], j.ID, cur, next, "")
-				plan.writes = append(plan.writes, q.write(keys[k], next))
-				out[i] = next
+				continue
 			}
+			f := fencedWrite{key: keys[k], shard: shards[k], j: jobs[i], done: done, fn: fn(i)}
+			out[i], errs[i] = q.decideFenced(plan, &ip, f, r.jobs[k], r.errs[k], r.now)
 		}
 		plan.steps, plan.checks = ip.steps(), ip.checks
 		return plan, nil
 	}})
 	return err
+}
+
+// fencedWrite is one fenced transition inside a transaction: the caller's
+// copy j, stored at key in shard.
+type fencedWrite struct {
+	key   string
+	shard int
+	j     *Job
+	done  func(j, cur *Job) bool
+	fn    transition
+}
+
+// decideFenced decides one fenced transition on the stored job cur (or
+// the error reading it gave) and adds its writes to plan and ip.
+func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, f fencedWrite, cur *Job, readErr error, now time.Time) (*Job, error) {
+	j := f.j
+	switch {
+	case readErr != nil:
+		return nil, readErr
+	case cur == nil:
+		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, j.ID, q.name)
+	case f.done != nil && f.done(j, cur):
+		return cur, nil
+	case cur.State != StateActive || cur.LeaseToken != j.LeaseToken:
+		return nil, &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Token: j.LeaseToken, Now: cur}
+	}
+	next := f.fn(j, cloneJob(cur), now)
+	next.UpdatedAt = now
+	if err := q.fits(next, cur); err != nil {
+		return nil, err
+	}
+	q.move(ip, f.shard, j.ID, cur, next, "")
+	plan.writes = append(plan.writes, q.write(f.key, next))
+	return next, nil
 }
 
 // checkJob refuses a job copy that cannot be this queue's.

@@ -22,12 +22,14 @@ type Queue struct {
 	newer *expiring[string] // jobs of a newer format that claimers look past
 	down  *expiring[int]    // shards whose node could not be reached
 	srv   serverCheck       // what the first call checks about Redis
+	pool  duePool           // due entries read ahead, for the claims that follow
 
 	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
 	claims    *commitGroup[string, *Job]
 	enqueues  *commitGroup[*enqueueIn, *Job]
 	completes *commitGroup[completeIn, *Job]
 	extends   *commitGroup[*Job, *Job]
+	finishes  *commitGroup[finishIn, finishOut] // Work's fused complete-and-claim
 }
 
 // NewQueue returns the queue name on rdb. It never closes rdb, which stays
@@ -58,6 +60,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 		q.enqueues = &commitGroup[*enqueueIn, *Job]{max: c.MaxBatch, flush: q.flushEnqueues}
 		q.completes = &commitGroup[completeIn, *Job]{max: c.MaxBatch, flush: q.flushCompletes}
 		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, flush: q.flushExtends}
+		q.finishes = &commitGroup[finishIn, finishOut]{max: c.MaxBatch, flush: q.flushFinishes}
 	}
 	return q, nil
 }

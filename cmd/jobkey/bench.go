@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jobkey/jobkey/internal/bench"
+	"github.com/jobkey/jobkey/bench"
 	"github.com/schollz/progressbar/v3"
 )
 

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/jobkey/jobkey"
-	"github.com/jobkey/jobkey/internal/bench"
+	"github.com/jobkey/jobkey/bench"
 	"github.com/jobkey/jobkey/internal/multikey"
 	"github.com/redis/go-redis/v9"
 )

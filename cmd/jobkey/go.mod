@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/jobkey/jobkey v0.0.0
+	github.com/jobkey/jobkey/bench v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stretchr/testify v1.12.1
@@ -33,4 +34,7 @@ require (
 	golang.org/x/text v0.28.0 // indirect
 )
 
-replace github.com/jobkey/jobkey => ../..
+replace (
+	github.com/jobkey/jobkey => ../..
+	github.com/jobkey/jobkey/bench => ../../bench
+)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey"
-	"github.com/jobkey/jobkey/internal/bench"
+	"github.com/jobkey/jobkey/bench"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"

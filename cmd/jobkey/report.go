@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jobkey/jobkey/internal/bench"
+	"github.com/jobkey/jobkey/bench"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -334,11 +334,29 @@ func TestChaosJobkey(t *testing.T) {
 		}
 	})
 	// Producers: an enqueue that errors may have landed, so it is retried
-	// with the same ID until it is known: success, or ErrJobExists.
+	// with the same ID until it is known: success, or ErrJobExists. They
+	// hold back while the backlog is above maxBacklog, as a service with
+	// backpressure would: the long handlers make the workers slower than
+	// free-running producers, and a long run would otherwise end with a
+	// backlog no drain can clear.
+	const maxBacklog = 2000
+	var backlog atomic.Int64
+	monitor := newQueue(e.admin, 0)
+	wg.Go(func() {
+		for chaosCtx.Err() == nil {
+			if st, err := monitor.Stats(ctx); err == nil {
+				backlog.Store(st.Pending)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
 	for p := range 3 {
 		q := newQueue(e.client(), skews[(p+3)%len(skews)])
 		wg.Go(func() {
 			for n := 0; chaosCtx.Err() == nil; n++ {
+				for backlog.Load() > maxBacklog && chaosCtx.Err() == nil {
+					time.Sleep(50 * time.Millisecond)
+				}
 				id := fmt.Sprintf("p%d-%d", p, n)
 				for chaosCtx.Err() == nil {
 					_, err := q.Enqueue(ctx, "chaos", []byte(id), &jobkey.EnqueueOpts{ID: id})

@@ -1,11 +1,11 @@
-package jobkey_test
+package bench_test
 
 import (
 	"context"
 	"fmt"
 	"testing"
 
-	"github.com/jobkey/jobkey/internal/bench"
+	"github.com/jobkey/jobkey/bench"
 	"github.com/jobkey/jobkey/internal/redistest"
 )
 
@@ -83,5 +83,46 @@ func BenchmarkDrain(b *testing.B) {
 				runScenario(b, design, bench.Params{Scenario: bench.Drain, Payload: 1 << 10, Clients: n})
 			})
 		}
+	}
+}
+
+// runWork runs a worker scenario for b.N jobs and reports jobs/s, round
+// trips and commands per job, and, for produce-and-work, the
+// enqueue-to-start latency.
+func runWork(b *testing.B, design string, p bench.WorkParams) {
+	url := redistest.RequireReal(b).URL
+	p.Ops = max(b.N, 100)
+	p.OnStart = b.ResetTimer
+	r, err := bench.RunWork(context.Background(), url, design, p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(r.Throughput(), "jobs/s")
+	b.ReportMetric(r.Per(r.Wire.RTT), "rtt/op")
+	b.ReportMetric(r.Per(r.Wire.Cmds), "redis-cmds/op")
+	if p.Scenario == bench.ProduceAndWork {
+		b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
+	}
+}
+
+// BenchmarkBurnDown: b.N jobs enqueued first, then 8 worker slots of each
+// design's own worker drain them with a handler that does nothing.
+func BenchmarkBurnDown(b *testing.B) {
+	for _, design := range bench.WorkerDesigns {
+		b.Run("design="+design, func(b *testing.B) {
+			runWork(b, design, bench.WorkParams{Scenario: bench.BurnDown, Payload: 1 << 10, Slots: 8})
+		})
+	}
+}
+
+// BenchmarkProduceAndWork: 8 producers enqueue b.N jobs while 8 worker
+// slots run.
+func BenchmarkProduceAndWork(b *testing.B) {
+	for _, design := range bench.WorkerDesigns {
+		b.Run("design="+design, func(b *testing.B) {
+			runWork(b, design, bench.WorkParams{Scenario: bench.ProduceAndWork, Payload: 1 << 10, Slots: 8, Producers: 8})
+		})
 	}
 }

@@ -1,0 +1,254 @@
+package jobkey
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Work slot that finishes a job and wants the next one completes the
+// first and claims the second in one compare-and-set, as BullMQ's
+// moveToFinished returns the next job: both keys are watched and read in
+// round trip 1, and both written in one MULTI/EXEC. The candidate comes
+// from due entries read ahead, in a round trip that was being made anyway
+// (the previous fused transaction's, or a claim's), so finishing one job
+// and starting the next costs two round trips. Every rule holds: each job
+// is decided under its own WATCH, the completion is fenced on its lease
+// token, the claim is decided from the candidate's value, types are checked
+// before MULTI, and on a cluster a pair is fused only within one slot.
+
+// finishIn is one slot's request: complete job with result, and claim the
+// next due job for worker ("" wants none).
+type finishIn struct {
+	job    *Job
+	result []byte
+	worker string
+}
+
+// finishOut is its answer: the job as completed, and the next job claimed
+// for the slot, if one was.
+type finishOut struct {
+	done *Job
+	next *Job
+}
+
+// completeAndClaim completes j with result and, in the same transaction,
+// claims a due job for worker when one is known. The error is the
+// completion's: next may be set even when the completion failed (its lease
+// was lost), and is nil when the transaction itself failed.
+func (q *Queue) completeAndClaim(ctx context.Context, j *Job, result []byte, worker string) (finishOut, error) {
+	if err := q.checkJob(j); err != nil {
+		return finishOut{}, err
+	}
+	if err := q.resultFits(j, result); err != nil {
+		return finishOut{}, err
+	}
+	if q.finishes == nil {
+		done, err := q.Complete(ctx, j, result)
+		return finishOut{done: done}, err
+	}
+	return q.finishes.do(ctx, finishIn{j, result, worker})
+}
+
+// flushFinishes serves a batch of completeAndClaim calls: one transaction
+// per set of txnSets (per shard on a cluster).
+func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finishOut]) {
+	batch = live(batch)
+	pos := make([]int, len(batch))
+	for i := range pos {
+		pos[i] = i
+	}
+	for _, set := range q.txnSets(pos, func(i int) string { return batch[i].in.job.ID }) {
+		err := q.finishTxn(ctx, batch, set)
+		switch {
+		case err == nil:
+		case len(set) > 1 && refusedWhole(err):
+			for _, i := range set { // each on its own, so one broken job does not refuse the others
+				if err := q.finishTxn(ctx, batch, []int{i}); err != nil {
+					batch[i].finish(finishOut{}, err)
+				}
+			}
+		default:
+			for _, i := range set {
+				batch[i].finish(finishOut{}, err)
+			}
+		}
+	}
+}
+
+// finishTxn completes the jobs of batch[set...] and claims, from the due
+// entries read ahead, a job for each caller that wants one, in one
+// compare-and-set; it answers the callers when it commits.
+func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut], set []int) error {
+	ids := make([]string, len(set))
+	var wanting []int // positions in set whose caller wants a next job
+	for k, i := range set {
+		ids[k] = batch[i].in.job.ID
+		if batch[i].in.worker != "" {
+			wanting = append(wanting, k)
+		}
+	}
+	keys, shards, checks := q.txnKeys(ids, idxLeased, idxSucceeded)
+	shard := -1 // any: a single Redis takes candidates of every shard
+	if q.cluster() {
+		shard = shards[0]
+	}
+	var cands []candidate
+	for _, c := range q.pool.take(len(wanting), shard) {
+		if key := q.ks.jobKey(c.shard, c.id); !slices.Contains(keys, key) {
+			cands = append(cands, c)
+			keys = append(keys, key)
+		}
+	}
+	var ahead []candidate
+	read := func(ctx context.Context, p redis.Pipeliner) func() { return q.readAhead(ctx, p, shards, &ahead) }
+	out := make([]finishOut, len(set))
+	errs := make([]error, len(set))
+	var vanished []string
+	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read,
+		verified: q.indexKeys(cands, idxReady, idxLeased), decide: func(r *casRead) (*casPlan, error) {
+			plan := &casPlan{}
+			var ip indexPlan
+			vanished = vanished[:0]
+			for k, i := range set {
+				out[k], errs[k] = finishOut{}, nil
+				if batch[i].gone() {
+					errs[k] = errLeftOut
+					continue
+				}
+				f := fencedWrite{key: keys[k], shard: shards[k], j: batch[i].in.job, done: completed, fn: succeed(batch[i].in.result)}
+				out[k].done, errs[k] = q.decideFenced(plan, &ip, f, r.jobs[k], r.errs[k], r.now)
+			}
+			w := 0
+			for ci, c := range cands {
+				for w < len(wanting) && errs[wanting[w]] == errLeftOut {
+					w++
+				}
+				if w == len(wanting) {
+					break
+				}
+				k := len(set) + ci
+				claimed, lost := q.decideCandidate(plan, &ip, c, keys[k], r.jobs[k], r.errs[k], batch[set[wanting[w]]].in.worker, r.now)
+				if claimed != nil {
+					out[wanting[w]].next = claimed
+					w++
+				}
+				if lost {
+					vanished = append(vanished, c.id)
+				}
+			}
+			plan.steps, plan.checks = ip.steps(), ip.checks
+			return plan, nil
+		}})
+	if err != nil {
+		return err
+	}
+	q.logVanished(vanished)
+	// The due entries read ahead go to the pool, less the jobs this very
+	// transaction claimed or completed.
+	used := map[string]bool{}
+	for _, id := range ids {
+		used[id] = true
+	}
+	for _, o := range out {
+		if o.next != nil {
+			used[o.next.ID] = true
+		}
+	}
+	q.pool.fill(slices.DeleteFunc(ahead, func(c candidate) bool { return used[c.id] }))
+	for k, i := range set {
+		if errs[k] != errLeftOut {
+			batch[i].finish(out[k], errs[k])
+		}
+	}
+	return nil
+}
+
+// indexKeys returns the named index keys of the candidates' shards.
+func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
+	var out []string
+	for _, c := range cands {
+		for _, n := range names {
+			if k := q.ks.index(c.shard, n); !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// readAhead adds to a pipeline the reads of the due entries of shards
+// (ready and leased, up to ClaimWindow each), and returns what turns their
+// replies into candidates in *into.
+func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, into *[]candidate) func() {
+	now, _ := q.clock.estimate()
+	max := strconv.FormatInt(toMillis(now), 10)
+	type read struct {
+		shard int
+		index string
+		cmd   *redis.StringSliceCmd
+	}
+	var reads []read
+	for _, s := range shards {
+		if slices.ContainsFunc(reads, func(r read) bool { return r.shard == s }) {
+			continue
+		}
+		for _, idx := range []string{idxReady, idxLeased} {
+			by := &redis.ZRangeBy{Min: "-inf", Max: max, Count: int64(q.cfg.ClaimWindow)}
+			reads = append(reads, read{s, idx, p.ZRangeByScore(ctx, q.ks.index(s, idx), by)})
+		}
+	}
+	return func() {
+		*into = (*into)[:0]
+		for _, r := range reads {
+			for _, id := range r.cmd.Val() {
+				if !q.newer.has(id) {
+					*into = append(*into, candidate{shard: r.shard, id: id, index: r.index})
+				}
+			}
+		}
+	}
+}
+
+// duePool holds due entries read ahead of need: the claims that follow
+// take candidates from it instead of reading the indexes in a round trip
+// of their own. A candidate is a hint like any index entry: the
+// compare-and-set that takes it decides from its value. The pool forgets
+// what it holds after poolTTL, since others claim from the same indexes.
+type duePool struct {
+	mu    sync.Mutex
+	cands []candidate
+	until time.Time
+}
+
+const poolTTL = 500 * time.Millisecond
+
+// fill replaces what the pool holds.
+func (p *duePool) fill(cands []candidate) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cands = append(p.cands[:0], cands...)
+	p.until = time.Now().Add(poolTTL)
+}
+
+// take removes up to n candidates of shard (-1: any) and returns them.
+func (p *duePool) take(n int, shard int) []candidate {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n <= 0 || time.Now().After(p.until) {
+		return nil
+	}
+	var out []candidate
+	p.cands = slices.DeleteFunc(p.cands, func(c candidate) bool {
+		if len(out) < n && (shard < 0 || c.shard == shard) {
+			out = append(out, c)
+			return true
+		}
+		return false
+	})
+	return out
+}
