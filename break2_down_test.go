@@ -75,3 +75,53 @@ func TestBreak2CanceledClaimMarksEveryShardDown(t *testing.T) {
 	_, err = q.Enqueue(ctx, "t", nil, nil)
 	require.NoError(t, err, "every node is up")
 }
+
+// What the false down mark costs a running job: the keeper's renewals of a
+// job on a shard marked down fail at once (extends go through eachTxn
+// too), so with a short lease the worker fences itself off and stops a
+// healthy run with ErrLeaseExpired, on a cluster whose every node is up.
+func TestBreak2FalseDownMarkStopsRunningHandler(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	var slow atomic.Bool
+	rdb := cl.Client(t, nil)
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		if slow.Load() && has(cmds, "zrangebyscore", ":ready") {
+			<-ctx.Done()
+		}
+		return nil
+	}))
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Lease: time.Second, Logger: quietLog()})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "long"})
+	require.NoError(t, err)
+
+	started := make(chan struct{})
+	causes := make(chan error, 1)
+	wctx, stop := context.WithCancel(ctx)
+	werr := make(chan error, 1)
+	go func() {
+		werr <- q.Work(wctx, HandlerFunc(func(hctx context.Context, j *Job) ([]byte, error) {
+			close(started)
+			select {
+			case <-time.After(3 * time.Second):
+				causes <- nil
+			case <-hctx.Done():
+				causes <- context.Cause(hctx)
+			}
+			return nil, nil
+		}), &WorkOpts{Concurrency: 1, Logger: quietLog(), TrimInterval: -1})
+	}()
+	<-started
+	// Elsewhere in the process, a claim with a short deadline on a slow link.
+	slow.Store(true)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, _ = q.Claim(short, "other")
+	cancel()
+	slow.Store(false)
+
+	require.NoError(t, <-causes, "a healthy run on a healthy cluster was stopped")
+	stop()
+	require.NoError(t, <-werr)
+}
