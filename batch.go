@@ -21,7 +21,12 @@ import (
 // failure that would fail the rest too (the context ended, or the one
 // Redis is unreachable; on a cluster, a node that is down fails only its
 // own shards), the rest is not tried. id(i) is the ID of the job at i.
-func (q *Queue) eachTxn(ctx context.Context, pos []int, id func(i int) string, run func(set []int) error, failed func(set []int, err error)) {
+//
+// Enqueues (failFast) go further on a cluster: a set for a shard whose node
+// could not be reached a moment ago fails at once, instead of after a dial
+// timeout. Writes about running jobs never do: a renewal or an outcome is
+// always tried.
+func (q *Queue) eachTxn(ctx context.Context, failFast bool, pos []int, id func(i int) string, run func(set []int) error, failed func(set []int, err error)) {
 	todo := q.txnSets(pos, id)
 	var stop error
 	for len(todo) > 0 {
@@ -35,7 +40,7 @@ func (q *Queue) eachTxn(ctx context.Context, pos []int, id func(i int) string, r
 		// reached a moment ago fails at once, instead of after a dial
 		// timeout: nothing is written, and the caller tries again later.
 		shard := q.ks.shardOf(id(set[0]))
-		if q.cluster() && q.down.has(shard) {
+		if failFast && q.cluster() && q.down.has(shard) {
 			failed(set, fmt.Errorf("jobkey: not attempted, nothing written: the node of shard %d could not be reached within the last %v", shard, downFor))
 			continue
 		}
@@ -53,7 +58,7 @@ func (q *Queue) eachTxn(ctx context.Context, pos []int, id func(i int) string, r
 			switch {
 			case !q.cluster() || ctx.Err() != nil:
 				stop = err
-			case !isRedisErr(err):
+			case q.unreachable(ctx, err):
 				q.down.add(shard)
 			}
 		}

@@ -3,8 +3,10 @@ package jobkey
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -60,26 +62,20 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 	}
 	now := strconv.FormatInt(toMillis(t), 10)
 	// Read past the jobs this build cannot read (a newer major format),
-	// which stay at the head of their index for the workers that can.
-	window := int64(n + q.newer.size())
+	// which stay at the head of their index for the workers that can: a
+	// wider window, and further pages while a full page held too few
+	// others.
+	window := int64(n + min(q.newer.size(), 1000))
 	type read struct {
-		shard int
-		index string
-		due   *redis.StringSliceCmd
+		shard  int
+		index  string
+		offset int64
+		taken  int
+		due    *redis.StringSliceCmd
 	}
-	var reads []read
-	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, s := range shards {
-			for _, idx := range []string{idxReady, idxLeased} {
-				key := q.ks.index(s, idx)
-				reads = append(reads, read{s, idx,
-					p.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: now, Count: window})})
-			}
-		}
-		return nil
-	})
-	if err := unanswered(cmds, err); err != nil {
-		return nil, fmt.Errorf("jobkey: read due jobs: %w", err)
+	var pending []*read
+	for _, s := range shards {
+		pending = append(pending, &read{shard: s, index: idxReady}, &read{shard: s, index: idxLeased})
 	}
 	// A shard whose index cannot be read (the wrong type, or its cluster
 	// node is down) is skipped, so the other shards' jobs keep flowing; its
@@ -90,30 +86,47 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 	var firstErr error
 	broken := map[int]bool{}
 	seen := map[string]bool{}
-	for _, r := range reads {
-		key := q.ks.index(r.shard, r.index)
-		ids, err := r.due.Result()
-		switch {
-		case isWrongType(err):
-			firstErr = cmp.Or(firstErr, error(&WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}))
-			broken[r.shard] = true
-			continue
-		case err != nil:
-			firstErr = cmp.Or(firstErr, fmt.Errorf("jobkey: read %s: %w", key, err))
-			broken[r.shard] = true
-			if !isRedisErr(err) {
-				q.down.add(r.shard)
+	for page := 0; len(pending) > 0 && page < maxDuePages; page++ {
+		cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, r := range pending {
+				by := &redis.ZRangeBy{Min: "-inf", Max: now, Offset: r.offset, Count: window}
+				r.due = p.ZRangeByScore(ctx, q.ks.index(r.shard, r.index), by)
 			}
-			continue
+			return nil
+		})
+		if err := unanswered(cmds, err); err != nil {
+			return nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 		}
-		taken := 0
-		for _, id := range ids {
-			if !seen[id] && taken < n && !q.newer.has(id) {
-				seen[id] = true
-				taken++
-				out = append(out, candidate{shard: r.shard, id: id, index: r.index})
+		var more []*read
+		for _, r := range pending {
+			key := q.ks.index(r.shard, r.index)
+			ids, err := r.due.Result()
+			switch {
+			case isWrongType(err):
+				firstErr = cmp.Or(firstErr, error(&WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}))
+				broken[r.shard] = true
+				continue
+			case err != nil:
+				firstErr = cmp.Or(firstErr, fmt.Errorf("jobkey: read %s: %w", key, err))
+				broken[r.shard] = true
+				if q.unreachable(ctx, err) {
+					q.down.add(r.shard)
+				}
+				continue
+			}
+			for _, id := range ids {
+				if !seen[id] && r.taken < n && !q.newer.has(id) {
+					seen[id] = true
+					r.taken++
+					out = append(out, candidate{shard: r.shard, id: id, index: r.index})
+				}
+			}
+			if r.taken < n && int64(len(ids)) == window {
+				r.offset += window
+				more = append(more, r)
 			}
 		}
+		pending = more
 	}
 	if len(broken) > 0 {
 		kept := out[:0]
@@ -132,7 +145,8 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 
 // untilDue returns how long until the next job becomes claimable by
 // Redis's clock, read in the same round trip: the earliest score in ready
-// or leased over all shards. ok is false when the queue holds none.
+// or leased over all shards, past the jobs of a newer format that this
+// build looks past. ok is false when the queue holds none.
 func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
 	var cmds []*redis.ZSliceCmd
 	var clock *redis.TimeCmd
@@ -147,8 +161,9 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 			if q.down.has(s) {
 				continue
 			}
-			cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, idxReady), 0, 0),
-				p.ZRangeWithScores(ctx, q.ks.index(s, idxLeased), 0, 0))
+			n := int64(min(q.newer.size(), maxSkip))
+			cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, idxReady), 0, n),
+				p.ZRangeWithScores(ctx, q.ks.index(s, idxLeased), 0, n))
 		}
 		return nil
 	})
@@ -163,10 +178,14 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	}
 	var next time.Time
 	for _, c := range cmds {
-		if z := c.Val(); len(z) == 1 {
-			if t := fromMillis(int64(z[0].Score)); next.IsZero() || t.Before(next) {
+		for _, z := range c.Val() {
+			if id, _ := z.Member.(string); q.newer.has(id) {
+				continue
+			}
+			if t := fromMillis(int64(z.Score)); next.IsZero() || t.Before(next) {
 				next = t
 			}
+			break
 		}
 	}
 	if next.IsZero() {
@@ -177,22 +196,50 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 
 // expiring is a small set whose members leave after a while: shards whose
 // node could not be reached, and jobs of a newer format that claimers look
-// past. Past max members it starts over.
+// past. At most max members stay: when full, the one that would leave
+// first goes.
 type expiring[K comparable] struct {
 	ttl time.Duration
 	max int
 
-	mu    sync.Mutex
-	until map[K]time.Time
+	mu     sync.Mutex
+	until  map[K]time.Time
+	purged time.Time
 }
 
 func (s *expiring[K]) add(k K) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.until == nil || len(s.until) >= s.max {
+	if s.until == nil {
 		s.until = map[K]time.Time{}
 	}
+	if _, ok := s.until[k]; !ok && len(s.until) >= s.max {
+		// Full: the expired members go, and if none has, the one that
+		// would leave first.
+		s.purge()
+		if len(s.until) >= s.max {
+			var first K
+			var at time.Time
+			for m, t := range s.until {
+				if at.IsZero() || t.Before(at) {
+					first, at = m, t
+				}
+			}
+			delete(s.until, first)
+		}
+	}
 	s.until[k] = time.Now().Add(s.ttl)
+}
+
+// purge removes the expired members. s.mu is held.
+func (s *expiring[K]) purge() {
+	now := time.Now()
+	for m, t := range s.until {
+		if now.After(t) {
+			delete(s.until, m)
+		}
+	}
+	s.purged = now
 }
 
 func (s *expiring[K]) has(k K) bool {
@@ -206,18 +253,35 @@ func (s *expiring[K]) has(k K) bool {
 	return ok
 }
 
+// size counts the members, purging the expired ones at most once a second.
 func (s *expiring[K]) size() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.until) > 0 && time.Since(s.purged) > time.Second {
+		s.purge()
+	}
 	return len(s.until)
 }
 
 // downFor is how long claims leave out a shard whose node was unreachable.
 const downFor = 2 * time.Second
 
+// maxDuePages bounds the pages one read of due entries takes to look past
+// jobs of a newer format.
+const maxDuePages = 10
+
+// unreachable reports an error that says a cluster node could not be
+// reached (a dial or connection failure), as opposed to a reply, a context
+// that ended, or a single Redis (where there is nothing else to try).
+func (q *Queue) unreachable(ctx context.Context, err error) bool {
+	var ne net.Error
+	return q.cluster() && ctx.Err() == nil && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, context.DeadlineExceeded) && errors.As(err, &ne)
+}
+
 // skipFor is how long a claimer looks past a newer-format job before it
 // looks again (and logs the sighting again); maxSkip bounds how many.
 const (
 	skipFor = time.Minute
-	maxSkip = 1000
+	maxSkip = 10000
 )

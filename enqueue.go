@@ -108,7 +108,7 @@ func (q *Queue) enqueueJobs(ctx context.Context, ins []*enqueueIn, gone func(i i
 		first[in.job.ID] = i
 		todo = append(todo, i)
 	}
-	q.eachTxn(ctx, todo, func(i int) string { return ins[i].job.ID },
+	q.eachTxn(ctx, true, todo, func(i int) string { return ins[i].job.ID },
 		func(set []int) error { return q.enqueueTxn(ctx, ins, set, errs, gone) },
 		func(set []int, err error) {
 			for _, i := range set {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -53,7 +54,7 @@ func (q *Queue) fencedMany(ctx context.Context, jobs []*Job, predict []string, d
 		seen[j.ID] = i
 		todo = append(todo, i)
 	}
-	q.eachTxn(ctx, todo, func(i int) string { return jobs[i].ID },
+	q.eachTxn(ctx, false, todo, func(i int) string { return jobs[i].ID },
 		func(set []int) error { return q.fencedTxn(ctx, jobs, set, predict, done, fn, gone, out, errs) },
 		func(set []int, err error) {
 			for _, i := range set {
@@ -304,7 +305,9 @@ func (q *Queue) Fail(ctx context.Context, j *Job, cause error) (*Job, error) {
 	// A Fail retried after its reply was lost finds its own write: the job
 	// no longer active, still under this claim's token, with this error.
 	done := func(j, cur *Job) bool {
-		return cur.LeaseToken == j.LeaseToken && cur.LastError == msg && (cur.State == StatePending || cur.State == StateFailed)
+		// LastError may have been cut to fit MaxValueBytes: a prefix of msg.
+		return cur.LeaseToken == j.LeaseToken && cur.LastError != "" && strings.HasPrefix(msg, cur.LastError) &&
+			(cur.State == StatePending || cur.State == StateFailed)
 	}
 	return q.fenced(ctx, j, []string{idxLeased, idxReady, idxFailed}, done, func(_, next *Job, now time.Time) *Job {
 		next.LastError = msg

@@ -25,9 +25,9 @@ type serverCheck struct {
 	evictErr  error     // refuses writes
 }
 
-// checkRetry is how long a Queue waits to check the server again after
-// it could not reach it.
-const checkRetry = 10 * time.Second
+// checkRetry is how long a Queue on a cluster waits to check the server
+// again after it could not reach the node of the queue's meta key.
+const checkRetry = time.Second
 
 // LookupShards returns the shard count of the queue name under prefix, as
 // stored in Redis by the first Queue that reached it, so that tools can
@@ -69,16 +69,25 @@ func (q *Queue) check(ctx context.Context, write bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.done && time.Now().After(c.retry) {
-		if err := q.runChecks(ctx); err != nil {
-			// Redis, or the node that holds the queue's meta key, cannot be
-			// reached now. The call goes ahead (it fails on its own if it
-			// needs that node); the checks run again in a while.
+		err := q.runChecks(ctx)
+		switch {
+		case err == nil:
+			c.done = true
+			c.ok.Store(c.shardsErr == nil && c.evictErr == nil)
+		case c.shardsErr != nil:
+			// What was found stands, whatever stopped the rest.
+		case ctx.Err() != nil || !q.cluster():
+			// Not checked yet: the caller gave up, or the one Redis is
+			// unreachable (and the call would fail anyway). No call goes
+			// through unchecked; the next one checks again.
+			return err
+		default:
+			// On a cluster the node that holds the queue's meta key may
+			// be down while the others serve: the call goes ahead, and the
+			// checks run again a second later.
 			q.cfg.Logger.Warn("jobkey: could not check the server; trying again later", "queue", q.name, "err", err)
 			c.retry = time.Now().Add(checkRetry)
-			return nil
 		}
-		c.done = true
-		c.ok.Store(c.shardsErr == nil && c.evictErr == nil)
 	}
 	if c.shardsErr != nil {
 		return c.shardsErr
@@ -101,6 +110,8 @@ func (q *Queue) runChecks(ctx context.Context) error {
 	recv := q.clock.local()
 	switch {
 	case errors.Is(err, redis.Nil): // stored now
+	case isWrongType(err):
+		c.shardsErr = &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
 	case err != nil:
 		return fmt.Errorf("jobkey: store the shard count in %s: %w", key, err)
 	case prev != want:
@@ -120,12 +131,20 @@ func (q *Queue) runChecks(ctx context.Context) error {
 		return nil
 	}
 	policies, err := q.evictionPolicies(ctx)
-	if err != nil {
-		if strings.Contains(err.Error(), "NOPERM") {
-			c.evictErr = fmt.Errorf("%w: cannot read maxmemory-policy (%v): grant +info, or set Config.SkipEvictionCheck",
-				ErrEvictionPolicy, err)
-			return nil
-		}
+	switch {
+	case err != nil && strings.Contains(err.Error(), "NOPERM"):
+		// An ACL refuses INFO: whoever wrote it must say whether Redis may
+		// evict, so writes wait for Config.SkipEvictionCheck or +info.
+		c.evictErr = fmt.Errorf("%w: cannot read maxmemory-policy (%v): grant +info, or set Config.SkipEvictionCheck",
+			ErrEvictionPolicy, err)
+		return nil
+	case err != nil && isRedisErr(err):
+		// A server without INFO memory (renamed away, or not Redis): say
+		// so loudly, and go on.
+		q.cfg.Logger.Error("jobkey: cannot read maxmemory-policy; if Redis may evict keys, acknowledged jobs can vanish "+
+			"(set Config.SkipEvictionCheck to silence this)", "queue", q.name, "err", err)
+		return nil
+	case err != nil:
 		return fmt.Errorf("jobkey: read maxmemory-policy: %w", err)
 	}
 	for addr, p := range policies {

@@ -109,3 +109,100 @@ func TestShardCountIsStored(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a", j.ID)
 }
+
+// Regression, found in review: runChecks records a shard-count mismatch in shardsErr, then
+// reads INFO; when INFO fails with anything but NOPERM (here the command
+// is renamed away, as hardened deployments do; also a timeout), it returns
+// that error, check treats it as "Redis cannot be reached", and lets the
+// call through, ignoring the mismatch it had just found. It does so again
+// every 10s, forever: a process with the wrong shard count writes jobs
+// where no other process looks.
+func TestShardMismatchStandsWhenInfoFails(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{Args: []string{"--rename-command", "INFO", ""}})
+	rdb := redistest.ClientFor(t, srv.URL(), nil)
+	ctx := context.Background()
+	four, err := NewQueue(rdb, "q", &Config{Shards: 4, Logger: quietLog(), SkipEvictionCheck: true})
+	require.NoError(t, err)
+	_, err = four.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	two, err := NewQueue(rdb, "q", &Config{Shards: 2, Logger: quietLog()})
+	require.NoError(t, err)
+	_, err = two.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "misplaced"})
+	require.ErrorIs(t, err, ErrInvalid, "the stored count is 4; a Queue of 2 shards must be refused")
+	require.NotErrorIs(t, err, ErrEvictionPolicy, "the mismatch is what is reported, whatever INFO did")
+	// Without the mismatch, a server without INFO is said loudly, and writes
+	// go on.
+	var log bytes.Buffer
+	fourAgain, err := NewQueue(rdb, "q", &Config{Shards: 4, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	require.NoError(t, err)
+	_, err = fourAgain.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	require.Contains(t, log.String(), "cannot read maxmemory-policy")
+}
+
+// Regression, found in review: a Queue whose first call had a context that ended (or met Redis
+// down) skips the server checks for checkRetry (10s) and lets writes
+// through meanwhile: a process configured with the wrong shard count
+// writes jobs into shards nobody else reads, and the job is lost to the
+// correctly configured processes.
+func TestShardCheckRunsAgainAfterFirstCallGaveUp(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	rdb := redistest.Client(t, nil)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	four, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Shards: 4, Logger: quietLog()})
+	require.NoError(t, err)
+	_, err = four.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	two, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Shards: 2, Logger: quietLog()})
+	require.NoError(t, err)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = two.Get(gone, "whatever") // a first call whose caller already gave up
+	require.Error(t, err)
+
+	_, err = two.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "misplaced"})
+	if err == nil {
+		_, gerr := four.Get(ctx, "misplaced")
+		t.Fatalf("a Queue with 2 shards enqueued into a 4-shard queue (the 4-shard queue's Get says: %v)", gerr)
+	}
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// Same root cause, eviction: a first call that gave up lets writes through
+// under allkeys-lru for 10s.
+func TestEvictionCheckRunsAgainAfterFirstCallGaveUp(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{Args: []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"}})
+	rdb := redistest.ClientFor(t, srv.URL(), nil)
+	q, err := NewQueue(rdb, "q", &Config{Logger: quietLog()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _ = q.Get(gone, "x")
+	_, err = q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "x"})
+	require.ErrorIs(t, err, ErrEvictionPolicy, "writes under allkeys-lru must be refused")
+}
+
+// Regression, found in review: a meta key of another type (a hash here) makes SET NX GET fail
+// with WRONGTYPE; check reports it as "could not check the server; trying
+// again later" and lets every call through, so the shard-count guard is
+// off for good, where every other key of the wrong type is refused with a
+// *WrongTypeError naming it.
+func TestMetaKeyOfWrongTypeIsRefused(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	rdb := redistest.Client(t, nil)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	q, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Shards: 2, Logger: quietLog()})
+	require.NoError(t, err)
+	require.NoError(t, rdb.HSet(ctx, q.ks.metaKey(), "shards", "4").Err())
+	_, err = q.Enqueue(ctx, "t", nil, nil)
+	require.ErrorIs(t, err, ErrWrongType, "the meta key holds a hash")
+}

@@ -63,17 +63,20 @@ func (q *Queue) Trim(ctx context.Context) (int, error) {
 }
 
 // trimStep removes up to trimStep old entries of each target, in two round
-// trips: where the trimStep-th old entry lies, then the removals. It
-// returns the targets that may hold more.
+// trips: the first trimStep old entries (or fewer, when fewer are old),
+// then their removal: ZREM of the members read when the read was full,
+// else ZREMRANGEBYSCORE of all that is old, which is fewer than a step.
+// Either way one command removes at most trimStep entries. It returns the
+// targets that may hold more.
 func (q *Queue) trimStep(ctx context.Context, now time.Time, targets []trimTarget) (int, []trimTarget, error) {
 	cuts := make([]string, len(targets))
-	nth := make([]*redis.ZSliceCmd, len(targets))
-	low := make([]*redis.ZSliceCmd, len(targets))
+	old := make([]*redis.StringSliceCmd, len(targets))
 	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range targets {
-			cuts[i] = strconv.FormatInt(toMillis(now.Add(-t.age)), 10)
-			nth[i] = p.ZRangeByScoreWithScores(ctx, t.key, &redis.ZRangeBy{Min: "-inf", Max: "(" + cuts[i], Offset: trimStep - 1, Count: 1})
-			low[i] = p.ZRangeWithScores(ctx, t.key, 0, 0)
+			// A second of grace: an entry's score is its transaction's read
+			// time, and its key's TTL starts a moment later, at EXEC.
+			cuts[i] = strconv.FormatInt(toMillis(now.Add(-t.age-time.Second)), 10)
+			old[i] = p.ZRangeByScore(ctx, t.key, &redis.ZRangeBy{Min: "-inf", Max: "(" + cuts[i], Count: trimStep})
 		}
 		return nil
 	})
@@ -84,22 +87,20 @@ func (q *Queue) trimStep(ctx context.Context, now time.Time, targets []trimTarge
 	var rems []*redis.IntCmd
 	cmds, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range targets {
-			if nth[i].Err() != nil || low[i].Err() != nil {
-				continue // a broken index or a node that is down: left for later
-			}
-			max := "(" + cuts[i]
-			if z := nth[i].Val(); len(z) == 1 {
-				// More than a step's worth is old: remove what scores below
-				// the step's last entry (all of its millisecond, if the
-				// whole step shares one), and come back for the rest.
-				s := strconv.FormatInt(int64(z[0].Score), 10)
-				max = "(" + s
-				if l := low[i].Val(); len(l) == 1 && l[0].Score == z[0].Score {
-					max = s
+			members, err := old[i].Result()
+			switch {
+			case err != nil, len(members) == 0:
+				// A broken index or a node that is down: left for later.
+			case len(members) == trimStep:
+				ms := make([]any, len(members))
+				for k, m := range members {
+					ms[k] = m
 				}
+				rems = append(rems, p.ZRem(ctx, t.key, ms...))
 				more = append(more, t)
+			default:
+				rems = append(rems, p.ZRemRangeByScore(ctx, t.key, "-inf", "("+cuts[i]))
 			}
-			rems = append(rems, p.ZRemRangeByScore(ctx, t.key, "-inf", max))
 		}
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,8 +45,14 @@ type VerifyOpts struct {
 var allIndexes = []string{idxReady, idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt}
 
 // verifyPage is how many entries or keys Verify reads per command: a few
-// milliseconds of Redis's time at most, whatever the queue's size.
-const verifyPage = 1000
+// milliseconds of Redis's time at most, whatever the queue's size. Values
+// are read fewer at a time (valuePage, recheckBatch), since each may be as
+// large as Config.MaxValueBytes.
+const (
+	verifyPage   = 1000
+	valuePage    = 50
+	recheckBatch = 20
+)
 
 // Verify walks the queue's indexes and reports every disagreement between
 // job values and index entries. Normal operation never needs it: every
@@ -141,14 +148,13 @@ func (q *Queue) verifyShard(ctx context.Context, shard int, o VerifyOpts, now ti
 			return fmt.Errorf("jobkey: verify: shard %d moved to another node during the scan; run Verify again", shard)
 		}
 	}
-	node := q.rdb
 	ids := make([]string, 0, len(suspects))
 	for id := range suspects {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	for start := 0; start < len(ids); start += 100 {
-		found, err := q.recheck(ctx, node, shard, now, ids[start:min(len(ids), start+100)])
+	for start := 0; start < len(ids); start += recheckBatch {
+		found, err := q.recheck(ctx, shard, now, ids[start:min(len(ids), start+recheckBatch)])
 		if err != nil {
 			return err
 		}
@@ -170,8 +176,14 @@ func (q *Queue) verifyShard(ctx context.Context, shard int, o VerifyOpts, now ti
 func (q *Queue) walkIndexes(ctx context.Context, node redis.Cmdable, shard int, now time.Time, rep *VerifyReport, suspects map[string]bool) error {
 	for _, idx := range allIndexes {
 		key := q.ks.index(shard, idx)
-		for start := int64(0); ; start += verifyPage {
-			zs, err := node.ZRangeWithScores(ctx, key, start, start+verifyPage-1).Result()
+		// Pages go by score, from the last score read (with an offset past
+		// the entries of that score already read): entries that leave an
+		// earlier page meanwhile, as jobs move on a live queue, do not
+		// shift later ones out of sight, as pages by rank would.
+		from, past := "-inf", int64(0)
+		for {
+			by := &redis.ZRangeBy{Min: from, Max: "+inf", Offset: past, Count: verifyPage}
+			zs, err := node.ZRangeByScoreWithScores(ctx, key, by).Result()
 			if err != nil {
 				return fmt.Errorf("jobkey: verify: read %s: %w", key, err)
 			}
@@ -200,6 +212,18 @@ func (q *Queue) walkIndexes(ctx context.Context, node redis.Cmdable, shard int, 
 			}
 			if len(zs) < verifyPage {
 				break
+			}
+			last := zs[len(zs)-1].Score
+			same := int64(0)
+			for _, z := range zs {
+				if z.Score == last {
+					same++
+				}
+			}
+			if next := strconv.FormatInt(int64(last), 10); next == from {
+				past += same
+			} else {
+				from, past = next, same
 			}
 		}
 	}
@@ -255,26 +279,28 @@ func (q *Queue) walkKeys(ctx context.Context, node redis.Cmdable, shard int, sus
 	return flush()
 }
 
-// values reads the values of ids in one pipeline.
+// values reads the values of ids, valuePage per pipeline, so that no
+// reply holds more than that many whole values.
 func (q *Queue) values(ctx context.Context, node redis.Cmdable, shard int, ids []string) ([]rawRead, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	cmds := make([]*redis.StringCmd, len(ids))
-	all, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.Get(ctx, q.ks.jobKey(shard, id))
+	out := make([]rawRead, 0, len(ids))
+	for start := 0; start < len(ids); start += valuePage {
+		page := ids[start:min(len(ids), start+valuePage)]
+		cmds := make([]*redis.StringCmd, len(page))
+		all, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range page {
+				cmds[i] = p.Get(ctx, q.ks.jobKey(shard, id))
+			}
+			return nil
+		})
+		if err != nil && (unanswered(all, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
+			return nil, fmt.Errorf("jobkey: verify: read values: %w", err)
 		}
-		return nil
-	})
-	if err != nil && (unanswered(all, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
-		return nil, fmt.Errorf("jobkey: verify: read values: %w", err)
-	}
-	out := make([]rawRead, len(ids))
-	for i, c := range cmds {
-		out[i] = fromGet(c)
-		if out[i].err != nil && !isWrongType(out[i].err) {
-			return nil, fmt.Errorf("jobkey: verify: get %s: %w", q.ks.jobKey(shard, ids[i]), out[i].err)
+		for i, c := range cmds {
+			r := fromGet(c)
+			if r.err != nil && !isWrongType(r.err) {
+				return nil, fmt.Errorf("jobkey: verify: get %s: %w", q.ks.jobKey(shard, page[i]), r.err)
+			}
+			out = append(out, r)
 		}
 	}
 	return out, nil

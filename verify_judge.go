@@ -34,39 +34,65 @@ func readValue(raw rawRead) value {
 	return value{}
 }
 
-// recheck reads the suspects as one snapshot (MULTI, then the GET and every
-// index's ZSCORE of each, EXEC) and returns the findings that still hold.
-func (q *Queue) recheck(ctx context.Context, node redis.Cmdable, shard int, now time.Time, ids []string) ([]Finding, error) {
-	type snap struct {
-		get    *redis.StringCmd
-		scores []*redis.FloatCmd
-	}
-	snaps := make([]snap, len(ids))
-	cmds, err := node.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			snaps[i].get = p.Get(ctx, q.ks.jobKey(shard, id))
-			for _, idx := range allIndexes {
-				snaps[i].scores = append(snaps[i].scores, p.ZScore(ctx, q.ks.index(shard, idx), id))
-			}
-		}
-		return nil
-	})
-	if err != nil && (unanswered(cmds, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
-		return nil, fmt.Errorf("jobkey: verify: read %d jobs: %w", len(ids), err)
-	}
-	var out []Finding
+// recheck reads the suspects as one snapshot and returns the findings
+// that still hold: WATCH their keys, read the values, then read every
+// index's ZSCORE of each in MULTI/EXEC. The EXEC commits only if no value
+// changed since it was read, so values and entries are seen as of one
+// moment, and no whole value is copied while Redis runs the EXEC. Jobs
+// that keep changing are tried three times, then left: a job that moves
+// on is no finding.
+func (q *Queue) recheck(ctx context.Context, shard int, now time.Time, ids []string) ([]Finding, error) {
+	keys := make([]string, len(ids))
 	for i, id := range ids {
-		var have []placed
-		for k, c := range snaps[i].scores {
-			if s, err := c.Result(); err == nil {
-				have = append(have, placed{allIndexes[k], int64(s)})
-			}
-		}
-		if f, bad := q.judge(id, readValue(fromGet(snaps[i].get)), have, now); bad {
-			out = append(out, f)
-		}
+		keys[i] = q.ks.jobKey(shard, id)
 	}
-	return out, nil
+	for range 3 {
+		var out []Finding
+		err := q.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			gets := make([]*redis.StringCmd, len(ids))
+			cmds, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, k := range keys {
+					gets[i] = p.Get(ctx, k)
+				}
+				return nil
+			})
+			if err != nil && (unanswered(cmds, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
+				return err
+			}
+			scores := make([][]*redis.FloatCmd, len(ids))
+			cmds, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				for i, id := range ids {
+					for _, idx := range allIndexes {
+						scores[i] = append(scores[i], p.ZScore(ctx, q.ks.index(shard, idx), id))
+					}
+				}
+				return nil
+			})
+			if err != nil && (unanswered(cmds, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
+				return err
+			}
+			for i, id := range ids {
+				var have []placed
+				for k, c := range scores[i] {
+					if s, err := c.Result(); err == nil {
+						have = append(have, placed{allIndexes[k], int64(s)})
+					}
+				}
+				if f, bad := q.judge(id, readValue(fromGet(gets[i])), have, now); bad {
+					out = append(out, f)
+				}
+			}
+			return nil
+		}, keys...)
+		if errors.Is(err, redis.TxFailedErr) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("jobkey: verify: read %d jobs: %w", len(ids), err)
+		}
+		return out, nil
+	}
+	return nil, nil
 }
 
 // judge compares where a value says its ID belongs with the entries found.
@@ -76,8 +102,11 @@ func (q *Queue) judge(id string, v value, have []placed, now time.Time) (Finding
 	}
 	if v.missing {
 		for _, p := range have {
-			if st := finishedState(p.index); st != 0 && p.score < toMillis(now.Add(-q.retention(st))) {
-				continue // expired with its key; trimmed later
+			if finishedState(p.index) != 0 {
+				// A finished job whose key expired with its retention (the
+				// retention of whichever process finished it), its entry
+				// not trimmed yet: nothing to judge, and nothing lost.
+				continue
 			}
 			return Finding{ID: id, Kind: "stray-entry", Detail: fmt.Sprintf("in %s, but there is no job value", p.index)}, true
 		}

@@ -215,8 +215,10 @@ func (w *worker) slot(ctx context.Context, name string) {
 		case errors.Is(err, ErrNoJob):
 			wait := w.o.PollInterval
 			// Sleep until the next scheduled job is due, if that is sooner.
+			// A job due now that the claim just missed (taken by another
+			// worker a moment before) gets a short pause, not a busy loop.
 			if d, ok, err := w.q.untilDue(ctx); err == nil && ok {
-				wait = min(wait, max(time.Millisecond, d))
+				wait = min(wait, max(5*time.Millisecond, d))
 			}
 			w.idle(ctx, wait)
 		case ctx.Err() != nil:

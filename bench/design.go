@@ -50,7 +50,10 @@ type Jobkey struct {
 
 // NewJobkey returns the jobkey design under prefix.
 func NewJobkey(rdb redis.UniversalClient, prefix string) (*Jobkey, error) {
-	q, err := jobkey.NewQueue(rdb, "bench", &jobkey.Config{Prefix: prefix, MaxValueBytes: jobkey.MaxValueBytes, MaxBatch: 512})
+	// The eviction check is skipped: the embedded server cannot answer it,
+	// and a benchmark's queue lives for seconds.
+	q, err := jobkey.NewQueue(rdb, "bench", &jobkey.Config{Prefix: prefix, MaxValueBytes: jobkey.MaxValueBytes, MaxBatch: 512,
+		SkipEvictionCheck: true})
 	if err != nil {
 		return nil, err
 	}

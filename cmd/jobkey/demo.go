@@ -22,7 +22,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	url, _, stop, err := server(*redisURL, stderr)
+	url, embedded, stop, err := server(*redisURL, stderr)
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := demoMultikey(ctx, stdout, rdb, prefix+":mk"); err != nil {
 		return err
 	}
-	return demoJobkey(ctx, stdout, rdb, prefix+":jk")
+	return demoJobkey(ctx, stdout, rdb, prefix+":jk", embedded)
 }
 
 type row struct{ step, op, result, after string }
@@ -96,8 +96,10 @@ func demoMultikey(ctx context.Context, w io.Writer, rdb *redis.Client, prefix st
 
 // demoJobkey injects the same fault: the index the enqueue writes holds a
 // string. The type check in the first round trip refuses it before MULTI.
-func demoJobkey(ctx context.Context, w io.Writer, rdb *redis.Client, prefix string) error {
-	q, err := jobkey.NewQueue(rdb, "jobs", &jobkey.Config{Prefix: prefix, Shards: 4})
+// The embedded server cannot answer INFO memory, and never evicts: it
+// skips the eviction check.
+func demoJobkey(ctx context.Context, w io.Writer, rdb *redis.Client, prefix string, embedded bool) error {
+	q, err := jobkey.NewQueue(rdb, "jobs", &jobkey.Config{Prefix: prefix, Shards: 4, SkipEvictionCheck: embedded})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,10 @@ func main() {
 	// SIGTERM stops the command as SIGINT does: whatever it set up is
 	// cleaned away before it exits.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal ends the command at once, cleanup or not
+	}()
 	// go-redis logs every refused dial; the command reports errors itself,
 	// in one line.
 	redis.SetLogger(quiet{})

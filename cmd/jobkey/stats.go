@@ -35,6 +35,11 @@ func connect(ctx context.Context, url string) (redis.UniversalClient, error) {
 		return c, nil
 	}
 	c.Close()
+	if o.TLSConfig != nil {
+		// ParseURL names the first node's host; every node has its own.
+		o.TLSConfig = o.TLSConfig.Clone()
+		o.TLSConfig.ServerName = ""
+	}
 	return redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
 		DialTimeout: o.DialTimeout, MaxRetries: o.MaxRetries, MaintNotificationsConfig: o.MaintNotificationsConfig,
