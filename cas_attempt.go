@@ -397,7 +397,6 @@ func (e *casEngine) unwatch(ctx context.Context, conn *redis.Conn) bool {
 	return conn.Do(ctx, "unwatch").Err() == nil
 }
 
-
 func stepError(cmds []redis.Cmder, aborted bool) *StepError {
 	se := &StepError{Aborted: aborted}
 	for _, c := range cmds {
