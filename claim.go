@@ -55,7 +55,7 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 		if left() {
 			return nil, ErrNoJob
 		}
-		cands, err := q.dueCandidates(ctx)
+		cands, err := q.candidates(ctx, round, q.cfg.ClaimWindow)
 		if err != nil {
 			return nil, err
 		}
@@ -64,13 +64,14 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 		}
 		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 		cleared = false
-		for _, c := range cands {
+		for k, c := range cands {
 			if left() {
 				return nil, ErrNoJob // answered already; nothing more to do for it
 			}
 			j, wrote, err := q.tryClaim(ctx, c, worker, gone)
 			switch {
 			case err == nil && j != nil:
+				q.pool.fill(cands[k+1:]) // the rest, for the claims that follow
 				return j, nil
 			case errors.Is(err, ErrConflict):
 				// Someone else changed it first.
@@ -142,7 +143,7 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 				break
 			}
 		}
-		cands, err := q.dueCandidatesN(ctx, max(q.cfg.ClaimWindow, 8*len(waiting)))
+		cands, err := q.candidates(ctx, round, max(q.cfg.ClaimWindow, 8*len(waiting)))
 		if err != nil {
 			return got, err
 		}
@@ -155,6 +156,7 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 		n := min(len(cands), len(waiting))
 		start := rand.N(len(cands) - n + 1)
 		block := cands[start : start+n]
+		q.pool.fill(slices.Concat(cands[:start], cands[start+n:])) // the rest, for the claims that follow
 		names := make([]string, n)
 		for k := range block {
 			names[k] = workers[waiting[k]]
@@ -190,6 +192,18 @@ func validOwner(worker string) error {
 		return fmt.Errorf("%w: worker name must be 1..256 bytes, got %d", ErrInvalid, len(worker))
 	}
 	return nil
+}
+
+// candidates returns due entries to try: on a single Redis, in the first
+// round, those read ahead (see duePool), when there are some; else a read
+// of the indexes, n entries per index.
+func (q *Queue) candidates(ctx context.Context, round, n int) ([]candidate, error) {
+	if round == 0 && !q.cluster() {
+		if cands := q.pool.take(n, -1); len(cands) > 0 {
+			return cands, nil
+		}
+	}
+	return q.dueCandidatesN(ctx, n)
 }
 
 // tryClaim decides on one candidate from its value under WATCH. It returns

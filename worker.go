@@ -204,14 +204,25 @@ func (w *worker) poke() {
 // slot claims and runs jobs one at a time until ctx ends.
 func (w *worker) slot(ctx context.Context, name string) {
 	errDelay := 10 * time.Millisecond
-	for ctx.Err() == nil {
+	var next *Job           // claimed with the last completion, not run yet
+	var nextAsked time.Time // when that claim was asked for
+	for {
+		if next != nil {
+			// execute gives it back unrun if shutdown has begun.
+			j := next
+			next, nextAsked = w.execute(ctx, j, nextAsked, name)
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
 		asked := time.Now() // the lease is measured from before the claim
 		j, err := w.q.Claim(ctx, name)
 		switch {
 		case err == nil:
 			errDelay = 10 * time.Millisecond
 			w.poke() // there may be more: let another idle slot look
-			w.execute(ctx, j, asked)
+			next, nextAsked = w.execute(ctx, j, asked, name)
 		case errors.Is(err, ErrNoJob):
 			wait := w.o.PollInterval
 			// Sleep until the next scheduled job is due, if that is sooner.
@@ -260,8 +271,10 @@ func (w *worker) idle(ctx context.Context, d time.Duration) {
 
 // execute runs the handler under a kept lease and records the outcome.
 // ctx is Work's: when it has ended, shutdown began while the claim was in
-// flight, and the job goes back unrun.
-func (w *worker) execute(ctx context.Context, j *Job, asked time.Time) {
+// flight, and the job goes back unrun. A success is completed together
+// with the claim of the slot's next job when one is due (see fuse.go); the
+// job claimed so is returned, with when it was asked for.
+func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name string) (next *Job, nextAsked time.Time) {
 	r := w.start(j, asked)
 	defer w.stop(r)
 	if ctx.Err() != nil || r.left() <= 0 {
@@ -270,7 +283,7 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time) {
 		// that another worker may be starting too. Give the job back; the
 		// release is fenced, so it writes only if the lease is still ours.
 		w.record(r, w.q.Release)
-		return
+		return nil, time.Time{}
 	}
 	result, err := w.call(r.ctx, j)
 	cause := context.Cause(r.ctx)
@@ -278,6 +291,12 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time) {
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled):
 		// Someone else owns the job's fate now: any write would be fenced off.
 	case err == nil:
+		if ctx.Err() == nil && cause == nil {
+			var done bool
+			if next, nextAsked, done = w.finish(r, result, name); done {
+				return next, nextAsked
+			}
+		}
 		// Even at shutdown, or when the lease could not be renewed: if the
 		// lease still holds, the success stands; if not, fencing refuses it.
 		werr := w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Complete(ctx, j, result) })
@@ -297,6 +316,33 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time) {
 	default:
 		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, err) })
 	}
+	return next, nextAsked
+}
+
+// finish completes a success and claims the slot's next job in one
+// transaction. done says the completion's fate is known (recorded, or
+// lost for good); otherwise the caller records it the usual way, with
+// retries. next, when set, is the slot's next job, claimed by this very
+// transaction, whatever became of the completion.
+func (w *worker) finish(r *run, result []byte, name string) (next *Job, asked time.Time, done bool) {
+	ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
+	defer cancel()
+	asked = time.Now()
+	r.writing.Store(true)
+	out, err := w.q.completeAndClaim(ctx, r.job, result, name)
+	r.writing.Store(false)
+	switch {
+	case err == nil:
+		w.recorded(out.done, nil)
+		return out.next, asked, true
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
+		w.recorded(r.job, err)
+		return out.next, asked, true
+	}
+	// The completion is recorded the usual way, with retries (it failed
+	// alone, or the whole transaction did); a claim that landed with it
+	// stands, and runs next.
+	return out.next, asked, false
 }
 
 // recorded logs a failed write and tells OnRecorded.

@@ -215,16 +215,43 @@ func (d *Multikey) Update(ctx context.Context, id string, payload []byte) error 
 func (d *Multikey) Conflicts() int64 { return 0 }
 func (d *Multikey) Retries() int64   { return 0 }
 
-// Designs lists the design names the scenarios know.
+// Designs lists the design names every scenario knows.
 var Designs = []string{"jobkey", "multikey"}
 
-// NewDesign builds a design by name.
+// EnqueueDesigns lists the designs of the enqueue scenario, which asynq
+// joins: its Client is all a producer needs.
+var EnqueueDesigns = []string{"jobkey", "multikey", "asynq"}
+
+// NewDesign builds a design by name. "asynq" supports the enqueue scenario
+// only; its other methods return errors.ErrUnsupported.
 func NewDesign(name string, rdb redis.UniversalClient, prefix string) (Design, error) {
 	switch name {
 	case "jobkey":
 		return NewJobkey(rdb, prefix)
 	case "multikey":
 		return NewMultikey(rdb, prefix), nil
+	case "asynq":
+		return asynqProducer{newAsynq(rdb, prefix)}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown design %q", name)
 }
+
+// asynqProducer is asynq's Client as a Design: enqueue only.
+type asynqProducer struct{ *Asynq }
+
+func (asynqProducer) EnqueueBatch(context.Context, [][]byte) error { return errors.ErrUnsupported }
+func (asynqProducer) Claim(context.Context, string) (Handle, error) {
+	return nil, errors.ErrUnsupported
+}
+func (asynqProducer) ClaimMany(context.Context, string, int) ([]Handle, error) {
+	return nil, errors.ErrUnsupported
+}
+func (asynqProducer) Extend(context.Context, Handle) (Handle, error) {
+	return nil, errors.ErrUnsupported
+}
+func (asynqProducer) Complete(context.Context, Handle, []byte) error { return errors.ErrUnsupported }
+func (asynqProducer) CompleteMany(context.Context, []Handle) error   { return errors.ErrUnsupported }
+func (asynqProducer) Put(context.Context, string, []byte) error      { return errors.ErrUnsupported }
+func (asynqProducer) Update(context.Context, string, []byte) error   { return errors.ErrUnsupported }
+func (asynqProducer) Conflicts() int64                               { return 0 }
+func (asynqProducer) Retries() int64                                 { return 0 }

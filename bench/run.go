@@ -117,10 +117,14 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 	defer rdb.Close()
 	prefix := "bench-" + jobkey.NewID()
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
+	defer Cleanup(context.WithoutCancel(ctx), rdb, AsynqKeys(prefix))
 	calls0 := nodeCalls(ctx, rdb)
 	d, err := NewDesign(design, rdb, prefix)
 	if err != nil {
 		return Result{}, err
+	}
+	if _, ok := d.(asynqProducer); ok && p.Scenario != Enqueue {
+		return Result{}, fmt.Errorf("bench: %s has only the %s scenario", design, Enqueue)
 	}
 	op, err := setup(ctx, d, p)
 	if err != nil {

@@ -57,7 +57,7 @@ func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string) (Wor
 	case "multikey":
 		return multikeyWorker{NewMultikey(rdb, prefix)}, nil
 	case "asynq", "asynq-fast":
-		d := &Asynq{rdb: rdb, queue: prefix, client: asynq.NewClientFromRedisClient(rdb)}
+		d := newAsynq(rdb, prefix)
 		if name == "asynq-fast" {
 			d.check = asynqFastCheck
 		}
@@ -97,6 +97,15 @@ type Asynq struct {
 	client *asynq.Client
 }
 
+func newAsynq(rdb redis.UniversalClient, queue string) *Asynq {
+	return &Asynq{rdb: rdb, queue: queue, client: asynq.NewClientFromRedisClient(rdb)}
+}
+
+// AsynqKeys is the prefix of the keys asynq keeps for the queue named
+// queue: Cleanup(ctx, rdb, AsynqKeys(prefix)) deletes them.
+func AsynqKeys(queue string) string { return "asynq:{" + queue + "}" }
+
+// Name is the design's name.
 func (d *Asynq) Name() string { return "asynq" }
 
 func (d *Asynq) Enqueue(ctx context.Context, payload []byte) error {
@@ -190,7 +199,7 @@ func RunWork(ctx context.Context, url, design string, p WorkParams) (WorkResult,
 	defer rdb.Close()
 	prefix := "bench-" + jobkey.NewID()
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
-	defer Cleanup(context.WithoutCancel(ctx), rdb, "asynq:{"+prefix+"}")
+	defer Cleanup(context.WithoutCancel(ctx), rdb, AsynqKeys(prefix))
 	d, err := NewWorkerDesign(design, rdb, prefix)
 	if err != nil {
 		return WorkResult{}, err

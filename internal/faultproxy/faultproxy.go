@@ -242,11 +242,12 @@ func (p *Proxy) pipe(l *link, from, to net.Conn, upstream bool) {
 				p.resets.Add(1)
 				return
 			}
-			if _, werr := to.Write(buf[:n]); werr != nil {
-				return
-			}
+			// Marked before the EXEC goes on, so its reply cannot outrun the mark.
 			if upstream && f.ExecCutProb > 0 && bytes.Contains(bytes.ToLower(buf[:n]), execCmd) && rand.Float64() < f.ExecCutProb {
 				l.cut.Store(true)
+			}
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				return
 			}
 		}
 		if err != nil {
