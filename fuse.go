@@ -198,7 +198,7 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 			continue
 		}
 		for _, idx := range []string{idxReady, idxLeased} {
-			by := &redis.ZRangeBy{Min: "-inf", Max: max, Count: int64(q.cfg.ClaimWindow)}
+			by := &redis.ZRangeBy{Min: "-inf", Max: max, Count: int64(aheadN)}
 			reads = append(reads, read{s, idx, p.ZRangeByScore(ctx, q.ks.index(s, idx), by)})
 		}
 	}
@@ -223,16 +223,30 @@ type duePool struct {
 	mu    sync.Mutex
 	cands []candidate
 	until time.Time
+	// taken remembers the IDs handed out in the last poolTTL, so a read
+	// ahead made while their claims were in flight does not hand them out
+	// again: two transactions watching one candidate would both be retried.
+	taken map[string]time.Time
 }
 
 const poolTTL = 500 * time.Millisecond
 
-// fill replaces what the pool holds.
+// aheadN is how many entries of each due index a read ahead takes: enough
+// to get past the head of the queue, which the claims in flight are taking.
+const aheadN = 32
+
+// fill replaces what the pool holds, less the candidates handed out lately.
 func (p *duePool) fill(cands []candidate) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cands = append(p.cands[:0], cands...)
-	p.until = time.Now().Add(poolTTL)
+	now := time.Now()
+	p.cands = p.cands[:0]
+	for _, c := range cands {
+		if at, ok := p.taken[c.id]; !ok || now.Sub(at) > poolTTL {
+			p.cands = append(p.cands, c)
+		}
+	}
+	p.until = now.Add(poolTTL)
 }
 
 // take removes up to n candidates of shard (-1: any) and returns them.
@@ -243,6 +257,7 @@ func (p *duePool) take(n int, shard int) []candidate {
 		return nil
 	}
 	var out []candidate
+	now := time.Now()
 	p.cands = slices.DeleteFunc(p.cands, func(c candidate) bool {
 		if len(out) < n && (shard < 0 || c.shard == shard) {
 			out = append(out, c)
@@ -250,5 +265,16 @@ func (p *duePool) take(n int, shard int) []candidate {
 		}
 		return false
 	})
+	if len(out) > 0 {
+		if p.taken == nil || len(p.taken) > maxTaken {
+			p.taken = map[string]time.Time{} // forget: at worst a candidate is tried twice
+		}
+		for _, c := range out {
+			p.taken[c.id] = now
+		}
+	}
 	return out
 }
+
+// maxTaken bounds duePool.taken.
+const maxTaken = 4096

@@ -199,3 +199,18 @@ func TestWorkRoundTripsPerJob(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, n, st.Succeeded, "the last success is recorded at shutdown too")
 }
+
+// A read ahead made while claims were in flight does not hand their
+// candidates out again: two transactions watching one candidate would
+// both be retried.
+func TestDuePoolForgetsNothingTakenLately(t *testing.T) {
+	var p duePool
+	a, b, c := candidate{id: "a"}, candidate{id: "b"}, candidate{id: "c"}
+	p.fill([]candidate{a, b})
+	require.Equal(t, []candidate{a}, p.take(1, -1))
+	p.fill([]candidate{a, b, c}) // read while a's claim was in flight
+	require.Equal(t, []candidate{b, c}, p.take(5, -1))
+	require.Empty(t, p.take(5, -1))
+	p.fill([]candidate{{id: "d", shard: 1}, {id: "e", shard: 2}})
+	require.Equal(t, []candidate{{id: "e", shard: 2}}, p.take(5, 2), "only the shard asked for")
+}

@@ -33,6 +33,8 @@ type benchFlags struct {
 	out        string
 	batch      int
 	cluster    bool
+	workers    bool
+	workerJobs int
 }
 
 // run is one planned measurement.
@@ -57,6 +59,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&f.full, "full", false, "the whole matrix: every scenario at every payload and contention level (-scenarios, -payloads, -contention choose a part of it)")
 	fs.StringVar(&f.out, "out", "report", "folder for report.md, results.json and the charts")
 	fs.BoolVar(&f.cluster, "cluster", false, "-redis names a node of a Redis Cluster: report each master's share of keys and commands")
+	fs.BoolVar(&f.workers, "workers", false, "also run each design's own worker (jobkey Work, the multi-key worker loop, asynq's Server): burn-down and produce-and-work")
+	fs.IntVar(&f.workerJobs, "worker-jobs", 20000, "jobs per worker run (-workers)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -95,7 +99,15 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		specs[i].params.Cluster = f.cluster
 	}
 
-	bar := progressbar.NewOptions(len(specs)*f.reps,
+	var works []workSpec
+	if f.workers {
+		if f.cluster {
+			return fmt.Errorf("-workers runs on a single Redis; drop -cluster")
+		}
+		works = workPlan(f)
+	}
+
+	bar := progressbar.NewOptions((len(specs)+len(works))*f.reps,
 		progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("benchmarking"),
 		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
 	var results []bench.Result
@@ -112,6 +124,21 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		results = append(results, median(reps))
 	}
+	var workResults []bench.WorkResult
+	for _, s := range works {
+		var reps []bench.WorkResult
+		for range f.reps {
+			bar.Describe(fmt.Sprintf("%-16s %-10s %d jobs", s.params.Scenario, s.design, s.params.Ops))
+			r, err := bench.RunWork(ctx, url, s.design, s.params)
+			if err != nil {
+				return fmt.Errorf("%s/%s: %w", s.design, s.params.Scenario, err)
+			}
+			reps = append(reps, r)
+			_ = bar.Add(1)
+		}
+		slices.SortFunc(reps, func(a, b bench.WorkResult) int { return cmp.Compare(a.Throughput(), b.Throughput()) })
+		workResults = append(workResults, reps[len(reps)/2])
+	}
 	_ = bar.Finish()
 
 	rep := report{
@@ -121,6 +148,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Embedded: embedded,
 		Started:  time.Now().UTC().Format(time.RFC3339),
 		Results:  results,
+		Work:     workResults,
 	}
 	md := rep.markdown()
 	fmt.Fprint(stdout, md)
@@ -141,7 +169,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "wrote %s, %s and %s\n", filepath.Join(f.out, "report.md"), filepath.Join(f.out, "results.json"), strings.Join(charts, ", "))
+	wrote := append([]string{filepath.Join(f.out, "report.md"), filepath.Join(f.out, "results.json")}, charts...)
+	fmt.Fprintf(stderr, "wrote %s\n", strings.Join(wrote, ", "))
 	return nil
 }
 
@@ -158,6 +187,8 @@ func (f benchFlags) check() error {
 		return fmt.Errorf("bench: -duration is %v, want at least 100ms (each timed run lasts this long)", f.duration)
 	case f.drainOps < 1:
 		return fmt.Errorf("bench: -drain-jobs is %d, want at least 1", f.drainOps)
+	case f.workerJobs < 100 || f.workerJobs > 10_000_000:
+		return fmt.Errorf("bench: -worker-jobs is %d, want 100..10000000", f.workerJobs)
 	}
 	return nil
 }
@@ -179,7 +210,7 @@ func plan(f benchFlags) ([]runSpec, error) {
 		}
 		var specs []runSpec
 		for _, p := range ps {
-			for _, d := range bench.Designs {
+			for _, d := range designsOf(p.Scenario) {
 				specs = append(specs, runSpec{design: d, params: p})
 			}
 		}
@@ -215,12 +246,38 @@ func plan(f benchFlags) ([]runSpec, error) {
 			}
 		}
 		for _, p := range ps {
-			for _, d := range bench.Designs {
+			for _, d := range designsOf(p.Scenario) {
 				specs = append(specs, runSpec{design: d, params: p})
 			}
 		}
 	}
 	return specs, nil
+}
+
+// designsOf lists the designs that run scenario: asynq joins enqueue.
+func designsOf(scenario string) []string {
+	if scenario == bench.Enqueue {
+		return bench.EnqueueDesigns
+	}
+	return bench.Designs
+}
+
+// workSpec is one planned worker run.
+type workSpec struct {
+	design string
+	params bench.WorkParams
+}
+
+// workPlan lists the worker runs of -workers: burn-down and
+// produce-and-work, 8 slots (and 8 producers) of every worker design.
+func workPlan(f benchFlags) []workSpec {
+	var out []workSpec
+	for _, sc := range []string{bench.BurnDown, bench.ProduceAndWork} {
+		for _, d := range bench.WorkerDesigns {
+			out = append(out, workSpec{design: d, params: bench.WorkParams{Scenario: sc, Payload: 1 << 10, Slots: 8, Producers: 8, Ops: f.workerJobs}})
+		}
+	}
+	return out
 }
 
 func ints(s string) ([]int, error) {

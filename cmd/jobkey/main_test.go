@@ -63,6 +63,36 @@ func TestBenchWritesReport(t *testing.T) {
 	}
 }
 
+// -workers runs every design's own worker, and asynq joins enqueue: all
+// in one report.
+func TestBenchWorkers(t *testing.T) {
+	url := redistest.RequireReal(t).URL
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"bench", "-redis", url, "-scenarios", "enqueue", "-payloads", "1024",
+		"-duration", "150ms", "-workers", "-worker-jobs", "300", "-out", dir}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	s := out.String()
+	require.Contains(t, s, "| 1KiB | 8 | asynq |")
+	require.Contains(t, s, "## workers: burn-down")
+	require.Contains(t, s, "## workers: produce-and-work")
+	require.Contains(t, s, "| asynq-fast | 300 |")
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	var rep struct {
+		Results []bench.Result
+		Work    []bench.WorkResult
+	}
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Len(t, rep.Results, 3, "enqueue × jobkey, multikey, asynq")
+	require.Len(t, rep.Work, 8, "2 scenarios × 4 worker designs")
+	for _, r := range rep.Work {
+		require.EqualValues(t, 300, r.Jobs, "%s/%s", r.Design, r.Scenario)
+		require.Positive(t, r.Throughput(), "%s/%s", r.Design, r.Scenario)
+	}
+	require.Error(t, run(context.Background(), []string{"bench", "-redis", url, "-workers", "-worker-jobs", "5"}, &out, &errOut))
+}
+
 // With no URL the command says plainly that it runs on miniredis.
 func TestEmbeddedServerIsNamed(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
@@ -189,18 +219,19 @@ func TestBenchOnCluster(t *testing.T) {
 func TestBenchDefaultPlanIsShort(t *testing.T) {
 	specs, err := plan(benchFlags{clients: 8, duration: time.Second, drainOps: 1000})
 	require.NoError(t, err)
-	require.Len(t, specs, 12, "six measurements, each for both designs")
+	require.Len(t, specs, 13, "six measurements, each for both designs, and asynq's enqueue")
 	var names []string
 	for _, s := range specs {
 		names = append(names, fmt.Sprintf("%s/%s/%d", s.params.Scenario, sizeName(s.params.Payload), s.params.Clients))
 	}
+	require.Contains(t, specs, runSpec{design: "asynq", params: bench.Params{Scenario: bench.Enqueue, Payload: 1 << 10, Clients: 8, Duration: time.Second}})
 	for _, want := range []string{"enqueue/1KiB/8", "lifecycle/1KiB/8", "lifecycle/16KiB/8", "update-contended/1KiB/16", "drain/1KiB/16"} {
 		require.Contains(t, names, want)
 	}
 	full, err := plan(benchFlags{matrix: true, scenarios: strings.Join(bench.Scenarios, ","), payloads: "64,1024,16384,262144",
 		contention: "1,4,16,64", clients: 8, duration: time.Second, drainOps: 1000})
 	require.NoError(t, err)
-	require.Len(t, full, 2*(5*4+2*4), "the whole matrix: five scenarios at four payloads, two at four contention levels")
+	require.Len(t, full, 2*(5*4+2*4)+4, "the whole matrix: five scenarios at four payloads, two at four contention levels, asynq's enqueue at four payloads")
 }
 
 // Regression, found in review: `jobkey verify` opens the queue with the default Retention (24h),

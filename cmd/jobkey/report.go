@@ -17,6 +17,8 @@ type report struct {
 	Embedded bool           `json:"embedded"`
 	Started  string         `json:"started"`
 	Results  []bench.Result `json:"results"`
+	// Work holds the worker runs of -workers.
+	Work []bench.WorkResult `json:"work,omitempty"`
 }
 
 func serverName(ctx context.Context, url string, embedded bool) string {
@@ -41,8 +43,9 @@ func serverName(ctx context.Context, url string, embedded bool) string {
 	return o.Addr
 }
 
-// pair is one measured point of both designs.
-type pair struct{ jk, mk *bench.Result }
+// pair is one measured point of every design: jobkey, the multi-key
+// design, and asynq where the scenario has it.
+type pair struct{ jk, mk, aq *bench.Result }
 
 func (rep report) pairs(scenario string) (keys []string, by map[string]*pair) {
 	by = map[string]*pair{}
@@ -56,10 +59,13 @@ func (rep report) pairs(scenario string) (keys []string, by map[string]*pair) {
 			by[k] = &pair{}
 			keys = append(keys, k)
 		}
-		if r.Design == "jobkey" {
+		switch r.Design {
+		case "jobkey":
 			by[k].jk = r
-		} else {
+		case "multikey":
 			by[k].mk = r
+		default:
+			by[k].aq = r
 		}
 	}
 	return keys, by
@@ -82,7 +88,7 @@ func (rep report) markdown() string {
 	}
 	fmt.Fprintf(&b, "- machine: %s\n- server: %s\n- command: `%s`\n- started: %s\n\n", rep.Machine, rep.Server, rep.Command, rep.Started)
 	b.WriteString("Every op is one job. p50/p99 are per call (a batched call handles a whole batch). " +
-		"ratio = jobkey jobs/s ÷ multi-key jobs/s in this run. cmds and rtt are Redis commands and round trips per job, " +
+		"jobkey × = jobkey's jobs/s ÷ this design's jobs/s in the same run (above 1: jobkey is faster). cmds and rtt are Redis commands and round trips per job, " +
 		"wire is bytes sent plus received per job, conflicts are aborted EXECs per job.\n\n")
 	for _, sc := range bench.Scenarios {
 		keys, by := rep.pairs(sc)
@@ -90,17 +96,17 @@ func (rep report) markdown() string {
 			continue
 		}
 		fmt.Fprintf(&b, "## %s\n\n", sc)
-		b.WriteString("| payload | clients | design | jobs/s | ratio | p50 | p99 | cmds/job | rtt/job | wire B/job | conflicts/job | errors |\n")
+		b.WriteString("| payload | clients | design | jobs/s | jobkey × | p50 | p99 | cmds/job | rtt/job | wire B/job | conflicts/job | errors |\n")
 		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, k := range keys {
 			p := by[k]
-			for _, r := range []*bench.Result{p.jk, p.mk} {
+			for _, r := range []*bench.Result{p.jk, p.mk, p.aq} {
 				if r == nil {
 					continue
 				}
 				ratio := ""
-				if r == p.jk && p.mk != nil && p.mk.Throughput() > 0 {
-					ratio = fmt.Sprintf("%.2f×", p.jk.Throughput()/p.mk.Throughput())
+				if r != p.jk && p.jk != nil && r.Throughput() > 0 {
+					ratio = fmt.Sprintf("%.2f×", p.jk.Throughput()/r.Throughput())
 				}
 				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %.3f | %d |\n",
 					sizeName(r.Payload), r.Clients, r.Design, r.Throughput(), ratio, dur(r.P50), dur(r.P99),
@@ -109,8 +115,47 @@ func (rep report) markdown() string {
 		}
 		b.WriteString("\n")
 	}
+	rep.workTable(&b)
 	rep.clusterTable(&b)
 	return b.String()
+}
+
+// workTable shows the worker runs: each design's own worker draining a
+// backlog (burn-down) and keeping up with producers (produce-and-work).
+func (rep report) workTable(b *strings.Builder) {
+	for _, sc := range []string{bench.BurnDown, bench.ProduceAndWork} {
+		var rows []bench.WorkResult
+		var jk *bench.WorkResult
+		for i, r := range rep.Work {
+			if r.Scenario == sc {
+				rows = append(rows, r)
+				if r.Design == "jobkey" {
+					jk = &rep.Work[i]
+				}
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "## workers: %s\n\n", sc)
+		b.WriteString("Each design's own worker, 8 slots, a handler that does nothing, 1 KiB payloads")
+		if sc == bench.ProduceAndWork {
+			b.WriteString(", 8 producers enqueueing meanwhile; p50/p99 are enqueue-to-start latency")
+		}
+		b.WriteString(".\n\n| design | jobs | jobs/s | jobkey × | rtt/job | cmds/job | p50 | p99 |\n|---|---|---|---|---|---|---|---|\n")
+		for _, r := range rows {
+			ratio, p50, p99 := "", "", ""
+			if jk != nil && r.Design != "jobkey" && r.Throughput() > 0 {
+				ratio = fmt.Sprintf("%.2f×", jk.Throughput()/r.Throughput())
+			}
+			if sc == bench.ProduceAndWork {
+				p50, p99 = dur(r.P50), dur(r.P99)
+			}
+			fmt.Fprintf(b, "| %s | %d | %.0f | %s | %.2f | %.2f | %s | %s |\n", r.Design, r.Jobs, r.Throughput(), ratio,
+				r.Per(r.Wire.RTT), r.Per(r.Wire.Cmds), p50, p99)
+		}
+		b.WriteString("\n")
+	}
 }
 
 // clusterTable shows each master's share of a cluster run's keys and
