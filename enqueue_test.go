@@ -200,6 +200,7 @@ func TestGroupEnqueueRepeatOfCallerWhoGaveUp(t *testing.T) {
 		return nil
 	}))
 	q := queueOn(t, rdb, redistest.Prefix(t), Config{})
+	q.enqueues.lanes = 1 // callers queue once every lane is busy: here, at once
 	ctx := context.Background()
 
 	type res struct {

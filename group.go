@@ -61,9 +61,16 @@ var errUnanswered = errors.New("jobkey: internal error: a batched call got no an
 type commitGroup[T, R any] struct {
 	max   int // largest batch
 	flush func(ctx context.Context, calls []*call[T, R])
+	// lanes is how many flushes may run at once (0 means 1): a caller that
+	// finds fewer running starts one at once instead of queueing. Lanes
+	// suit calls that never compete for a key, such as enqueues of fresh
+	// IDs; for claims and finishes, which share the head of the queue,
+	// more lanes cut batches and cause conflicts (measured: the burn-down
+	// ran slower with 2 and 3 than with 1).
+	lanes int
 
 	mu      sync.Mutex
-	running bool
+	running int // flushes running
 	queue   []*call[T, R]
 }
 
@@ -76,8 +83,8 @@ func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) {
 	c := &call[T, R]{ctx: ctx, in: in, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
-	if !g.running {
-		g.running = true
+	if g.running < max(g.lanes, 1) {
+		g.running++
 		batch := g.take()
 		g.mu.Unlock()
 		// The flush runs on a goroutine of its own, so a leader whose ctx
@@ -127,7 +134,9 @@ func (g *commitGroup[T, R]) lead(batch []*call[T, R]) {
 		}
 		g.mu.Lock()
 		batch = g.take()
-		g.running = len(batch) > 0
+		if len(batch) == 0 {
+			g.running--
+		}
 		g.mu.Unlock()
 	}
 }

@@ -74,8 +74,38 @@ func TestCommitGroupAloneThenBatched(t *testing.T) {
 		require.Equal(t, result{(i + 2) * 10, nil}, <-ch)
 	}
 	gt.g.mu.Lock()
-	require.False(t, gt.g.running, "the group is idle again")
+	require.Zero(t, gt.g.running, "the group is idle again")
 	gt.g.mu.Unlock()
+}
+
+// With lanes, a caller that finds fewer flushes running than lanes starts
+// one at once; past that, callers queue and the next flush to end takes
+// them as one batch.
+func TestCommitGroupLanes(t *testing.T) {
+	t.Parallel()
+	gt := newGroup(t)
+	gt.g.lanes = 2
+	ctx := context.Background()
+	first := gt.goDo(ctx, 1)
+	require.Equal(t, []int{1}, <-gt.batches)
+	second := gt.goDo(ctx, 2)
+	require.Equal(t, []int{2}, <-gt.batches, "a second lane starts at once")
+	var later []<-chan result
+	for i := 3; i <= 5; i++ {
+		later = append(later, gt.goDo(ctx, i))
+	}
+	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 3 },
+		5*time.Second, time.Millisecond, "both lanes busy: the rest queue")
+	gt.hold <- struct{}{}
+	require.ElementsMatch(t, []int{3, 4, 5}, <-gt.batches, "the lane that ended takes the queue")
+	gt.hold <- struct{}{}
+	gt.hold <- struct{}{}
+	for _, ch := range append([]<-chan result{first, second}, later...) {
+		r := <-ch
+		require.NoError(t, r.err)
+	}
+	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return gt.g.running == 0 },
+		5*time.Second, time.Millisecond, "idle again")
 }
 
 func TestCommitGroupCallerLeavesQueue(t *testing.T) {

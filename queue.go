@@ -57,13 +57,18 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	engine.check = func(ctx context.Context) error { return q.check(ctx, true) }
 	if !c.DisableGroupCommit {
 		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims}
-		q.enqueues = &commitGroup[*enqueueIn, *Job]{max: c.MaxBatch, flush: q.flushEnqueues}
+		q.enqueues = &commitGroup[*enqueueIn, *Job]{max: c.MaxBatch, flush: q.flushEnqueues, lanes: enqueueLanes}
 		q.completes = &commitGroup[completeIn, *Job]{max: c.MaxBatch, flush: q.flushCompletes}
 		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, flush: q.flushExtends}
 		q.finishes = &commitGroup[finishIn, finishOut]{max: c.MaxBatch, flush: q.flushFinishes}
 	}
 	return q, nil
 }
+
+// enqueueLanes is how many enqueue flushes run at once: four were fastest
+// of 1, 2, 4 and 8 on the 2-core VM (20.6k, 23.7k, 25.0k and 23.3k jobs/s,
+// 8 clients, 1 KiB, three runs each).
+const enqueueLanes = 4
 
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }

@@ -147,7 +147,10 @@ type WorkParams struct {
 	Slots     int // worker slots (default 8)
 	Producers int // producers in produce-and-work (default 8)
 	Ops       int // jobs
-	OnStart   func()
+	// OnStart is called as the timed phase begins, OnEnd as it ends (when
+	// the Ops-th job has been handled, before the workers shut down): a
+	// benchmark's ResetTimer and StopTimer.
+	OnStart, OnEnd func()
 }
 
 // WorkResult is what one worker run measured.
@@ -258,6 +261,9 @@ func RunWork(ctx context.Context, url, design string, p WorkParams) (WorkResult,
 	case <-ctx.Done():
 	}
 	elapsed := time.Since(start)
+	if p.OnEnd != nil {
+		p.OnEnd()
+	}
 	wire := probe.Snap().Sub(before)
 	produced.Wait()
 	stopWork()
