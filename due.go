@@ -41,18 +41,7 @@ const claimShards = 4
 
 // dueIn reads the due entries of the given shards (nil: all of them).
 func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, error) {
-	if shards == nil {
-		shards = make([]int, q.ks.shards)
-		for i := range shards {
-			shards[i] = i
-		}
-	}
-	// Shards whose node could not be reached a moment ago are left out for
-	// a while, so claims on a cluster with a dead master do not wait on its
-	// dial timeout every time; when every shard is out, all are tried.
-	if up := slices.DeleteFunc(slices.Clone(shards), q.down.has); len(up) > 0 {
-		shards = up
-	}
+	shards = q.upShards(shards)
 	if err := q.check(ctx, true); err != nil {
 		return nil, err
 	}
@@ -60,31 +49,64 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 	if err != nil {
 		return nil, err
 	}
-	now := strconv.FormatInt(toMillis(t), 10)
-	// Read past the jobs this build cannot read (a newer major format),
-	// which stay at the head of their index for the workers that can: a
-	// wider window, and further pages while a full page held too few
-	// others.
-	window := int64(n + min(q.newer.size(), 1000))
-	type read struct {
-		shard  int
-		index  string
-		offset int64
-		taken  int
-		due    *redis.StringSliceCmd
-	}
-	var pending []*read
+	var pending []*dueRead
 	for _, s := range shards {
-		pending = append(pending, &read{shard: s, index: idxReady}, &read{shard: s, index: idxLeased})
+		pending = append(pending, &dueRead{shard: s, index: idxReady}, &dueRead{shard: s, index: idxLeased})
 	}
-	// A shard whose index cannot be read (the wrong type, or its cluster
-	// node is down) is skipped, so the other shards' jobs keep flowing; its
-	// error surfaces when nothing else is due. An ID found in two indexes
-	// (a stray entry) is a candidate once: one transaction must not decide
-	// about one job twice.
-	var out []candidate
-	var firstErr error
-	broken := map[int]bool{}
+	out, broken, firstErr, err := q.duePages(ctx, pending, strconv.FormatInt(toMillis(t), 10), n)
+	if err != nil {
+		return nil, err
+	}
+	if len(broken) > 0 {
+		out = slices.DeleteFunc(out, func(c candidate) bool { return broken[c.shard] })
+	}
+	if len(out) == 0 && firstErr != nil {
+		return nil, firstErr
+	}
+	return out, nil
+}
+
+// upShards returns shards (nil: all of them) less those whose node could
+// not be reached a moment ago: claims on a cluster with a dead master do
+// not wait on its dial timeout every time. When every shard is out, all
+// are tried.
+func (q *Queue) upShards(shards []int) []int {
+	if shards == nil {
+		shards = make([]int, q.ks.shards)
+		for i := range shards {
+			shards[i] = i
+		}
+	}
+	if up := slices.DeleteFunc(slices.Clone(shards), q.down.has); len(up) > 0 {
+		return up
+	}
+	return shards
+}
+
+// dueRead is the reading of one due index of one shard, page by page.
+type dueRead struct {
+	shard  int
+	index  string
+	offset int64
+	taken  int
+	due    *redis.StringSliceCmd
+}
+
+// duePages reads up to n due entries (score at most now) of each index in
+// pending, one pipeline per page. It reads past the jobs this build cannot
+// read (a newer major format), which stay at the head of their index for
+// the workers that can: a wider window, and further pages while a full
+// page held too few others.
+//
+// A shard whose index cannot be read (the wrong type, or its cluster node
+// is down) is reported in broken, so the other shards' jobs keep flowing;
+// firstErr is the first such error, for the caller to surface when nothing
+// else is due. An ID found in two indexes (a stray entry) is a candidate
+// once: one transaction must not decide about one job twice. err is a
+// pipeline that got no answer.
+func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n int) (out []candidate, broken map[int]bool, firstErr, err error) {
+	window := int64(n + min(q.newer.size(), 1000))
+	broken = map[int]bool{}
 	seen := map[string]bool{}
 	for page := 0; len(pending) > 0 && page < maxDuePages; page++ {
 		cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -95,9 +117,9 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 			return nil
 		})
 		if err := unanswered(cmds, err); err != nil {
-			return nil, fmt.Errorf("jobkey: read due jobs: %w", err)
+			return nil, nil, nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 		}
-		var more []*read
+		var more []*dueRead
 		for _, r := range pending {
 			key := q.ks.index(r.shard, r.index)
 			ids, err := r.due.Result()
@@ -128,19 +150,7 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 		}
 		pending = more
 	}
-	if len(broken) > 0 {
-		kept := out[:0]
-		for _, c := range out {
-			if !broken[c.shard] {
-				kept = append(kept, c)
-			}
-		}
-		out = kept
-	}
-	if len(out) == 0 && firstErr != nil {
-		return nil, firstErr
-	}
-	return out, nil
+	return out, broken, firstErr, nil
 }
 
 // untilDue returns how long until the next job becomes claimable by

@@ -245,16 +245,7 @@ func RunWork(ctx context.Context, url, design string, p WorkParams) (WorkResult,
 	go func() { worked <- d.Work(workCtx, p.Slots, handle) }()
 	var produced sync.WaitGroup
 	if p.Scenario == ProduceAndWork {
-		var next atomic.Int64
-		for range p.Producers {
-			produced.Go(func() {
-				for next.Add(1) <= int64(p.Ops) && ctx.Err() == nil {
-					for d.Enqueue(ctx, stamp()) != nil && ctx.Err() == nil {
-						time.Sleep(time.Millisecond)
-					}
-				}
-			})
-		}
+		produce(ctx, &produced, d, p, stamp)
 	}
 	select {
 	case <-all:
@@ -281,6 +272,21 @@ func RunWork(ctx context.Context, url, design string, p WorkParams) (WorkResult,
 		r.P50, r.P99 = percentile(lats, 0.50), percentile(lats, 0.99)
 	}
 	return r, nil
+}
+
+// produce starts p.Producers producers on wg that enqueue p.Ops stamped
+// jobs between them, retrying a failed enqueue.
+func produce(ctx context.Context, wg *sync.WaitGroup, d WorkerDesign, p WorkParams, stamp func() []byte) {
+	var next atomic.Int64
+	for range p.Producers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(p.Ops) && ctx.Err() == nil {
+				for d.Enqueue(ctx, stamp()) != nil && ctx.Err() == nil {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
 }
 
 // fill enqueues n jobs before a burn-down, eight at a time.

@@ -107,40 +107,10 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		works = workPlan(f)
 	}
 
-	bar := progressbar.NewOptions((len(specs)+len(works))*f.reps,
-		progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("benchmarking"),
-		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
-	var results []bench.Result
-	for _, s := range specs {
-		var reps []bench.Result
-		for range f.reps {
-			bar.Describe(fmt.Sprintf("%-16s %-8s %7s c=%-2d", s.params.Scenario, s.design, sizeName(s.params.Payload), s.params.Clients))
-			r, err := bench.Run(ctx, url, s.design, s.params)
-			if err != nil {
-				return fmt.Errorf("%s/%s: %w", s.design, s.params.Scenario, err)
-			}
-			reps = append(reps, r)
-			_ = bar.Add(1)
-		}
-		results = append(results, median(reps))
+	results, workResults, err := runPlan(ctx, url, f.reps, specs, works, stderr)
+	if err != nil {
+		return err
 	}
-	var workResults []bench.WorkResult
-	for _, s := range works {
-		var reps []bench.WorkResult
-		for range f.reps {
-			bar.Describe(fmt.Sprintf("%-16s %-10s %d jobs", s.params.Scenario, s.design, s.params.Ops))
-			r, err := bench.RunWork(ctx, url, s.design, s.params)
-			if err != nil {
-				return fmt.Errorf("%s/%s: %w", s.design, s.params.Scenario, err)
-			}
-			reps = append(reps, r)
-			_ = bar.Add(1)
-		}
-		slices.SortFunc(reps, func(a, b bench.WorkResult) int { return cmp.Compare(a.Throughput(), b.Throughput()) })
-		workResults = append(workResults, reps[len(reps)/2])
-	}
-	_ = bar.Finish()
-
 	rep := report{
 		Machine:  machine(),
 		Server:   serverName(ctx, url, embedded),
@@ -150,26 +120,71 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Results:  results,
 		Work:     workResults,
 	}
+	return rep.write(f.out, stdout, stderr)
+}
+
+// runPlan runs every planned measurement reps times against url, behind a
+// progress bar, and keeps the median of each.
+func runPlan(ctx context.Context, url string, reps int, specs []runSpec, works []workSpec, stderr io.Writer) ([]bench.Result, []bench.WorkResult, error) {
+	bar := progressbar.NewOptions((len(specs)+len(works))*reps,
+		progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("benchmarking"),
+		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
+	defer bar.Finish()
+	var results []bench.Result
+	for _, s := range specs {
+		var runs []bench.Result
+		for range reps {
+			bar.Describe(fmt.Sprintf("%-16s %-8s %7s c=%-2d", s.params.Scenario, s.design, sizeName(s.params.Payload), s.params.Clients))
+			r, err := bench.Run(ctx, url, s.design, s.params)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s/%s: %w", s.design, s.params.Scenario, err)
+			}
+			runs = append(runs, r)
+			_ = bar.Add(1)
+		}
+		results = append(results, median(runs))
+	}
+	var workResults []bench.WorkResult
+	for _, s := range works {
+		var runs []bench.WorkResult
+		for range reps {
+			bar.Describe(fmt.Sprintf("%-16s %-10s %d jobs", s.params.Scenario, s.design, s.params.Ops))
+			r, err := bench.RunWork(ctx, url, s.design, s.params)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s/%s: %w", s.design, s.params.Scenario, err)
+			}
+			runs = append(runs, r)
+			_ = bar.Add(1)
+		}
+		slices.SortFunc(runs, func(a, b bench.WorkResult) int { return cmp.Compare(a.Throughput(), b.Throughput()) })
+		workResults = append(workResults, runs[len(runs)/2])
+	}
+	return results, workResults, nil
+}
+
+// write prints the report as Markdown and writes report.md, results.json
+// and the charts into folder out.
+func (rep report) write(out string, stdout, stderr io.Writer) error {
 	md := rep.markdown()
 	fmt.Fprint(stdout, md)
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
+	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(f.out, "report.md"), []byte(md), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, "report.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
 	js, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(f.out, "results.json"), js, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, "results.json"), js, 0o644); err != nil {
 		return err
 	}
-	charts, err := drawCharts(f.out, results)
+	charts, err := drawCharts(out, rep.Results)
 	if err != nil {
 		return err
 	}
-	wrote := append([]string{filepath.Join(f.out, "report.md"), filepath.Join(f.out, "results.json")}, charts...)
+	wrote := append([]string{filepath.Join(out, "report.md"), filepath.Join(out, "results.json")}, charts...)
 	fmt.Fprintf(stderr, "wrote %s\n", strings.Join(wrote, ", "))
 	return nil
 }
