@@ -106,44 +106,11 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	}
 	var ahead []candidate
 	read := func(ctx context.Context, p redis.Pipeliner) func() { return q.readAhead(ctx, p, shards, &ahead) }
-	out := make([]finishOut, len(set))
-	errs := make([]error, len(set))
-	var vanished []string
+	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting,
+		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read,
-		verified: q.indexKeys(cands, idxReady, idxLeased), decide: func(r *casRead) (*casPlan, error) {
-			plan := &casPlan{}
-			var ip indexPlan
-			vanished = vanished[:0]
-			for k, i := range set {
-				out[k], errs[k] = finishOut{}, nil
-				if batch[i].gone() {
-					errs[k] = errLeftOut
-					continue
-				}
-				f := fencedWrite{key: keys[k], shard: shards[k], j: batch[i].in.job, done: completed, fn: succeed(batch[i].in.result)}
-				out[k].done, errs[k] = q.decideFenced(plan, &ip, f, r.jobs[k], r.errs[k], r.now)
-			}
-			w := 0
-			for ci, c := range cands {
-				for w < len(wanting) && errs[wanting[w]] == errLeftOut {
-					w++
-				}
-				if w == len(wanting) {
-					break
-				}
-				k := len(set) + ci
-				claimed, lost := q.decideCandidate(plan, &ip, c, keys[k], r.jobs[k], r.errs[k], batch[set[wanting[w]]].in.worker, r.now)
-				if claimed != nil {
-					out[wanting[w]].next = claimed
-					w++
-				}
-				if lost {
-					vanished = append(vanished, c.id)
-				}
-			}
-			plan.steps, plan.checks = ip.steps(), ip.checks
-			return plan, nil
-		}})
+		verified: q.indexKeys(cands, idxReady, idxLeased), decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
+	out, errs, vanished := fs.out, fs.errs, fs.vanished
 	if err != nil {
 		return err
 	}
@@ -166,6 +133,61 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 		}
 	}
 	return nil
+}
+
+// finishSet is one fused transaction's callers and candidates, and what
+// its latest decision made of them.
+type finishSet struct {
+	batch   []*call[finishIn, finishOut]
+	set     []int // positions in batch
+	keys    []string
+	shards  []int
+	cands   []candidate // keys[len(set):] are theirs
+	wanting []int       // positions in set whose caller wants a next job
+
+	out      []finishOut
+	errs     []error
+	vanished []string
+}
+
+// decideFinish decides a fused transaction from what round trip 1 read:
+// each completion fenced on its lease token, then the candidates, each
+// claimed from its own value for the next caller that wants a job.
+func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
+	plan := &casPlan{}
+	var ip indexPlan
+	fs.vanished = fs.vanished[:0]
+	for k, i := range fs.set {
+		fs.out[k], fs.errs[k] = finishOut{}, nil
+		in := fs.batch[i].in
+		if fs.batch[i].gone() {
+			fs.errs[k] = errLeftOut
+			continue
+		}
+		f := fencedWrite{key: fs.keys[k], shard: fs.shards[k], j: in.job, done: completed, fn: succeed(in.result)}
+		fs.out[k].done, fs.errs[k] = q.decideFenced(plan, &ip, f, r.jobs[k], r.errs[k], r.now)
+	}
+	w := 0
+	for ci, c := range fs.cands {
+		for w < len(fs.wanting) && fs.errs[fs.wanting[w]] == errLeftOut {
+			w++
+		}
+		if w == len(fs.wanting) {
+			break
+		}
+		k := len(fs.set) + ci
+		worker := fs.batch[fs.set[fs.wanting[w]]].in.worker
+		claimed, lost := q.decideCandidate(plan, &ip, c, fs.keys[k], r.jobs[k], r.errs[k], worker, r.now)
+		if claimed != nil {
+			fs.out[fs.wanting[w]].next = claimed
+			w++
+		}
+		if lost {
+			fs.vanished = append(fs.vanished, c.id)
+		}
+	}
+	plan.steps, plan.checks = ip.steps(), ip.checks
+	return plan
 }
 
 // indexKeys returns the named index keys of the candidates' shards.
