@@ -2,6 +2,7 @@ package jobkey
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -37,4 +38,52 @@ func TestClaimManyFromReadAheadWithStrayEntry(t *testing.T) {
 	require.NoError(t, err, "a due job and a stray hint: the claim takes the job")
 	require.Len(t, got, 1)
 	require.Equal(t, x.ID, got[0].ID)
+}
+
+// Regression, found in review: a candidate taken from the pool is claimed
+// with its shard's ready and leased indexes passed to the engine as
+// "verified" (casTxn.verified), though nothing in this transaction read
+// them: they were read by an earlier claim or read ahead, up to poolTTL
+// (500 ms) before. If one of them was replaced meanwhile by a value of
+// another type, the type check that must refuse the transaction before
+// MULTI (docs/design.md, "types are checked before MULTI") is skipped, and
+// EXEC applies half the plan: the candidate's value is set active and its
+// ready entry removed, but its leased entry is not written (WRONGTYPE).
+// The job is then active with no index entry at all: once its lease runs
+// out, and even after the broken index is repaired, no claimer ever finds
+// it again.
+func TestPooledCandidateIndexTypeCheckedBeforeMulti(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2, Logger: quietLog()})
+	// One job in each shard.
+	ids := map[int]string{}
+	for i := 0; len(ids) < 2; i++ {
+		id := "j" + string(rune('a'+i))
+		if _, ok := ids[f.q.ks.shardOf(id)]; !ok {
+			ids[f.q.ks.shardOf(id)] = id
+		}
+	}
+	for _, id := range ids {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id})
+		require.NoError(t, err)
+	}
+	first, err := f.q.Claim(f.ctx, "w") // the other job, of the other shard, waits in the pool
+	require.NoError(t, err)
+	other := ids[1-f.q.ks.shardOf(first.ID)]
+	leased := f.q.Keys(other).Leased
+	// The other shard's leased index is replaced by a string (forged, or a
+	// stray write of another program) while the pool holds its job.
+	require.NoError(t, f.rdb.Set(f.ctx, leased, "not a zset", 0).Err())
+
+	out, err := f.q.completeAndClaim(f.ctx, first, []byte("r"), "w")
+	t.Logf("fused: next %v, err %v", out.next != nil, err)
+
+	// The index is repaired; the job must be claimable (now, or once a
+	// lease it got has run out).
+	require.NoError(t, f.rdb.Del(f.ctx, leased).Err())
+	f.clock.Advance(f.q.cfg.Lease + time.Second)
+	got, err := f.q.Claim(f.ctx, "w2")
+	stored, _ := f.q.Get(f.ctx, other)
+	require.NoError(t, err, "job %s is %s, in no index: nobody will ever claim it", other, stored.State)
+	require.Equal(t, other, got.ID)
 }
