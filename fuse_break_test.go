@@ -1,8 +1,12 @@
 package jobkey
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/jobkey/jobkey/internal/faultproxy"
+	"github.com/jobkey/jobkey/internal/redistest"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -86,4 +90,45 @@ func TestPooledCandidateIndexTypeCheckedBeforeMulti(t *testing.T) {
 	stored, _ := f.q.Get(f.ctx, other)
 	require.NoError(t, err, "job %s is %s, in no index: nobody will ever claim it", other, stored.State)
 	require.Equal(t, other, got.ID)
+}
+
+// Regression, found in review: a fused transaction whose EXEC reply is lost
+// strands the job it claimed for the slot (docs/design.md §9 says it "is
+// then claimed again, as after a crashed worker"). Nothing crashed: the
+// retried completion recognises its own write, but nobody looks for the
+// claim, although its lease token is known. The stranded claim spent an
+// attempt of a job that never ran: on its last attempt (MaxAttempts 1 here)
+// the next claim after the lease fails it for good ("lease of attempt 1/1
+// expired before it finished"), and its handler never runs at all. Before
+// the fused path a lost completion reply cost nothing to any other job.
+func TestLostFusedReplyDoesNotFailUnrunJob(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	const lease = 500 * time.Millisecond
+	q := queueOn(t, cut, redistest.Prefix(t), Config{Lease: lease, Logger: quietLog()})
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, MaxAttempts: 1})
+		require.NoError(t, err)
+	}
+	first, err := q.Claim(ctx, "w")
+	require.NoError(t, err)
+	other := "b"
+	if first.ID == "b" {
+		other = "a"
+	}
+	proxy.Set(faultproxy.Faults{ExecCutProb: 1})
+	out, err := q.completeAndClaim(ctx, first, []byte("r"), "w")
+	proxy.Set(faultproxy.Faults{})
+	require.Nil(t, out.next)
+	if err != nil {
+		_, err := q.Complete(ctx, first, []byte("r")) // as Work's record does
+		require.NoError(t, err)
+	}
+	time.Sleep(lease + 100*time.Millisecond)
+	j, err := q.Claim(ctx, "w2")
+	stored, gerr := q.Get(ctx, other)
+	require.NoError(t, gerr)
+	require.NoError(t, err, "job %s never ran, yet it is %s: %s", other, stored.State, stored.LastError)
+	require.Equal(t, other, j.ID)
 }
