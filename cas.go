@@ -58,17 +58,17 @@ type casRead struct {
 // between runs.
 //
 // Type checks: the engine checks the type of every key a plan writes before
-// EXEC. Keys the caller predicts in checks ride in the WATCH+GET round trip;
-// keys in verified were just read as the right type by the caller (a claim
-// reads its indexes first); any other key a plan writes costs one extra
-// round trip of TYPE commands, still under the WATCH.
+// EXEC, in the transaction itself: a type read by an earlier call (the
+// index read that found a claim's candidates, up to half a second before
+// for entries read ahead) proves nothing now. Keys the caller predicts in
+// checks ride in the WATCH+GET round trip; any other key a plan writes
+// costs one extra round trip of TYPE commands, still under the WATCH.
 type casTxn struct {
-	route    string // a key whose hash slot picks the node on a cluster
-	keys     []string
-	checks   []typeCheck
-	verified []string
-	noRetry  bool // return a conflict at once instead of retrying (claims move on)
-	decide   func(r *casRead) (*casPlan, error)
+	route   string // a key whose hash slot picks the node on a cluster
+	keys    []string
+	checks  []typeCheck
+	noRetry bool // return a conflict at once instead of retrying (claims move on)
+	decide  func(r *casRead) (*casPlan, error)
 	// extra, when set, adds read-only commands to round trip 1 (the due
 	// entries a fused claim will need next) and returns what to do with
 	// their replies, before decide runs.

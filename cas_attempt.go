@@ -183,7 +183,7 @@ func classify(route string, cmds []redis.Cmder, err error) (armed bool, _ error)
 	case err == nil:
 		return false, nil
 	case unanswered(cmds, err) != nil:
-		return true, fmt.Errorf("jobkey: exec %s: outcome unknown: %w", route, err)
+		return true, fmt.Errorf("jobkey: exec %s: %w: %w", route, errOutcomeUnknown, err)
 	case errors.Is(err, redis.TxFailedErr):
 		return false, &retry{err: err} // EXEC ran, found a watched key changed, and cleared the watch
 	case redis.IsExecAbortError(err):
@@ -202,7 +202,7 @@ func classify(route string, cmds []redis.Cmder, err error) (armed bool, _ error)
 	}
 	// A network or context error: EXEC may or may not have run. The
 	// deferred UNWATCH is harmless if it did.
-	return true, fmt.Errorf("jobkey: exec %s: outcome unknown: %w", route, err)
+	return true, fmt.Errorf("jobkey: exec %s: %w: %w", route, errOutcomeUnknown, err)
 }
 
 // verifyTypes refuses the transaction if any checked key holds a type other
@@ -220,19 +220,13 @@ func verifyTypes(checks []typeCheck, types []*redis.StatusCmd) error {
 	return nil
 }
 
-// lateChecks returns the plan's checks that were neither predicted nor
-// verified by the caller.
+// lateChecks returns the plan's checks that the caller did not predict.
 func lateChecks(t *casTxn, plan *casPlan) []typeCheck {
 	var late []typeCheck
 next:
 	for _, c := range plan.checks {
 		for _, p := range t.checks {
 			if p.key == c.key && p.want == c.want {
-				continue next
-			}
-		}
-		for _, v := range t.verified {
-			if v == c.key {
 				continue next
 			}
 		}

@@ -230,19 +230,19 @@ func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string, gone f
 // for good, a hint put right).
 func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []string, noRetry bool, gone func(i int) bool) (got []*Job, wrote bool, err error) {
 	keys := make([]string, len(cands))
-	var verified []string
+	var checks []typeCheck
 	seen := map[int]bool{}
 	for i, c := range cands {
 		keys[i] = q.ks.jobKey(c.shard, c.id)
 		if !seen[c.shard] {
 			seen[c.shard] = true
-			verified = append(verified, q.ks.index(c.shard, idxReady), q.ks.index(c.shard, idxLeased))
+			checks = append(checks, q.checksFor(c.shard, idxReady, idxLeased)...)
 		}
 	}
 	got = make([]*Job, len(cands))
 	var vanished []string
 	var plan *casPlan
-	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, verified: verified, noRetry: noRetry,
+	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry,
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
 			vanished = vanished[:0]

@@ -2,6 +2,7 @@ package jobkey
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -108,9 +109,17 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	read := func(ctx context.Context, p redis.Pipeliner) func() { return q.readAhead(ctx, p, shards, &ahead) }
 	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting,
 		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
+	for _, k := range q.indexKeys(cands, idxReady, idxLeased) {
+		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.key == k }) {
+			checks = append(checks, typeCheck{key: k, want: "zset"})
+		}
+	}
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read,
-		verified: q.indexKeys(cands, idxReady, idxLeased), decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
+		decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
 	out, errs, vanished := fs.out, fs.errs, fs.vanished
+	if errors.Is(err, errOutcomeUnknown) {
+		q.recoverClaims(ctx, fs, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -190,6 +199,29 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 	return plan
 }
 
+// recoverClaims answers the callers of a fused transaction whose EXEC was
+// sent and whose reply was lost. The completions are left to the caller,
+// which retries them and recognises its own write. The claims would be
+// stranded: each holds a lease nobody knows of, and has spent an attempt.
+// So each is looked for by its lease token, which the last decision chose:
+// a job active under that token is the caller's next job. A read that
+// fails leaves the claim to expire, as after a crashed worker.
+func (q *Queue) recoverClaims(ctx context.Context, fs *finishSet, err error) {
+	for k, i := range fs.set {
+		want := fs.out[k].next
+		if fs.errs[k] == errLeftOut {
+			continue
+		}
+		var next *Job
+		if want != nil {
+			if cur, gerr := q.Get(ctx, want.ID); gerr == nil && cur.State == StateActive && cur.LeaseToken == want.LeaseToken {
+				next = cur
+			}
+		}
+		fs.batch[i].finish(finishOut{next: next}, err)
+	}
+}
+
 // indexKeys returns the named index keys of the candidates' shards.
 func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
 	var out []string
@@ -225,10 +257,14 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 		}
 	}
 	return func() {
+		// An ID in two indexes (a stray entry) is a candidate once: one
+		// transaction must not decide about one job twice.
 		*into = (*into)[:0]
+		seen := map[string]bool{}
 		for _, r := range reads {
 			for _, id := range r.cmd.Val() {
-				if !q.newer.has(id) {
+				if !seen[id] && !q.newer.has(id) {
+					seen[id] = true
 					*into = append(*into, candidate{shard: r.shard, id: id, index: r.index})
 				}
 			}
@@ -264,7 +300,10 @@ func (p *duePool) fill(cands []candidate) {
 	now := time.Now()
 	p.cands = p.cands[:0]
 	for _, c := range cands {
-		if at, ok := p.taken[c.id]; !ok || now.Sub(at) > poolTTL {
+		if at, ok := p.taken[c.id]; ok && now.Sub(at) <= poolTTL {
+			continue
+		}
+		if !slices.ContainsFunc(p.cands, func(o candidate) bool { return o.id == c.id }) { // once each
 			p.cands = append(p.cands, c)
 		}
 	}

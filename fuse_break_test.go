@@ -44,10 +44,10 @@ func TestClaimManyFromReadAheadWithStrayEntry(t *testing.T) {
 	require.Equal(t, x.ID, got[0].ID)
 }
 
-// Regression, found in review: a candidate taken from the pool is claimed
+// Regression, found in review: a candidate taken from the pool was claimed
 // with its shard's ready and leased indexes passed to the engine as
-// "verified" (casTxn.verified), though nothing in this transaction read
-// them: they were read by an earlier claim or read ahead, up to poolTTL
+// "verified" (casTxn.verified, since removed), though nothing in this
+// transaction read them: they were read by an earlier claim or read ahead, up to poolTTL
 // (500 ms) before. If one of them was replaced meanwhile by a value of
 // another type, the type check that must refuse the transaction before
 // MULTI (docs/design.md, "types are checked before MULTI") is skipped, and
@@ -81,6 +81,11 @@ func TestPooledCandidateIndexTypeCheckedBeforeMulti(t *testing.T) {
 
 	out, err := f.q.completeAndClaim(f.ctx, first, []byte("r"), "w")
 	t.Logf("fused: next %v, err %v", out.next != nil, err)
+	require.ErrorIs(t, err, ErrWrongType, "refused before MULTI")
+	require.Nil(t, out.next)
+	require.Equal(t, StatePending, state(t, f.q, other), "nothing was written")
+	_, err = f.q.Complete(f.ctx, first, []byte("r")) // as Work's record does after a refused fusion
+	require.NoError(t, err)
 
 	// The index is repaired; the job must be claimable (now, or once a
 	// lease it got has run out).
@@ -93,9 +98,9 @@ func TestPooledCandidateIndexTypeCheckedBeforeMulti(t *testing.T) {
 }
 
 // Regression, found in review: a fused transaction whose EXEC reply is lost
-// strands the job it claimed for the slot (docs/design.md §9 says it "is
+// stranded the job it claimed for the slot (docs/design.md §9 said it "is
 // then claimed again, as after a crashed worker"). Nothing crashed: the
-// retried completion recognises its own write, but nobody looks for the
+// retried completion recognises its own write, but nobody looked for the
 // claim, although its lease token is known. The stranded claim spent an
 // attempt of a job that never ran: on its last attempt (MaxAttempts 1 here)
 // the next claim after the lease fails it for good ("lease of attempt 1/1
@@ -120,15 +125,18 @@ func TestLostFusedReplyDoesNotFailUnrunJob(t *testing.T) {
 	proxy.Set(faultproxy.Faults{ExecCutProb: 1})
 	out, err := q.completeAndClaim(ctx, first, []byte("r"), "w")
 	proxy.Set(faultproxy.Faults{})
-	require.Nil(t, out.next)
-	if err != nil {
-		_, err := q.Complete(ctx, first, []byte("r")) // as Work's record does
-		require.NoError(t, err)
-	}
+	require.ErrorIs(t, err, errOutcomeUnknown, "the EXEC was sent; its reply was lost")
+	_, err = q.Complete(ctx, first, []byte("r")) // as Work's record does
+	require.NoError(t, err, "the retried completion recognises its own write")
+	// The claim made by the lost EXEC is found by its lease token and
+	// handed to the slot, which runs it and completes it.
+	require.NotNil(t, out.next, "the claim the lost EXEC made is found by its token")
+	require.Equal(t, other, out.next.ID)
+	require.Equal(t, StateActive, out.next.State)
+	done, err := q.Complete(ctx, out.next, nil)
+	require.NoError(t, err, "the slot holds the lease it was handed")
+	require.Equal(t, StateSucceeded, done.State)
 	time.Sleep(lease + 100*time.Millisecond)
-	j, err := q.Claim(ctx, "w2")
-	stored, gerr := q.Get(ctx, other)
-	require.NoError(t, gerr)
-	require.NoError(t, err, "job %s never ran, yet it is %s: %s", other, stored.State, stored.LastError)
-	require.Equal(t, other, j.ID)
+	_, err = q.Claim(ctx, "w2")
+	require.ErrorIs(t, err, ErrNoJob, "nothing stranded, nothing left to fail")
 }
