@@ -345,6 +345,10 @@ func decodeReads(keys []string, raws []rawRead) (*casRead, error) {
 			r.errs[i] = err
 			continue
 		}
+		if err := storedAt(keys[i], j); err != nil {
+			r.errs[i] = err
+			continue
+		}
 		r.jobs[i] = j
 	}
 	return r, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,7 +38,11 @@ func incr(key string) *casTxn {
 		}
 		j := r.jobs[0]
 		if j == nil {
-			j = &Job{ID: key, State: StatePending}
+			id := key // a job key names its job after ":job:"
+			if i := strings.LastIndex(key, ":job:"); i >= 0 {
+				id = key[i+len(":job:"):]
+			}
+			j = &Job{ID: id, State: StatePending}
 		}
 		j.Attempt++
 		return &casPlan{writes: []casWrite{{key: key, job: j}}}, nil

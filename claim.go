@@ -55,7 +55,7 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 		if left() {
 			return nil, ErrNoJob
 		}
-		cands, err := q.candidates(ctx, round, q.cfg.ClaimWindow)
+		cands, pooled, err := q.candidates(ctx, round, q.cfg.ClaimWindow)
 		if err != nil {
 			return nil, err
 		}
@@ -71,7 +71,7 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 			j, wrote, err := q.tryClaim(ctx, c, worker, gone)
 			switch {
 			case err == nil && j != nil:
-				q.pool.fill(cands[k+1:]) // the rest, for the claims that follow
+				q.leftOver(cands[k+1:], pooled) // not tried: for the claims that follow
 				return j, nil
 			case errors.Is(err, ErrConflict):
 				// Someone else changed it first.
@@ -143,7 +143,7 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 				break
 			}
 		}
-		cands, err := q.candidates(ctx, round, max(q.cfg.ClaimWindow, 8*len(waiting)))
+		cands, pooled, err := q.candidates(ctx, round, max(q.cfg.ClaimWindow, 8*len(waiting)))
 		if err != nil {
 			return got, err
 		}
@@ -156,7 +156,7 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 		n := min(len(cands), len(waiting))
 		start := rand.N(len(cands) - n + 1)
 		block := cands[start : start+n]
-		q.pool.fill(slices.Concat(cands[:start], cands[start+n:])) // the rest, for the claims that follow
+		q.leftOver(slices.Concat(cands[:start], cands[start+n:]), pooled) // not tried: for the claims that follow
 		names := make([]string, n)
 		for k := range block {
 			names[k] = workers[waiting[k]]
@@ -197,13 +197,24 @@ func validOwner(worker string) error {
 // candidates returns due entries to try: on a single Redis, in the first
 // round, those read ahead (see duePool), when there are some; else a read
 // of the indexes, n entries per index.
-func (q *Queue) candidates(ctx context.Context, round, n int) ([]candidate, error) {
+func (q *Queue) candidates(ctx context.Context, round, n int) (_ []candidate, pooled bool, _ error) {
 	if round == 0 && !q.cluster() {
 		if cands := q.pool.take(n, -1); len(cands) > 0 {
-			return cands, nil
+			return cands, true, nil
 		}
 	}
-	return q.dueCandidatesN(ctx, n)
+	cands, err := q.dueCandidatesN(ctx, n)
+	return cands, false, err
+}
+
+// leftOver gives the candidates a claim did not try to the claims that
+// follow: back to the pool if they came from it, else as a fresh read.
+func (q *Queue) leftOver(cands []candidate, pooled bool) {
+	if pooled {
+		q.pool.putBack(cands)
+	} else {
+		q.pool.fill(cands)
+	}
 }
 
 // tryClaim decides on one candidate from its value under WATCH. It returns

@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -58,12 +59,27 @@ func (q *Queue) completeAndClaim(ctx context.Context, j *Job, result []byte, wor
 // flushFinishes serves a batch of completeAndClaim calls: one transaction
 // per set of txnSets (per shard on a cluster).
 func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finishOut]) {
-	batch = live(batch)
-	pos := make([]int, len(batch))
-	for i := range pos {
-		pos[i] = i
+	if batch = live(batch); len(batch) == 0 {
+		return
 	}
-	for _, set := range q.txnSets(pos, func(i int) string { return batch[i].in.job.ID }) {
+	// A job finished twice in one batch (two slots holding it, one of them
+	// stale) goes in a transaction of its own: one transaction must not
+	// decide about one job twice, and the others must not pay for it.
+	var pos, again []int
+	seen := map[string]bool{}
+	for i, c := range batch {
+		if seen[c.in.job.ID] {
+			again = append(again, i)
+			continue
+		}
+		seen[c.in.job.ID] = true
+		pos = append(pos, i)
+	}
+	sets := q.txnSets(pos, func(i int) string { return batch[i].in.job.ID })
+	for _, i := range again {
+		sets = append(sets, []int{i})
+	}
+	for _, set := range sets {
 		err := q.finishTxn(ctx, batch, set)
 		switch {
 		case err == nil:
@@ -135,7 +151,11 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 			used[o.next.ID] = true
 		}
 	}
-	q.pool.fill(slices.DeleteFunc(ahead, func(c candidate) bool { return used[c.id] }))
+	// Shuffled, so processes that read the same head of the queue do not
+	// all try the same candidates first.
+	ahead = slices.DeleteFunc(ahead, func(c candidate) bool { return used[c.id] })
+	rand.Shuffle(len(ahead), func(i, j int) { ahead[i], ahead[j] = ahead[j], ahead[i] })
+	q.pool.fill(ahead)
 	for k, i := range set {
 		if errs[k] != errLeftOut {
 			batch[i].finish(out[k], errs[k])
@@ -308,6 +328,19 @@ func (p *duePool) fill(cands []candidate) {
 		}
 	}
 	p.until = now.Add(poolTTL)
+}
+
+// putBack returns candidates taken from the pool and not tried: they are
+// handed out again.
+func (p *duePool) putBack(cands []candidate) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cands {
+		delete(p.taken, c.id)
+		if !slices.ContainsFunc(p.cands, func(o candidate) bool { return o.id == c.id }) {
+			p.cands = append(p.cands, c)
+		}
+	}
 }
 
 // take removes up to n candidates of shard (-1: any) and returns them.

@@ -140,3 +140,32 @@ func TestLostFusedReplyDoesNotFailUnrunJob(t *testing.T) {
 	_, err = q.Claim(ctx, "w2")
 	require.ErrorIs(t, err, ErrNoJob, "nothing stranded, nothing left to fail")
 }
+
+// Regression, found in review: nothing checked that the ID inside a stored
+// value is the ID of its key. A value copied (or forged) from job y to the
+// key of job x was claimed as x, and the handler ran y's payload. It is
+// corrupt now: Get says so, and a claimer sets it aside with its bytes
+// untouched.
+func TestValueNamingAnotherJobIsCorrupt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, err := f.q.Enqueue(f.ctx, "t", []byte("x's payload"), &EnqueueOpts{ID: "x"})
+	require.NoError(t, err)
+	_, err = f.q.Enqueue(f.ctx, "t", []byte("y's payload"), &EnqueueOpts{ID: "y", Delay: time.Hour})
+	require.NoError(t, err)
+	ky, kx := f.q.Keys("y").Job, f.q.Keys("x").Job
+	raw, err := f.rdb.Get(f.ctx, ky).Result()
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, kx, raw, 0).Err()) // x's key now holds y's value
+
+	_, err = f.q.Get(f.ctx, "x")
+	require.ErrorIs(t, err, ErrCorrupt)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "y is not due, and x's value is not x")
+	after, err := f.rdb.Get(f.ctx, kx).Result()
+	require.NoError(t, err)
+	require.Equal(t, raw, after, "the bytes are kept")
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Corrupt)
+}

@@ -205,4 +205,40 @@ func TestDuePoolForgetsNothingTakenLately(t *testing.T) {
 	require.Empty(t, p.take(5, -1))
 	p.fill([]candidate{{id: "d", shard: 1}, {id: "e", shard: 2}})
 	require.Equal(t, []candidate{{id: "e", shard: 2}}, p.take(5, 2), "only the shard asked for")
+	// Candidates taken and not tried go back, and are handed out again.
+	got := p.take(5, -1)
+	require.Equal(t, []candidate{{id: "d", shard: 1}}, got)
+	p.putBack(got)
+	require.Equal(t, got, p.take(5, -1))
+}
+
+// One job finished twice in one batch (two slots holding it, one of them
+// stale) gets a transaction of its own; the other callers' completions and
+// next jobs are not refused for it.
+func TestFinishBatchWithOneJobTwice(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id})
+		require.NoError(t, err)
+	}
+	a, err := f.q.Claim(f.ctx, "w1")
+	require.NoError(t, err)
+	b, err := f.q.Claim(f.ctx, "w2")
+	require.NoError(t, err)
+	mk := func(j *Job, worker string) *call[finishIn, finishOut] {
+		return &call[finishIn, finishOut]{ctx: f.ctx, in: finishIn{job: j, result: []byte("r"), worker: worker}, done: make(chan struct{})}
+	}
+	calls := []*call[finishIn, finishOut]{mk(a, "w1"), mk(a, "w1"), mk(b, "w2")}
+	f.q.flushFinishes(f.ctx, calls)
+	for _, c := range calls {
+		<-c.done
+	}
+	require.NoError(t, calls[0].err)
+	require.Equal(t, StateSucceeded, calls[0].out.done.State)
+	require.NoError(t, calls[2].err, "b's completion is not refused for a's repeat")
+	require.Equal(t, StateSucceeded, calls[2].out.done.State)
+	require.NotNil(t, calls[2].out.next, "and b's slot gets its next job")
+	// The repeat recognises the completion already written.
+	require.NoError(t, calls[1].err)
 }

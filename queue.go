@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -101,7 +102,20 @@ func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 	if err := unmarshalString(s, j); err != nil {
 		return nil, keyed(err, key)
 	}
+	if err := storedAt(key, j); err != nil {
+		return nil, err
+	}
 	return j, nil
+}
+
+// storedAt refuses a value found at a job key that names another job: a
+// value copied or forged from elsewhere would otherwise run one job's
+// payload under another's ID. Keys that are not job keys are not judged.
+func storedAt(key string, j *Job) error {
+	if !strings.Contains(key, ":job:") || strings.HasSuffix(key, ":job:"+j.ID) {
+		return nil
+	}
+	return &CorruptError{Key: key, Field: "ID", Reason: fmt.Sprintf("the value names job %q, not the job of its key (copied or forged)", j.ID)}
 }
 
 // keyed attaches the Redis key to a decode error.
