@@ -168,4 +168,7 @@ func TestValueNamingAnotherJobIsCorrupt(t *testing.T) {
 	st, err := f.q.Stats(f.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Corrupt)
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, "x's hint is in corrupt, where Verify expects a value that is not x's")
 }

@@ -17,7 +17,8 @@ type value struct {
 	// otherwise unreadable: it belongs in the corrupt index
 }
 
-func readValue(raw rawRead) value {
+// readValue reads the value stored for job id.
+func readValue(raw rawRead, id string) value {
 	if raw.missing {
 		return value{missing: true}
 	}
@@ -26,8 +27,10 @@ func readValue(raw rawRead) value {
 	}
 	var j Job
 	switch err := unmarshalString(raw.s, &j); {
-	case err == nil:
+	case err == nil && j.ID == id:
 		return value{job: &j}
+	case err == nil:
+		return value{} // the value of another job, copied or forged: corrupt
 	case errors.Is(err, ErrUnsupportedFormat):
 		return value{newer: true}
 	}
@@ -78,7 +81,7 @@ func (q *Queue) recheck(ctx context.Context, shard int, now time.Time, ids []str
 						have = append(have, placed{allIndexes[k], int64(s)})
 					}
 				}
-				if f, bad := q.judge(id, readValue(fromGet(gets[i])), have, now); bad {
+				if f, bad := q.judge(id, readValue(fromGet(gets[i]), id), have, now); bad {
 					out = append(out, f)
 				}
 			}
