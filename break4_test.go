@@ -1,7 +1,15 @@
 package jobkey
 
 import (
+	"context"
+	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/faultproxy"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stretchr/testify/require"
 )
@@ -39,4 +47,61 @@ func TestValueNamingSuffixJobIsCorrupt(t *testing.T) {
 	}
 	require.ErrorIs(t, getErr, ErrCorrupt, "the value at %q names job b", x)
 	require.ErrorIs(t, claimErr, ErrNoJob, "x's value is not x: nothing is due")
+}
+
+// Regression, found in review: recoverClaims looks for the claim of a fused
+// EXEC whose reply was lost with one Get, at once, on the flush's context,
+// and gives up when that read fails ("as after a crashed worker"). But an
+// unknown outcome mostly comes from a slow or broken link, and the Get goes
+// over the same link a moment later: here the link is slow for half a
+// second (longer than the client's read timeout) while the EXEC goes out.
+// The EXEC lands, the reply comes too late, the Get times out as well, and
+// the claim is stranded as before the fix: nothing crashed, the retried
+// completion recognises its own write (it retries until its lease is
+// over), but the claim gets one look. On its last attempt (MaxAttempts 1)
+// the job then fails for good without ever running.
+func TestSlowFusedReplyDoesNotFailUnrunJob(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	const lease = 500 * time.Millisecond
+	const slow = 300 * time.Millisecond // > the proxied client's 200 ms read timeout
+	var slowExec atomic.Bool
+	cut.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		if slowExec.Load() && slices.Contains(names(cmds), "exec") {
+			proxy.Set(faultproxy.Faults{Latency: slow}) // the link slows down as the EXEC goes out
+		}
+		return nil
+	}))
+	q := queueOn(t, cut, redistest.Prefix(t), Config{Lease: lease, Logger: quietLog()})
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, MaxAttempts: 1})
+		require.NoError(t, err)
+	}
+	first, err := q.Claim(ctx, "w")
+	require.NoError(t, err)
+	other := "b"
+	if first.ID == "b" {
+		other = "a"
+	}
+	slowExec.Store(true)
+	out, err := q.completeAndClaim(ctx, first, []byte("r"), "w")
+	slowExec.Store(false)
+	time.Sleep(2 * slow) // the slow episode ends
+	proxy.Set(faultproxy.Faults{})
+	require.ErrorIs(t, err, errOutcomeUnknown, "the EXEC was sent; its reply came too late")
+	_, err = q.Complete(ctx, first, []byte("r")) // as Work's record does, with retries
+	require.NoError(t, err, "the retried completion recognises its own write")
+	stored, err := q.Get(ctx, other)
+	require.NoError(t, err)
+	t.Logf("after the fused call: %s is %s, attempt %d/%d, owner %q; handed to the slot: %v",
+		other, stored.State, stored.Attempt, stored.MaxAttempts, stored.LeaseOwner, out.next != nil)
+	if out.next == nil {
+		time.Sleep(lease + 100*time.Millisecond)
+		_, _ = q.Claim(ctx, "w2") // the next claimer after the lease
+		stored, err = q.Get(ctx, other)
+		require.NoError(t, err)
+		require.NotEqual(t, StateFailed, stored.State,
+			"job %s never ran, yet failed for good: %q", other, stored.LastError)
+	}
 }
