@@ -32,10 +32,13 @@ type finishIn struct {
 }
 
 // finishOut is its answer: the job as completed, and the next job claimed
-// for the slot, if one was.
+// for the slot, if one was. unsure is set instead of next when the EXEC's
+// reply was lost: the job as the transaction would have claimed it, for
+// the slot to look for by its lease token.
 type finishOut struct {
-	done *Job
-	next *Job
+	done   *Job
+	next   *Job
+	unsure *Job
 }
 
 // completeAndClaim completes j with result and, in the same transaction,
@@ -134,7 +137,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 		decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
 	out, errs, vanished := fs.out, fs.errs, fs.vanished
 	if errors.Is(err, errOutcomeUnknown) {
-		q.recoverClaims(ctx, fs, err)
+		q.recoverClaims(fs, err)
 	}
 	if err != nil {
 		return err
@@ -220,25 +223,16 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 }
 
 // recoverClaims answers the callers of a fused transaction whose EXEC was
-// sent and whose reply was lost. The completions are left to the caller,
-// which retries them and recognises its own write. The claims would be
-// stranded: each holds a lease nobody knows of, and has spent an attempt.
-// So each is looked for by its lease token, which the last decision chose:
-// a job active under that token is the caller's next job. A read that
-// fails leaves the claim to expire, as after a crashed worker.
-func (q *Queue) recoverClaims(ctx context.Context, fs *finishSet, err error) {
+// sent and whose reply was lost. The completions are left to the callers,
+// which retry them and recognise their own writes. Each claim is handed
+// over as unsure: the job as the last decision claimed it, with the lease
+// token it chose, for the caller to look for (worker.findClaim), so it is
+// not left under a lease nobody holds, spending an attempt it never ran.
+func (q *Queue) recoverClaims(fs *finishSet, err error) {
 	for k, i := range fs.set {
-		want := fs.out[k].next
-		if fs.errs[k] == errLeftOut {
-			continue
+		if fs.errs[k] != errLeftOut {
+			fs.batch[i].finish(finishOut{unsure: fs.out[k].next}, err)
 		}
-		var next *Job
-		if want != nil {
-			if cur, gerr := q.Get(ctx, want.ID); gerr == nil && cur.State == StateActive && cur.LeaseToken == want.LeaseToken {
-				next = cur
-			}
-		}
-		fs.batch[i].finish(finishOut{next: next}, err)
 	}
 }
 

@@ -73,15 +73,19 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 		if first.ID == "b" {
 			other = "a"
 		}
-		// The claim the lost EXEC made is found by its lease token and
-		// handed over; nobody else can take the job while its lease runs.
-		require.NotNil(t, out.next)
-		require.Equal(t, other, out.next.ID)
+		// The claim the lost EXEC made is handed over as unsure, found by
+		// its lease token, and run by the slot; nobody else can take the
+		// job while its lease runs.
+		require.Nil(t, out.next)
+		require.NotNil(t, out.unsure)
+		next := (&worker{q: q}).findClaim(ctx, out.unsure, time.Now())
+		require.NotNil(t, next)
+		require.Equal(t, other, next.ID)
 		_, err = q.Claim(ctx, "w2")
 		require.ErrorIs(t, err, ErrNoJob)
-		_, err = q.Complete(ctx, out.next, nil)
+		_, err = q.Complete(ctx, next, nil)
 		require.NoError(t, err)
-		require.Equal(t, 1, out.next.Attempt, "claimed once")
+		require.Equal(t, 1, next.Attempt, "claimed once")
 	})
 
 	t.Run("lease lost", func(t *testing.T) {

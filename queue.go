@@ -112,7 +112,10 @@ func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 // value copied or forged from elsewhere would otherwise run one job's
 // payload under another's ID. Keys that are not job keys are not judged.
 func storedAt(key string, j *Job) error {
-	if !strings.Contains(key, ":job:") || strings.HasSuffix(key, ":job:"+j.ID) {
+	// A job key is a hash tag ending in "}", then ":job:" and the ID; IDs
+	// cannot hold braces, so what follows the last "}" is exactly that.
+	id, ok := strings.CutPrefix(key[strings.LastIndex(key, "}")+1:], ":job:")
+	if !ok || id == j.ID {
 		return nil
 	}
 	return &CorruptError{Key: key, Field: "ID", Reason: fmt.Sprintf("the value names job %q, not the job of its key (copied or forged)", j.ID)}

@@ -291,11 +291,16 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled):
 		// Someone else owns the job's fate now: any write would be fenced off.
 	case err == nil:
+		var unsure *Job // a claim whose EXEC's reply was lost
 		if ctx.Err() == nil && cause == nil {
 			var done bool
-			if next, nextAsked, done = w.finish(r, result, name); done {
+			if next, unsure, nextAsked, done = w.finish(r, result, name); done {
 				return next, nextAsked
 			}
+		}
+		if unsure != nil {
+			// Once the completion is recorded (below), look for the claim.
+			defer func() { next = w.findClaim(ctx, unsure, nextAsked) }()
 		}
 		// Even at shutdown, or when the lease could not be renewed: if the
 		// lease still holds, the success stands; if not, fencing refuses it.
@@ -324,7 +329,7 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 // lost for good); otherwise the caller records it the usual way, with
 // retries. next, when set, is the slot's next job, claimed by this very
 // transaction, whatever became of the completion.
-func (w *worker) finish(r *run, result []byte, name string) (next *Job, asked time.Time, done bool) {
+func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, asked time.Time, done bool) {
 	ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
 	defer cancel()
 	asked = time.Now()
@@ -334,15 +339,56 @@ func (w *worker) finish(r *run, result []byte, name string) (next *Job, asked ti
 	switch {
 	case err == nil:
 		w.recorded(out.done, nil)
-		return out.next, asked, true
+		return out.next, nil, asked, true
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
 		w.recorded(r.job, err)
-		return out.next, asked, true
+		return out.next, nil, asked, true
 	}
 	// The completion is recorded the usual way, with retries (it failed
 	// alone, or the whole transaction did); a claim that landed with it
-	// stands, and runs next.
-	return out.next, asked, false
+	// stands, and runs next. A claim whose fate is unknown is looked for.
+	return out.next, out.unsure, asked, false
+}
+
+// findClaim looks for a claim made by a fused transaction whose EXEC's
+// reply was lost: the job it claimed is the slot's if it is active under
+// the lease token the transaction chose. The read is retried while that
+// lease may still hold, so a slow or broken link does not leave the job
+// under a lease nobody holds, spending an attempt it never ran. A job
+// found too late to run is given back by execute (its lease is measured
+// from asked). Work's ctx ending stops the search, and gives the claim
+// back if it landed.
+func (w *worker) findClaim(ctx context.Context, unsure *Job, asked time.Time) *Job {
+	deadline := asked.Add(leaseLeft(unsure))
+	delay := 10 * time.Millisecond
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			// Shutdown: give the claim back if it landed, so it does not
+			// spend an attempt it never ran. The release is fenced on the
+			// token: if the claim did not land, it writes nothing.
+			rctx, cancel := context.WithTimeout(w.writes, min(left, time.Second))
+			_, _ = w.q.Release(rctx, unsure)
+			cancel()
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, left)
+		cur, err := w.q.Get(rctx, unsure.ID)
+		cancel()
+		switch {
+		case err == nil && cur.State == StateActive && cur.LeaseToken == unsure.LeaseToken:
+			return cur
+		case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrWrongType):
+			return nil // the EXEC did not land, or the job moved on
+		}
+		if sleepCtx(ctx, min(delay, max(time.Until(deadline), 0))) != nil {
+			return nil
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // recorded logs a failed write and tells OnRecorded.
