@@ -75,6 +75,9 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 				return j, nil
 			case errors.Is(err, ErrConflict):
 				// Someone else changed it first.
+			case pooled && errors.Is(err, ErrWrongType):
+				// Read ahead before its shard's index broke: the next round
+				// reads the indexes, skipping broken shards.
 			case err == nil:
 				// Not claimable. If it was failed (no attempt left) or its
 				// hint was put right, the next round finds others behind it.
@@ -170,6 +173,8 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 		switch {
 		case errors.Is(err, ErrConflict):
 			continue
+		case pooled && errors.Is(err, ErrWrongType):
+			continue // read ahead before a shard's index broke: the next round reads the indexes
 		case err != nil:
 			return got, err
 		}

@@ -2,6 +2,7 @@ package jobkey
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,4 +246,29 @@ func TestFinishBatchWithOneJobTwice(t *testing.T) {
 	require.NotNil(t, calls[2].out.next, "and b's slot gets its next job")
 	// The repeat recognises the completion already written.
 	require.NoError(t, calls[1].err)
+}
+
+// A candidate read ahead before its shard's index broke does not fail the
+// claim: the next round reads the indexes, skips the broken shard, and
+// takes a due job of another (found in review).
+func TestClaimSkipsPooledCandidateOfBrokenShard(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2, Logger: quietLog()})
+	ids := map[int][]string{}
+	for i := 0; len(ids[0]) < 1 || len(ids[1]) < 1; i++ {
+		id := fmt.Sprintf("j%d", i)
+		if s := f.q.ks.shardOf(id); len(ids[s]) < 1 {
+			ids[s] = append(ids[s], id)
+		}
+	}
+	for _, id := range append(ids[0], ids[1]...) {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id})
+		require.NoError(t, err)
+	}
+	// The pool holds a shard-0 job, read ahead a moment ago.
+	f.q.pool.fill([]candidate{{shard: 0, id: ids[0][0], index: idxReady}})
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.index(0, idxReady), "not a zset", 0).Err())
+	j, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err, "shard 1 still has a due job")
+	require.Equal(t, 1, f.q.ks.shardOf(j.ID))
 }
