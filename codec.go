@@ -22,18 +22,19 @@ const MaxValueBytes = 64 << 20
 //
 //	1.0  17 elements: the versions, then ID through Rev
 //	1.1  18 elements: LeaseToken appended
+//	1.2  19 elements: Meta appended, a map of strings (an empty one is 0x80)
 const (
 	formatMajor = 1
-	formatMinor = 1
+	formatMinor = 2
 )
 
 // v1Fields is the number of array elements of a v1.0 value, including the
 // two version elements; values with fewer are corrupt. knownFields is the
-// number this build writes. Values with more come from a newer minor
-// version, whose extra fields are skipped.
+// number this build writes: minor version n has v1Fields+n. Values with
+// more come from a newer minor version, whose extra fields are skipped.
 const (
 	v1Fields    = 17
-	knownFields = 18
+	knownFields = v1Fields + formatMinor
 )
 
 // MaxAttemptsLimit bounds Attempt and MaxAttempts, as stored in a value.
@@ -57,6 +58,9 @@ func Marshal(j *Job) ([]byte, error) {
 		return nil, fmt.Errorf("%w: marshal job %q: Attempt %d, want 0..%d", ErrInvalid, j.ID, j.Attempt, MaxAttemptsLimit)
 	case j.MaxAttempts < 0 || j.MaxAttempts > MaxAttemptsLimit:
 		return nil, fmt.Errorf("%w: marshal job %q: MaxAttempts %d, want 0..%d", ErrInvalid, j.ID, j.MaxAttempts, MaxAttemptsLimit)
+	}
+	if err := validMeta(j.Meta); err != nil {
+		return nil, fmt.Errorf("marshal job %q: %w", j.ID, err)
 	}
 	n := encodedSize(j)
 	if n > MaxValueBytes {
@@ -85,7 +89,13 @@ func unmarshalString(s string, j *Job) error {
 	return decodeJob(decoder{b: unsafe.Slice(unsafe.StringData(s), len(s))}, j)
 }
 
-func decodeJob(d decoder, j *Job) error {
+func decodeJob(d decoder, j *Job) error { return decodeJobAs(d, j, knownFields) }
+
+// decodeJobAs decodes as a build that knows the first known fields of the
+// array would (known is v1Fields plus its minor version): the fields past
+// them are kept raw in Job.future. Only tests pass less than knownFields,
+// to read a value the way an older build reads it.
+func decodeJobAs(d decoder, j *Job, known int) error {
 	*j = Job{}
 	if len(d.b) > MaxValueBytes {
 		return fmt.Errorf("%w: value is %d bytes, limit %d", ErrTooLarge, len(d.b), MaxValueBytes)
@@ -115,21 +125,30 @@ func decodeJob(d decoder, j *Job) error {
 	if err := d.fields(&out); err != nil {
 		return err
 	}
-	if n > v1Fields {
+	// The fields of later minor versions, each read when the value has it
+	// and this build knows it.
+	has := func(i int) bool { return i < n && i < known }
+	if has(v1Fields) { // 1.1
 		if out.LeaseToken, err = d.uint("LeaseToken", math.MaxUint64); err != nil {
+			return err
+		}
+	}
+	if has(v1Fields + 1) { // 1.2
+		if out.Meta, err = d.meta("Meta"); err != nil {
 			return err
 		}
 	}
 	// Fields appended by a newer minor version are checked to be well
 	// formed and kept as they are, to be written back unchanged.
+	known = max(known, v1Fields)
 	start := d.off
-	for i := knownFields; i < n; i++ {
+	for i := known; i < n; i++ {
 		if err := d.skip(fmt.Sprintf("appended field %d", i), 0); err != nil {
 			return err
 		}
 	}
-	if n > knownFields {
-		out.future = futureFields{minor: minor, n: n - knownFields, raw: d.b[start:d.off:d.off]}
+	if n > known {
+		out.future = futureFields{minor: minor, n: n - known, raw: d.b[start:d.off:d.off]}
 	}
 	if d.off != len(d.b) {
 		return d.corrupt("value", fmt.Sprintf("%d trailing bytes", len(d.b)-d.off))

@@ -2,30 +2,45 @@ package jobkey
 
 import (
 	"encoding/binary"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // encodedSize is the exact length appendJob produces, so Marshal allocates
 // once and oversized jobs are refused before any encoding work.
-func encodedSize(j *Job) int {
-	return arrayHdrSize(knownFields+j.future.n) +
-		uintSize(formatMajor) + uintSize(j.minor()) +
+func encodedSize(j *Job) int { return encodedSizeAs(j, knownFields) }
+
+// encodedSizeAs is encodedSize for a build that knows the first known
+// fields (see decodeJobAs).
+func encodedSizeAs(j *Job, known int) int {
+	n := arrayHdrSize(known+j.future.n) +
+		uintSize(formatMajor) + uintSize(j.minorAs(known)) +
 		strSize(j.ID) + strSize(j.Queue) + strSize(j.Type) + binSize(len(j.Payload)) +
 		uintSize(uint64(j.State)) + intSize(int64(j.Attempt)) + intSize(int64(j.MaxAttempts)) +
 		intSize(toMillis(j.RunAt)) + strSize(j.LeaseOwner) + intSize(toMillis(j.LeaseUntil)) +
 		strSize(j.LastError) + binSize(len(j.Result)) +
 		intSize(toMillis(j.CreatedAt)) + intSize(toMillis(j.UpdatedAt)) + uintSize(j.Rev) +
 		uintSize(j.LeaseToken) + len(j.future.raw)
+	if known > v1Fields+1 {
+		n += metaSize(j.Meta)
+	}
+	return n
 }
 
 // appendJob writes the v1 array. The field order is the wire format: new
 // fields may only be appended, in a new minor version.
-func appendJob(b []byte, j *Job) []byte {
-	b = appendArrayHdr(b, knownFields+j.future.n)
+func appendJob(b []byte, j *Job) []byte { return appendJobAs(b, j, knownFields) }
+
+// appendJobAs writes j as a build that knows the first known fields would
+// (see decodeJobAs): an older build writes the fields it knows, then the
+// ones it kept raw.
+func appendJobAs(b []byte, j *Job, known int) []byte {
+	b = appendArrayHdr(b, known+j.future.n)
 	b = appendUint(b, formatMajor)
-	b = appendUint(b, j.minor())
+	b = appendUint(b, j.minorAs(known))
 	b = appendStr(b, j.ID)
 	b = appendStr(b, j.Queue)
 	b = appendStr(b, j.Type)
@@ -42,7 +57,44 @@ func appendJob(b []byte, j *Job) []byte {
 	b = appendInt(b, toMillis(j.UpdatedAt))
 	b = appendUint(b, j.Rev)
 	b = appendUint(b, j.LeaseToken) // 1.1
+	if known > v1Fields+1 {
+		b = appendMeta(b, j.Meta) // 1.2
+	}
 	return append(b, j.future.raw...)
+}
+
+// metaSize is the length appendMeta produces.
+func metaSize(m map[string]string) int {
+	n := mapHdrSize(len(m))
+	for k, v := range m {
+		n += strSize(k) + strSize(v)
+	}
+	return n
+}
+
+// appendMeta writes m as a msgpack map of strings, keys in byte order so a
+// job always encodes to the same bytes. An empty or nil map is one byte.
+func appendMeta(b []byte, m map[string]string) []byte {
+	b = appendMapHdr(b, len(m))
+	if len(m) == 0 {
+		return b
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		b = appendStr(appendStr(b, k), m[k])
+	}
+	return b
+}
+
+func mapHdrSize(n int) int { return arrayHdrSize(n) } // same widths as arrays
+
+func appendMapHdr(b []byte, n int) []byte {
+	switch {
+	case n <= 15:
+		return append(b, msgpcode.FixedMapLow|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, msgpcode.Map16), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(b, msgpcode.Map32), uint32(n))
 }
 
 func arrayHdrSize(n int) int {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,6 +33,30 @@ func fullJob() *Job {
 	}
 }
 
+// fullJobMeta is fullJob with the field of format 1.2, a trace context as
+// the otel package writes it.
+func fullJobMeta() *Job {
+	j := fullJob()
+	j.Meta = map[string]string{
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"tracestate":  "congo=t61rcWkgMzE",
+	}
+	return j
+}
+
+// bigMeta is a Meta at both limits: MaxMetaEntries entries, MaxMetaBytes
+// bytes, some of them strings of every msgpack width up to str16.
+func bigMeta() map[string]string {
+	m := make(map[string]string, MaxMetaEntries)
+	for i := range MaxMetaEntries - 2 {
+		m[fmt.Sprintf("k%02d", i)] = "v"
+	}
+	used := (MaxMetaEntries - 2) * 4
+	m[strings.Repeat("K", 40)] = strings.Repeat("ü", 100) // str8, 200 bytes
+	m["long"] = strings.Repeat("x", MaxMetaBytes-used-40-200-len("long"))
+	return m
+}
+
 func TestCodecRoundTrip(t *testing.T) {
 	t.Parallel()
 	big := bytes.Repeat([]byte{0xab}, 300<<10) // forces bin32
@@ -39,6 +64,9 @@ func TestCodecRoundTrip(t *testing.T) {
 	cases := map[string]*Job{
 		"minimal":      {State: StatePending},
 		"full":         fullJob(),
+		"meta":         fullJobMeta(),
+		"metaAtLimits": {ID: "m", State: StatePending, Meta: bigMeta()},
+		"metaOneEmpty": {ID: "e", State: StatePending, Meta: map[string]string{"k": ""}},
 		"unicode":      {ID: "ジョブ-🚀", Queue: "κουέ", Type: "тип", LastError: "ошибка: 失败", State: StateFailed},
 		"zeroTime":     {ID: "z", State: StateSucceeded, RunAt: time.Time{}, CreatedAt: time.Time{}},
 		"negTime":      {ID: "n", State: StatePending, RunAt: ms(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))},
@@ -64,11 +92,28 @@ func TestCodecRoundTrip(t *testing.T) {
 
 func TestCodecEmptyBytesDecodeNil(t *testing.T) {
 	t.Parallel()
-	b, err := Marshal(&Job{State: StatePending, Payload: []byte{}})
+	b, err := Marshal(&Job{State: StatePending, Payload: []byte{}, Meta: map[string]string{}})
 	require.NoError(t, err)
 	var out Job
 	require.NoError(t, Unmarshal(b, &out))
 	require.Nil(t, out.Payload)
+	require.Nil(t, out.Meta)
+	require.Equal(t, byte(0x80), b[len(b)-1], "an empty Meta is one byte, an empty fixmap")
+	nilMeta, err := Marshal(&Job{State: StatePending})
+	require.NoError(t, err)
+	require.Equal(t, b, nilMeta, "nil and empty Meta encode alike")
+}
+
+// Meta is written in key order, so the same job always has the same bytes.
+func TestCodecMetaDeterministic(t *testing.T) {
+	t.Parallel()
+	first, err := Marshal(&Job{State: StatePending, Meta: bigMeta()})
+	require.NoError(t, err)
+	for range 20 {
+		again, err := Marshal(&Job{State: StatePending, Meta: bigMeta()})
+		require.NoError(t, err)
+		require.Equal(t, first, again)
+	}
 }
 
 func TestUnmarshalZeroesTarget(t *testing.T) {
@@ -101,6 +146,9 @@ func TestMarshalRefuses(t *testing.T) {
 		{State: StatePending, Attempt: MaxAttemptsLimit + 1},
 		{State: StatePending, Attempt: -1},
 		{State: StatePending, MaxAttempts: -1},
+		{State: StatePending, Meta: map[string]string{"": "v"}},
+		{State: StatePending, Meta: func() map[string]string { m := bigMeta(); m["one"] = "more"; return m }()},
+		{State: StatePending, Meta: func() map[string]string { m := bigMeta(); m["long"] += "x"; return m }()},
 	} {
 		_, err = Marshal(j)
 		require.ErrorIs(t, err, ErrInvalid, "%+v", j)
@@ -109,7 +157,8 @@ func TestMarshalRefuses(t *testing.T) {
 
 // The golden files are the wire formats this build has written. They are
 // checked in and must decode to the same Job forever: a v1.0 value (from
-// before LeaseToken) still decodes, with a zero token.
+// before LeaseToken) still decodes, with a zero token, and a v1.1 value
+// (from before Meta) with a nil Meta.
 func TestCodecGoldenV1(t *testing.T) {
 	t.Parallel()
 	old, err := os.ReadFile(filepath.Join("testdata", "job-v1.0.msgpack"))
@@ -120,22 +169,85 @@ func TestCodecGoldenV1(t *testing.T) {
 	want.LeaseToken = 0
 	require.Equal(t, *want, got)
 
-	path := filepath.Join("testdata", "job-v1.1.msgpack")
+	v11, err := os.ReadFile(filepath.Join("testdata", "job-v1.1.msgpack"))
+	require.NoError(t, err)
+	got = Job{}
+	require.NoError(t, Unmarshal(v11, &got))
+	require.Equal(t, *fullJob(), got)
+	require.Len(t, old, len(v11)-9, "1.1 appends one element to 1.0: the token, a uint64")
+
+	golden := goldenV12(t)
+	got = Job{}
+	require.NoError(t, Unmarshal(golden, &got))
+	require.Equal(t, *fullJobMeta(), got)
+	// The current encoder writes v1.2 byte for byte.
+	b, err := Marshal(fullJobMeta())
+	require.NoError(t, err)
+	require.Equal(t, golden, b)
+	meta := appendMeta(nil, fullJobMeta().Meta)
+	require.Equal(t, []byte{0xdc, 0, 18, 1, 1}, v11[:5], "array16 of 18, version 1.1")
+	require.Equal(t, []byte{0xdc, 0, 19, 1, 2}, golden[:5], "array16 of 19, version 1.2")
+	require.Equal(t, v11[5:], golden[5:len(golden)-len(meta)], "1.2 appends one element to 1.1: Meta")
+	require.Equal(t, meta, golden[len(golden)-len(meta):])
+}
+
+// goldenV12 is the value this build writes for fullJobMeta, checked in.
+func goldenV12(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", "job-v1.2.msgpack")
 	if *updateGolden {
-		b, err := Marshal(fullJob())
+		b, err := Marshal(fullJobMeta())
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
-	golden, err := os.ReadFile(path)
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	got = Job{}
-	require.NoError(t, Unmarshal(golden, &got))
-	require.Equal(t, *fullJob(), got)
-	// The current encoder writes v1.1 byte for byte.
-	b, err := Marshal(fullJob())
+	return b
+}
+
+// A v1.2 value read by a build that knows only 1.1: that build's decoder
+// skips the appended Meta with the same skipping rules (decoder.skip) that
+// every build since 1.1 has, keeps its bytes as a field of a newer minor
+// version, and writes them back unchanged with minor version 2. The test
+// plays the 1.1 build with decodeJobAs and appendJobAs, which read and
+// write only the first v1Fields+1 elements, as the 1.1 codec did. (Checked
+// once by hand against the 1.1 codec itself, from git: it reads this file
+// with Meta kept raw and writes it back byte for byte.)
+func TestCodecGoldenV12ReadByV11(t *testing.T) {
+	t.Parallel()
+	const v11 = v1Fields + 1
+	golden := goldenV12(t)
+	var j Job
+	require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, v11))
+	require.Nil(t, j.Meta, "1.1 knows no Meta")
+	require.Equal(t, 1, j.future.n, "Meta is one field 1.1 does not know")
+	require.EqualValues(t, 2, j.future.minor)
+	require.Equal(t, appendMeta(nil, fullJobMeta().Meta), j.future.raw, "kept raw, byte for byte")
+	known := j
+	known.future = futureFields{}
+	require.Equal(t, *fullJob(), known, "every field 1.1 knows reads as 1.1 wrote it")
+
+	// Written back by 1.1, the value is the same, byte for byte.
+	again := appendJobAs(nil, &j, v11)
+	require.Equal(t, golden, again)
+	require.Len(t, again, encodedSizeAs(&j, v11))
+
+	// A 1.1 worker moves the job on (completes it); this build still reads
+	// the Meta that 1.2 wrote.
+	j.State, j.LeaseOwner, j.LeaseUntil, j.Result, j.Rev = StateSucceeded, "", time.Time{}, []byte("done"), j.Rev+1
+	var now Job
+	require.NoError(t, Unmarshal(appendJobAs(nil, &j, v11), &now))
+	require.Equal(t, fullJobMeta().Meta, now.Meta)
+	require.Equal(t, StateSucceeded, now.State)
+	require.Zero(t, now.future.n, "no field is unknown to this build")
+
+	// A 1.1 value read by this build as by 1.1: nothing left over.
+	v11b, err := os.ReadFile(filepath.Join("testdata", "job-v1.1.msgpack"))
 	require.NoError(t, err)
-	require.Equal(t, golden, b)
-	require.Len(t, old, len(b)-9, "1.1 appends one element to 1.0: the token, a uint64")
+	var old Job
+	require.NoError(t, decodeJobAs(decoder{b: v11b}, &old, v11))
+	require.Equal(t, *fullJob(), old)
+	require.Equal(t, v11b, appendJobAs(nil, &old, v11))
 }
 
 // appendFields builds a value as a newer minor version would: the v1 array
@@ -180,14 +292,17 @@ func TestCodecNewerMinorDecodes(t *testing.T) {
 	require.Equal(t, out, fromString)
 }
 
-// futureGolden is a value as a future 1.3 writes it: the 1.1 fields, then
+// futureGolden is a value as a future 1.3 writes it: the 1.2 fields, then
 // two fields this build does not know. Checked in, it must keep its bytes
-// through every transition an older worker makes.
+// through every transition an older worker makes. (Until 1.2 was defined,
+// this file held the 1.1 fields and the two unknown ones, its element 18
+// a string; 1.2 put Meta there, so it was written anew: no real writer of
+// any version puts a string in element 18.)
 func futureGolden(t *testing.T) []byte {
 	t.Helper()
 	path := filepath.Join("testdata", "job-v1.3-future.msgpack")
 	if *updateGolden {
-		j := fullJob()
+		j := fullJobMeta()
 		j.State, j.Attempt, j.LeaseOwner, j.LeaseUntil, j.LeaseToken = StatePending, 0, "", time.Time{}, 0
 		b := appendFields(t, j, 3, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
 		require.NoError(t, os.WriteFile(path, b, 0o644))
@@ -203,6 +318,7 @@ func TestCodecGoldenFutureMinor(t *testing.T) {
 	var j Job
 	require.NoError(t, Unmarshal(b, &j))
 	require.Equal(t, fullJob().ID, j.ID)
+	require.Equal(t, fullJobMeta().Meta, j.Meta)
 	require.Equal(t, 2, j.future.n)
 	again, err := Marshal(&j)
 	require.NoError(t, err)
@@ -244,8 +360,18 @@ func TestCodecCorrupt(t *testing.T) {
 		"badState":         {stateAt(t, good, 9), "State"},
 		"versionString":    {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
 		"negativeAttempt":  {replaceField(t, 7, int64(-1)), "Attempt"},
-		"badAppendedField": {badAppended(t), "appended field 18"},
+		"badAppendedField": {badAppended(t), "appended field 19"},
 		"badToken":         {replaceField(t, 17, "not a number"), "LeaseToken"},
+		"metaNotMap":       {replaceField(t, 18, "not a map"), "Meta"},
+		"metaNil":          {replaceField(t, 18, nil), "Meta"},
+		"metaIntValue":     {replaceField(t, 18, map[string]any{"k": 1}), "Meta value"},
+		"metaIntKey":       {replaceField(t, 18, map[int]string{1: "v"}), "Meta key"},
+		"metaEmptyKey":     {replaceField(t, 18, map[string]string{"": "v"}), "Meta"},
+		"metaDuplicateKey": {metaRaw(t, 0x82, "k", "a", "k", "b"), "Meta"},
+		"metaTooMany":      {replaceField(t, 18, func() map[string]string { m := bigMeta(); m["x"] = ""; return m }()), "Meta"},
+		"metaTooLarge":     {replaceField(t, 18, func() map[string]string { m := bigMeta(); m["long"] += "x"; return m }()), "Meta"},
+		"metaTruncated":    {metaRaw(t, 0x82, "k", "a", "j"), "Meta value"},
+		"metaShort":        {metaRaw(t, 0x82, "k"), "Meta"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -281,10 +407,24 @@ func replaceField(t *testing.T, i int, v any) []byte {
 	j := fullJob()
 	elems := []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
 		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
-		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken}
+		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}}
 	elems[i] = v
 	b, err := msgpack.Marshal(elems)
 	require.NoError(t, err)
+	return b
+}
+
+// metaRaw is a fullJob encoding whose Meta is the map header hdr followed
+// by the given strings, as they come: duplicate keys, or too few.
+func metaRaw(t testing.TB, hdr byte, strs ...string) []byte {
+	t.Helper()
+	b, err := Marshal(fullJob())
+	require.NoError(t, err)
+	require.Equal(t, byte(0x80), b[len(b)-1])
+	b = append(b[:len(b)-1], hdr)
+	for _, s := range strs {
+		b = appendStr(b, s)
+	}
 	return b
 }
 
@@ -307,6 +447,14 @@ func TestCodecHostileHeaders(t *testing.T) {
 			b := appendFields(t, &Job{State: StatePending}, 1, "x")
 			return binary.BigEndian.AppendUint32(append(b[:len(b)-2], 0xdd), 0xffffffff)
 		}(),
+		"metaMap32": func() []byte {
+			b := good[:len(good)-1] // the empty Meta
+			return binary.BigEndian.AppendUint32(append(bytes.Clone(b), 0xdf), 0xffffffff)
+		}(),
+		"metaMap16": func() []byte {
+			b := good[:len(good)-1]
+			return append(binary.BigEndian.AppendUint16(append(bytes.Clone(b), 0xde), 0xffff), bytes.Repeat([]byte{0xa1, 'k'}, 200)...)
+		}(),
 		"appendedMap32": func() []byte {
 			b := appendFields(t, &Job{State: StatePending}, 1, "x")
 			return binary.BigEndian.AppendUint32(append(b[:len(b)-2], 0xdf), 0x7fffffff)
@@ -325,11 +473,13 @@ func TestCodecHostileHeaders(t *testing.T) {
 }
 
 func FuzzUnmarshal(f *testing.F) {
-	for _, j := range []*Job{fullJob(), {State: StatePending}, {ID: "ü", State: StateFailed, Payload: make([]byte, 300)}} {
+	for _, j := range []*Job{fullJob(), fullJobMeta(), {State: StatePending}, {ID: "ü", State: StateFailed, Payload: make([]byte, 300)},
+		{State: StatePending, Meta: bigMeta()}} {
 		b, err := Marshal(j)
 		require.NoError(f, err)
 		f.Add(b)
 	}
+	f.Add(metaRaw(f, 0x82, "k", "a", "k", "b"))
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -361,15 +511,28 @@ func FuzzUnmarshal(f *testing.F) {
 // FuzzMarshal builds jobs from arbitrary fields: whatever Marshal accepts,
 // Unmarshal must read back as the same job (times at millisecond
 // precision, in UTC), so a value that was written can always be read.
+// meta is read as lines of key=value, so Meta gets any number of entries,
+// empty keys and values, and sizes past the limits.
 func FuzzMarshal(f *testing.F) {
 	j := fullJob()
-	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev)
-	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0))
-	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0)) // MaxAttempts past the decoder's limit
-	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1))
-	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64) {
+	tp := "traceparent=" + fullJobMeta().Meta["traceparent"] + "\ntracestate=" + fullJobMeta().Meta["tracestate"]
+	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev, tp)
+	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0), "")
+	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0), "=v") // MaxAttempts past the decoder's limit
+	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1), "a=\nb=c=d\na=e")
+	f.Add("y", "t", []byte{}, uint8(3), int64(1), int64(2), int64(5), uint64(1), uint64(2), strings.Repeat("k=v\n", 70))
+	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64, meta string) {
+		var m map[string]string
+		if meta != "" {
+			m = map[string]string{}
+			for line := range strings.SplitSeq(meta, "\n") {
+				k, v, _ := strings.Cut(line, "=")
+				m[k] = v
+			}
+		}
 		in := &Job{ID: id, Type: typ, Payload: payload, State: State(state), Attempt: int(attempt), MaxAttempts: int(maxAttempts),
-			RunAt: fromMillis(runAt), LeaseUntil: fromMillis(runAt / 2), LeaseToken: token, Rev: rev, LastError: typ, Result: payload}
+			RunAt: fromMillis(runAt), LeaseUntil: fromMillis(runAt / 2), LeaseToken: token, Rev: rev, LastError: typ, Result: payload,
+			Meta: m}
 		b, err := Marshal(in)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
@@ -384,6 +547,9 @@ func FuzzMarshal(f *testing.F) {
 		}
 		if len(in.Payload) == 0 {
 			in.Payload, in.Result = nil, nil // an empty bin decodes to nil
+		}
+		if len(in.Meta) == 0 {
+			in.Meta = nil // and an empty map too
 		}
 		require.Equal(t, *in, out)
 	})

@@ -177,10 +177,15 @@ type EnqueueOpts struct {
 	Delay time.Duration
 	// MaxAttempts overrides Config.MaxAttempts for this job.
 	MaxAttempts int
+	// Meta is stored as the job's Job.Meta: small string metadata, such as
+	// the trace context the otel package's Inject writes. It is copied, and
+	// refused with ErrInvalid beyond MaxMetaEntries entries, MaxMetaBytes
+	// bytes or with an empty key (default: none).
+	Meta map[string]string
 }
 
 // JobSpec describes one job to enqueue, as an element of an EnqueueMany
-// batch.
+// batch. Its Opts carry the job's ID, times and Meta.
 type JobSpec struct {
 	Type    string       // what kind of work
 	Payload []byte       // the arguments

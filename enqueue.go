@@ -190,6 +190,7 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 	j := &Job{
 		ID: o.ID, Queue: q.name, Type: spec.Type, Payload: spec.Payload, State: StatePending,
 		MaxAttempts: q.cfg.MaxAttempts, RunAt: now, CreatedAt: now, UpdatedAt: now,
+		Meta: cloneMeta(o.Meta),
 	}
 	in := &enqueueIn{job: j, delay: o.Delay}
 	if j.ID == "" {
@@ -202,6 +203,9 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 		return nil, fmt.Errorf("%w: MaxAttempts is %d, want 0..%d", ErrInvalid, o.MaxAttempts, MaxAttemptsLimit)
 	case o.MaxAttempts > 0:
 		j.MaxAttempts = o.MaxAttempts
+	}
+	if err := validMeta(j.Meta); err != nil {
+		return nil, err
 	}
 	switch {
 	case o.Delay < 0:

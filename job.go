@@ -2,6 +2,7 @@ package jobkey
 
 import (
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -69,6 +70,14 @@ type Job struct {
 	// both claims had the same Attempt and LeaseOwner. It is unique to one
 	// claim but not ordered; 0 means never claimed by this format.
 	LeaseToken uint64
+	// Meta is small string metadata carried with the job, set by
+	// EnqueueOpts.Meta or Update and kept by every transition: the W3C trace
+	// context (traceparent, tracestate) that the otel package injects, say.
+	// jobkey does not interpret it. At most MaxMetaEntries entries, with
+	// non-empty keys, and MaxMetaBytes of keys and values together (format
+	// 1.2; a value written before decodes with a nil Meta). An empty Meta is
+	// read back as nil.
+	Meta map[string]string
 
 	// future holds the fields a newer minor version appended, as read, so
 	// that writing the job back keeps them: an older worker's claim or
@@ -86,7 +95,45 @@ type futureFields struct {
 
 // minor is the minor version to write: this build's, or the newer one
 // whose fields the job carries.
-func (j *Job) minor() uint64 { return max(formatMinor, j.future.minor) }
+func (j *Job) minor() uint64 { return j.minorAs(knownFields) }
+
+// minorAs is minor for a build that knows the first known fields (tests
+// use it to play an older build: see decodeJobAs).
+func (j *Job) minorAs(known int) uint64 { return max(uint64(known-v1Fields), j.future.minor) }
+
+// Limits of Job.Meta, checked by Enqueue, EnqueueMany, Update, Marshal and
+// Unmarshal alike.
+const (
+	MaxMetaEntries = 64   // entries in Job.Meta
+	MaxMetaBytes   = 4096 // bytes of Job.Meta's keys and values together
+)
+
+// validMeta refuses a Meta the value format does not hold, with ErrInvalid.
+func validMeta(m map[string]string) error {
+	if len(m) > MaxMetaEntries {
+		return fmt.Errorf("%w: Meta has %d entries, limit %d", ErrInvalid, len(m), MaxMetaEntries)
+	}
+	n := 0
+	for k, v := range m {
+		if k == "" {
+			return fmt.Errorf("%w: Meta has an empty key", ErrInvalid)
+		}
+		n += len(k) + len(v)
+	}
+	if n > MaxMetaBytes {
+		return fmt.Errorf("%w: Meta holds %d bytes of keys and values, limit %d", ErrInvalid, n, MaxMetaBytes)
+	}
+	return nil
+}
+
+// cloneMeta copies m, so a caller's map and a job's never alias; an empty
+// map becomes nil, as a decode would give it.
+func cloneMeta(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
+}
 
 func cloneJob(j *Job) *Job {
 	c := *j

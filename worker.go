@@ -408,5 +408,9 @@ func (w *worker) call(ctx context.Context, j *Job) (result []byte, err error) {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return w.h.Work(ctx, cloneJob(j))
+	// The handler gets its own copy, Meta included: what it changes never
+	// reaches the job the worker writes back.
+	c := cloneJob(j)
+	c.Meta = cloneMeta(j.Meta)
+	return w.h.Work(ctx, c)
 }
