@@ -1,0 +1,33 @@
+// Package jobkeyotel traces and measures jobkey queues with OpenTelemetry.
+//
+// It lives in its own module, so the jobkey module keeps its dependencies:
+// only programs that import this package depend on OpenTelemetry.
+//
+//   - Producers call Enqueue (or put Inject's options into Queue.Enqueue):
+//     the producer's span context goes into the job's Meta, through the
+//     configured propagator (default: otel.GetTextMapPropagator(); set
+//     otel.SetTextMapPropagator(propagation.TraceContext{}) or pass
+//     WithPropagator, else nothing is carried).
+//   - Workers wrap their handler in Middleware: each handled job gets a
+//     consumer span whose parent is the producer's span, and counts in the
+//     processed-jobs counter and the handler-duration histogram.
+//   - ObserveQueues reports queue depth from Queue.Stats and the
+//     compare-and-set counters from Queue.Metrics as observable
+//     instruments; NewPrometheus serves them, and whatever else is recorded
+//     through its MeterProvider, as a Prometheus /metrics endpoint.
+//
+// Instruments (Prometheus names in brackets, with the default exporter):
+//
+//	jobkey.jobs.processed   counter, {job}    [jobkey_jobs_processed_total]   queue, type, outcome
+//	jobkey.job.duration     histogram, s      [jobkey_job_duration_seconds]   queue, type, outcome
+//	jobkey.queue.jobs       gauge, {job}      [jobkey_queue_jobs]             queue, state
+//	jobkey.cas.transactions counter, {txn}    [jobkey_cas_transactions_total] queue
+//	jobkey.cas.attempts     counter           [jobkey_cas_attempts_total]     queue
+//	jobkey.cas.conflicts    counter           [jobkey_cas_conflicts_total]    queue
+//	jobkey.cas.round_trips  counter           [jobkey_cas_round_trips_total]  queue
+//	jobkey.cas.commands     counter           [jobkey_cas_commands_total]     queue
+//	jobkey.cas.unwatches    counter           [jobkey_cas_unwatches_total]    queue
+//
+// The attribute keys are the Key* constants; outcomes are the Outcome*
+// constants.
+package jobkeyotel

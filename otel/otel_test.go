@@ -1,0 +1,403 @@
+package jobkeyotel_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/redistest"
+	jobkeyotel "github.com/jobkey/jobkey/otel"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// newQueue is a queue on the shared real Redis, under a prefix of the
+// test's own.
+func newQueue(t *testing.T, name string) *jobkey.Queue {
+	t.Helper()
+	redistest.RequireReal(t)
+	q, err := jobkey.NewQueue(redistest.Client(t, nil), name, &jobkey.Config{Prefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	return q
+}
+
+// work runs q.Work with h until the returned stop is called (also at the
+// test's end). recorded receives every outcome write.
+func work(t *testing.T, q *jobkey.Queue, h jobkey.Handler) (recorded <-chan *jobkey.Job, stop func()) {
+	t.Helper()
+	ch := make(chan *jobkey.Job, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, h, &jobkey.WorkOpts{Concurrency: 2, Logger: quiet, TrimInterval: -1,
+			OnRecorded: func(j *jobkey.Job, err error) {
+				if err == nil {
+					ch <- j
+				}
+			}})
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Error("Work did not return")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return ch, stop
+}
+
+// waitRecorded waits for n outcome writes and returns the jobs by ID.
+func waitRecorded(t *testing.T, ch <-chan *jobkey.Job, n int) map[string]*jobkey.Job {
+	t.Helper()
+	got := map[string]*jobkey.Job{}
+	timeout := time.After(20 * time.Second)
+	for len(got) < n {
+		select {
+		case j := <-ch:
+			got[j.ID] = j
+		case <-timeout:
+			t.Fatalf("only %d of %d jobs recorded", len(got), n)
+		}
+	}
+	return got
+}
+
+// seen holds the span context each handled job's ctx carried, by job ID.
+var seen sync.Map
+
+// handler succeeds for type "ok", fails for "bad", and panics for "boom".
+var handler = jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+	seen.Store(j.ID, trace.SpanContextFromContext(ctx))
+	switch j.Type {
+	case "bad":
+		return nil, errors.New("smtp: 550 no such user")
+	case "boom":
+		panic("handler bug")
+	}
+	return []byte("done"), nil
+})
+
+func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range kvs {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// The producer's span context travels in the job's Meta and comes out as
+// the parent of the consumer's span, with the job's attributes and its
+// outcome.
+func TestTraceFromProducerToConsumer(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, "emails")
+	ctx := context.Background()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	opts := []jobkeyotel.Option{jobkeyotel.WithTracerProvider(tp), jobkeyotel.WithPropagator(propagation.TraceContext{})}
+
+	// Inject, by hand, under the caller's span.
+	pctx, producer := tp.Tracer("test").Start(ctx, "signup")
+	caller := &jobkey.EnqueueOpts{ID: "ok", MaxAttempts: 3, Meta: map[string]string{"tenant": "acme"}}
+	in := jobkeyotel.Inject(pctx, caller, opts...)
+	require.Equal(t, map[string]string{"tenant": "acme"}, caller.Meta, "the caller's map is not changed")
+	require.Contains(t, in.Meta, "traceparent")
+	require.Equal(t, "acme", in.Meta["tenant"])
+	_, err := q.Enqueue(pctx, "ok", nil, in)
+	require.NoError(t, err)
+	producer.End()
+	stored, err := q.Get(ctx, "ok")
+	require.NoError(t, err)
+	require.Equal(t, in.Meta, stored.Meta, "the trace context is stored with the job")
+
+	// The Enqueue wrapper, which starts a producer span of its own.
+	_, err = jobkeyotel.Enqueue(ctx, q, "bad", nil, &jobkey.EnqueueOpts{ID: "bad", MaxAttempts: 1}, opts...)
+	require.NoError(t, err)
+	// No trace context at all: a root span.
+	_, err = q.Enqueue(ctx, "ok", nil, &jobkey.EnqueueOpts{ID: "orphan"})
+	require.NoError(t, err)
+
+	recorded, stop := work(t, q, jobkeyotel.Middleware(handler, opts...))
+	jobs := waitRecorded(t, recorded, 3)
+	stop()
+	require.Equal(t, jobkey.StateSucceeded, jobs["ok"].State)
+	require.Equal(t, jobkey.StateFailed, jobs["bad"].State)
+
+	spans := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		if s.SpanKind() == trace.SpanKindConsumer {
+			spans[s.Attributes()[0].Value.AsString()+"/"+attrs(s.Attributes())[jobkeyotel.KeyJobID].AsString()] = s
+		} else {
+			spans[s.Name()] = s
+		}
+	}
+	ok := spans["jobkey/ok"]
+	require.NotNil(t, ok, "a consumer span for job ok: %v", spans)
+	require.Equal(t, "jobkey.work ok", ok.Name())
+	require.Equal(t, producer.SpanContext().TraceID(), ok.Parent().TraceID())
+	require.Equal(t, producer.SpanContext().SpanID(), ok.Parent().SpanID(), "the producer's span is the parent")
+	require.True(t, ok.Parent().IsRemote())
+	a := attrs(ok.Attributes())
+	require.Equal(t, "emails", a[jobkeyotel.KeyQueue].AsString())
+	require.Equal(t, "ok", a[jobkeyotel.KeyType].AsString())
+	require.EqualValues(t, 1, a[jobkeyotel.KeyAttempt].AsInt64())
+	require.EqualValues(t, 3, a[jobkeyotel.KeyMaxAttempts].AsInt64())
+	require.Equal(t, jobkeyotel.OutcomeSucceeded, a[jobkeyotel.KeyOutcome].AsString())
+	require.Equal(t, codes.Unset, ok.Status().Code)
+	inHandler, _ := seen.Load("ok")
+	require.Equal(t, ok.SpanContext(), inHandler, "the handler's ctx holds the consumer span")
+
+	enq := spans["jobkey.enqueue bad"]
+	require.NotNil(t, enq, "the wrapper's producer span: %v", spans)
+	require.Equal(t, trace.SpanKindProducer, enq.SpanKind())
+	require.Equal(t, "bad", attrs(enq.Attributes())[jobkeyotel.KeyJobID].AsString())
+	bad := spans["jobkey/bad"]
+	require.NotNil(t, bad)
+	require.Equal(t, enq.SpanContext().SpanID(), bad.Parent().SpanID(), "the wrapper's span is the parent")
+	require.Equal(t, enq.SpanContext().TraceID(), bad.SpanContext().TraceID())
+	a = attrs(bad.Attributes())
+	require.Equal(t, jobkeyotel.OutcomeFailed, a[jobkeyotel.KeyOutcome].AsString())
+	require.EqualValues(t, 1, a[jobkeyotel.KeyMaxAttempts].AsInt64())
+	require.Equal(t, codes.Error, bad.Status().Code)
+	require.Equal(t, "smtp: 550 no such user", bad.Status().Description)
+	require.Len(t, bad.Events(), 1, "the error is recorded")
+
+	orphan := spans["jobkey/orphan"]
+	require.NotNil(t, orphan)
+	require.False(t, orphan.Parent().IsValid(), "no trace context: a root span")
+	require.Equal(t, jobkeyotel.OutcomeSucceeded, attrs(orphan.Attributes())[jobkeyotel.KeyOutcome].AsString())
+}
+
+// Without a propagator, nothing is carried and nothing breaks.
+func TestInjectWithoutPropagator(t *testing.T) {
+	t.Parallel()
+	tp := sdktrace.NewTracerProvider()
+	ctx, span := tp.Tracer("test").Start(context.Background(), "x")
+	defer span.End()
+	out := jobkeyotel.Inject(ctx, nil, jobkeyotel.WithPropagator(propagation.NewCompositeTextMapPropagator()))
+	require.NotNil(t, out)
+	require.Nil(t, out.Meta)
+	out = jobkeyotel.Inject(ctx, nil, jobkeyotel.WithPropagator(propagation.TraceContext{}))
+	require.Len(t, out.Meta, 1)
+	require.True(t, strings.HasPrefix(out.Meta["traceparent"], "00-"+span.SpanContext().TraceID().String()+"-"))
+}
+
+func collect(t *testing.T, r sdkmetric.Reader) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.Collect(context.Background(), &rm))
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+func set(kvs ...attribute.KeyValue) attribute.Set { return attribute.NewSet(kvs...) }
+
+// The processed counter, the duration histogram, the depth gauges and the
+// compare-and-set counters read what happened.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, "reports")
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	_, err := jobkeyotel.ObserveQueues(mp.Meter("test"), q)
+	require.NoError(t, err)
+
+	for _, s := range []jobkey.JobSpec{
+		{Type: "ok"}, {Type: "ok"}, {Type: "ok"},
+		{Type: "bad", Opts: &jobkey.EnqueueOpts{MaxAttempts: 1}},
+		{Type: "boom", Opts: &jobkey.EnqueueOpts{MaxAttempts: 1}},
+		{Type: "later", Opts: &jobkey.EnqueueOpts{Delay: time.Hour}},
+	} {
+		_, err := q.EnqueueMany(ctx, []jobkey.JobSpec{s})
+		require.NoError(t, err)
+	}
+	m := collect(t, reader)
+	depth := m["jobkey.queue.jobs"].Data.(metricdata.Gauge[int64])
+	got := map[string]int64{}
+	for _, dp := range depth.DataPoints {
+		v, _ := dp.Attributes.Value(jobkeyotel.KeyQueue)
+		require.Equal(t, "reports", v.AsString())
+		s, _ := dp.Attributes.Value(jobkeyotel.KeyState)
+		got[s.AsString()] = dp.Value
+	}
+	require.Equal(t, map[string]int64{"pending": 6, "due": 5, "scheduled": 1, "active": 0, "expired_leases": 0,
+		"succeeded": 0, "failed": 0, "canceled": 0, "corrupt": 0, "newer": 0, "vanished": 0}, got)
+
+	recorded, stop := work(t, q, jobkeyotel.Middleware(handler, jobkeyotel.WithMeterProvider(mp)))
+	waitRecorded(t, recorded, 5)
+	stop()
+
+	m = collect(t, reader)
+	processed := m["jobkey.jobs.processed"]
+	require.Equal(t, "{job}", processed.Unit)
+	sum := processed.Data.(metricdata.Sum[int64])
+	require.True(t, sum.IsMonotonic)
+	counts := map[attribute.Set]int64{}
+	for _, dp := range sum.DataPoints {
+		counts[dp.Attributes] = dp.Value
+	}
+	q1 := jobkeyotel.KeyQueue.String("reports")
+	outcome := func(typ, o string) attribute.Set {
+		return set(q1, jobkeyotel.KeyType.String(typ), jobkeyotel.KeyOutcome.String(o))
+	}
+	require.Equal(t, map[attribute.Set]int64{
+		outcome("ok", jobkeyotel.OutcomeSucceeded): 3,
+		outcome("bad", jobkeyotel.OutcomeFailed):   1,
+		outcome("boom", jobkeyotel.OutcomePanic):   1,
+	}, counts)
+
+	dur := m["jobkey.job.duration"]
+	require.Equal(t, "s", dur.Unit)
+	hist := dur.Data.(metricdata.Histogram[float64])
+	hcounts := map[attribute.Set]uint64{}
+	for _, dp := range hist.DataPoints {
+		hcounts[dp.Attributes] = dp.Count
+		require.Greater(t, dp.Sum, 0.0)
+		require.Less(t, dp.Sum, 10.0, "seconds, not nanoseconds")
+	}
+	require.Equal(t, map[attribute.Set]uint64{
+		outcome("ok", jobkeyotel.OutcomeSucceeded): 3,
+		outcome("bad", jobkeyotel.OutcomeFailed):   1,
+		outcome("boom", jobkeyotel.OutcomePanic):   1,
+	}, hcounts)
+
+	depth = m["jobkey.queue.jobs"].Data.(metricdata.Gauge[int64])
+	got = map[string]int64{}
+	for _, dp := range depth.DataPoints {
+		s, _ := dp.Attributes.Value(jobkeyotel.KeyState)
+		got[s.AsString()] = dp.Value
+	}
+	require.Equal(t, int64(1), got["pending"])
+	require.Equal(t, int64(1), got["scheduled"])
+	require.Equal(t, int64(3), got["succeeded"])
+	require.Equal(t, int64(2), got["failed"], "bad and boom, out of attempts")
+
+	snap := q.Metrics()
+	for name, want := range map[string]int64{
+		"jobkey.cas.transactions": snap.Txns, "jobkey.cas.round_trips": snap.RoundTrips,
+		"jobkey.cas.conflicts": snap.Conflicts, "jobkey.cas.commands": snap.Commands,
+		"jobkey.cas.attempts": snap.Attempts, "jobkey.cas.unwatches": snap.Unwatches,
+	} {
+		c, ok := m[name].Data.(metricdata.Sum[int64])
+		require.True(t, ok, name)
+		require.True(t, c.IsMonotonic, name)
+		require.Len(t, c.DataPoints, 1, name)
+		require.Equal(t, set(q1), c.DataPoints[0].Attributes, name)
+		require.Equal(t, want, c.DataPoints[0].Value, "%s: nothing ran since the collection", name)
+	}
+	require.GreaterOrEqual(t, snap.Txns, int64(6+5), "the enqueues and the outcomes at least")
+	require.GreaterOrEqual(t, snap.RoundTrips, 2*snap.Txns)
+}
+
+// A canceled job's run is a cancellation, not a failure.
+func TestOutcomeCanceled(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, "cancel")
+	ctx := context.Background()
+	rec := tracetest.NewSpanRecorder()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	started := make(chan struct{})
+	h := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	_, err := q.Enqueue(ctx, "slow", nil, &jobkey.EnqueueOpts{ID: "c"})
+	require.NoError(t, err)
+	_, stop := work(t, q, jobkeyotel.Middleware(h, jobkeyotel.WithTracerProvider(tp), jobkeyotel.WithMeterProvider(mp)))
+	<-started
+	_, err = q.Cancel(ctx, "c")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(rec.Ended()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	stop()
+	a := attrs(rec.Ended()[0].Attributes())
+	require.Equal(t, jobkeyotel.OutcomeCanceled, a[jobkeyotel.KeyOutcome].AsString())
+	require.Equal(t, jobkey.ErrJobCanceled.Error(), a[jobkeyotel.KeyCause].AsString())
+	sum := collect(t, reader)["jobkey.jobs.processed"].Data.(metricdata.Sum[int64])
+	require.Len(t, sum.DataPoints, 1)
+	o, _ := sum.DataPoints[0].Attributes.Value(jobkeyotel.KeyOutcome)
+	require.Equal(t, jobkeyotel.OutcomeCanceled, o.AsString())
+}
+
+// The Prometheus handler serves the queue gauges, the compare-and-set
+// counters and what the middleware records through its MeterProvider.
+func TestPrometheus(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, "prom")
+	ctx := context.Background()
+	p, err := jobkeyotel.NewPrometheus(q)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.MeterProvider.Shutdown(context.Background()) })
+	_, err = q.Enqueue(ctx, "ok", nil, nil)
+	require.NoError(t, err)
+	recorded, stop := work(t, q, jobkeyotel.Middleware(handler, jobkeyotel.WithMeterProvider(p.MeterProvider)))
+	waitRecorded(t, recorded, 1)
+	stop()
+	_, err = q.Enqueue(ctx, "ok", nil, &jobkey.EnqueueOpts{Delay: time.Hour})
+	require.NoError(t, err)
+
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	text := string(body)
+	for _, want := range []string{
+		`jobkey_queue_jobs{jobkey_queue="prom",jobkey_state="scheduled"`,
+		`jobkey_queue_jobs{jobkey_queue="prom",jobkey_state="succeeded"`,
+		`jobkey_jobs_processed_total{jobkey_job_type="ok",jobkey_outcome="succeeded",jobkey_queue="prom"`,
+		`jobkey_job_duration_seconds_bucket{jobkey_job_type="ok",jobkey_outcome="succeeded",jobkey_queue="prom"`,
+		`jobkey_cas_transactions_total{jobkey_queue="prom"`,
+		`jobkey_cas_conflicts_total{jobkey_queue="prom"`,
+		`jobkey_cas_round_trips_total{jobkey_queue="prom"`,
+		`jobkey_cas_commands_total{jobkey_queue="prom"`,
+	} {
+		require.Contains(t, text, want)
+	}
+	require.Regexp(t, `jobkey_queue_jobs\{jobkey_queue="prom",jobkey_state="scheduled",[^}]*\} 1\n`, text)
+	require.Regexp(t, `jobkey_jobs_processed_total\{jobkey_job_type="ok",jobkey_outcome="succeeded",jobkey_queue="prom",[^}]*\} 1\n`, text)
+}
+
+func TestObserveQueuesRefuses(t *testing.T) {
+	t.Parallel()
+	mp := sdkmetric.NewMeterProvider()
+	_, err := jobkeyotel.ObserveQueues(nil)
+	require.Error(t, err)
+	_, err = jobkeyotel.ObserveQueues(mp.Meter("x"), nil)
+	require.Error(t, err)
+}

@@ -1,0 +1,102 @@
+package jobkeyotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jobkey/jobkey"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ObserveQueues registers observable instruments on meter that read the
+// given queues at every collection:
+//
+//   - jobkey.queue.jobs, a gauge of the jobs in each state of Queue.Stats
+//     (pending, due, scheduled, active, expired_leases, succeeded, failed,
+//     canceled, corrupt, newer, vanished), by queue and state. It costs one
+//     Stats call, one round trip per Redis node, per queue and collection.
+//     A queue whose Stats fails, wholly or for some shards, reports no
+//     depth that time, and the error goes to otel.Handle.
+//   - jobkey.cas.transactions, .attempts, .conflicts, .round_trips,
+//     .commands and .unwatches: counters of Queue.Metrics, the
+//     compare-and-set engine of this process's Queue, by queue.
+//
+// Unregister the returned registration to stop observing.
+func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registration, error) {
+	if meter == nil {
+		return nil, errors.New("jobkeyotel: ObserveQueues with nil meter")
+	}
+	for i, q := range queues {
+		if q == nil {
+			return nil, fmt.Errorf("jobkeyotel: ObserveQueues: queue %d is nil", i)
+		}
+	}
+	depth, err := meter.Int64ObservableGauge("jobkey.queue.jobs",
+		metric.WithDescription("Jobs in each state, from Queue.Stats, by queue and state."), metric.WithUnit("{job}"))
+	if err != nil {
+		return nil, err
+	}
+	type casCounter struct {
+		inst metric.Int64ObservableCounter
+		get  func(jobkey.MetricsSnapshot) int64
+	}
+	var cas []casCounter
+	for _, c := range []struct {
+		name, unit, desc string
+		get              func(jobkey.MetricsSnapshot) int64
+	}{
+		{"jobkey.cas.transactions", "{txn}", "Compare-and-set transactions run.", func(m jobkey.MetricsSnapshot) int64 { return m.Txns }},
+		{"jobkey.cas.attempts", "{attempt}", "Compare-and-set attempts, retries after conflicts included.", func(m jobkey.MetricsSnapshot) int64 { return m.Attempts }},
+		{"jobkey.cas.conflicts", "{conflict}", "EXECs aborted because a watched key changed.", func(m jobkey.MetricsSnapshot) int64 { return m.Conflicts }},
+		{"jobkey.cas.round_trips", "{round_trip}", "Network round trips of the compare-and-set engine.", func(m jobkey.MetricsSnapshot) int64 { return m.RoundTrips }},
+		{"jobkey.cas.commands", "{command}", "Redis commands sent by the compare-and-set engine, MULTI and EXEC included.", func(m jobkey.MetricsSnapshot) int64 { return m.Commands }},
+		{"jobkey.cas.unwatches", "{command}", "UNWATCHes sent on paths that did not reach EXEC.", func(m jobkey.MetricsSnapshot) int64 { return m.Unwatches }},
+	} {
+		inst, err := meter.Int64ObservableCounter(c.name, metric.WithDescription(c.desc+" By queue, in this process."), metric.WithUnit(c.unit))
+		if err != nil {
+			return nil, err
+		}
+		cas = append(cas, casCounter{inst, c.get})
+	}
+	insts := []metric.Observable{depth}
+	for _, c := range cas {
+		insts = append(insts, c.inst)
+	}
+	queues = append([]*jobkey.Queue(nil), queues...)
+	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		for _, q := range queues {
+			queue := KeyQueue.String(q.Name())
+			m := q.Metrics()
+			for _, c := range cas {
+				o.ObserveInt64(c.inst, c.get(m), metric.WithAttributes(queue))
+			}
+			st, err := q.Stats(ctx)
+			if err != nil {
+				otel.Handle(fmt.Errorf("jobkeyotel: depth of queue %q: %w", q.Name(), err))
+				continue
+			}
+			for _, s := range statesOf(st) {
+				o.ObserveInt64(depth, s.n, metric.WithAttributeSet(attribute.NewSet(queue, KeyState.String(s.state))))
+			}
+		}
+		return nil
+	}, insts...)
+}
+
+type stateCount struct {
+	state string
+	n     int64
+}
+
+// statesOf lists the counts of Stats under the names of KeyState.
+func statesOf(st jobkey.Stats) []stateCount {
+	return []stateCount{
+		{"pending", st.Pending}, {"due", st.Due}, {"scheduled", st.Scheduled},
+		{"active", st.Active}, {"expired_leases", st.ExpiredLeases},
+		{"succeeded", st.Succeeded}, {"failed", st.Failed}, {"canceled", st.Canceled},
+		{"corrupt", st.Corrupt}, {"newer", st.Newer}, {"vanished", st.Vanished},
+	}
+}
