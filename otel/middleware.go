@@ -38,7 +38,12 @@ type middleware struct {
 //
 // Each job adds one to jobkey.jobs.processed and its handler's run time,
 // in seconds, to jobkey.job.duration, both by queue, type and outcome.
+//
+// A nil next gives a nil Handler, which Work refuses with ErrInvalid.
 func Middleware(next jobkey.Handler, opts ...Option) jobkey.Handler {
+	if next == nil {
+		return nil
+	}
 	cfg := newConfig(opts)
 	m := &middleware{next: next, cfg: cfg, tracer: cfg.tracer()}
 	meter := cfg.meter()

@@ -393,6 +393,36 @@ func TestPrometheus(t *testing.T) {
 	require.Regexp(t, `jobkey_jobs_processed_total\{jobkey_job_type="ok",jobkey_outcome="succeeded",jobkey_queue="prom",[^}]*\} 1\n`, text)
 }
 
+func TestMiddlewareOfNil(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, "nil")
+	require.Nil(t, jobkeyotel.Middleware(nil))
+	require.ErrorIs(t, q.Work(context.Background(), jobkeyotel.Middleware(nil), nil), jobkey.ErrInvalid)
+}
+
+// A job whose Meta holds a broken or hostile trace context runs under a
+// root span; nothing panics.
+func TestMiddlewareHostileMeta(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	h := jobkeyotel.Middleware(handler, jobkeyotel.WithTracerProvider(tp),
+		jobkeyotel.WithPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})))
+	for i, meta := range []map[string]string{
+		nil,
+		{"traceparent": "00-00000000000000000000000000000000-0000000000000000-01"},
+		{"traceparent": "zz-" + strings.Repeat("f", 3000), "tracestate": strings.Repeat(",=", 500), "baggage": "%%%;;=="},
+		{"traceparent": "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+	} {
+		_, err := h.Work(context.Background(), &jobkey.Job{ID: "x", Queue: "q", Type: "ok", Meta: meta})
+		require.NoError(t, err, i)
+	}
+	require.Len(t, rec.Ended(), 4)
+	for _, s := range rec.Ended() {
+		require.False(t, s.Parent().IsValid(), "no valid parent in %v", s.Attributes())
+	}
+}
+
 func TestObserveQueuesRefuses(t *testing.T) {
 	t.Parallel()
 	mp := sdkmetric.NewMeterProvider()
