@@ -1,0 +1,16 @@
+module github.com/jobkey/jobkey/ui
+
+go 1.26.0
+
+require (
+	github.com/jobkey/jobkey v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/chromedp/chromedp v0.23.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+)
+
+replace github.com/jobkey/jobkey => ../
