@@ -35,13 +35,13 @@ type fixture struct {
 	srv    *httptest.Server
 	// ids by what the fixture made of them
 	failed, succeeded, canceled, active, pending, scheduled []string
-	corrupt                                                 string
+	corrupt, setAside                                       string
 }
 
 // newFixture fills a queue under a prefix of its own:
 // 2 succeeded, 3 failed (one hostile), 1 canceled, 1 active,
 // 3 pending due now and 1 scheduled in an hour, and one corrupt value
-// listed in the ready index. Queue "other" holds one pending job, and a
+// listed in the ready index, and one in the corrupt index. Queue "other" holds one pending job, and a
 // queue with a hostile name one hostile pending job.
 func newFixture(t *testing.T, o Options) *fixture {
 	t.Helper()
@@ -105,6 +105,15 @@ func newFixture(t *testing.T, o Options) *fixture {
 		t.Fatal(err)
 	}
 	if err := f.rdb.ZAdd(ctx, k.Ready, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: f.corrupt}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// And one that a claimer has set aside already.
+	f.setAside = "set-aside"
+	k = f.q.Keys(f.setAside)
+	if err := f.rdb.Set(ctx, k.Job, "\x00\x01\x02", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.ZAdd(ctx, k.Corrupt, redis.Z{Score: float64(time.Now().UnixMilli()), Member: f.setAside}).Err(); err != nil {
 		t.Fatal(err)
 	}
 

@@ -62,7 +62,7 @@ type page struct {
 	// Refreshes are the links that reload this page every few seconds,
 	// or stop it.
 	Refreshes []refreshLink
-	Data     any
+	Data      any
 }
 
 // Link builds a URL of the UI: path under BasePath, then key/value pairs
@@ -272,13 +272,16 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, qv := r.Context(), r.URL.Query()
 	name := qv.Get("name")
-	st := jobkey.StatePending
-	if s := qv.Get("state"); s != "" {
+	st, stName := jobkey.StatePending, "pending"
+	if s := qv.Get("state"); s != "" && s != corruptTab {
 		var ok bool
 		if st, ok = parseState(s); !ok {
-			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("state %q is not one of pending, active, succeeded, failed, canceled", s))
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("state %q is not one of pending, active, succeeded, failed, canceled, corrupt", s))
 			return
 		}
+		stName = s
+	} else if s == corruptTab {
+		st, stName = 0, corruptTab
 	}
 	q, err := h.queue(ctx, name)
 	if err != nil {
@@ -286,24 +289,24 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	typ, cursor := qv.Get("type"), qv.Get("cursor")
-	jp, err := q.List(ctx, jobkey.ListOpts{State: st, Type: typ, Limit: h.pageSize, Cursor: cursor})
+	jp, err := q.List(ctx, jobkey.ListOpts{State: st, Corrupt: stName == corruptTab, Type: typ, Limit: h.pageSize, Cursor: cursor})
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	p := h.newPage(w, r, name+" · "+st.String())
+	p := h.newPage(w, r, name+" · "+stName)
 	refresh := ""
 	if p.Refresh > 0 {
 		refresh = strconv.Itoa(p.Refresh)
 	}
-	d := queueData{counts: h.counts(ctx, name), State: st.String(), Type: typ, Cursor: cursor}
+	d := queueData{counts: h.counts(ctx, name), State: stName, Type: typ, Cursor: cursor}
 	p.self("queue", "name", name, "state", d.State, "type", typ, "cursor", cursor)
 	for _, s := range listStates {
-		tab := stateTab{Name: s.String(), Active: s == st,
-			Link: p.Link("queue", "name", name, "state", s.String(), "type", typ, "refresh", refresh)}
-		tab.Count = stateCount(d.Stats, s)
-		d.States = append(d.States, tab)
+		d.States = append(d.States, stateTab{Name: s.String(), Active: s.String() == stName, Count: stateCount(d.Stats, s),
+			Link: p.Link("queue", "name", name, "state", s.String(), "type", typ, "refresh", refresh)})
 	}
+	d.States = append(d.States, stateTab{Name: corruptTab, Active: stName == corruptTab, Count: d.Stats.Corrupt,
+		Link: p.Link("queue", "name", name, "state", corruptTab, "refresh", refresh)})
 	for _, j := range jp.Jobs {
 		d.Jobs = append(d.Jobs, jobRow{
 			ID: j.ID, Type: j.Type, Link: p.Link("job", "queue", name, "id", j.ID),
@@ -325,6 +328,10 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	p.Data = d
 	h.render(w, r, h.pages.queue, http.StatusOK, p)
 }
+
+// corruptTab names the listing of the jobs claimers set aside because
+// their value could not be read.
+const corruptTab = "corrupt"
 
 func errText(err error) string {
 	if err == nil {

@@ -160,6 +160,16 @@ func TestQueuePageListsEveryState(t *testing.T) {
 	if ids := listedIDs(body); len(ids) == 0 || ids[len(ids)-1] != "later" {
 		t.Errorf("pending: %q, want the job scheduled in an hour last", ids)
 	}
+	// The unreadable value listed as pending is shown as such, with why.
+	if !regexp.MustCompile(`<tr data-id="broken"><td class="id"><a href="[^"]+">broken</a></td><td class="error">[^<]*corrupt job value`).MatchString(body) {
+		t.Errorf("pending: the corrupt entry is not listed as unreadable:\n%s", body)
+	}
+	// The corrupt listing: the value claimers set aside.
+	resp, body := f.fetch(t, c, "/queue?name=mails&state=corrupt")
+	wantStatus(t, resp, body, http.StatusOK)
+	if !strings.Contains(body, `<tr data-id="set-aside">`) || !strings.Contains(body, `data-state="corrupt" class="on"`) {
+		t.Errorf("corrupt: set-aside not listed:\n%s", body)
+	}
 	// Type filter.
 	_, body = f.fetch(t, c, "/queue?name=mails&state=failed&type=digest")
 	if got := listedIDs(body); !sameSet(got, []string{"f2"}) {
@@ -220,12 +230,12 @@ func TestJobPage(t *testing.T) {
 	for _, want := range []string{
 		`<span class="badge state-failed">failed</span>`,
 		`<code>welcome</code>`,
-		"1 of 1",
+		"1 of 25",
 		"smtp: 550 mailbox unavailable",
 		"Payload <span class=\"note\">(JSON, 24 bytes)",
 		"{\n  &#34;to&#34;: &#34;eve@example.com&#34;\n}", // indented
 		"worker-1",
-		"Claimed 1 time of 1 allowed",
+		"Claimed 1 time of 25 allowed",
 		f.q.Keys("f1").Job,
 	} {
 		if !strings.Contains(body, want) {
@@ -314,7 +324,7 @@ func TestHostileStringsAreEscaped(t *testing.T) {
 		"/job?queue=" + url.QueryEscape(hostileQueue) + "&id=" + url.QueryEscape(hostileID),
 		"/job?queue=mails&id=" + url.QueryEscape("<script>x</script>"), // a 404 that names the ID
 	}
-	raw := []string{"<script>window", "<img src=x", "<b>evil", "onerror=window", `onerror="window`}
+	raw := []string{"<script>window", "<img src=x", "<img/", "<b>evil", `onerror="window`}
 	for _, p := range pages {
 		_, body := f.fetch(t, c, p)
 		for _, r := range raw {
