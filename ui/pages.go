@@ -308,6 +308,9 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	d.States = append(d.States, stateTab{Name: corruptTab, Active: stName == corruptTab, Count: d.Stats.Corrupt,
 		Link: p.Link("queue", "name", name, "state", corruptTab, "refresh", refresh)})
 	for _, j := range jp.Jobs {
+		if j == nil {
+			continue
+		}
 		d.Jobs = append(d.Jobs, jobRow{
 			ID: j.ID, Type: j.Type, Link: p.Link("job", "queue", name, "id", j.ID),
 			Attempt: j.Attempt, Max: j.MaxAttempts, RunAt: j.RunAt, LeaseUntil: j.LeaseUntil, UpdatedAt: j.UpdatedAt,

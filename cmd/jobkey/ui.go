@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jobkey/jobkey"
 	jobkeyui "github.com/jobkey/jobkey/ui"
 )
 
@@ -42,6 +43,12 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer rdb.Close()
+	// A bad prefix, or a Redis that refuses the scan, is said now rather
+	// than on the first page.
+	names, err := jobkey.Queues(ctx, rdb, *prefix)
+	if err != nil {
+		return fmt.Errorf("ui: %w", err)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	h, err := jobkeyui.New(rdb, jobkeyui.Options{Prefix: *prefix, ReadOnly: *readOnly, Logger: log})
 	if err != nil {
@@ -64,7 +71,7 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *readOnly {
 		mode = ", read-only"
 	}
-	fmt.Fprintf(stdout, "jobkey ui: queues under prefix %q at http://%s/%s (Ctrl-C stops)\n", *prefix, ln.Addr(), mode)
+	fmt.Fprintf(stdout, "jobkey ui: %d queues under prefix %q at http://%s/%s (Ctrl-C stops)\n", len(names), *prefix, ln.Addr(), mode)
 
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)

@@ -43,6 +43,14 @@ func TestUIRefusesWithoutRedis(t *testing.T) {
 	require.ErrorContains(t, err, "unexpected arguments")
 }
 
+func TestUIRefusesABadPrefix(t *testing.T) {
+	url := redistest.RequireReal(t).URL
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"ui", "-redis", url, "-prefix", "a{b}", "-addr", "127.0.0.1:0"}, &out, &errOut)
+	require.ErrorIs(t, err, jobkey.ErrInvalid)
+	require.Empty(t, out.String(), "nothing was served")
+}
+
 // startUI runs "jobkey ui" on a free loopback port until the returned stop
 // is called, and returns its base URL.
 func startUI(t *testing.T, args ...string) (base string, stop func() error) {
@@ -109,6 +117,7 @@ func TestUIServesAndStops(t *testing.T) {
 	resp, body := get(t, base)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, body, `data-queue="mails"`)
+	require.Contains(t, resp.Header.Get("Set-Cookie"), "SameSite=Strict")
 	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'none'")
 	_, body = get(t, base+"queue?name=mails&state=pending")
 	require.Contains(t, body, "j1")
