@@ -6,6 +6,7 @@
 //	jobkey demo [flags]         the failing group, side by side
 //	jobkey stats -queue NAME    a live queue's counts
 //	jobkey verify -queue NAME   index entries that disagree with values (-fix)
+//	jobkey ui [flags]           the web UI over the queues, on 127.0.0.1:8080
 //
 // Without -redis (or REDIS_URL) it runs on an embedded in-process server
 // (miniredis), whose timings are not Redis timings.
@@ -67,6 +68,7 @@ commands:
   demo    reproduce the failing group of docs/design.md against both designs
   stats   print a live queue's counts
   verify  report (and with -fix repair) index entries that disagree with job values
+  ui      serve the web UI over a Redis's queues (127.0.0.1:8080 by default)
 
 Run "jobkey <command> -h" for a command's flags.
 `
@@ -85,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return statsCmd(ctx, args[1:], stdout, stderr)
 	case "verify":
 		return verifyCmd(ctx, args[1:], stdout, stderr)
+	case "ui":
+		return uiCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
