@@ -375,6 +375,11 @@ func TestPauseResume(t *testing.T) {
 	_, err = f.q.Claim(f.ctx, "w")
 	require.ErrorIs(t, err, jobkey.ErrNoJob, "a paused queue gives out nothing")
 
+	out, err = f.run("stats")
+	require.NoError(t, err)
+	require.Contains(t, out, "| paused |\n")
+	require.Contains(t, out, " | yes |\n")
+
 	var qs bytes.Buffer
 	require.NoError(t, run(f.ctx, []string{"queues", "-redis", f.url, "-prefix", f.prefix}, &qs, &qs))
 	require.Contains(t, qs.String(), "| mail | yes | 1 |")
@@ -383,6 +388,9 @@ func TestPauseResume(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"queue":"mail","paused":false}`, out)
 	require.False(t, f.stats().Paused)
+	out, err = f.run("stats")
+	require.NoError(t, err)
+	require.Contains(t, out, " | no |\n")
 	_, err = f.run("pause", "extra")
 	require.ErrorContains(t, err, "unexpected arguments")
 }
