@@ -26,7 +26,8 @@ func (q *Queue) Pause(ctx context.Context) error {
 	return q.setPaused(ctx, true)
 }
 
-// Resume undoes Pause on every shard and wakes idle workers. A *ShardsError
+// Resume undoes Pause on every shard and wakes idle workers, in one round
+// trip per node. A *ShardsError
 // names the shards that could not be written, which stay paused.
 func (q *Queue) Resume(ctx context.Context) error {
 	return q.setPaused(ctx, false)
@@ -45,6 +46,11 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 				cmds[s] = p.Del(ctx, q.pauseKey(s))
 			}
 		}
+		if !paused {
+			// Idle workers wait for a hint or their poll interval; the
+			// jobs that waited while paused are due now.
+			p.Publish(ctx, q.ks.wakeChannel(), "1")
+		}
 		return nil
 	})
 	if err := unanswered(cmds, err); err != nil {
@@ -55,11 +61,6 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 		if err := c.Err(); err != nil {
 			failed.add(s, fmt.Errorf("jobkey: write %s: %w", q.pauseKey(s), err))
 		}
-	}
-	if !paused {
-		// Idle workers wait for a hint or their poll interval; the jobs
-		// that waited while paused are due now.
-		_ = q.rdb.Publish(ctx, q.ks.wakeChannel(), "1").Err()
 	}
 	return failed.orNil()
 }
