@@ -36,14 +36,18 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		state                  jobkey.State
 	)
 	q, _, closeQ, err := liveQueueOperands(ctx, "ls", args, stderr, func(fs *flag.FlagSet) {
-		fs.StringVar(&stateName, "state", "", "state of the jobs to list (required): pending, active, succeeded, failed or canceled")
+		fs.StringVar(&stateName, "state", "", "state of the jobs to list (required): pending, active, succeeded, failed or canceled; or corrupt, the values claimers set aside")
 		fs.StringVar(&typ, "type", "", "list only jobs of this type (default: every type)")
 		fs.IntVar(&limit, "limit", jobkey.DefaultListLimit, fmt.Sprintf("jobs per page, 1 to %d", jobkey.MaxListLimit))
 		fs.StringVar(&cursor, "cursor", "", "the next cursor a previous page printed")
 		fs.BoolVar(&asJSON, "json", false, "print one JSON document instead of a table")
 	}, func(operands []string) error {
 		var err error
-		switch state, err = parseState(stateName); {
+		corrupt := stateName == "corrupt"
+		if !corrupt {
+			state, err = parseState(stateName)
+		}
+		switch {
 		case err != nil:
 			return fmt.Errorf("ls: %w", err)
 		case limit < 1 || limit > jobkey.MaxListLimit:
@@ -57,7 +61,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeQ()
-	page, err := q.List(ctx, jobkey.ListOpts{State: state, Type: typ, Limit: limit, Cursor: cursor})
+	page, err := q.List(ctx, jobkey.ListOpts{State: state, Corrupt: stateName == "corrupt", Type: typ, Limit: limit, Cursor: cursor})
 	if err != nil {
 		return err
 	}
@@ -71,6 +75,10 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return writeJSON(stdout, doc)
 	}
+	label := state.String()
+	if stateName == "corrupt" {
+		label = "corrupt"
+	}
 	if len(page.Jobs)+len(page.Unreadable) == 0 {
 		// A page filtered by type may be empty and still have a next one.
 		of := ""
@@ -78,10 +86,10 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			of = fmt.Sprintf(" of type %q", typ)
 		}
 		if page.Next == "" {
-			fmt.Fprintf(stdout, "no %s jobs%s in queue %q\n", state, of, q.Name())
+			fmt.Fprintf(stdout, "no %s jobs%s in queue %q\n", label, of, q.Name())
 			return nil
 		}
-		fmt.Fprintf(stdout, "no %s jobs%s on this page of queue %q\n\nnext: %s\n", state, of, q.Name(), page.Next)
+		fmt.Fprintf(stdout, "no %s jobs%s on this page of queue %q\n\nnext: %s\n", label, of, q.Name(), page.Next)
 		return nil
 	}
 	fmt.Fprintf(stdout, "| id | type | state | attempt | %s | last error |\n", stateTimeHeader(state))
@@ -91,7 +99,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			j.Attempt, j.MaxAttempts, when(stateTime(j)), cell(j.LastError, lastErrorWidth))
 	}
 	for _, u := range page.Unreadable {
-		fmt.Fprintf(stdout, "| %s | (unreadable) | %s | - | - | %s |\n", cell(u.ID, 0), state, cell(errText(u.Err), 0))
+		fmt.Fprintf(stdout, "| %s | (unreadable) | %s | - | - | %s |\n", cell(u.ID, 0), label, cell(errText(u.Err), 0))
 	}
 	if page.Next != "" {
 		fmt.Fprintf(stdout, "\nnext: %s\n", page.Next)

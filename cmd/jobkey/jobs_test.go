@@ -190,6 +190,15 @@ func TestLs(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, " | "+strings.Repeat("x", 60)+"… |\n")
 
+	out, err = f.run("ls", "-state", "corrupt")
+	require.NoError(t, err)
+	require.Equal(t, "no corrupt jobs in queue \"mail\"\n", out, "no claimer set a value aside yet")
+	// As a claimer would set it aside.
+	require.NoError(t, f.rdb.ZAdd(f.ctx, f.q.Keys(bad.ID).Corrupt, redis.Z{Score: 1, Member: bad.ID}).Err())
+	out, err = f.run("ls", "-state", "corrupt")
+	require.NoError(t, err)
+	require.Regexp(t, `\| `+bad.ID+` \| \(unreadable\) \| corrupt \| - \| - \| jobkey: corrupt job value.* \|\n`, out)
+
 	out, err = f.run("ls", "-state", "canceled")
 	require.NoError(t, err)
 	require.Equal(t, "no canceled jobs in queue \"mail\"\n", out)
