@@ -1,0 +1,170 @@
+package jobkey
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// Defect: List with a Type filter fails on its FIRST page, at the default
+// limit, as soon as a bit more than a page of jobs share one millisecond.
+// The page's second read asks for want = limit - found entries (here 1), and
+// listEntries re-reads the cursor's millisecond with OFFSET in steps of
+// want: one entry per round trip, past every entry already listed, until it
+// gives up after listMaxRereads (64) rounds with "more than 64 entries share
+// one millisecond". Ties of hundreds are ordinary: a group commit finishes
+// MaxBatch jobs at one Redis time, and EnqueueMany with one RunAt schedules
+// a batch at one millisecond. Observed: 150 pending jobs at one RunAt, one of
+// them of type "b": List(Type "a") = "more than 64 entries share one
+// millisecond" after 67 round trips, no page at all.
+func TestBreak13ListTypeFilterFailsOnTiedMillisecond(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1})
+	at := f.clock.Now()
+	var specs []JobSpec
+	for i := range 150 {
+		typ := "a"
+		if i == 50 {
+			typ = "b"
+		}
+		specs = append(specs, JobSpec{Type: typ, Opts: &EnqueueOpts{RunAt: at}})
+	}
+	_, err := f.q.EnqueueMany(f.ctx, specs)
+	require.NoError(t, err)
+	f.hook.Reset()
+	p, err := f.q.List(f.ctx, ListOpts{State: StatePending, Type: "a"})
+	t.Logf("round trips of the failed page: %d", f.hook.RTT.Load())
+	require.NoError(t, err, "a page of 100 jobs of type a out of 149")
+	require.Len(t, p.Jobs, 100)
+}
+
+// Defect: a job that stays pending is skipped by the listing. When the
+// cursor's millisecond holds entries listed already, listEntries re-reads
+// that millisecond with OFFSET = number of entries read so far, in a later
+// round trip of the same List call. An entry before the cursor that leaves
+// the index between the two round trips (claimed, canceled, deleted)
+// shifts every following entry down by one, and the OFFSET jumps over the
+// first entry after the cursor: it is never listed, though it never moved.
+// Observed: 5 jobs at one RunAt, pages of 2, the first job canceled while
+// page 2 is read: the listing is [j0 j1 j3 j4], j2 is missing.
+func TestBreak13ListSkipsJobWhenEarlierEntryLeaves(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
+	at := f.clock.Now()
+	var ids []string
+	for range 5 {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{RunAt: at})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	p1, err := f.q.List(f.ctx, ListOpts{State: StatePending, Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, p1.Jobs, 2)
+	require.Equal(t, ids[:2], []string{p1.Jobs[0].ID, p1.Jobs[1].ID})
+
+	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
+	require.NoError(t, err)
+	var fired atomic.Bool
+	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			a := c.Args()
+			if c.Name() != "zrange" || len(a) < 2 || !strings.HasSuffix(fmt.Sprint(a[1]), ":ready") {
+				continue
+			}
+			// The re-read of the cursor's millisecond: LIMIT with an offset.
+			for i := range a {
+				if s, ok := a[i].(string); ok && strings.EqualFold(s, "limit") && fmt.Sprint(a[i+1]) != "0" && fired.CompareAndSwap(false, true) {
+					_, err := other.Cancel(context.Background(), ids[0])
+					require.NoError(t, err)
+				}
+			}
+		}
+		return nil
+	}))
+	got := []string{p1.Jobs[0].ID, p1.Jobs[1].ID}
+	o := ListOpts{State: StatePending, Limit: 2, Cursor: p1.Next}
+	for o.Cursor != "" {
+		p, err := f.q.List(f.ctx, o)
+		require.NoError(t, err)
+		for _, j := range p.Jobs {
+			got = append(got, j.ID)
+		}
+		o.Cursor = p.Next
+	}
+	require.True(t, fired.Load())
+	require.Contains(t, got, ids[2], "job %s stayed pending throughout; listing was %v", ids[2], got)
+}
+
+// Defect: Delete of a pending job is reported as data loss. Claims keep
+// due entries read ahead in a pool; a claim that later tries the entry of
+// a job the operator deleted through Delete (a legitimate jobkey call)
+// finds no value, logs "a job's index entry pointed at no value: the job
+// was deleted outside jobkey, or evicted by Redis (is maxmemory-policy
+// noeviction?)" at Error level, and counts it in Stats.Vanished, which
+// says "each is a job that was acknowledged and is gone". Observed: one
+// Delete, then one Claim: Stats.Vanished = 1.
+func TestBreak13DeleteReportedAsVanished(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
+	var ids []string
+	for range 2 {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	c, err := f.q.Claim(f.ctx, "w") // the other entry goes to the pool
+	require.NoError(t, err)
+	other := ids[0]
+	if other == c.ID {
+		other = ids[1]
+	}
+	require.NoError(t, f.q.Delete(f.ctx, other))
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Vanished, "a job removed by Delete is not a job Redis lost")
+}
+
+// Defect: CancelPending never ends while producers enqueue, and cancels
+// jobs enqueued after it was called. Pending jobs are listed by RunAt, and
+// new jobs are due now, after the cursor: each page finds a full page of
+// newer jobs, so the walk follows the producers forever. Observed (pages of
+// MaxBatch = 2, three jobs enqueued per page read): 2 jobs pending when
+// CancelPending started; after 3 s it had not returned, and had canceled
+// 11,582 jobs that did not exist when it was called (17,376 enqueued).
+func TestBreak13CancelPendingChasesProducers(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, MaxBatch: 2})
+	for range 2 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+	}
+	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
+	require.NoError(t, err)
+	producer.clock.fake = f.clock.Now
+	var produced atomic.Int64
+	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		if has(cmds, "zrange", ":ready") {
+			for range 3 { // producers at work while the operator cancels
+				if _, err := producer.Enqueue(context.Background(), "t", nil, nil); err == nil {
+					produced.Add(1)
+				}
+			}
+		}
+		return nil
+	}))
+	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
+	defer cancel()
+	res, err := f.q.CancelPending(ctx, "")
+	t.Logf("CancelPending: %+v, err %v; enqueued meanwhile %d", res, err, produced.Load())
+	require.NoError(t, err, "CancelPending must end: it was called with 2 jobs pending")
+	require.LessOrEqual(t, res.Done, 2+3)
+}
