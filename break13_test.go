@@ -209,3 +209,35 @@ func TestBreak13PausedWorkerWokenByEveryEnqueue(t *testing.T) {
 	require.Zero(t, ran.Load())
 	require.LessOrEqual(t, rtt, int64(4*3*2), "a paused worker waits for its poll interval or Resume")
 }
+
+// Defect: Delete accepts a job canceled while it ran, whose run may still
+// be going (its lease has not ended: the handler stops only when it sees
+// the cancel hint or its next write is refused). Delete refuses an active
+// job because a running handler must not be hidden, and Retry of such a
+// job waits for the old lease to end "so that a handler still stopping
+// never runs beside the next one"; Delete drops that lease, and the job's
+// ID is free at once: an idempotent producer that enqueues it again (the
+// documented use of EnqueueOpts.ID) has it claimed and run beside the old
+// handler. Before Delete, the ID stayed taken for the retention. Observed:
+// Claim by w1, Cancel, Delete = nil, Enqueue(ID), Claim by w2 succeeds at
+// the same instant, with w1's lease still 30 s from its end.
+func TestBreak13DeleteCanceledRunningJobFreesIDForOverlap(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true, Lease: 30 * time.Second})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "order-42"})
+	require.NoError(t, err)
+	run1, err := f.q.Claim(f.ctx, "w1")
+	require.NoError(t, err)
+	_, err = f.q.Cancel(f.ctx, run1.ID)
+	require.NoError(t, err)
+	derr := f.q.Delete(f.ctx, run1.ID)
+	_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "order-42"})
+	if derr == nil {
+		require.NoError(t, err)
+	}
+	run2, err := f.q.Claim(f.ctx, "w2")
+	if err == nil {
+		t.Logf("Delete: %v; w2 claimed %s at %v while w1's lease runs until %v", derr, run2.ID, f.clock.Now(), run1.LeaseUntil)
+	}
+	require.ErrorIs(t, err, ErrNoJob, "a second run of %s while the first one's lease holds", run1.ID)
+}
