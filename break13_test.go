@@ -241,3 +241,52 @@ func TestBreak13DeleteCanceledRunningJobFreesIDForOverlap(t *testing.T) {
 	}
 	require.ErrorIs(t, err, ErrNoJob, "a second run of %s while the first one's lease holds", run1.ID)
 }
+
+// Defect (same root as TestBreak13ListSkipsJobWhenEarlierEntryLeaves, the
+// other direction): one page lists a job twice. The re-read of the
+// cursor's millisecond skips OFFSET = entries read so far; an entry that
+// joins that millisecond before the cursor between the two round trips
+// shifts the entries up by one, and the re-read returns again an entry the
+// first read already kept. Observed: jobs a, b, c, d at one RunAt, page 1
+// = [a], page 2 (limit 2) while a job with a smaller ID is enqueued at that
+// RunAt between its reads: page 2 = [b b].
+func TestBreak13ListPageHoldsJobTwice(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
+	at := f.clock.Now()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id, RunAt: at})
+		require.NoError(t, err)
+	}
+	p1, err := f.q.List(f.ctx, ListOpts{State: StatePending, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, "a", p1.Jobs[0].ID)
+
+	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
+	require.NoError(t, err)
+	other.clock.fake = f.clock.Now
+	var fired atomic.Bool
+	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			a := c.Args()
+			if c.Name() != "zrange" || len(a) < 2 || !strings.HasSuffix(fmt.Sprint(a[1]), ":ready") {
+				continue
+			}
+			for i := range a {
+				if s, ok := a[i].(string); ok && strings.EqualFold(s, "limit") && fmt.Sprint(a[i+1]) != "0" && fired.CompareAndSwap(false, true) {
+					_, err := other.Enqueue(context.Background(), "t", nil, &EnqueueOpts{ID: "0", RunAt: at})
+					require.NoError(t, err)
+				}
+			}
+		}
+		return nil
+	}))
+	p2, err := f.q.List(f.ctx, ListOpts{State: StatePending, Limit: 2, Cursor: p1.Next})
+	require.NoError(t, err)
+	require.True(t, fired.Load())
+	var got []string
+	for _, j := range p2.Jobs {
+		got = append(got, j.ID)
+	}
+	require.Equal(t, []string{"b", "c"}, got)
+}
