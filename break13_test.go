@@ -23,7 +23,10 @@ import (
 // MaxBatch jobs at one Redis time, and EnqueueMany with one RunAt schedules
 // a batch at one millisecond. Observed: 150 pending jobs at one RunAt, one of
 // them of type "b": List(Type "a") = "more than 64 entries share one
-// millisecond" after 67 round trips, no page at all.
+// millisecond" after 67 round trips, no page at all. Without a filter,
+// paging (Limit 10) through 700 jobs of one RunAt costs page k about k+2
+// round trips and fails at page 65 (650 jobs listed): "more than 640
+// entries share one millisecond".
 func TestBreak13ListTypeFilterFailsOnTiedMillisecond(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 1})
