@@ -33,10 +33,12 @@ const (
 	// Work (pub/sub wake-ups and cancel messages) and reads Get and Stats.
 	aclWorker = "ACL SETUSER jobkey-worker on >PASSWORD resetkeys ~jobkey:* resetchannels &jobkey:* -@all " +
 		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zrem +zremrangebyscore +zrange +zrangebyscore +zcard +zcount +subscribe +ping +time +info"
-	// An admin does everything: Cancel, Retry, Update and Verify too. Verify
-	// is the only user of SCAN, whose results ACL key patterns do not filter.
+	// An admin does everything: Cancel, Retry, Update, Verify, List,
+	// Delete, the bulk actions, Pause, Resume and Queues too. Verify and
+	// Queues are the only users of SCAN, whose results ACL key patterns do
+	// not filter; Delete is the only user of DEL.
 	aclAdmin = "ACL SETUSER jobkey-admin on >PASSWORD resetkeys ~jobkey:* resetchannels &jobkey:* -@all " +
-		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zrem +zremrangebyscore +zrange +zrangebyscore +zcard +zcount +zscore +publish +subscribe +ping +scan +time +info"
+		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zrem +zremrangebyscore +zrange +zrangebyscore +zcard +zcount +zscore +del +publish +subscribe +ping +scan +time +info"
 
 	// Appended to every line on a Redis Cluster: go-redis's ClusterClient
 	// loads the slot map with CLUSTER SLOTS, reads the command table
@@ -392,6 +394,24 @@ func TestLeastPrivilegeAdmin(t *testing.T) {
 	rep, err = q.Verify(ctx, &VerifyOpts{Keys: true, Fix: true})
 	require.NoError(t, err)
 	require.Len(t, rep.Findings, 1)
+
+	// The operator's calls.
+	page, err := q.List(ctx, ListOpts{State: StateSucceeded})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 2)
+	require.NoError(t, q.Pause(ctx))
+	require.NoError(t, q.Resume(ctx))
+	_, err = q.CancelPending(ctx, "")
+	require.NoError(t, err)
+	_, err = q.RetryFailed(ctx, "")
+	require.NoError(t, err)
+	res, err := q.DeleteFinished(ctx, StateCanceled, "")
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Done, "the scheduled job, canceled")
+	require.NoError(t, q.Delete(ctx, j.ID))
+	names, err := Queues(ctx, rdb, "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"q"}, names)
 	requireTime(t, rdb)
 	requireNothingRefused(t, srv.Addr)
 

@@ -51,6 +51,8 @@ type casRead struct {
 	jobs []*Job  // nil when the key does not exist or could not be read
 	errs []error // per key: *CorruptError, ErrUnsupportedFormat, *WrongTypeError
 	now  time.Time
+	// guarded says, per casTxn.guards key, whether it exists.
+	guarded []bool
 }
 
 // casTxn is one optimistic transaction. decide may run several times, once
@@ -68,7 +70,11 @@ type casTxn struct {
 	keys    []string
 	checks  []typeCheck
 	noRetry bool // return a conflict at once instead of retrying (claims move on)
-	decide  func(r *casRead) (*casPlan, error)
+	// guards are keys watched beside the job keys whose existence the
+	// decision reads (casRead.guarded): a shard's pause flag. They ride in
+	// round trip 1, and a guard set before EXEC aborts it.
+	guards []string
+	decide func(r *casRead) (*casPlan, error)
 	// extra, when set, adds read-only commands to round trip 1 (the due
 	// entries a fused claim will need next) and returns what to do with
 	// their replies, before decide runs.

@@ -65,9 +65,12 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 // answers nil for a key of another type, so when EXISTS counts more keys
 // than MGET returned values, one more round trip of GETs finds the culprit.
 func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*casRead, error) {
-	watch := make([]any, 0, 1+len(t.keys))
+	watch := make([]any, 0, 1+len(t.keys)+len(t.guards))
 	watch = append(watch, "watch")
 	for _, k := range t.keys {
+		watch = append(watch, k)
+	}
+	for _, k := range t.guards {
 		watch = append(watch, k)
 	}
 	multi := len(t.keys) > 1
@@ -77,12 +80,13 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 	var clock *redis.TimeCmd
 	var after func()
 	types := make([]*redis.StatusCmd, 0, len(t.checks))
+	guards := make([]*redis.IntCmd, 0, len(t.guards))
 	e.m.roundTrips.Add(1)
 	reads := 1
 	if multi {
 		reads = 2
 	}
-	e.m.commands.Add(int64(2 + reads + len(t.checks)))
+	e.m.commands.Add(int64(2 + reads + len(t.checks) + len(t.guards)))
 	sent := e.clock.local()
 	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, watch...)
@@ -95,6 +99,9 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		}
 		for _, c := range t.checks {
 			types = append(types, p.Type(ctx, c.key))
+		}
+		for _, g := range t.guards {
+			guards = append(guards, p.Exists(ctx, g))
 		}
 		if t.extra != nil {
 			n := p.Len()
@@ -134,6 +141,13 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		return nil, err
 	}
 	r.now = e.clock.observe(server, sent, recv)
+	for _, g := range guards {
+		n, err := g.Result()
+		if err != nil {
+			return nil, fmt.Errorf("jobkey: read %s: %w", g.Args()[1], err)
+		}
+		r.guarded = append(r.guarded, n > 0)
+	}
 	if after != nil {
 		after()
 	}

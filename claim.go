@@ -256,9 +256,10 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 		}
 	}
 	got = make([]*Job, len(cands))
+	guards, guardOf := q.shardGuards(cands)
 	var vanished []string
 	var plan *casPlan
-	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry,
+	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards,
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
 			vanished = vanished[:0]
@@ -266,8 +267,8 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 			var ip indexPlan
 			now := r.now
 			for i, c := range cands {
-				if gone != nil && gone(i) {
-					continue
+				if gone != nil && gone(i) || r.guarded[guardOf[i]] {
+					continue // the caller left, or the shard is paused
 				}
 				claimed, lost := q.decideCandidate(plan, &ip, c, keys[i], r.jobs[i], r.errs[i], workers[i], now)
 				got[i] = claimed

@@ -552,3 +552,87 @@ func TestClusterRenewalsNeverFailFast(t *testing.T) {
 	stop()
 	require.NoError(t, <-werr)
 }
+
+// The operator's calls over a 3-master cluster: a listing merges every
+// shard, each job once; Pause holds on every shard; the bulk actions and
+// Queues reach every master.
+func TestClusterOperatorSurface(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t, nil)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	q, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Lease: time.Second})
+	require.NoError(t, err)
+	other, err := NewQueue(rdb, "other", &Config{Prefix: prefix, Shards: 2})
+	require.NoError(t, err)
+	_, err = other.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	batch := make([]JobSpec, 300)
+	for i := range batch {
+		batch[i] = JobSpec{Type: []string{"a", "b"}[i%2], Opts: &EnqueueOpts{ID: fmt.Sprintf("j%03d", i), MaxAttempts: 1}}
+	}
+	_, err = q.EnqueueMany(ctx, batch)
+	require.NoError(t, err)
+
+	seen := map[string]int{}
+	o := ListOpts{State: StatePending, Limit: 7}
+	for {
+		p, err := q.List(ctx, o)
+		require.NoError(t, err)
+		require.Empty(t, p.Unreadable)
+		for _, j := range p.Jobs {
+			seen[j.ID]++
+		}
+		if p.Next == "" {
+			break
+		}
+		o.Cursor = p.Next
+	}
+	require.Len(t, seen, 300)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "job %s", id)
+	}
+
+	require.NoError(t, q.Pause(ctx))
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.True(t, st.Paused)
+	require.Equal(t, q.cfg.Shards, st.PausedShards, "every shard")
+	_, err = q.ClaimMany(ctx, "w", 10)
+	require.ErrorIs(t, err, ErrNoJob)
+	_, err = q.Claim(ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+	require.NoError(t, q.Resume(ctx))
+
+	// Fail the type-a jobs for good, then act on them in bulk.
+	failed := 0
+	for failed < 150 {
+		c, err := q.Claim(ctx, "w")
+		require.NoError(t, err)
+		if c.Type == "a" {
+			_, err = q.Fail(ctx, c, fmt.Errorf("boom"))
+			failed++
+		} else {
+			_, err = q.Release(ctx, c)
+		}
+		require.NoError(t, err)
+	}
+	res, err := q.CancelPending(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, 150, res.Done)
+	res, err = q.RetryFailed(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, 150, res.Done)
+	res, err = q.DeleteFinished(ctx, StateCanceled, "")
+	require.NoError(t, err)
+	require.Equal(t, 150, res.Done)
+	require.NoError(t, q.Delete(ctx, "j000"))
+	st, err = q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Stats{Pending: 149, Due: 149}, st)
+
+	names, err := Queues(ctx, rdb, prefix)
+	require.NoError(t, err)
+	require.Equal(t, []string{"other", "q"}, names)
+}

@@ -108,8 +108,18 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 	window := int64(n + min(q.newer.size(), 1000))
 	broken = map[int]bool{}
 	seen := map[string]bool{}
+	var paused func(s int) bool
 	for page := 0; len(pending) > 0 && page < maxDuePages; page++ {
 		cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if page == 0 {
+				// Paused shards are read in the same round trip, and left
+				// out: their jobs wait for Resume.
+				shards := make([]int, len(pending))
+				for i, r := range pending {
+					shards[i] = r.shard
+				}
+				paused = q.readPaused(ctx, p, shards)
+			}
 			for _, r := range pending {
 				by := &redis.ZRangeBy{Min: "-inf", Max: now, Offset: r.offset, Count: window}
 				r.due = p.ZRangeByScore(ctx, q.ks.index(r.shard, r.index), by)
@@ -121,6 +131,9 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 		}
 		var more []*dueRead
 		for _, r := range pending {
+			if paused(r.shard) {
+				continue
+			}
 			key := q.ks.index(r.shard, r.index)
 			ids, err := r.due.Result()
 			switch {
@@ -159,6 +172,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 // build looks past. ok is false when the queue holds none.
 func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
 	var cmds []*redis.ZSliceCmd
+	var paused []*redis.IntCmd // per shard read, its pause flag
 	var clock *redis.TimeCmd
 	sent := q.clock.local()
 	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -172,6 +186,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 				continue
 			}
 			n := int64(min(q.newer.size(), maxSkip))
+			paused = append(paused, p.Exists(ctx, q.pauseKey(s)))
 			cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, idxReady), 0, n),
 				p.ZRangeWithScores(ctx, q.ks.index(s, idxLeased), 0, n))
 		}
@@ -187,7 +202,10 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 		now = q.clock.observe(clock.Val(), sent, q.clock.local())
 	}
 	var next time.Time
-	for _, c := range cmds {
+	for i, c := range cmds {
+		if paused[i/2].Val() > 0 {
+			continue // waits for Resume, which wakes the workers
+		}
 		for _, z := range c.Val() {
 			if id, _ := z.Member.(string); q.newer.has(id) {
 				continue

@@ -126,14 +126,15 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	}
 	var ahead []candidate
 	read := func(ctx context.Context, p redis.Pipeliner) func() { return q.readAhead(ctx, p, shards, &ahead) }
-	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting,
+	guards, guardOf := q.shardGuards(cands)
+	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting, guardOf: guardOf,
 		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
 	for _, k := range q.indexKeys(cands, idxReady, idxLeased) {
 		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.key == k }) {
 			checks = append(checks, typeCheck{key: k, want: "zset"})
 		}
 	}
-	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read,
+	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: guards,
 		decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
 	out, errs, vanished := fs.out, fs.errs, fs.vanished
 	if errors.Is(err, errOutcomeUnknown) {
@@ -175,6 +176,7 @@ type finishSet struct {
 	keys    []string
 	shards  []int
 	cands   []candidate // keys[len(set):] are theirs
+	guardOf []int       // per candidate, its shard's pause flag in the casTxn's guards
 	wanting []int       // positions in set whose caller wants a next job
 
 	out      []finishOut
@@ -206,6 +208,9 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 		}
 		if w == len(fs.wanting) {
 			break
+		}
+		if r.guarded[fs.guardOf[ci]] {
+			continue // its shard is paused
 		}
 		k := len(fs.set) + ci
 		worker := fs.batch[fs.set[fs.wanting[w]]].in.worker
@@ -261,6 +266,7 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 		cmd   *redis.StringSliceCmd
 	}
 	var reads []read
+	paused := q.readPaused(ctx, p, shards)
 	for _, s := range shards {
 		if slices.ContainsFunc(reads, func(r read) bool { return r.shard == s }) {
 			continue
@@ -276,6 +282,9 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 		*into = (*into)[:0]
 		seen := map[string]bool{}
 		for _, r := range reads {
+			if paused(r.shard) {
+				continue
+			}
 			for _, id := range r.cmd.Val() {
 				if !seen[id] && !q.newer.has(id) {
 					seen[id] = true

@@ -194,6 +194,11 @@ func TestRoundTripBudget(t *testing.T) {
 	measure("Cancel", 2, func() (err error) { _, err = f.q.Cancel(f.ctx, "mine"); return })
 	measure("Retry", 2, func() (err error) { _, err = f.q.Retry(f.ctx, "mine"); return })
 	measure("Stats", 1, func() (err error) { _, err = f.q.Stats(f.ctx); return })
+	measure("List (a page)", 2, func() (err error) { _, err = f.q.List(f.ctx, ListOpts{State: StatePending}); return })
+	measure("Pause", 1, func() error { return f.q.Pause(f.ctx) })
+	measure("Resume", 1, func() error { return f.q.Resume(f.ctx) })
+	measure("Delete", 2, func() error { return f.q.Delete(f.ctx, "mine") })
+	measure("CancelPending (100)", 4, func() (err error) { _, err = f.q.CancelPending(f.ctx, ""); return })
 }
 
 // 1,000 jobs, 32 claimers on separate connections: every job is completed

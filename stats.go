@@ -34,6 +34,12 @@ type Stats struct {
 	// evicted by a maxmemory policy other than noeviction. Each is a job
 	// that was acknowledged and is gone.
 	Vanished int64
+	// Paused says that the queue is paused (see Queue.Pause): claims take
+	// nothing new. It is true when any shard is paused; a Pause or Resume
+	// that could not reach every shard leaves the queue in between, and
+	// PausedShards says how far.
+	Paused       bool
+	PausedShards int
 }
 
 // NewerWindow is how far back Stats.Newer looks.
@@ -58,7 +64,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	since := func(d time.Duration) string { return strconv.FormatInt(toMillis(now.Add(-d)), 10) }
 	nowS := since(0)
 	type counts struct {
-		ready, due, leased, expired, ok, failed, canceled, corrupt, newer, vanished *redis.IntCmd
+		ready, due, leased, expired, ok, failed, canceled, corrupt, newer, vanished, paused *redis.IntCmd
 	}
 	per := make([]counts, q.ks.shards)
 	var clock *redis.TimeCmd
@@ -82,6 +88,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 				corrupt:  card(idxCorrupt),
 				newer:    after(seenNewer, NewerWindow),
 				vanished: after(seenVanished, q.cfg.Retention),
+				paused:   p.Exists(ctx, q.pauseKey(s)),
 			}
 		}
 		return nil
@@ -95,7 +102,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	missing := &ShardsError{Of: q.ks.shards}
 	for s, c := range per {
-		all := []*redis.IntCmd{c.ready, c.due, c.leased, c.expired, c.ok, c.failed, c.canceled, c.corrupt, c.newer, c.vanished}
+		all := []*redis.IntCmd{c.ready, c.due, c.leased, c.expired, c.ok, c.failed, c.canceled, c.corrupt, c.newer, c.vanished, c.paused}
 		if i := slices.IndexFunc(all, func(c *redis.IntCmd) bool { return c.Err() != nil }); i >= 0 {
 			missing.add(s, readErr(all[i].Args()[1].(string), all[i].Err()))
 			continue
@@ -110,7 +117,11 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		st.Corrupt += c.corrupt.Val()
 		st.Newer += c.newer.Val()
 		st.Vanished += c.vanished.Val()
+		if c.paused.Val() > 0 {
+			st.PausedShards++
+		}
 	}
+	st.Paused = st.PausedShards > 0
 	st.Scheduled = st.Pending - st.Due
 	return st, missing.orNil()
 }

@@ -65,6 +65,10 @@ type WorkOpts struct {
 	// the write. It is called from Work's goroutines and must not block
 	// (default: none).
 	OnRecorded func(j *Job, err error)
+	// Periodic lists the jobs this Work enqueues at every tick of their
+	// schedules (see PeriodicJob). Any number of processes may list the
+	// same ones: one job exists per tick (default: none).
+	Periodic []PeriodicJob
 }
 
 // Work claims and runs jobs with h until ctx ends, then shuts down
@@ -115,6 +119,9 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	if o.TrimInterval > 0 {
 		slots.Go(func() { w.trimmer(ctx) })
 	}
+	for _, p := range o.Periodic {
+		slots.Go(func() { w.periodic(ctx, p) })
+	}
 	<-ctx.Done()
 	// Slots stop claiming by themselves (they watch ctx). Now the grace.
 	finished := make(chan struct{})
@@ -154,6 +161,9 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2, o.TrimInterval)
 	}
 	if err := validOwner(o.Name + "/" + strconv.Itoa(o.Concurrency)); err != nil {
+		return o, err
+	}
+	if err := validPeriodic(o.Periodic); err != nil {
 		return o, err
 	}
 	return o, nil

@@ -6,6 +6,7 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/jobkey/jobkey v0.0.0
 	github.com/jobkey/jobkey/bench v0.0.0-00010101000000-000000000000
+	github.com/jobkey/jobkey/ui v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stretchr/testify v1.12.1
@@ -37,4 +38,5 @@ require (
 replace (
 	github.com/jobkey/jobkey => ../..
 	github.com/jobkey/jobkey/bench => ../../bench
+	github.com/jobkey/jobkey/ui => ../../ui
 )

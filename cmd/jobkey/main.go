@@ -6,9 +6,13 @@
 //	jobkey demo [flags]         the failing group, side by side
 //	jobkey stats -queue NAME    a live queue's counts
 //	jobkey verify -queue NAME   index entries that disagree with values (-fix)
+//	jobkey ui [flags]           the web UI over the queues, on 127.0.0.1:8080
 //
 // Without -redis (or REDIS_URL) it runs on an embedded in-process server
 // (miniredis), whose timings are not Redis timings.
+//
+// ls, show, retry, cancel, delete, pause, resume and queues inspect and act
+// on the jobs of live queues, and need -redis (or REDIS_URL).
 package main
 
 import (
@@ -67,6 +71,17 @@ commands:
   demo    reproduce the failing group of docs/design.md against both designs
   stats   print a live queue's counts
   verify  report (and with -fix repair) index entries that disagree with job values
+  ui      serve the web UI over a Redis's queues (127.0.0.1:8080 by default)
+
+jobs of a live queue (-redis or REDIS_URL required; -json for JSON):
+  ls      list a page of jobs in one state: ls -queue Q -state S [-type T] [-limit N] [-cursor C]
+  show    print one job, payload and result decoded: show -queue Q ID
+  retry   put failed or canceled jobs back to pending: retry -queue Q ID... | -all [-type T] -yes
+  cancel  cancel pending or active jobs: cancel -queue Q ID... | -all [-type T] -yes (pending ones)
+  delete  delete pending or finished jobs: delete -queue Q ID... | -all -state S [-type T] -yes
+  pause   stop workers taking new jobs of a queue: pause -queue Q
+  resume  let them take jobs again: resume -queue Q
+  queues  list every queue under a prefix with its counts: queues [-prefix P]
 
 Run "jobkey <command> -h" for a command's flags.
 `
@@ -85,9 +100,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return statsCmd(ctx, args[1:], stdout, stderr)
 	case "verify":
 		return verifyCmd(ctx, args[1:], stdout, stderr)
+	case "ui":
+		return uiCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	}
+	if cmd, ok := jobCommands[args[0]]; ok {
+		return cmd(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])

@@ -47,8 +47,24 @@ func connect(ctx context.Context, url string) (redis.UniversalClient, error) {
 }
 
 // liveQueue parses the flags that name a live queue and opens it with the
-// shard count the queue stored in Redis when it was created.
+// shard count the queue stored in Redis when it was created. It refuses
+// operands.
 func liveQueue(ctx context.Context, name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*jobkey.Queue, func(), error) {
+	q, _, closeQ, err := liveQueueOperands(ctx, name, args, stderr, extra, func(operands []string) error {
+		if len(operands) > 0 {
+			return fmt.Errorf("%s: unexpected arguments %q", name, operands)
+		}
+		return nil
+	})
+	return q, closeQ, err
+}
+
+// liveQueueOperands is liveQueue for commands that take operands (job
+// IDs): flags and operands may come in any order ("--" ends the flags), and
+// check judges the operands and the command's own flags before anything
+// connects.
+func liveQueueOperands(ctx context.Context, name string, args []string, stderr io.Writer, extra func(*flag.FlagSet),
+	check func(operands []string) error) (*jobkey.Queue, []string, func(), error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	redisURL := fs.String("redis", "", "Redis URL, required (default: $REDIS_URL; rediss:// for TLS; a cluster node opens the cluster)")
@@ -57,38 +73,73 @@ func liveQueue(ctx context.Context, name string, args []string, stderr io.Writer
 	if extra != nil {
 		extra(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		return nil, nil, err
+	operands, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	url := *redisURL
-	if url == "" {
-		url = os.Getenv("REDIS_URL")
+	if *queue == "" {
+		return nil, nil, nil, fmt.Errorf("%s: -queue is required", name)
 	}
-	switch {
-	case *queue == "":
-		return nil, nil, fmt.Errorf("%s: -queue is required", name)
-	case url == "":
-		// An embedded server would hold no queue, and its empty counts
-		// would read as all clear.
-		return nil, nil, fmt.Errorf("%s: -redis (or REDIS_URL) is required: it inspects a live queue", name)
-	case fs.NArg() > 0:
-		return nil, nil, fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())
+	url, err := requireURL(name, *redisURL)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := check(operands); err != nil {
+		return nil, nil, nil, err
 	}
 	rdb, err := connect(ctx, url)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	shards, err := jobkey.LookupShards(ctx, rdb, *prefix, *queue)
+	q, err := openQueue(ctx, rdb, *prefix, *queue)
 	if err != nil {
 		rdb.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	q, err := jobkey.NewQueue(rdb, *queue, &jobkey.Config{Prefix: *prefix, Shards: shards})
+	return q, operands, func() { rdb.Close() }, nil
+}
+
+// requireURL returns the -redis flag's URL, else REDIS_URL. Commands that
+// inspect a live queue never fall back to an embedded server: it would
+// hold no queue, and its empty counts would read as all clear.
+func requireURL(name, flagURL string) (string, error) {
+	if flagURL == "" {
+		flagURL = os.Getenv("REDIS_URL")
+	}
+	if flagURL == "" {
+		return "", fmt.Errorf("%s: -redis (or REDIS_URL) is required: it inspects a live queue", name)
+	}
+	return flagURL, nil
+}
+
+// openQueue opens the queue name under prefix with the shard count it
+// stored in Redis; a queue never created is ErrNotFound.
+func openQueue(ctx context.Context, rdb redis.UniversalClient, prefix, name string) (*jobkey.Queue, error) {
+	shards, err := jobkey.LookupShards(ctx, rdb, prefix, name)
 	if err != nil {
-		rdb.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return q, func() { rdb.Close() }, nil
+	return jobkey.NewQueue(rdb, name, &jobkey.Config{Prefix: prefix, Shards: shards})
+}
+
+// parseInterleaved parses args with fs, taking flags that follow operands
+// too (`show ID -json`). Everything after "--" is an operand.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return operands, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(operands, rest...), nil
+		}
+		operands = append(operands, rest[0])
+		args = rest[1:]
+	}
 }
 
 // errPartial makes a command exit non-zero when some shards were not read.
@@ -105,11 +156,11 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil && !errors.As(err, &missing) {
 		return err
 	}
-	fmt.Fprintf(stdout, "| queue | pending | due | scheduled | active | expired leases | succeeded | failed | canceled | corrupt | newer format | vanished |\n")
-	fmt.Fprintf(stdout, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(stdout, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", q.Name(),
+	fmt.Fprintf(stdout, "| queue | pending | due | scheduled | active | expired leases | succeeded | failed | canceled | corrupt | newer format | vanished | paused |\n")
+	fmt.Fprintf(stdout, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(stdout, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", q.Name(),
 		st.Pending, st.Due, st.Scheduled, st.Active, st.ExpiredLeases, st.Succeeded, st.Failed, st.Canceled, st.Corrupt,
-		st.Newer, st.Vanished)
+		st.Newer, st.Vanished, yesNo(st.Paused))
 	if missing != nil {
 		fmt.Fprintf(stdout, "\n%v\n", missing)
 		return errPartial

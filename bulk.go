@@ -1,0 +1,188 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Delete removes a pending or finished job: its value and its index entry
+// go in one compare-and-set, two round trips. An active job is refused
+// with a *StateError (errors.Is ErrState) naming its state, and stays as it
+// is: cancel it first, or let it finish. A missing job is ErrNotFound. A
+// value that cannot be read is never deleted: its read error is returned.
+func (q *Queue) Delete(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	key, shard := q.ks.jobKeyOf(id)
+	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key},
+		checks: q.checksFor(shard, idxReady, idxSucceeded, idxFailed, idxCanceled),
+		decide: func(r *casRead) (*casPlan, error) {
+			switch cur := r.jobs[0]; {
+			case r.errs[0] != nil:
+				return nil, r.errs[0]
+			case cur == nil:
+				return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
+			case cur.State == StateActive:
+				return nil, &StateError{ID: id, Op: "delete", State: cur.State}
+			default:
+				var ip indexPlan
+				q.deleteJob(&ip, shard, key, cur)
+				return &casPlan{steps: ip.steps(), checks: ip.checks}, nil
+			}
+		}})
+	return err
+}
+
+// deleteJob adds to ip the steps that remove cur, stored at key, and its
+// index entry.
+func (q *Queue) deleteJob(ip *indexPlan, shard int, key string, cur *Job) {
+	q.move(ip, shard, cur.ID, cur, nil, "")
+	ip.extra = append(ip.extra, []any{"del", key})
+}
+
+// BulkResult counts what a bulk action did.
+type BulkResult struct {
+	// Done counts the jobs the action changed.
+	Done int
+	// Skipped counts the jobs listed for the action that had changed state
+	// (or type) by the time their compare-and-set read them: they are left
+	// as they are, not forced.
+	Skipped int
+	// Unreadable counts the listed jobs whose value cannot be read; they
+	// are left as they are (see ListOpts.Corrupt and Verify).
+	Unreadable int
+}
+
+// RetryFailed puts every failed job of type typ ("": every type) back to
+// pending, due now, as Retry does, and wakes the workers. Each job is its
+// own compare-and-set, batched by shard, decided from its value as stored
+// when the batch runs, so a job that changed state in between is skipped.
+// It is safe to run while workers run.
+func (q *Queue) RetryFailed(ctx context.Context, typ string) (BulkResult, error) {
+	return q.bulk(ctx, "retry", ListOpts{State: StateFailed, Type: typ}, retried, q.ks.wakeChannel())
+}
+
+// DeleteFinished deletes every job in the finished state s (succeeded,
+// failed or canceled) of type typ ("": every type), as Delete does, each
+// job its own compare-and-set, batched by shard.
+func (q *Queue) DeleteFinished(ctx context.Context, s State, typ string) (BulkResult, error) {
+	if !s.Finished() {
+		return BulkResult{}, fmt.Errorf("%w: DeleteFinished of %s jobs: want succeeded, failed or canceled", ErrInvalid, s)
+	}
+	return q.bulk(ctx, "delete", ListOpts{State: s, Type: typ}, nil, "")
+}
+
+// CancelPending cancels every pending job of type typ ("": every type),
+// each job its own compare-and-set, batched by shard. A job claimed in
+// between is skipped: cancel it with Cancel.
+func (q *Queue) CancelPending(ctx context.Context, typ string) (BulkResult, error) {
+	return q.bulk(ctx, "cancel", ListOpts{State: StatePending, Type: typ}, canceled, "")
+}
+
+// retried is Retry's transition.
+func retried(cur *Job, now time.Time) *Job {
+	next := cloneJob(cur)
+	next.State = StatePending
+	next.Attempt = 0
+	next.RunAt = maxTime(now, cur.LeaseUntil)
+	return next
+}
+
+// canceled is Cancel's transition of a pending job.
+func canceled(cur *Job, _ time.Time) *Job {
+	next := cloneJob(cur)
+	next.State = StateCanceled
+	return next
+}
+
+// bulk applies to every job that List o finds a transition (nil: delete
+// the job), page by page, one compare-and-set per shard of a page. notify,
+// when set, is published once per transaction that changed a job.
+func (q *Queue) bulk(ctx context.Context, op string, o ListOpts, to func(*Job, time.Time) *Job, notify string) (BulkResult, error) {
+	var res BulkResult
+	o.Limit = min(MaxListLimit, q.cfg.MaxBatch)
+	for {
+		page, err := q.List(ctx, o)
+		if err != nil {
+			return res, fmt.Errorf("jobkey: %s: %w (after %d done)", op, err, res.Done)
+		}
+		res.Unreadable += len(page.Unreadable)
+		byShard := map[int][]string{}
+		for _, j := range page.Jobs {
+			s := q.ks.shardOf(j.ID)
+			byShard[s] = append(byShard[s], j.ID)
+		}
+		for s, ids := range byShard {
+			done, skipped, err := q.bulkTxn(ctx, s, ids, o, to, notify)
+			if errors.Is(err, ErrConflict) && len(ids) > 1 {
+				// Busy jobs: one at a time, so one busy job does not hold
+				// back the batch.
+				done, skipped, err = 0, 0, nil
+				for _, id := range ids {
+					d, sk, e := q.bulkTxn(ctx, s, []string{id}, o, to, notify)
+					done, skipped, err = done+d, skipped+sk, e
+					if e != nil {
+						break
+					}
+				}
+			}
+			res.Done += done
+			res.Skipped += skipped
+			if err != nil {
+				return res, fmt.Errorf("jobkey: %s: %w (after %d done)", op, err, res.Done)
+			}
+		}
+		if page.Next == "" {
+			return res, nil
+		}
+		o.Cursor = page.Next
+	}
+}
+
+// bulkTxn applies a bulk transition to the jobs ids of one shard in one
+// compare-and-set, each decided from its own value: a job no longer in
+// o.State, or of another type, is skipped.
+func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts, to func(*Job, time.Time) *Job, notify string) (done, skipped int, err error) {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = q.ks.jobKey(shard, id)
+	}
+	from := derive(&Job{State: o.State}).index
+	predict := []string{from}
+	if to != nil {
+		predict = append(predict, derive(to(&Job{State: o.State}, time.Time{})).index)
+	}
+	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, checks: q.checksFor(shard, predict...),
+		decide: func(r *casRead) (*casPlan, error) {
+			done, skipped = 0, 0
+			plan := &casPlan{}
+			var ip indexPlan
+			for i, cur := range r.jobs {
+				if r.errs[i] != nil || cur == nil || cur.State != o.State || o.Type != "" && cur.Type != o.Type {
+					skipped++
+					continue
+				}
+				done++
+				if to == nil {
+					q.deleteJob(&ip, shard, keys[i], cur)
+					continue
+				}
+				next := to(cur, r.now)
+				next.UpdatedAt = r.now
+				q.move(&ip, shard, cur.ID, cur, next, "")
+				plan.writes = append(plan.writes, q.write(keys[i], next))
+			}
+			if notify != "" && done > 0 {
+				ip.extra = append(ip.extra, []any{"publish", notify, "1"})
+			}
+			plan.steps, plan.checks = ip.steps(), ip.checks
+			return plan, nil
+		}})
+	if err != nil {
+		return 0, 0, err
+	}
+	return done, skipped, nil
+}

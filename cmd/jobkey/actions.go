@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/jobkey/jobkey"
+)
+
+// jobCommands are the commands that inspect and act on the jobs of live
+// queues, by name.
+var jobCommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"ls":     lsCmd,
+	"show":   showCmd,
+	"retry":  retryAction.run,
+	"cancel": cancelAction.run,
+	"delete": deleteAction.run,
+	"pause": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return pauseCmd(ctx, "pause", args, stdout, stderr)
+	},
+	"resume": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return pauseCmd(ctx, "resume", args, stdout, stderr)
+	},
+	"queues": queuesCmd,
+}
+
+// action is one of the commands that change jobs: by ID, or in bulk with
+// -all.
+type action struct {
+	name string // the command: retry, cancel or delete
+	past string // what a done job is: retried, canceled, deleted
+	// states are the states -all acts on. With more than one, -state
+	// chooses (and is required); with one, it is implied.
+	states []jobkey.State
+	// one acts on one job and returns the state it is left in ("" when it
+	// is gone).
+	one func(ctx context.Context, q *jobkey.Queue, id string) (string, error)
+	// bulk acts on every job of state s and type typ ("" for every type).
+	bulk func(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ string) (jobkey.BulkResult, error)
+}
+
+var (
+	retryAction = action{
+		name: "retry", past: "retried", states: []jobkey.State{jobkey.StateFailed},
+		one: func(ctx context.Context, q *jobkey.Queue, id string) (string, error) {
+			j, err := q.Retry(ctx, id)
+			return stateOf(j), err
+		},
+		bulk: func(ctx context.Context, q *jobkey.Queue, _ jobkey.State, typ string) (jobkey.BulkResult, error) {
+			return q.RetryFailed(ctx, typ)
+		},
+	}
+	cancelAction = action{
+		name: "cancel", past: "canceled", states: []jobkey.State{jobkey.StatePending},
+		one: func(ctx context.Context, q *jobkey.Queue, id string) (string, error) {
+			j, err := q.Cancel(ctx, id)
+			return stateOf(j), err
+		},
+		bulk: func(ctx context.Context, q *jobkey.Queue, _ jobkey.State, typ string) (jobkey.BulkResult, error) {
+			return q.CancelPending(ctx, typ)
+		},
+	}
+	deleteAction = action{
+		name: "delete", past: "deleted", states: []jobkey.State{jobkey.StateSucceeded, jobkey.StateFailed, jobkey.StateCanceled},
+		one: func(ctx context.Context, q *jobkey.Queue, id string) (string, error) {
+			return "", q.Delete(ctx, id)
+		},
+		bulk: func(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ string) (jobkey.BulkResult, error) {
+			return q.DeleteFinished(ctx, s, typ)
+		},
+	}
+)
+
+func stateOf(j *jobkey.Job) string {
+	if j == nil {
+		return ""
+	}
+	return j.State.String()
+}
+
+// errNotConfirmed makes a bulk action without -yes exit non-zero after
+// saying what it would do.
+var errNotConfirmed = errors.New("nothing changed: add -yes to do it")
+
+// jobOutcome is what an action did to one job, as -json prints it.
+type jobOutcome struct {
+	ID    string `json:"id"`
+	OK    bool   `json:"ok"`
+	State string `json:"state,omitempty"` // the state the job was left in
+	Error string `json:"error,omitempty"`
+}
+
+// bulkOutcome is what a bulk action did, as -json prints it.
+type bulkOutcome struct {
+	Action     string `json:"action"`
+	State      string `json:"state"`
+	Type       string `json:"type"`
+	Done       int    `json:"done"`
+	Skipped    int    `json:"skipped"`
+	Unreadable int    `json:"unreadable"`
+}
+
+// run is the command: act on the job IDs given, or with -all on every
+// job of a state (and type), only once -yes confirms it.
+func (a action) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		all, yes, asJSON bool
+		typ, stateName   string
+		state            = a.states[0]
+	)
+	q, ids, closeQ, err := liveQueueOperands(ctx, a.name, args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&all, "all", false, fmt.Sprintf("%s every %s job (of -type), instead of the IDs given", a.name, a.allStates()))
+		fs.StringVar(&typ, "type", "", "with -all: only jobs of this type (default: every type)")
+		fs.BoolVar(&yes, "yes", false, "with -all: do it (without -yes it only says what it would do)")
+		fs.BoolVar(&asJSON, "json", false, "print one JSON document instead of a table")
+		if len(a.states) > 1 {
+			fs.StringVar(&stateName, "state", "", "with -all: the state of the jobs, "+a.allStates()+" (required)")
+		}
+	}, func(ids []string) error {
+		switch {
+		case all && len(ids) > 0:
+			return fmt.Errorf("%s: give job IDs or -all, not both", a.name)
+		case !all && len(ids) == 0:
+			return fmt.Errorf("%s: give job IDs, or -all", a.name)
+		case !all && (typ != "" || stateName != ""):
+			return fmt.Errorf("%s: -type and -state go with -all only", a.name)
+		case all && len(a.states) > 1:
+			var err error
+			if state, err = parseState(stateName, a.states...); err != nil {
+				return fmt.Errorf("%s: %w", a.name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer closeQ()
+	if all {
+		return a.runAll(ctx, q, state, typ, yes, asJSON, stdout)
+	}
+	return a.runIDs(ctx, q, ids, asJSON, stdout)
+}
+
+// allStates names the states -all can act on: "failed", or "succeeded,
+// failed or canceled".
+func (a action) allStates() string {
+	s := ""
+	for i, st := range a.states {
+		switch {
+		case i == 0:
+		case i == len(a.states)-1:
+			s += " or "
+		default:
+			s += ", "
+		}
+		s += st.String()
+	}
+	return s
+}
+
+// runIDs acts on each job of ids in turn, prints what became of each, and
+// fails with the first error when any job could not be acted on. A single
+// ID that fails prints nothing but the error.
+func (a action) runIDs(ctx context.Context, q *jobkey.Queue, ids []string, asJSON bool, stdout io.Writer) error {
+	outcomes := make([]jobOutcome, 0, len(ids))
+	var first error
+	failed := 0
+	for _, id := range ids {
+		st, err := a.one(ctx, q, id)
+		o := jobOutcome{ID: id, OK: err == nil, State: st}
+		if err != nil {
+			o.Error = err.Error()
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
+		outcomes = append(outcomes, o)
+	}
+	if len(ids) == 1 && first != nil {
+		return first // its one line says it all
+	}
+	if asJSON {
+		if err := writeJSON(stdout, struct {
+			Action string       `json:"action"`
+			Done   int          `json:"done"`
+			Failed int          `json:"failed"`
+			Jobs   []jobOutcome `json:"jobs"`
+		}{a.name, len(ids) - failed, failed, outcomes}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout, "| id | outcome |")
+		fmt.Fprintln(stdout, "|---|---|")
+		for _, o := range outcomes {
+			switch {
+			case !o.OK:
+				fmt.Fprintf(stdout, "| %s | not %s: %s |\n", cell(o.ID, 0), a.past, cell(o.Error, 0))
+			case o.State != "":
+				fmt.Fprintf(stdout, "| %s | %s, now %s |\n", cell(o.ID, 0), a.past, o.State)
+			default:
+				fmt.Fprintf(stdout, "| %s | %s |\n", cell(o.ID, 0), a.past)
+			}
+		}
+		fmt.Fprintf(stdout, "\n%s: %d done, %d failed\n", a.name, len(ids)-failed, failed)
+	}
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %d of %d jobs not %s; the first: %w", a.name, failed, len(ids), a.past, first)
+}
+
+// runAll acts on every job of state s (and type typ) when yes confirms it;
+// without yes it counts them, says so and fails.
+func (a action) runAll(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ string, yes, asJSON bool, stdout io.Writer) error {
+	what := fmt.Sprintf("%s jobs", s)
+	if typ != "" {
+		what = fmt.Sprintf("%s jobs of type %q", s, typ)
+	}
+	if !yes {
+		n, err := count(ctx, q, s, typ)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%s: would %s %d %s in queue %q; %w", a.name, a.name, n, what, q.Name(), errNotConfirmed)
+	}
+	res, err := a.bulk(ctx, q, s, typ)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(stdout, bulkOutcome{Action: a.name, State: s.String(), Type: typ,
+			Done: res.Done, Skipped: res.Skipped, Unreadable: res.Unreadable})
+	}
+	fmt.Fprintln(stdout, "| action | state | type | done | skipped | unreadable |")
+	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
+	fmt.Fprintf(stdout, "| %s | %s | %s | %d | %d | %d |\n", a.name, s, orDash(cell(typ, 0)), res.Done, res.Skipped, res.Unreadable)
+	return nil
+}
+
+// count returns how many jobs of state s (and type typ) a bulk action
+// would take: from Stats for every type (one round trip per node), else
+// by paging through List.
+func count(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ string) (int64, error) {
+	if typ == "" {
+		st, err := q.Stats(ctx)
+		if err != nil {
+			return 0, err
+		}
+		switch s {
+		case jobkey.StatePending:
+			return st.Pending, nil
+		case jobkey.StateSucceeded:
+			return st.Succeeded, nil
+		case jobkey.StateFailed:
+			return st.Failed, nil
+		case jobkey.StateCanceled:
+			return st.Canceled, nil
+		}
+		return st.Active, nil
+	}
+	var n int64
+	o := jobkey.ListOpts{State: s, Type: typ, Limit: jobkey.MaxListLimit}
+	for {
+		page, err := q.List(ctx, o)
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(page.Jobs))
+		if page.Next == "" {
+			return n, nil
+		}
+		o.Cursor = page.Next
+	}
+}
+
+// pauseCmd pauses (or with resume, resumes) a queue's claims.
+func pauseCmd(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	var asJSON bool
+	q, closeQ, err := liveQueue(ctx, name, args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print one JSON document instead of a line")
+	})
+	if err != nil {
+		return err
+	}
+	defer closeQ()
+	paused := name == "pause"
+	if paused {
+		err = q.Pause(ctx)
+	} else {
+		err = q.Resume(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(stdout, struct {
+			Queue  string `json:"queue"`
+			Paused bool   `json:"paused"`
+		}{q.Name(), paused})
+	}
+	if paused {
+		fmt.Fprintf(stdout, "queue %q paused: workers take no new jobs until resume; jobs in flight finish, enqueues are accepted\n", q.Name())
+	} else {
+		fmt.Fprintf(stdout, "queue %q resumed\n", q.Name())
+	}
+	return nil
+}

@@ -1,0 +1,529 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// runMainEnv makes the test binary run the command's main instead of the
+// tests, so a test sees its exit status and stderr as an operator would.
+const runMainEnv = "JOBKEY_TEST_RUN_MAIN"
+
+func init() {
+	if os.Getenv(runMainEnv) == "1" {
+		os.Args = append(os.Args[:1], strings.Fields(os.Getenv(runMainEnv+"_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+}
+
+// fixture is a live queue on the test Redis, under a prefix of its own.
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	rdb    *redis.Client
+	q      *jobkey.Queue
+	url    string
+	prefix string
+}
+
+func newFixture(t *testing.T, shards int) *fixture {
+	t.Helper()
+	url := redistest.RequireReal(t).URL
+	rdb := redistest.Client(t, nil)
+	prefix := redistest.Prefix(t)
+	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix, Shards: shards})
+	require.NoError(t, err)
+	return &fixture{t: t, ctx: context.Background(), rdb: rdb, q: q, url: url, prefix: prefix}
+}
+
+// run runs the command cmd on the fixture's queue with args, and returns
+// its standard output.
+func (f *fixture) run(cmd string, args ...string) (string, error) {
+	f.t.Helper()
+	var out, errOut bytes.Buffer
+	all := append([]string{cmd, "-redis", f.url, "-queue", "mail", "-prefix", f.prefix}, args...)
+	err := run(f.ctx, all, &out, &errOut)
+	if err != nil {
+		require.NotContains(f.t, oneLine(err), "\n", "an error is one line")
+	}
+	return out.String(), err
+}
+
+func (f *fixture) enqueue(typ string, payload []byte) *jobkey.Job {
+	f.t.Helper()
+	j, err := f.q.Enqueue(f.ctx, typ, payload, &jobkey.EnqueueOpts{MaxAttempts: 1})
+	require.NoError(f.t, err)
+	return j
+}
+
+// claimed enqueues a job and claims it; no other job may be due.
+func (f *fixture) claimed(typ string, payload []byte) *jobkey.Job {
+	f.t.Helper()
+	j := f.enqueue(typ, payload)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(f.t, err)
+	require.Equal(f.t, j.ID, c.ID, "only the job just enqueued is due")
+	return c
+}
+
+// failed makes a job that failed for good with cause; no other job may be
+// due.
+func (f *fixture) failed(typ string, payload []byte, cause string) *jobkey.Job {
+	f.t.Helper()
+	j, err := f.q.Fail(f.ctx, f.claimed(typ, payload), errors.New(cause))
+	require.NoError(f.t, err)
+	require.Equal(f.t, jobkey.StateFailed, j.State)
+	return j
+}
+
+func (f *fixture) state(id string) jobkey.State {
+	f.t.Helper()
+	j, err := f.q.Get(f.ctx, id)
+	require.NoError(f.t, err)
+	return j.State
+}
+
+func (f *fixture) stats() jobkey.Stats {
+	f.t.Helper()
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(f.t, err)
+	return st
+}
+
+func TestLs(t *testing.T) {
+	f := newFixture(t, 4)
+	long := strings.Repeat("x", 100) + " | tail"
+	bad := f.failed("report", nil, long)
+	ok := f.failed("report", nil, "boom")
+	var pending []string
+	for i := range 5 {
+		typ := "welcome"
+		if i == 4 {
+			typ = "digest"
+		}
+		pending = append(pending, f.enqueue(typ, nil).ID)
+	}
+
+	out, err := f.run("ls", "-state", "pending")
+	require.NoError(t, err)
+	require.Contains(t, out, "| id | type | state | attempt | run at | last error |")
+	for i, id := range pending {
+		require.Contains(t, out, "| "+id+" | ", "job %d", i)
+	}
+	require.Contains(t, out, " | welcome | pending | 0/1 | ")
+	require.NotContains(t, out, "next:", "one page holds them all")
+	require.Less(t, strings.Index(out, pending[0]), strings.Index(out, pending[3]), "oldest first")
+
+	out, err = f.run("ls", "-state", "pending", "-type", "digest")
+	require.NoError(t, err)
+	require.Contains(t, out, pending[4])
+	require.NotContains(t, out, pending[0])
+
+	// Paging: -limit 2 prints a cursor, and following it lists every job
+	// once.
+	seen := map[string]int{}
+	cursor := ""
+	for range 10 {
+		args := []string{"-state", "pending", "-limit", "2", "-json"}
+		if cursor != "" {
+			args = append(args, "-cursor", cursor)
+		}
+		out, err = f.run("ls", args...)
+		require.NoError(t, err)
+		var page lsPage
+		require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+		require.LessOrEqual(t, len(page.Jobs), 2)
+		for _, j := range page.Jobs {
+			require.Equal(t, "pending", j.State)
+			seen[j.ID]++
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	require.Len(t, seen, len(pending))
+	for id, n := range seen {
+		require.Equal(t, 1, n, id)
+	}
+	out, err = f.run("ls", "-state", "pending", "-limit", "2")
+	require.NoError(t, err)
+	require.Regexp(t, `\n\nnext: \S+\n$`, out)
+
+	// Failed jobs: finished at, attempt of max, the error cut and kept in
+	// its cell; a value that cannot be read is a row saying so.
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys(bad.ID).Job, "\xc1garbage", 0).Err())
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys(ok.ID).Job+"x", "", 0).Err()) // unrelated key, ignored
+	out, err = f.run("ls", "-state", "failed")
+	require.NoError(t, err)
+	require.Contains(t, out, "| id | type | state | attempt | finished at | last error |")
+	require.Contains(t, out, "| "+ok.ID+" | report | failed | 1/1 | "+when(ok.UpdatedAt)+" | boom |")
+	require.Regexp(t, `\| `+bad.ID+` \| \(unreadable\) \| failed \| - \| - \| jobkey: corrupt job value.* \|\n`, out)
+
+	out, err = f.run("ls", "-state", "failed", "-json")
+	require.NoError(t, err)
+	var page lsPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	require.Len(t, page.Jobs, 1)
+	require.Equal(t, "boom", page.Jobs[0].LastError)
+	require.Len(t, page.Unreadable, 1)
+	require.Equal(t, bad.ID, page.Unreadable[0].ID)
+	require.Contains(t, page.Unreadable[0].Error, "corrupt")
+	require.Empty(t, page.Next)
+
+	// The cut error: a failed job whose error is long and holds a "|".
+	f2 := newFixture(t, 1)
+	f2.failed("report", nil, long)
+	out, err = f2.run("ls", "-state", "failed")
+	require.NoError(t, err)
+	require.Contains(t, out, " | "+strings.Repeat("x", 60)+"… |\n")
+
+	out, err = f.run("ls", "-state", "corrupt")
+	require.NoError(t, err)
+	require.Equal(t, "no corrupt jobs in queue \"mail\"\n", out, "no claimer set a value aside yet")
+	// As a claimer would set it aside.
+	require.NoError(t, f.rdb.ZAdd(f.ctx, f.q.Keys(bad.ID).Corrupt, redis.Z{Score: 1, Member: bad.ID}).Err())
+	out, err = f.run("ls", "-state", "corrupt")
+	require.NoError(t, err)
+	require.Regexp(t, `\| `+bad.ID+` \| \(unreadable\) \| corrupt \| - \| - \| jobkey: corrupt job value.* \|\n`, out)
+
+	out, err = f.run("ls", "-state", "canceled")
+	require.NoError(t, err)
+	require.Equal(t, "no canceled jobs in queue \"mail\"\n", out)
+	out, err = f.run("ls", "-state", "canceled", "-json")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"jobs":[],"unreadable":[],"next":""}`, out)
+}
+
+func TestShow(t *testing.T) {
+	f := newFixture(t, 2)
+	js := f.enqueue("welcome", []byte(`{"to":"ada@example.com","n":[1,2]}`))
+	text := f.enqueue("note", []byte("hello\nworld"))
+	bin := f.enqueue("blob", []byte{0x00, 0x9f, 0xff, 'A', 0x1b})
+
+	out, err := f.run("show", js.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, "id:           "+js.ID+"\n")
+	require.Contains(t, out, "type:         welcome\n")
+	require.Contains(t, out, "state:        pending\n")
+	require.Contains(t, out, "attempt:      0 of 1\n")
+	require.Contains(t, out, "payload (json, 34 bytes):\n  {\n    \"to\": \"ada@example.com\",\n    \"n\": [\n      1,\n      2\n    ]\n  }\n")
+	require.Contains(t, out, "result: (empty)\n")
+
+	out, err = f.run("show", text.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, "payload (text, 11 bytes):\n  hello\n  world\n")
+
+	out, err = f.run("show", bin.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, "payload (binary, 5 bytes):\n  00000000  00 9f ff 41 1b ")
+	require.NotContains(t, out, "\x1b")
+
+	// Flags may follow the ID.
+	out, err = f.run("show", js.ID, "-json")
+	require.NoError(t, err)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Equal(t, js.ID, v["id"])
+	require.Equal(t, "json", v["payload_format"])
+	require.Equal(t, map[string]any{"to": "ada@example.com", "n": []any{1.0, 2.0}}, v["payload"])
+
+	require.NoError(t, f.rdb.Del(f.ctx, f.q.Keys(js.ID).Job).Err())
+	_, err = f.run("show", js.ID)
+	require.ErrorIs(t, err, jobkey.ErrNotFound)
+	_, err = f.run("show")
+	require.ErrorContains(t, err, "show: want one job ID, got 0")
+	_, err = f.run("show", "a", "b")
+	require.ErrorContains(t, err, "show: want one job ID, got 2")
+}
+
+func TestShowResult(t *testing.T) {
+	f := newFixture(t, 1)
+	j, err := f.q.Complete(f.ctx, f.claimed("t", nil), []byte(`["done"]`))
+	require.NoError(t, err)
+	out, err := f.run("show", j.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, "state:        succeeded\n")
+	require.Contains(t, out, "payload: (empty)\n")
+	require.Contains(t, out, "result (json, 8 bytes):\n  [\n    \"done\"\n  ]\n")
+}
+
+func TestActionsByID(t *testing.T) {
+	f := newFixture(t, 3)
+	active := f.claimed("t", nil)
+	failed := f.failed("t", nil, "boom")
+	p1, p2 := f.enqueue("t", nil), f.enqueue("t", nil)
+
+	out, err := f.run("retry", failed.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, "| "+failed.ID+" | retried, now pending |")
+	require.Contains(t, out, "retry: 1 done, 0 failed")
+	require.Equal(t, jobkey.StatePending, f.state(failed.ID))
+
+	out, err = f.run("cancel", p1.ID, p2.ID, "-json")
+	require.NoError(t, err)
+	var res struct {
+		Action string
+		Done   int
+		Failed int
+		Jobs   []jobOutcome
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, 2, res.Done)
+	require.Equal(t, "canceled", res.Jobs[1].State)
+	require.Equal(t, jobkey.StateCanceled, f.state(p1.ID))
+	require.Equal(t, jobkey.StateCanceled, f.state(p2.ID))
+
+	out, err = f.run("delete", p1.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, "| "+p1.ID+" | deleted |")
+	_, err = f.q.Get(f.ctx, p1.ID)
+	require.ErrorIs(t, err, jobkey.ErrNotFound)
+
+	// An active job is refused, named by its state, and left alone.
+	_, err = f.run("delete", active.ID)
+	var se *jobkey.StateError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, jobkey.StateActive, se.State)
+	require.Contains(t, err.Error(), "it is active")
+	require.Equal(t, jobkey.StateActive, f.state(active.ID))
+
+	// A missing job among others: the others are done, the command fails.
+	out, err = f.run("delete", p2.ID, "nope")
+	require.ErrorIs(t, err, jobkey.ErrNotFound)
+	require.ErrorContains(t, err, "delete: 1 of 2 jobs not deleted")
+	require.Contains(t, out, "| nope | not deleted: jobkey: job not found")
+	_, err = f.q.Get(f.ctx, p2.ID)
+	require.ErrorIs(t, err, jobkey.ErrNotFound)
+
+	_, err = f.run("retry", "nope")
+	require.ErrorIs(t, err, jobkey.ErrNotFound)
+	_, err = f.run("retry", active.ID)
+	require.ErrorIs(t, err, jobkey.ErrState)
+}
+
+func TestBulkActions(t *testing.T) {
+	f := newFixture(t, 4)
+	var failedIDs []string
+	for i := range 3 {
+		typ := "a"
+		if i == 2 {
+			typ = "b"
+		}
+		failedIDs = append(failedIDs, f.failed(typ, nil, "boom").ID)
+	}
+	a1, a2, b1 := f.enqueue("a", nil), f.enqueue("a", nil), f.enqueue("b", nil)
+	before := f.stats()
+
+	// Without -yes: say what it would do, change nothing, exit non-zero.
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"retry", "-all"}, `retry: would retry 3 failed jobs in queue "mail"`},
+		{[]string{"retry", "-all", "-type", "b"}, `retry: would retry 1 failed jobs of type "b" in queue "mail"`},
+		{[]string{"cancel", "-all", "-type", "a"}, `cancel: would cancel 2 pending jobs of type "a" in queue "mail"`},
+		{[]string{"cancel", "-all"}, `cancel: would cancel 3 pending jobs in queue "mail"`},
+		{[]string{"delete", "-all", "-state", "failed"}, `delete: would delete 3 failed jobs in queue "mail"`},
+		{[]string{"delete", "-all", "-state", "succeeded", "-type", "a"}, `delete: would delete 0 succeeded jobs of type "a"`},
+	} {
+		out, err := f.run(c.args[0], c.args[1:]...)
+		require.ErrorIs(t, err, errNotConfirmed, "%v", c.args)
+		require.ErrorContains(t, err, c.says)
+		require.Empty(t, out)
+	}
+	require.Equal(t, before, f.stats(), "nothing changed")
+
+	out, err := f.run("cancel", "-all", "-type", "a", "-yes")
+	require.NoError(t, err)
+	require.Contains(t, out, "| cancel | pending | a | 2 | 0 | 0 |")
+	require.Equal(t, jobkey.StateCanceled, f.state(a1.ID))
+	require.Equal(t, jobkey.StateCanceled, f.state(a2.ID))
+	require.Equal(t, jobkey.StatePending, f.state(b1.ID), "another type is left alone")
+
+	out, err = f.run("retry", "-all", "-type", "a", "-yes", "-json")
+	require.NoError(t, err)
+	var res bulkOutcome
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, bulkOutcome{Action: "retry", State: "failed", Type: "a", Done: 2}, res)
+	require.Equal(t, jobkey.StateFailed, f.state(failedIDs[2]))
+	require.Equal(t, jobkey.StatePending, f.state(failedIDs[0]))
+
+	out, err = f.run("delete", "-all", "-state", "canceled", "-yes")
+	require.NoError(t, err)
+	require.Contains(t, out, "| delete | canceled | - | 2 | 0 | 0 |")
+	_, err = f.q.Get(f.ctx, a1.ID)
+	require.ErrorIs(t, err, jobkey.ErrNotFound)
+
+	out, err = f.run("retry", "-all", "-yes")
+	require.NoError(t, err)
+	require.Contains(t, out, "| retry | failed | - | 1 | 0 | 0 |")
+	require.Equal(t, jobkey.StatePending, f.state(failedIDs[2]))
+	require.Zero(t, f.stats().Failed)
+}
+
+func TestPauseResume(t *testing.T) {
+	f := newFixture(t, 3)
+	f.enqueue("t", nil)
+	out, err := f.run("pause")
+	require.NoError(t, err)
+	require.Contains(t, out, `queue "mail" paused`)
+	require.True(t, f.stats().Paused)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, jobkey.ErrNoJob, "a paused queue gives out nothing")
+
+	out, err = f.run("stats")
+	require.NoError(t, err)
+	require.Contains(t, out, "| paused |\n")
+	require.Contains(t, out, " | yes |\n")
+
+	var qs bytes.Buffer
+	require.NoError(t, run(f.ctx, []string{"queues", "-redis", f.url, "-prefix", f.prefix}, &qs, &qs))
+	require.Contains(t, qs.String(), "| mail | yes | 1 |")
+
+	out, err = f.run("resume", "-json")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queue":"mail","paused":false}`, out)
+	require.False(t, f.stats().Paused)
+	out, err = f.run("stats")
+	require.NoError(t, err)
+	require.Contains(t, out, " | no |\n")
+	_, err = f.run("pause", "extra")
+	require.ErrorContains(t, err, "unexpected arguments")
+}
+
+// queues finds every queue under the prefix without being told a name,
+// each opened with the shard count it stored.
+func TestQueues(t *testing.T) {
+	f := newFixture(t, 2)
+	f.failed("t", nil, "boom")
+	other, err := jobkey.NewQueue(f.rdb, "reports", &jobkey.Config{Prefix: f.prefix, Shards: 5})
+	require.NoError(t, err)
+	for range 3 {
+		_, err = other.Enqueue(f.ctx, "r", nil, nil)
+		require.NoError(t, err)
+	}
+	// A queue under another prefix is not listed.
+	elsewhere, err := jobkey.NewQueue(f.rdb, "hidden", &jobkey.Config{Prefix: f.prefix + "x"})
+	require.NoError(t, err)
+	_, err = elsewhere.Enqueue(f.ctx, "r", nil, nil)
+	require.NoError(t, err)
+
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(f.ctx, []string{"queues", "-redis", f.url, "-prefix", f.prefix}, &out, &errOut))
+	s := out.String()
+	require.Contains(t, s, "| queue | paused | pending | due | scheduled | active | expired leases | succeeded | failed | canceled | corrupt |")
+	require.Contains(t, s, "| mail | no | 0 | 0 | 0 | 0 | 0 | 0 | 1 | 0 | 0 |")
+	require.Contains(t, s, "| reports | no | 3 | 3 | 0 | 0 | 0 | 0 | 0 | 0 | 0 |")
+	require.NotContains(t, s, "hidden")
+
+	out.Reset()
+	require.NoError(t, run(f.ctx, []string{"queues", "-redis", f.url, "-prefix", f.prefix, "-json"}, &out, &errOut))
+	var doc struct {
+		Prefix string
+		Queues []queueView
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &doc), out.String())
+	require.Equal(t, f.prefix, doc.Prefix)
+	require.Len(t, doc.Queues, 2)
+	require.Equal(t, "reports", doc.Queues[1].Name)
+	require.EqualValues(t, 3, doc.Queues[1].Pending)
+
+	out.Reset()
+	require.NoError(t, run(f.ctx, []string{"queues", "-redis", f.url, "-prefix", f.prefix + "none"}, &out, &errOut))
+	require.Equal(t, "no queues under prefix \""+f.prefix+"none\"\n", out.String())
+
+	t.Setenv("REDIS_URL", "")
+	err = run(f.ctx, []string{"queues"}, &out, &errOut)
+	require.ErrorContains(t, err, "queues: -redis (or REDIS_URL) is required")
+}
+
+// Bad flags are refused with one line before anything connects: the
+// Redis given cannot be reached, and the error is never about it.
+func TestJobCommandsRefuseBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"ls"}, "ls: -state is required"},
+		{[]string{"ls", "-state", "done"}, `ls: -state "done": want one of pending, active, succeeded, failed, canceled`},
+		{[]string{"ls", "-state", "failed", "-limit", "0"}, "ls: -limit 0: want 1 to 1000"},
+		{[]string{"ls", "-state", "failed", "-limit", "1001"}, "ls: -limit 1001: want 1 to 1000"},
+		{[]string{"ls", "-state", "failed", "x"}, "ls: unexpected arguments"},
+		{[]string{"retry"}, "retry: give job IDs, or -all"},
+		{[]string{"retry", "-all", "id"}, "retry: give job IDs or -all, not both"},
+		{[]string{"cancel", "-type", "t", "id"}, "cancel: -type and -state go with -all only"},
+		{[]string{"delete", "-all", "-yes"}, "delete: -state is required: one of succeeded, failed, canceled"},
+		{[]string{"delete", "-all", "-state", "pending", "-yes"}, `delete: -state "pending": want one of succeeded, failed, canceled`},
+		{[]string{"delete", "-state", "failed", "id"}, "delete: -type and -state go with -all only"},
+		{[]string{"retry", "-all", "-state", "failed"}, "flag provided but not defined: -state"},
+		{[]string{"show"}, "show: want one job ID, got 0"},
+		{[]string{"pause", "-nope"}, "flag provided but not defined: -nope"},
+	} {
+		var out, errOut bytes.Buffer
+		args := append([]string{c.args[0], "-redis", "redis://127.0.0.1:1", "-queue", "q"}, c.args[1:]...)
+		err := run(context.Background(), args, &out, &errOut)
+		require.Error(t, err, "%v", c.args)
+		require.Contains(t, err.Error()+errOut.String(), c.says, "%v", c.args)
+		require.NotContains(t, err.Error(), "cannot reach", "%v: judged before connecting", c.args)
+		require.NotContains(t, oneLine(err), "\n")
+	}
+	t.Setenv("REDIS_URL", "")
+	var out, errOut bytes.Buffer
+	for _, cmd := range []string{"ls", "show", "retry", "cancel", "delete", "pause", "resume"} {
+		err := run(context.Background(), []string{cmd, "-queue", "q", "-state", "failed", "id"}, &out, &errOut)
+		if cmd != "ls" {
+			err = run(context.Background(), []string{cmd, "-queue", "q", "id"}, &out, &errOut)
+		}
+		require.ErrorContains(t, err, cmd+": -redis (or REDIS_URL) is required", cmd)
+	}
+	err := run(context.Background(), []string{"ls", "-redis", "redis://127.0.0.1:1", "-state", "failed"}, &out, &errOut)
+	require.ErrorContains(t, err, "ls: -queue is required")
+	require.False(t, errors.Is(err, flag.ErrHelp))
+}
+
+// Run as an operator runs it: the binary exits 1 and prints one line.
+func TestJobCommandsExitNonZeroWithOneLine(t *testing.T) {
+	f := newFixture(t, 2)
+	active := f.claimed("t", nil)
+	base := "-redis " + f.url + " -queue mail -prefix " + f.prefix
+	for _, c := range []struct{ args, says string }{
+		{"show " + base + " missing-job", `jobkey: job not found: "missing-job" in queue "mail"`},
+		{"delete " + base + " " + active.ID, `jobkey: cannot delete job "` + active.ID + `": it is active`},
+		{"ls " + base + " -state bogus", `jobkey: ls: -state "bogus": want one of`},
+		{"ls " + base + " -state failed -limit 5000", "jobkey: ls: -limit 5000: want 1 to 1000"},
+		{"retry " + base + " -all", `jobkey: retry: would retry 0 failed jobs in queue "mail"; nothing changed: add -yes to do it`},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS="+c.args)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "%s: exits non-zero", c.args)
+		require.Equal(t, 1, exit.ExitCode(), c.args)
+		require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "%s: one line: %q", c.args, stderr.String())
+		require.True(t, strings.HasPrefix(stderr.String(), c.says), "%s: %q", c.args, stderr.String())
+		require.Empty(t, stdout.String(), c.args)
+	}
+	require.Equal(t, jobkey.StateActive, f.state(active.ID))
+
+	// And success exits 0.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS=show "+base+" "+active.ID)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "state:        active")
+}

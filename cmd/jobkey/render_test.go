@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseState(t *testing.T) {
+	for _, st := range stateNames {
+		got, err := parseState(st.String())
+		require.NoError(t, err)
+		require.Equal(t, st, got)
+	}
+	_, err := parseState("done")
+	require.ErrorContains(t, err, `-state "done": want one of pending, active, succeeded, failed, canceled`)
+	_, err = parseState("")
+	require.ErrorContains(t, err, "-state is required")
+	_, err = parseState("pending", jobkey.StateSucceeded, jobkey.StateFailed, jobkey.StateCanceled)
+	require.ErrorContains(t, err, "want one of succeeded, failed, canceled")
+	got, err := parseState("failed", jobkey.StateSucceeded, jobkey.StateFailed, jobkey.StateCanceled)
+	require.NoError(t, err)
+	require.Equal(t, jobkey.StateFailed, got)
+}
+
+func TestBytesFormat(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"to":"ada"}`:         formatJSON,
+		" [1, 2]\n":            formatJSON,
+		`"quoted"`:             formatJSON,
+		"hello\nworld\t!":      formatText,
+		"héllo ✓":              formatText,
+		"":                     formatText,
+		"{not json":            formatText,
+		"\x00\x01\xff":         formatBinary,
+		"\xc3\x28":             formatBinary, // invalid UTF-8
+		"red \x1b[31m":         formatBinary, // a terminal escape
+		"{\"a\":\"\u009b2J\"}": formatBinary, // valid JSON holding a C1 control (CSI)
+	} {
+		require.Equal(t, want, bytesFormat([]byte(in)), "%q", in)
+	}
+}
+
+func TestRenderBytes(t *testing.T) {
+	require.Equal(t, "{\n  \"to\": \"ada\",\n  \"n\": [\n    1\n  ]\n}\n", renderBytes([]byte(` {"to":"ada","n":[1]} `)))
+	require.Equal(t, "line one\nline two\n", renderBytes([]byte("line one\nline two")))
+	bin := []byte{0, 1, 2, 0xff, 'a'}
+	require.Equal(t, hex.Dump(bin), renderBytes(bin))
+	require.Contains(t, renderBytes(bin), "00 01 02 ff 61")
+	require.Equal(t, "", renderBytes(nil))
+}
+
+func TestBytesJSON(t *testing.T) {
+	f, v := bytesJSON([]byte("{ \"to\" : \"ada\" }"))
+	require.Equal(t, formatJSON, f)
+	require.JSONEq(t, `{"to":"ada"}`, string(v))
+	f, v = bytesJSON([]byte("plain <b>"))
+	require.Equal(t, formatText, f)
+	var s string
+	require.NoError(t, json.Unmarshal(v, &s))
+	require.Equal(t, "plain <b>", s)
+	bin := []byte{0, 0xfe, 7}
+	f, v = bytesJSON(bin)
+	require.Equal(t, formatBinary, f)
+	require.NoError(t, json.Unmarshal(v, &s))
+	dec, err := base64.StdEncoding.DecodeString(s)
+	require.NoError(t, err)
+	require.Equal(t, bin, dec)
+	f, v = bytesJSON(nil)
+	require.Empty(t, f)
+	require.Nil(t, v)
+}
+
+func TestCell(t *testing.T) {
+	require.Equal(t, `a \| b c`, cell("a | b\nc", 0))
+	require.Equal(t, `x\x1b[31m`, cell("x\x1b[31m", 0))
+	require.Equal(t, "abc…", cell("abcdef", 3))
+	require.Equal(t, "abc", cell("abc", 3))
+	require.Equal(t, "äöü…", cell("äöüß", 3), "cut by runes, not bytes")
+	require.NotContains(t, cell("a\r\nb\tc", 0), "\n")
+	require.Equal(t, `id\x00`, line("id\x00"))
+	require.Equal(t, "plain", line("plain"))
+}
+
+func TestPrintJob(t *testing.T) {
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	j := &jobkey.Job{
+		ID: "j1", Queue: "mail", Type: "welcome", Payload: []byte(`{"to":"ada"}`), State: jobkey.StateFailed,
+		Attempt: 3, MaxAttempts: 3, RunAt: t0, LastError: "boom\x1b[2J", Result: []byte{0, 1},
+		CreatedAt: t0, UpdatedAt: t0.Add(time.Minute), Rev: 7,
+	}
+	var out bytes.Buffer
+	printJob(&out, j)
+	s := out.String()
+	require.Contains(t, s, "id:           j1\n")
+	require.Contains(t, s, "state:        failed\n")
+	require.Contains(t, s, "attempt:      3 of 3\n")
+	require.Contains(t, s, "run at:       2025-03-01T12:00:00Z\n")
+	require.Contains(t, s, "lease until:  -\n")
+	require.Contains(t, s, "updated at:   2025-03-01T12:01:00Z\n")
+	require.Contains(t, s, "payload (json, 12 bytes):\n  {\n    \"to\": \"ada\"\n  }\n")
+	require.Contains(t, s, "result (binary, 2 bytes):\n  00000000  00 01")
+	require.Contains(t, s, `boom\x1b[2J`)
+	require.NotContains(t, s, "\x1b", "no escape sequence reaches the terminal")
+
+	v := viewOf(j)
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Equal(t, "failed", m["state"])
+	require.Equal(t, map[string]any{"to": "ada"}, m["payload"])
+	require.Equal(t, "binary", m["result_format"])
+	require.Equal(t, "2025-03-01T12:00:00Z", m["run_at"])
+	require.NotContains(t, m, "lease_until")
+}
+
+func TestParseInterleaved(t *testing.T) {
+	parse := func(args ...string) ([]string, bool, error) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		j := fs.Bool("json", false, "")
+		fs.String("queue", "", "")
+		ops, err := parseInterleaved(fs, args)
+		return ops, *j, err
+	}
+	ops, j, err := parse("-queue", "q", "a", "-json", "b")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, ops)
+	require.True(t, j)
+	ops, j, err = parse("a", "--", "-json", "b")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "-json", "b"}, ops, "after -- everything is an operand")
+	require.False(t, j)
+	ops, _, err = parse()
+	require.NoError(t, err)
+	require.Empty(t, ops)
+	_, _, err = parse("a", "-nope")
+	require.Error(t, err)
+	require.False(t, strings.Contains(err.Error(), "\n"))
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/stretchr/testify/require"
+)
+
+// syncBuffer is a bytes.Buffer a command and a test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestUIRefusesWithoutRedis(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"ui"}, &out, &errOut)
+	require.ErrorContains(t, err, "-redis (or REDIS_URL) is required")
+	err = run(context.Background(), []string{"ui", "-redis", "redis://127.0.0.1:1", "extra"}, &out, &errOut)
+	require.ErrorContains(t, err, "unexpected arguments")
+}
+
+func TestUIRefusesABadPrefix(t *testing.T) {
+	url := redistest.RequireReal(t).URL
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"ui", "-redis", url, "-prefix", "a{b}", "-addr", "127.0.0.1:0"}, &out, &errOut)
+	require.ErrorIs(t, err, jobkey.ErrInvalid)
+	require.Empty(t, out.String(), "nothing was served")
+}
+
+// startUI runs "jobkey ui" on a free loopback port until the returned stop
+// is called, and returns its base URL.
+func startUI(t *testing.T, args ...string) (base string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"ui", "-addr", "127.0.0.1:0"}, args...), &out, &errOut)
+	}()
+	addr := regexp.MustCompile(`http://127\.0\.0\.1:\d+/`)
+	deadline := time.Now().Add(10 * time.Second)
+	for base = ""; base == ""; base = addr.FindString(out.String()) {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("jobkey ui exited early: %v\n%s%s", err, out.String(), errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("jobkey ui printed no address:\n%s%s", out.String(), errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("jobkey ui did not stop within 10 s of its context ending")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return base, stop
+}
+
+func get(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(b)
+}
+
+func TestUIServesAndStops(t *testing.T) {
+	url := redistest.RequireReal(t).URL
+	ctx := context.Background()
+	rdb := redistest.Client(t, nil)
+	prefix := redistest.Prefix(t)
+	q, err := jobkey.NewQueue(rdb, "mails", &jobkey.Config{Prefix: prefix})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "welcome", []byte(`{"to":"ada"}`), &jobkey.EnqueueOpts{ID: "j1"})
+	require.NoError(t, err)
+
+	base, stop := startUI(t, "-redis", url, "-prefix", prefix)
+	resp, body := get(t, base)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, `data-queue="mails"`)
+	require.Contains(t, resp.Header.Get("Set-Cookie"), "SameSite=Strict")
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'none'")
+	_, body = get(t, base+"queue?name=mails&state=pending")
+	require.Contains(t, body, "j1")
+	require.Contains(t, body, `action/cancel`, "actions are shown without -readonly")
+
+	// Interrupt: the server shuts down, the command returns nil, and the
+	// port no longer answers.
+	require.NoError(t, stop())
+	_, err = http.Get(base)
+	require.Error(t, err)
+}
+
+func TestUIReadOnly(t *testing.T) {
+	url := redistest.RequireReal(t).URL
+	ctx := context.Background()
+	rdb := redistest.Client(t, nil)
+	prefix := redistest.Prefix(t)
+	q, err := jobkey.NewQueue(rdb, "mails", &jobkey.Config{Prefix: prefix})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "welcome", nil, &jobkey.EnqueueOpts{ID: "j1"})
+	require.NoError(t, err)
+
+	base, _ := startUI(t, "-redis", url, "-prefix", prefix, "-readonly")
+	_, body := get(t, base+"queue?name=mails&state=pending")
+	require.Contains(t, body, "j1")
+	require.Contains(t, body, "read-only")
+	require.NotContains(t, body, `method="post"`)
+	resp, err := http.Post(base+"action/cancel", "application/x-www-form-urlencoded", strings.NewReader("queue=mails&id=j1"))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	j, err := q.Get(ctx, "j1")
+	require.NoError(t, err)
+	require.Equal(t, jobkey.StatePending, j.State)
+}

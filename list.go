@@ -1,0 +1,355 @@
+package jobkey
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Listing limits: List returns DefaultListLimit jobs per page unless told,
+// and at most MaxListLimit.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ListOpts select a page of jobs for List.
+type ListOpts struct {
+	// State is the state to list: pending, active, succeeded, failed or
+	// canceled. Required unless Corrupt is set.
+	State State
+	// Corrupt lists the jobs that claimers set aside because their value
+	// could not be read (Stats.Corrupt), newest first, instead of a state.
+	Corrupt bool
+	// Type keeps only jobs of this type ("": every type). A value that
+	// cannot be read has no type to judge, and is always listed.
+	Type string
+	// Limit is how many jobs a page holds at most (default
+	// DefaultListLimit, at most MaxListLimit).
+	Limit int
+	// Cursor is JobPage.Next of the page before ("": the first page).
+	Cursor string
+}
+
+// JobPage is one page of a listing.
+type JobPage struct {
+	// Jobs are the jobs of the page, in the listing's order.
+	Jobs []*Job
+	// Unreadable lists the entries of the page whose value cannot be read:
+	// corrupt, written in a newer major format, or of another Redis type.
+	// They never fail the page; their bytes are left as they are.
+	Unreadable []UnreadableJob
+	// Next is the cursor of the next page, "" on the last one. A page with
+	// a type filter may hold fewer than Limit jobs and still have a next
+	// page: each page reads a bounded number of entries.
+	Next string
+}
+
+// UnreadableJob is a listed job whose value cannot be read.
+type UnreadableJob struct {
+	ID  string
+	Err error // a *CorruptError, ErrUnsupportedFormat or a *WrongTypeError
+}
+
+// listScan bounds how many entries one page reads past those it lists
+// (jobs of other types, entries of jobs that changed state), so a page
+// with a rare type costs bounded work; the caller goes on from Next.
+const listScan = 10
+
+// List returns a page of the queue's jobs in one state, merged across
+// shards: pending jobs by RunAt, oldest first; active jobs by lease
+// deadline, soonest first; succeeded, failed and canceled jobs newest
+// first. Pages follow a keyset cursor (the last entry's score and ID), so a
+// job that stays where it is while someone pages through is listed exactly
+// once, whatever else comes and goes. A job whose position changes between
+// pages (a retried job, a renewed lease) may be listed again or not at all.
+//
+// Each page costs two round trips per node (the index entries, then the
+// values), and more only when entries were left out by Type or had moved.
+func (q *Queue) List(ctx context.Context, o ListOpts) (*JobPage, error) {
+	idx, desc, limit, err := q.listArgs(o)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := parseCursor(o.Cursor, idx)
+	if err != nil {
+		return nil, err
+	}
+	if err := q.check(ctx, false); err != nil {
+		return nil, err
+	}
+	page := &JobPage{}
+	scanned := 0
+	for {
+		want := limit - len(page.Jobs) - len(page.Unreadable)
+		entries, more, err := q.listEntries(ctx, idx, desc, cur, want)
+		if err != nil {
+			return nil, err
+		}
+		if err := q.listValues(ctx, o, entries, page); err != nil {
+			return nil, err
+		}
+		scanned += len(entries)
+		if len(entries) > 0 {
+			cur = &entries[len(entries)-1]
+		}
+		switch {
+		case !more:
+			return page, nil
+		case len(page.Jobs)+len(page.Unreadable) >= limit || scanned >= listScan*limit:
+			page.Next = cur.cursor(idx)
+			return page, nil
+		}
+	}
+}
+
+// listArgs checks ListOpts and returns the index to walk and its order.
+func (q *Queue) listArgs(o ListOpts) (idx string, desc bool, limit int, err error) {
+	limit = cmp.Or(o.Limit, DefaultListLimit)
+	switch {
+	case limit < 1 || limit > MaxListLimit:
+		return "", false, 0, fmt.Errorf("%w: List limit %d, want 1..%d", ErrInvalid, o.Limit, MaxListLimit)
+	case len(o.Type) > MaxTypeLen:
+		return "", false, 0, fmt.Errorf("%w: List type is %d bytes, limit %d", ErrInvalid, len(o.Type), MaxTypeLen)
+	case o.Corrupt:
+		return idxCorrupt, true, limit, nil
+	case !o.State.Valid():
+		return "", false, 0, fmt.Errorf("%w: List of %s: want pending, active, succeeded, failed or canceled", ErrInvalid, o.State)
+	}
+	return derive(&Job{State: o.State}).index, o.State.Finished(), limit, nil
+}
+
+// listEntry is an index entry: a job's shard, ID and score.
+type listEntry struct {
+	shard int
+	id    string
+	score int64
+}
+
+// after says whether e comes after c in the listing's order: by score, and
+// by ID within a score, as Redis orders a sorted set.
+func (e listEntry) after(c *listEntry, desc bool) bool {
+	if c == nil {
+		return true
+	}
+	o := cmp.Or(cmp.Compare(e.score, c.score), strings.Compare(e.id, c.id))
+	if desc {
+		return o < 0
+	}
+	return o > 0
+}
+
+// cursor encodes e as the cursor of the page that follows it.
+func (e *listEntry) cursor(idx string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(idx + ":" + strconv.FormatInt(e.score, 10) + ":" + e.id))
+}
+
+// parseCursor decodes a cursor made by cursor for the same index.
+func parseCursor(s, idx string) (*listEntry, error) {
+	if s == "" {
+		return nil, nil
+	}
+	bad := fmt.Errorf("%w: List cursor %q is not a cursor of this listing", ErrInvalid, s)
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, bad
+	}
+	parts := strings.SplitN(string(b), ":", 3)
+	if len(parts) != 3 || parts[0] != idx {
+		return nil, bad
+	}
+	score, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || validID(parts[2]) != nil {
+		return nil, bad
+	}
+	return &listEntry{score: score, id: parts[2]}, nil
+}
+
+// listMaxRereads bounds the re-reads of one shard past entries that share
+// the cursor's score and were listed already.
+const listMaxRereads = 64
+
+// listEntries returns the first want entries of index idx after cur over
+// every shard, merged in the listing's order; more says whether entries
+// may follow. Each shard reads its first want entries after cur, so the
+// merged first want are among them.
+func (q *Queue) listEntries(ctx context.Context, idx string, desc bool, cur *listEntry, want int) ([]listEntry, bool, error) {
+	type shardRead struct {
+		shard  int
+		offset int64
+		got    []listEntry
+		full   bool
+	}
+	reads := make([]*shardRead, q.ks.shards)
+	for s := range reads {
+		reads[s] = &shardRead{shard: s}
+	}
+	pending := reads
+	for round := 0; len(pending) > 0; round++ {
+		if round > listMaxRereads {
+			return nil, false, fmt.Errorf("jobkey: list %q: more than %d entries share one millisecond", q.name, listMaxRereads*want)
+		}
+		cmds := make([]*redis.ZSliceCmd, len(pending))
+		all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, r := range pending {
+				// From the cursor's score, inclusive: entries that share it
+				// and follow its ID come next. With Rev, Start is the top.
+				from, to := "-inf", "+inf"
+				if desc {
+					from, to = to, from
+				}
+				if cur != nil {
+					from = strconv.FormatInt(cur.score, 10)
+				}
+				a := redis.ZRangeArgs{Key: q.ks.index(r.shard, idx), Start: from, Stop: to, ByScore: true,
+					Rev: desc, Offset: r.offset, Count: int64(want)}
+				cmds[i] = p.ZRangeArgsWithScores(ctx, a)
+			}
+			return nil
+		})
+		if err := unanswered(all, err); err != nil {
+			return nil, false, fmt.Errorf("jobkey: list %q: %w", q.name, err)
+		}
+		var again []*shardRead
+		for i, r := range pending {
+			zs, err := cmds[i].Result()
+			if err != nil {
+				return nil, false, readErr(q.ks.index(r.shard, idx), err)
+			}
+			kept := 0
+			for _, z := range zs {
+				id, _ := z.Member.(string)
+				e := listEntry{shard: r.shard, id: id, score: int64(z.Score)}
+				if e.after(cur, desc) {
+					r.got = append(r.got, e)
+					kept++
+				}
+			}
+			r.full = len(zs) == want
+			if r.full && kept < len(zs) && len(r.got) < want {
+				// Entries listed already filled part of the read: read on.
+				r.offset += int64(len(zs))
+				again = append(again, r)
+			}
+		}
+		pending = again
+	}
+	var merged []listEntry
+	more := false
+	for _, r := range reads {
+		merged = append(merged, r.got...)
+		more = more || r.full
+	}
+	slices.SortFunc(merged, func(a, b listEntry) int {
+		o := cmp.Or(cmp.Compare(a.score, b.score), strings.Compare(a.id, b.id))
+		if desc {
+			return -o
+		}
+		return o
+	})
+	if len(merged) > want {
+		merged, more = merged[:want], true
+	}
+	return merged, more, nil
+}
+
+// listValues reads the values of entries, one MGET per shard, and adds
+// them to page: the jobs still in the listed state and of the wanted type,
+// and the values that cannot be read. Entries whose job has gone (its
+// retention ran out) or moved on are left out.
+func (q *Queue) listValues(ctx context.Context, o ListOpts, entries []listEntry, page *JobPage) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	byShard := map[int][]int{}
+	for i, e := range entries {
+		byShard[e.shard] = append(byShard[e.shard], i)
+	}
+	keys := make([]string, len(entries))
+	for i, e := range entries {
+		keys[i] = q.ks.jobKey(e.shard, e.id)
+	}
+	gets := map[int]*redis.SliceCmd{}
+	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for s, pos := range byShard {
+			ks := make([]string, len(pos))
+			for k, i := range pos {
+				ks[k] = keys[i]
+			}
+			gets[s] = p.MGet(ctx, ks...)
+		}
+		return nil
+	})
+	if err := unanswered(all, err); err != nil {
+		return fmt.Errorf("jobkey: list %q: %w", q.name, err)
+	}
+	raw := make([]any, len(entries))
+	for s, pos := range byShard {
+		vals, err := gets[s].Result()
+		if err != nil {
+			return fmt.Errorf("jobkey: list %q: read values of shard %d: %w", q.name, s, err)
+		}
+		for k, i := range pos {
+			if k < len(vals) {
+				raw[i] = vals[k]
+			}
+		}
+	}
+	types, err := q.typesOfNil(ctx, keys, raw)
+	if err != nil {
+		return err
+	}
+	for i, e := range entries {
+		s, ok := raw[i].(string)
+		if !ok {
+			if t := types[i]; t != "" && t != "none" {
+				page.Unreadable = append(page.Unreadable, UnreadableJob{ID: e.id, Err: &WrongTypeError{Key: keys[i], Want: "string", Got: t}})
+			}
+			continue // gone: expired with its retention, or deleted
+		}
+		j := new(Job)
+		err := unmarshalString(s, j)
+		if err == nil {
+			err = storedAt(keys[i], j)
+		}
+		switch {
+		case err != nil:
+			page.Unreadable = append(page.Unreadable, UnreadableJob{ID: e.id, Err: keyed(err, keys[i])})
+		case o.Corrupt, j.State == o.State && (o.Type == "" || j.Type == o.Type):
+			page.Jobs = append(page.Jobs, j)
+		}
+	}
+	return nil
+}
+
+// typesOfNil returns the Redis type of each key whose MGET answer was nil
+// (no value, or another type), in one more round trip when there are any.
+func (q *Queue) typesOfNil(ctx context.Context, keys []string, raw []any) ([]string, error) {
+	out := make([]string, len(keys))
+	cmds := map[int]*redis.StatusCmd{}
+	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, v := range raw {
+			if v == nil {
+				cmds[i] = p.Type(ctx, keys[i])
+			}
+		}
+		return nil
+	})
+	if len(cmds) == 0 {
+		return out, nil
+	}
+	if err := unanswered(all, err); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("jobkey: list %q: %w", q.name, err)
+	}
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}

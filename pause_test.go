@@ -1,0 +1,127 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// While paused, claims take nothing on any shard, enqueues go on, and
+// Stats says so; Resume lets the jobs through.
+func TestPauseStopsClaims(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	for range 20 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.q.Pause(f.ctx))
+	_, err := f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+	_, err = f.q.ClaimMany(f.ctx, "w", 10)
+	require.ErrorIs(t, err, ErrNoJob)
+	_, err = f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err, "Enqueue still accepts jobs")
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.True(t, st.Paused)
+	require.Equal(t, 4, st.PausedShards)
+	require.Equal(t, int64(21), st.Due)
+
+	require.NoError(t, f.q.Resume(f.ctx))
+	got, err := f.q.ClaimMany(f.ctx, "w", 21)
+	require.NoError(t, err)
+	require.NotEmpty(t, got)
+	st, err = f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.False(t, st.Paused)
+}
+
+// A claim that found its candidate before Pause takes nothing once Pause
+// has returned: whether Pause lands before its WATCH+GET round trip (the
+// claim reads the flag there) or between that and its EXEC (the watched
+// flag aborts the EXEC).
+func TestPauseAbortsAClaimInFlight(t *testing.T) {
+	t.Parallel()
+	for _, at := range []string{"watch", "multi"} {
+		t.Run(at, func(t *testing.T) {
+			f := setup(t, &Config{DisableGroupCommit: true})
+			_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+			require.NoError(t, err)
+			admin, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix})
+			require.NoError(t, err)
+			var paused atomic.Bool
+			f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+				if slices.ContainsFunc(names(cmds), func(n string) bool { return strings.HasPrefix(n, at) }) && paused.CompareAndSwap(false, true) {
+					require.NoError(t, admin.Pause(context.Background()))
+				}
+				return nil
+			}))
+			_, err = f.q.Claim(f.ctx, "w")
+			require.ErrorIs(t, err, ErrNoJob, "Pause landed before the claim's %s", at)
+			require.True(t, paused.Load())
+			st, err := f.q.Stats(f.ctx)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), st.Due)
+			require.Equal(t, int64(0), st.Active)
+		})
+	}
+}
+
+// Work: a paused queue lets the handler in flight finish and record its
+// outcome, takes nothing new, and picks up again at Resume without waiting
+// for its poll interval.
+func TestPauseWork(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.q.clock.fake = nil // Work's leases run on real time
+	release := make(chan struct{})
+	started := make(chan string, 10)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- f.q.Work(ctx, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+			started <- j.ID
+			if j.Type == "slow" {
+				<-release
+			}
+			return nil, nil
+		}), &WorkOpts{Concurrency: 2, PollInterval: time.Hour})
+	}()
+	slow, err := f.q.Enqueue(f.ctx, "slow", nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, slow.ID, <-started)
+	require.NoError(t, f.q.Pause(f.ctx))
+	late, err := f.q.Enqueue(f.ctx, "fast", nil, nil)
+	require.NoError(t, err)
+	close(release)
+	require.Eventually(t, func() bool {
+		j, err := f.q.Get(f.ctx, slow.ID)
+		return err == nil && j.State == StateSucceeded
+	}, 5*time.Second, 10*time.Millisecond, "the job in flight finishes")
+	select {
+	case id := <-started:
+		t.Fatalf("job %s started while paused", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, f.q.Resume(f.ctx))
+	select {
+	case id := <-started:
+		require.Equal(t, late.ID, id)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Resume did not wake the worker")
+	}
+	cancel()
+	require.NoError(t, <-done)
+	_, err = f.q.Get(f.ctx, late.ID)
+	require.False(t, errors.Is(err, ErrNotFound))
+}

@@ -1,0 +1,156 @@
+package jobkeyui
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// Hostile strings: a page that let one of them through as markup would
+// run it. Each sets window.__pwned (and the title) and opens a dialog.
+const (
+	hostileType    = `<script>window.__pwned="type";document.title="pwned";alert(1)</script>`
+	hostilePayload = `{"html":"<img src=x onerror=\"window.__pwned='payload';document.title='pwned';alert(2)\">","s":"<script>window.__pwned='payload2';alert(3)</script>"}`
+	hostileError   = `boom <img src=x onerror="window.__pwned='error';document.title='pwned';alert(4)"><script>window.__pwned='error2'</script>`
+	hostileID      = `<img src=x onerror=window.__pwned='id'>`
+	hostileQueue   = `<b>evil"q'`
+)
+
+// fixture is a queue with jobs in every state, and a UI over it.
+type fixture struct {
+	rdb    *redis.Client
+	prefix string
+	q      *jobkey.Queue // "mails"
+	h      *Handler
+	srv    *httptest.Server
+	// ids by what the fixture made of them
+	failed, succeeded, canceled, active, pending, scheduled []string
+	corrupt, setAside                                       string
+}
+
+// newFixture fills a queue under a prefix of its own:
+// 2 succeeded, 3 failed (one hostile), 1 canceled, 1 active,
+// 3 pending due now and 1 scheduled in an hour, and one corrupt value
+// listed in the ready index, and one in the corrupt index. Queue "other" holds one pending job, and a
+// queue with a hostile name one hostile pending job.
+func newFixture(t *testing.T, o Options) *fixture {
+	t.Helper()
+	redistest.RequireReal(t)
+	ctx := context.Background()
+	f := &fixture{rdb: redistest.Client(t, nil), prefix: redistest.Prefix(t)}
+	var err error
+	f.q, err = jobkey.NewQueue(f.rdb, "mails", &jobkey.Config{Prefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Jobs are claimed one at a time, each while it is the only due job,
+	// so every claim takes the job just enqueued.
+	run := func(typ, id string, payload []byte, outcome func(j *jobkey.Job) (*jobkey.Job, error)) {
+		t.Helper()
+		if _, err := f.q.Enqueue(ctx, typ, payload, &jobkey.EnqueueOpts{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		j, err := f.q.Claim(ctx, "worker-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.ID != id {
+			t.Fatalf("claimed %q, want %q", j.ID, id)
+		}
+		if _, err := outcome(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	complete := func(j *jobkey.Job) (*jobkey.Job, error) { return f.q.Complete(ctx, j, []byte("sent")) }
+	fail := func(msg string) func(j *jobkey.Job) (*jobkey.Job, error) {
+		return func(j *jobkey.Job) (*jobkey.Job, error) {
+			return f.q.Fail(ctx, j, errors.Join(errors.New(msg), jobkey.ErrSkipRetry))
+		}
+	}
+	run("welcome", "s1", []byte(`{"to":"ada@example.com"}`), complete)
+	run("welcome", "s2", []byte(`{"to":"bob@example.com"}`), complete)
+	run("welcome", "f1", []byte(`{"to":"eve@example.com"}`), fail("smtp: 550 mailbox unavailable"))
+	run("digest", "f2", []byte{0x00, 0xff, 0x10, 0x80}, fail("template missing"))
+	run(hostileType, hostileID, []byte(hostilePayload), fail(hostileError))
+	f.succeeded = []string{"s1", "s2"}
+	f.failed = []string{"f1", "f2", hostileID}
+	run("welcome", "c1", []byte("plain text payload"), func(j *jobkey.Job) (*jobkey.Job, error) { return f.q.Cancel(ctx, j.ID) })
+	f.canceled = []string{"c1"}
+	run("welcome", "a1", nil, func(j *jobkey.Job) (*jobkey.Job, error) { return j, nil })
+	f.active = []string{"a1"}
+	for _, id := range []string{"p1", "p2", "p3"} {
+		if _, err := f.q.Enqueue(ctx, "welcome", []byte(`{"n":1}`), &jobkey.EnqueueOpts{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.pending = []string{"p1", "p2", "p3"}
+	if _, err := f.q.Enqueue(ctx, "digest", nil, &jobkey.EnqueueOpts{ID: "later", Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	f.scheduled = []string{"later"}
+	// A value no decoder can read, listed as pending in the ready index.
+	f.corrupt = "broken"
+	k := f.q.Keys(f.corrupt)
+	if err := f.rdb.Set(ctx, k.Job, "\xc1 not a job value", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.ZAdd(ctx, k.Ready, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: f.corrupt}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// And one that a claimer has set aside already.
+	f.setAside = "set-aside"
+	k = f.q.Keys(f.setAside)
+	if err := f.rdb.Set(ctx, k.Job, "\x00\x01\x02", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.ZAdd(ctx, k.Corrupt, redis.Z{Score: float64(time.Now().UnixMilli()), Member: f.setAside}).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := jobkey.NewQueue(f.rdb, "other", &jobkey.Config{Prefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Enqueue(ctx, "x", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	evil, err := jobkey.NewQueue(f.rdb, hostileQueue, &jobkey.Config{Prefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evil.Enqueue(ctx, hostileType, []byte(hostilePayload), &jobkey.EnqueueOpts{ID: hostileID}); err != nil {
+		t.Fatal(err)
+	}
+
+	if o.Prefix == "" {
+		o.Prefix = f.prefix
+	}
+	f.h, err = New(f.rdb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = httptest.NewServer(f.h)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// client is a browser-like client: it keeps cookies, and does not follow
+// redirects so that tests see the 303.
+func (f *fixture) client(t *testing.T) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}

@@ -1,0 +1,688 @@
+package jobkeyui
+
+import (
+	"context"
+	"errors"
+	"html"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jobkey/jobkey"
+	"github.com/redis/go-redis/v9"
+)
+
+// fetch GETs a path of the fixture's UI and returns the status and body.
+func (f *fixture) fetch(t *testing.T, c *http.Client, path string) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.Get(f.srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// post POSTs a form to an action of the fixture's UI.
+func (f *fixture) post(t *testing.T, c *http.Client, action string, form url.Values) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.PostForm(f.srv.URL+"/action/"+action, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+var tokenRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// token loads a page with c and returns the CSRF token of its forms.
+func (f *fixture) token(t *testing.T, c *http.Client) string {
+	t.Helper()
+	_, body := f.fetch(t, c, "/queue?name=mails&state=failed")
+	m := tokenRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no CSRF token on the page:\n%s", body)
+	}
+	return html.UnescapeString(m[1])
+}
+
+func wantStatus(t *testing.T, resp *http.Response, body string, code int) {
+	t.Helper()
+	if resp.StatusCode != code {
+		t.Fatalf("%s %s: status %d, want %d\n%s", resp.Request.Method, resp.Request.URL, resp.StatusCode, code, body)
+	}
+}
+
+// rowCounts reads the counts of a queue's row on the queues page.
+func rowCounts(t *testing.T, body, queue string) map[string]int64 {
+	t.Helper()
+	row := regexp.MustCompile(`(?s)<tr data-queue="` + regexp.QuoteMeta(html.EscapeString(queue)) + `">(.*?)</tr>`).FindStringSubmatch(body)
+	if row == nil {
+		t.Fatalf("no row for queue %q:\n%s", queue, body)
+	}
+	out := map[string]int64{}
+	for _, m := range regexp.MustCompile(`data-count="(\w+)"[^>]*>(?:<a [^>]*>)?(\d+)`).FindAllStringSubmatch(row[1], -1) {
+		n, _ := strconv.ParseInt(m[2], 10, 64)
+		out[m[1]] = n
+	}
+	return out
+}
+
+// listedIDs reads the IDs of a listing's job rows.
+func listedIDs(body string) []string {
+	var ids []string
+	tbl := body
+	if i := strings.Index(body, `<table class="jobs">`); i >= 0 {
+		tbl = body[i:]
+	} else {
+		return nil
+	}
+	for _, m := range regexp.MustCompile(`<tr data-id="([^"]*)">`).FindAllStringSubmatch(tbl, -1) {
+		ids = append(ids, html.UnescapeString(m[1]))
+	}
+	return ids
+}
+
+func TestQueuesPageCounts(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	resp, body := f.fetch(t, c, "/")
+	wantStatus(t, resp, body, http.StatusOK)
+	st, err := f.q.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rowCounts(t, body, "mails")
+	want := map[string]int64{
+		"pending": st.Pending, "due": st.Due, "scheduled": st.Scheduled, "active": 1,
+		"succeeded": 2, "failed": 3, "canceled": 1, "corrupt": st.Corrupt,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("queues page: mails %s = %d, want %d (all: %v)", k, got[k], v, got)
+		}
+	}
+	if st.Due != 3 {
+		t.Errorf("Stats.Due = %d, want the fixture's 3", st.Due)
+	}
+	if got := rowCounts(t, body, "other"); got["pending"] != 1 {
+		t.Errorf("queues page: other pending = %d, want 1", got["pending"])
+	}
+	if rowCounts(t, body, hostileQueue)["pending"] != 1 {
+		t.Error("the hostile queue's row is missing or wrong")
+	}
+	if strings.Contains(body, "paused") {
+		t.Error("no queue is paused, yet the page says paused")
+	}
+}
+
+func TestQueuePageListsEveryState(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	for _, tc := range []struct {
+		state string
+		want  []string
+	}{
+		{"pending", []string{"p1", "p2", "p3", "later"}},
+		{"active", f.active},
+		{"succeeded", f.succeeded},
+		{"failed", f.failed},
+		{"canceled", f.canceled},
+	} {
+		resp, body := f.fetch(t, c, "/queue?name=mails&state="+tc.state)
+		wantStatus(t, resp, body, http.StatusOK)
+		got := listedIDs(body)
+		if !sameSet(got, tc.want) {
+			t.Errorf("%s: listed %q, want %q", tc.state, got, tc.want)
+		}
+		if !strings.Contains(body, `data-state="`+tc.state+`" class="on"`) {
+			t.Errorf("%s: its tab is not marked current", tc.state)
+		}
+	}
+	// Pending comes by RunAt: the scheduled job last.
+	_, body := f.fetch(t, c, "/queue?name=mails&state=pending")
+	if ids := listedIDs(body); len(ids) == 0 || ids[len(ids)-1] != "later" {
+		t.Errorf("pending: %q, want the job scheduled in an hour last", ids)
+	}
+	// The unreadable value listed as pending is shown as such, with why.
+	if !regexp.MustCompile(`<tr data-id="broken"><td class="id"><a href="[^"]+">broken</a></td><td class="error">[^<]*corrupt job value`).MatchString(body) {
+		t.Errorf("pending: the corrupt entry is not listed as unreadable:\n%s", body)
+	}
+	// The corrupt listing: the value claimers set aside.
+	resp, body := f.fetch(t, c, "/queue?name=mails&state=corrupt")
+	wantStatus(t, resp, body, http.StatusOK)
+	if !strings.Contains(body, `<tr data-id="set-aside">`) || !strings.Contains(body, `data-state="corrupt" class="on"`) {
+		t.Errorf("corrupt: set-aside not listed:\n%s", body)
+	}
+	// Type filter.
+	_, body = f.fetch(t, c, "/queue?name=mails&state=failed&type=digest")
+	if got := listedIDs(body); !sameSet(got, []string{"f2"}) {
+		t.Errorf("failed of type digest: %q, want [f2]", got)
+	}
+	_, body = f.fetch(t, c, "/queue?name=mails&state=failed&type=nope")
+	if got := listedIDs(body); len(got) != 0 || !strings.Contains(body, "No failed jobs of type") {
+		t.Errorf("failed of type nope: %q, and the page does not say none", got)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func TestQueuePagePages(t *testing.T) {
+	f := newFixture(t, Options{PageSize: 2})
+	c := f.client(t)
+	var seen []string
+	next := "/queue?name=mails&state=pending"
+	for pages := 0; next != ""; pages++ {
+		if pages > 10 {
+			t.Fatal("more than 10 pages for 4 jobs")
+		}
+		resp, body := f.fetch(t, c, next)
+		wantStatus(t, resp, body, http.StatusOK)
+		ids := listedIDs(body)
+		if len(ids) > 2 {
+			t.Fatalf("page of %d jobs with PageSize 2", len(ids))
+		}
+		seen = append(seen, ids...)
+		next = ""
+		if m := regexp.MustCompile(`<a href="([^"]+)" rel="next">`).FindStringSubmatch(body); m != nil {
+			next = strings.TrimPrefix(html.UnescapeString(m[1]), "")
+		}
+		if pages > 0 && !strings.Contains(body, "first page") {
+			t.Error("a later page has no link back to the first")
+		}
+	}
+	if len(seen) != 4 || !sameSet(seen, []string{"p1", "p2", "p3", "later"}) {
+		t.Errorf("paging saw %q, want each pending job once", seen)
+	}
+}
+
+func TestJobPage(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	job := func(id string) string {
+		t.Helper()
+		resp, body := f.fetch(t, c, "/job?queue=mails&id="+url.QueryEscape(id))
+		wantStatus(t, resp, body, http.StatusOK)
+		return body
+	}
+	body := job("f1")
+	for _, want := range []string{
+		`<span class="badge state-failed">failed</span>`,
+		`<code>welcome</code>`,
+		"1 of 25",
+		"smtp: 550 mailbox unavailable",
+		"Payload <span class=\"note\">(JSON, 24 bytes)",
+		"{\n  &#34;to&#34;: &#34;eve@example.com&#34;\n}", // indented
+		"worker-1",
+		"Claimed 1 time of 25 allowed",
+		f.q.Keys("f1").Job,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("job f1: page lacks %q", want)
+		}
+	}
+	if body := job("f2"); !strings.Contains(body, "(hex, 4 bytes)") || !strings.Contains(body, "00 ff 10 80") {
+		t.Errorf("job f2: binary payload not shown as hex:\n%s", body)
+	}
+	if body := job("c1"); !strings.Contains(body, "(text, 18 bytes)") || !strings.Contains(body, "plain text payload") {
+		t.Error("job c1: text payload not shown as text")
+	}
+	if body := job("s1"); !strings.Contains(body, "Result") || !strings.Contains(body, "sent") {
+		t.Error("job s1: result not shown")
+	}
+	body = job(f.corrupt)
+	if !strings.Contains(body, "unreadable") || !strings.Contains(body, "corrupt job value") {
+		t.Errorf("corrupt job: page does not say it is unreadable and why:\n%s", body)
+	}
+	if !strings.Contains(body, "c1 20 6e 6f 74") { // "\xc1 not", the stored bytes
+		t.Errorf("corrupt job: stored bytes not shown:\n%s", body)
+	}
+}
+
+func TestErrorStatuses(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	for _, tc := range []struct {
+		path string
+		code int
+	}{
+		{"/job?queue=mails&id=nope", http.StatusNotFound},
+		{"/job?queue=nope&id=x", http.StatusNotFound},
+		{"/queue?name=nope", http.StatusNotFound},
+		{"/queue?name=mails&state=weird", http.StatusBadRequest},
+		{"/job?queue=mails&id=", http.StatusBadRequest},
+		{"/queue?name=a:b", http.StatusBadRequest},
+		{"/no/such/page", http.StatusNotFound},
+	} {
+		resp, body := f.fetch(t, c, tc.path)
+		wantStatus(t, resp, body, tc.code)
+		if !strings.Contains(body, `<p class="error" id="message">`) {
+			t.Errorf("%s: no one-line message", tc.path)
+		}
+	}
+	// A Redis that cannot be reached: 500, one line.
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { down.Close() })
+	h, err := New(down, Options{Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "connection refused") {
+		t.Errorf("unreachable Redis: %d\n%s", rec.Code, rec.Body.String())
+	}
+}
+
+func TestStatusOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{jobkey.ErrNotFound, 404},
+		{&jobkey.StateError{ID: "x", Op: "delete", State: jobkey.StateActive}, 409},
+		{errors.Join(errors.New("wrapped"), jobkey.ErrInvalid), 400},
+		{errors.New("anything else"), 500},
+	} {
+		if got := status(tc.err); got != tc.code {
+			t.Errorf("status(%v) = %d, want %d", tc.err, got, tc.code)
+		}
+	}
+}
+
+// TestHostileStringsAreEscaped looks for every hostile string, as markup,
+// in every page that shows it: none may appear unescaped.
+func TestHostileStringsAreEscaped(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	pages := []string{
+		"/",
+		"/queue?name=mails&state=failed",
+		"/job?queue=mails&id=" + url.QueryEscape(hostileID),
+		"/queue?name=" + url.QueryEscape(hostileQueue) + "&state=pending",
+		"/job?queue=" + url.QueryEscape(hostileQueue) + "&id=" + url.QueryEscape(hostileID),
+		"/job?queue=mails&id=" + url.QueryEscape("<script>x</script>"), // a 404 that names the ID
+	}
+	raw := []string{"<script>window", "<img src=x", "<img/", "<b>evil", `onerror="window`}
+	for _, p := range pages {
+		_, body := f.fetch(t, c, p)
+		for _, r := range raw {
+			if strings.Contains(body, r) {
+				t.Errorf("%s: %q appears unescaped", p, r)
+			}
+		}
+	}
+	// And the escaped forms are there: the strings are shown, not dropped.
+	_, body := f.fetch(t, c, "/job?queue=mails&id="+url.QueryEscape(hostileID))
+	for _, want := range []string{
+		"&lt;script&gt;window.__pwned=&#34;type&#34;",
+		"&lt;img src=x onerror=\\&#34;window.__pwned=",
+		"boom &lt;img src=x onerror=&#34;window.__pwned=",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("hostile job page lacks the escaped %q", want)
+		}
+	}
+}
+
+func TestSecurityHeaders(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	for _, p := range []string{"/", "/queue?name=mails", "/job?queue=mails&id=f1", "/job?queue=mails&id=nope", "/static/style.css", "/action/retry"} {
+		resp, body := f.fetch(t, c, p)
+		h := resp.Header
+		csp := h.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "script-src 'none'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+			t.Errorf("%s: CSP %q", p, csp)
+		}
+		if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" || h.Get("Referrer-Policy") != "same-origin" {
+			t.Errorf("%s: headers %v", p, h)
+		}
+		if strings.Contains(body, "<script") {
+			t.Errorf("%s: the page carries a script element", p)
+		}
+	}
+	resp, body := f.fetch(t, c, "/static/style.css")
+	wantStatus(t, resp, body, http.StatusOK)
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/css") || !strings.Contains(body, "table") {
+		t.Errorf("stylesheet: %s %q", resp.Header.Get("Content-Type"), body[:min(len(body), 80)])
+	}
+}
+
+func TestActionsRefuseGET(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	tok := f.token(t, c)
+	for _, a := range []string{"retry", "cancel", "delete", "pause", "resume", "retry-failed", "delete-finished", "cancel-pending"} {
+		resp, body := f.fetch(t, c, "/action/"+a+"?queue=mails&id=f1&confirm=yes&state=failed&csrf="+url.QueryEscape(tok))
+		wantStatus(t, resp, body, http.StatusMethodNotAllowed)
+		if resp.Header.Get("Allow") != "POST" {
+			t.Errorf("%s: Allow %q", a, resp.Header.Get("Allow"))
+		}
+	}
+	j, err := f.q.Get(context.Background(), "f1")
+	if err != nil || j.State != jobkey.StateFailed {
+		t.Fatalf("after GETs on actions: %v %v, want f1 still failed", j, err)
+	}
+	// And pages refuse POST.
+	resp, err := c.PostForm(f.srv.URL+"/queue", url.Values{"name": {"mails"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST to a page: %d", resp.StatusCode)
+	}
+}
+
+func TestCSRF(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	c := f.client(t)
+	tok := f.token(t, c)
+	stillFailed := func() {
+		t.Helper()
+		j, err := f.q.Get(ctx, "f1")
+		if err != nil || j.State != jobkey.StateFailed {
+			t.Fatalf("f1: %v %v, want still failed", j, err)
+		}
+	}
+	form := func(token string) url.Values {
+		v := url.Values{"queue": {"mails"}, "id": {"f1"}}
+		if token != "" {
+			v.Set("csrf", token)
+		}
+		return v
+	}
+
+	// No cookie at all (another site's form, or a script), with and
+	// without a token taken from a real session.
+	bare := &http.Client{CheckRedirect: c.CheckRedirect}
+	for _, v := range []url.Values{form(""), form(tok)} {
+		resp, body := f.post(t, bare, "retry", v)
+		wantStatus(t, resp, body, http.StatusForbidden)
+	}
+	// The session cookie but no token, a wrong token, a token of another
+	// session.
+	other := f.client(t)
+	for _, token := range []string{"", "AAAA" + tok[4:], tok + "x", f.token(t, other), "not base64!"} {
+		resp, body := f.post(t, c, "retry", form(token))
+		wantStatus(t, resp, body, http.StatusForbidden)
+	}
+	// A browser that says the request is cross-site.
+	req, _ := http.NewRequest("POST", f.srv.URL+"/action/retry", strings.NewReader(form(tok).Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("Sec-Fetch-Site cross-site: %d, want 403", resp.StatusCode)
+	}
+	stillFailed()
+
+	// The right token in its own session: done.
+	resp, body := f.post(t, c, "retry", form(tok))
+	wantStatus(t, resp, body, http.StatusSeeOther)
+	if j, err := f.q.Get(ctx, "f1"); err != nil || j.State != jobkey.StatePending {
+		t.Fatalf("f1 after retry: %v %v, want pending", j, err)
+	}
+}
+
+func TestSessionCookieAttributes(t *testing.T) {
+	f := newFixture(t, Options{BasePath: "/"})
+	resp, err := http.Get(f.srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var found bool
+	for _, ck := range resp.Cookies() {
+		if ck.Name == sessionCookie {
+			found = true
+			if ck.SameSite != http.SameSiteStrictMode || !ck.HttpOnly || ck.Path != "/" {
+				t.Errorf("session cookie %+v: want SameSite=Strict, HttpOnly, Path /", ck)
+			}
+		}
+	}
+	if !found {
+		t.Error("no session cookie set by a page with forms")
+	}
+}
+
+func TestActions(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	c := f.client(t)
+	tok := f.token(t, c)
+	do := func(action string, v url.Values, code int) (*http.Response, string) {
+		t.Helper()
+		v.Set("csrf", tok)
+		resp, body := f.post(t, c, action, v)
+		wantStatus(t, resp, body, code)
+		return resp, body
+	}
+	state := func(id string) jobkey.State {
+		t.Helper()
+		j, err := f.q.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("Get %s: %v", id, err)
+		}
+		return j.State
+	}
+
+	// Retry: 303 to the job's page, which shows the flash once.
+	resp, _ := do("retry", url.Values{"queue": {"mails"}, "id": {"f1"}}, http.StatusSeeOther)
+	if loc := resp.Header.Get("Location"); loc != "/job?id=f1&queue=mails" {
+		t.Errorf("retry redirects to %q", loc)
+	}
+	if state("f1") != jobkey.StatePending {
+		t.Error("f1 not pending after retry")
+	}
+	_, body := f.fetch(t, c, resp.Header.Get("Location"))
+	if !strings.Contains(body, `<p class="flash" role="status">Job f1 retried: it is pending.</p>`) {
+		t.Errorf("no flash after retry:\n%s", body)
+	}
+	if _, body := f.fetch(t, c, "/"); strings.Contains(body, "flash") {
+		t.Error("the flash shows twice")
+	}
+
+	// Cancel a pending job, then cancel it again (no change), retry a
+	// pending job (409), delete an active one (409).
+	do("cancel", url.Values{"queue": {"mails"}, "id": {"p1"}}, http.StatusSeeOther)
+	if state("p1") != jobkey.StateCanceled {
+		t.Error("p1 not canceled")
+	}
+	do("retry", url.Values{"queue": {"mails"}, "id": {"p2"}}, http.StatusConflict)
+	do("delete", url.Values{"queue": {"mails"}, "id": {"a1"}}, http.StatusConflict)
+	if state("a1") != jobkey.StateActive {
+		t.Error("a1 changed by a refused delete")
+	}
+	do("cancel", url.Values{"queue": {"mails"}, "id": {"nope"}}, http.StatusNotFound)
+	do("cancel", url.Values{"queue": {"nope"}, "id": {"p2"}}, http.StatusNotFound)
+
+	// Delete: 303 to the listing of the state it was in; the job is gone.
+	resp, _ = do("delete", url.Values{"queue": {"mails"}, "id": {"s1"}, "state": {"succeeded"}}, http.StatusSeeOther)
+	if loc := resp.Header.Get("Location"); loc != "/queue?name=mails&state=succeeded" {
+		t.Errorf("delete redirects to %q", loc)
+	}
+	if _, err := f.q.Get(ctx, "s1"); !errors.Is(err, jobkey.ErrNotFound) {
+		t.Errorf("s1 after delete: %v", err)
+	}
+
+	// Pause and resume.
+	do("pause", url.Values{"queue": {"mails"}}, http.StatusSeeOther)
+	if st, _ := f.q.Stats(ctx); !st.Paused {
+		t.Error("not paused")
+	}
+	_, body = f.fetch(t, c, "/queue?name=mails")
+	if !strings.Contains(body, `<span class="badge paused">paused</span>`) || !strings.Contains(body, "Resume queue") {
+		t.Error("queue page does not show the pause")
+	}
+	if _, body = f.fetch(t, c, "/"); !strings.Contains(body, "paused") {
+		t.Error("queues page does not show the pause")
+	}
+	do("resume", url.Values{"queue": {"mails"}}, http.StatusSeeOther)
+	if st, _ := f.q.Stats(ctx); st.Paused {
+		t.Error("still paused")
+	}
+
+	// Bulk: refused unconfirmed; then retry every failed job.
+	do("retry-failed", url.Values{"queue": {"mails"}}, http.StatusBadRequest)
+	if st, _ := f.q.Stats(ctx); st.Failed != 2 {
+		t.Fatalf("failed = %d before the bulk retry, want 2", st.Failed)
+	}
+	_, body = do("retry-failed", url.Values{"queue": {"mails"}, "confirm": {"yes"}}, http.StatusSeeOther)
+	_ = body
+	if st, _ := f.q.Stats(ctx); st.Failed != 0 {
+		t.Errorf("failed = %d after retry-failed", st.Failed)
+	}
+	_, body = f.fetch(t, c, "/queue?name=mails&state=failed")
+	if !strings.Contains(body, "Retried failed jobs: 2.") {
+		t.Errorf("no count in the bulk flash:\n%s", body)
+	}
+
+	// Delete every canceled job (c1 and p1).
+	do("delete-finished", url.Values{"queue": {"mails"}, "state": {"pending"}, "confirm": {"yes"}}, http.StatusBadRequest)
+	do("delete-finished", url.Values{"queue": {"mails"}, "state": {"canceled"}, "confirm": {"yes"}}, http.StatusSeeOther)
+	if st, _ := f.q.Stats(ctx); st.Canceled != 0 {
+		t.Errorf("canceled = %d after delete-finished", st.Canceled)
+	}
+
+	// Cancel the pending jobs of one type only.
+	do("cancel-pending", url.Values{"queue": {"mails"}, "type": {"digest"}, "confirm": {"yes"}}, http.StatusSeeOther)
+	if state("later") != jobkey.StateCanceled || state("f2") != jobkey.StateCanceled {
+		t.Error("digest jobs not canceled")
+	}
+	if state("p2") != jobkey.StatePending {
+		t.Error("a welcome job was canceled by a cancel of digest jobs")
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	f := newFixture(t, Options{ReadOnly: true})
+	c := f.client(t)
+	for _, p := range []string{"/", "/queue?name=mails&state=failed", "/queue?name=mails&state=pending", "/job?queue=mails&id=f1", "/job?queue=mails&id=p1"} {
+		_, body := f.fetch(t, c, p)
+		for _, hidden := range []string{`method="post"`, `name="csrf"`, "action/"} {
+			if strings.Contains(body, hidden) {
+				t.Errorf("read-only %s shows %q", p, hidden)
+			}
+		}
+		if !strings.Contains(body, "read-only") {
+			t.Errorf("read-only %s does not say so", p)
+		}
+	}
+	// Every action is refused, whatever the form holds.
+	for _, a := range []string{"retry", "cancel", "delete", "pause", "resume", "retry-failed", "delete-finished", "cancel-pending"} {
+		resp, body := f.post(t, c, a, url.Values{"queue": {"mails"}, "id": {"f1"}, "confirm": {"yes"}, "state": {"failed"}})
+		wantStatus(t, resp, body, http.StatusForbidden)
+	}
+	j, err := f.q.Get(context.Background(), "f1")
+	if err != nil || j.State != jobkey.StateFailed {
+		t.Fatalf("f1: %v %v after refused actions", j, err)
+	}
+	if st, _ := f.q.Stats(context.Background()); st.Paused || st.Failed != 3 {
+		t.Errorf("read-only actions changed the queue: %+v", st)
+	}
+}
+
+func TestBasePath(t *testing.T) {
+	f := newFixture(t, Options{BasePath: "/ops/jobs"})
+	mux := http.NewServeMux()
+	mux.Handle("/ops/jobs/", http.StripPrefix("/ops/jobs", f.h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/ops/jobs/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(b)
+	wantStatus(t, resp, body, http.StatusOK)
+	for _, want := range []string{`href="/ops/jobs/static/style.css"`, `href="/ops/jobs/queue?name=mails"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("mounted page lacks %s", want)
+		}
+	}
+	for _, ck := range resp.Cookies() {
+		if ck.Name == sessionCookie && ck.Path != "/ops/jobs/" {
+			t.Errorf("session cookie path %q", ck.Path)
+		}
+	}
+	resp, err = http.Get(srv.URL + "/ops/jobs/static/style.css")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("stylesheet under the base path: %d", resp.StatusCode)
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	for _, o := range []Options{
+		{BasePath: "jobs"}, {BasePath: "/a b/"}, {BasePath: "//evil.example/"},
+		{CSRFKey: []byte("short")}, {PageSize: -1}, {PageSize: 1001},
+	} {
+		if _, err := New(rdb, o); !errors.Is(err, jobkey.ErrInvalid) {
+			t.Errorf("New(%+v) = %v, want ErrInvalid", o, err)
+		}
+	}
+	if _, err := New(nil, Options{}); !errors.Is(err, jobkey.ErrInvalid) {
+		t.Errorf("New(nil) = %v", err)
+	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestShow(t *testing.T) {
+	for _, tc := range []struct {
+		in   []byte
+		kind string
+		text string
+	}{
+		{nil, "empty", ""},
+		{[]byte(`{"a":[1,2]}`), "JSON", "{\n  \"a\": [\n    1,\n    2\n  ]\n}"},
+		{[]byte("héllo\tworld\n"), "text", "héllo\tworld\n"},
+		{[]byte("bell\x07"), "hex", ""},
+		{[]byte{0xff, 0xfe}, "hex", ""},
+		{[]byte(`"just a string"`), "JSON", `"just a string"`},
+	} {
+		s := show(tc.in)
+		if s.Kind != tc.kind || (tc.text != "" && s.Text != tc.text) || s.Bytes != len(tc.in) {
+			t.Errorf("show(%q) = %+v, want %s %q", tc.in, s, tc.kind, tc.text)
+		}
+	}
+	big := []byte(strings.Repeat("é", showLimit)) // 2 bytes a rune
+	s := show(big)
+	if !s.Cut || len(s.Text) > showLimit || s.Kind != "text" || !strings.HasSuffix(s.Text, "é") {
+		t.Errorf("big text: cut %v, %d bytes, kind %s", s.Cut, len(s.Text), s.Kind)
+	}
+}
