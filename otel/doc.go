@@ -18,15 +18,16 @@
 //
 // Instruments (Prometheus names in brackets, with the default exporter):
 //
-//	jobkey.jobs.processed   counter, {job}    [jobkey_jobs_processed_total]   queue, type, outcome
-//	jobkey.job.duration     histogram, s      [jobkey_job_duration_seconds]   queue, type, outcome
-//	jobkey.queue.jobs       gauge, {job}      [jobkey_queue_jobs]             queue, state
-//	jobkey.cas.transactions counter, {txn}    [jobkey_cas_transactions_total] queue
-//	jobkey.cas.attempts     counter           [jobkey_cas_attempts_total]     queue
-//	jobkey.cas.conflicts    counter           [jobkey_cas_conflicts_total]    queue
-//	jobkey.cas.round_trips  counter           [jobkey_cas_round_trips_total]  queue
-//	jobkey.cas.commands     counter           [jobkey_cas_commands_total]     queue
-//	jobkey.cas.unwatches    counter           [jobkey_cas_unwatches_total]    queue
+//	jobkey.jobs.processed       counter, {job}  [jobkey_jobs_processed_total]   queue, type, outcome
+//	jobkey.job.duration         histogram, s    [jobkey_job_duration_seconds]   queue, type, outcome
+//	jobkey.queue.jobs           gauge, {job}    [jobkey_queue_jobs]             queue, state
+//	jobkey.queue.paused_shards  gauge, {shard}  [jobkey_queue_paused_shards]    queue
+//	jobkey.cas.transactions     counter, {txn}  [jobkey_cas_transactions_total] queue
+//	jobkey.cas.attempts         counter         [jobkey_cas_attempts_total]     queue
+//	jobkey.cas.conflicts        counter         [jobkey_cas_conflicts_total]    queue
+//	jobkey.cas.round_trips      counter         [jobkey_cas_round_trips_total]  queue
+//	jobkey.cas.commands         counter         [jobkey_cas_commands_total]     queue
+//	jobkey.cas.unwatches        counter         [jobkey_cas_unwatches_total]    queue
 //
 // The attribute keys are the Key* constants; outcomes are the Outcome*
 // constants.

@@ -301,7 +301,19 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, int64(1), got["scheduled"])
 	require.Equal(t, int64(3), got["succeeded"])
 	require.Equal(t, int64(2), got["failed"], "bad and boom, out of attempts")
+	pausedShards := func() int64 {
+		g := collect(t, reader)["jobkey.queue.paused_shards"].Data.(metricdata.Gauge[int64])
+		require.Len(t, g.DataPoints, 1)
+		require.Equal(t, set(jobkeyotel.KeyQueue.String("reports")), g.DataPoints[0].Attributes)
+		return g.DataPoints[0].Value
+	}
+	require.Zero(t, pausedShards())
+	require.NoError(t, q.Pause(ctx))
+	require.EqualValues(t, 1, pausedShards(), "the queue's one shard")
+	require.NoError(t, q.Resume(ctx))
+	require.Zero(t, pausedShards())
 
+	m = collect(t, reader)
 	snap := q.Metrics()
 	for name, want := range map[string]int64{
 		"jobkey.cas.transactions": snap.Txns, "jobkey.cas.round_trips": snap.RoundTrips,
@@ -386,6 +398,7 @@ func TestPrometheus(t *testing.T) {
 		`jobkey_cas_conflicts_total{jobkey_queue="prom"`,
 		`jobkey_cas_round_trips_total{jobkey_queue="prom"`,
 		`jobkey_cas_commands_total{jobkey_queue="prom"`,
+		`jobkey_queue_paused_shards{jobkey_queue="prom"`,
 	} {
 		require.Contains(t, text, want)
 	}

@@ -20,6 +20,10 @@ import (
 //     Stats call, one round trip per Redis node, per queue and collection.
 //     A queue whose Stats fails, wholly or for some shards, reports no
 //     depth that time, and the error goes to otel.Handle.
+//   - jobkey.queue.paused_shards, a gauge of the shards paused by
+//     Queue.Pause, by queue: 0 when the queue runs, its shard count when
+//     it is paused, in between when a Pause or Resume did not reach every
+//     shard.
 //   - jobkey.cas.transactions, .attempts, .conflicts, .round_trips,
 //     .commands and .unwatches: counters of Queue.Metrics, the
 //     compare-and-set engine of this process's Queue, by queue.
@@ -36,6 +40,11 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 	}
 	depth, err := meter.Int64ObservableGauge("jobkey.queue.jobs",
 		metric.WithDescription("Jobs in each state, from Queue.Stats, by queue and state."), metric.WithUnit("{job}"))
+	if err != nil {
+		return nil, err
+	}
+	paused, err := meter.Int64ObservableGauge("jobkey.queue.paused_shards",
+		metric.WithDescription("Shards of the queue paused by Queue.Pause, by queue."), metric.WithUnit("{shard}"))
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +70,7 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 		}
 		cas = append(cas, casCounter{inst, c.get})
 	}
-	insts := []metric.Observable{depth}
+	insts := []metric.Observable{depth, paused}
 	for _, c := range cas {
 		insts = append(insts, c.inst)
 	}
@@ -81,6 +90,7 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 			for _, s := range statesOf(st) {
 				o.ObserveInt64(depth, s.n, metric.WithAttributeSet(attribute.NewSet(queue, KeyState.String(s.state))))
 			}
+			o.ObserveInt64(paused, int64(st.PausedShards), metric.WithAttributes(queue))
 		}
 		return nil
 	}, insts...)
