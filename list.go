@@ -78,11 +78,22 @@ const listScan = 10
 // holds the wrong type), List returns the page of the others with a
 // *ShardsError naming the missing shards, as Stats does.
 func (q *Queue) List(ctx context.Context, o ListOpts) (*JobPage, error) {
+	return q.list(ctx, o, false)
+}
+
+// list is List, in the opposite order when reverse is set (the bulk
+// actions walk pending jobs newest first: see bulk).
+func (q *Queue) list(ctx context.Context, o ListOpts, reverse bool) (*JobPage, error) {
 	idx, desc, limit, err := q.listArgs(o)
 	if err != nil {
 		return nil, err
 	}
-	cur, err := parseCursor(o.Cursor, idx)
+	tag := idx // names the listing in its cursors
+	if reverse {
+		desc = !desc
+		tag += "~" // a cursor of one order is refused by the other
+	}
+	cur, err := parseCursor(o.Cursor, tag)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +124,7 @@ func (q *Queue) List(ctx context.Context, o ListOpts) (*JobPage, error) {
 		case !more:
 			return page, missing
 		case len(page.Jobs)+len(page.Unreadable) >= limit || scanned >= listScan*limit:
-			page.Next = cur.cursor(idx)
+			page.Next = cur.cursor(tag)
 			return page, missing
 		}
 	}
@@ -156,12 +167,12 @@ func (e listEntry) after(c *listEntry, desc bool) bool {
 }
 
 // cursor encodes e as the cursor of the page that follows it.
-func (e *listEntry) cursor(idx string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(idx + ":" + strconv.FormatInt(e.score, 10) + ":" + e.id))
+func (e *listEntry) cursor(tag string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(tag + ":" + strconv.FormatInt(e.score, 10) + ":" + e.id))
 }
 
 // parseCursor decodes a cursor made by cursor for the same index.
-func parseCursor(s, idx string) (*listEntry, error) {
+func parseCursor(s, tag string) (*listEntry, error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -171,7 +182,7 @@ func parseCursor(s, idx string) (*listEntry, error) {
 		return nil, bad
 	}
 	parts := strings.SplitN(string(b), ":", 3)
-	if len(parts) != 3 || parts[0] != idx {
+	if len(parts) != 3 || parts[0] != tag {
 		return nil, bad
 	}
 	score, err := strconv.ParseInt(parts[1], 10, 64)
