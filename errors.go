@@ -1,10 +1,10 @@
 package jobkey
 
 import (
-	"time"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinels: compare with errors.Is. Where a typed error carries more, it
