@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
 // Delete removes a pending or finished job: its value and its index entry
 // go in one compare-and-set, two round trips. An active job is refused
 // with a *StateError (errors.Is ErrState) naming its state, and stays as it
-// is: cancel it first, or let it finish. A missing job is ErrNotFound. A
+// is: cancel it first, or let it finish. So is a job canceled while it ran
+// until that run's lease ends (StateError.Running): its handler may still
+// be stopping, and a job enqueued again under its ID must not run beside it. A missing job is ErrNotFound. A
 // value that cannot be read is never deleted: its read error is returned.
 func (q *Queue) Delete(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
@@ -18,7 +21,7 @@ func (q *Queue) Delete(ctx context.Context, id string) error {
 	}
 	key, shard := q.ks.jobKeyOf(id)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key},
-		checks: q.checksFor(shard, idxReady, idxSucceeded, idxFailed, idxCanceled),
+		checks: q.checksFor(shard, idxReady, idxSucceeded, idxFailed, idxCanceled, idxCorrupt),
 		decide: func(r *casRead) (*casPlan, error) {
 			switch cur := r.jobs[0]; {
 			case r.errs[0] != nil:
@@ -27,6 +30,8 @@ func (q *Queue) Delete(ctx context.Context, id string) error {
 				return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
 			case cur.State == StateActive:
 				return nil, &StateError{ID: id, Op: "delete", State: cur.State}
+			case stillRunning(cur, r.now):
+				return nil, &StateError{ID: id, Op: "delete", State: cur.State, Running: cur.LeaseUntil}
 			default:
 				var ip indexPlan
 				q.deleteJob(&ip, shard, key, cur)
@@ -36,10 +41,18 @@ func (q *Queue) Delete(ctx context.Context, id string) error {
 	return err
 }
 
+// stillRunning says whether cur was canceled while it ran and that run's
+// lease has not ended: its handler may not have stopped yet (Retry waits
+// for the same moment).
+func stillRunning(cur *Job, now time.Time) bool {
+	return cur.State == StateCanceled && cur.LeaseUntil.After(now)
+}
+
 // deleteJob adds to ip the steps that remove cur, stored at key, and its
-// index entry.
+// index entry, and a stale entry in the corrupt index if there is one.
 func (q *Queue) deleteJob(ip *indexPlan, shard int, key string, cur *Job) {
 	q.move(ip, shard, cur.ID, cur, nil, "")
+	ip.zrem(q.ks.index(shard, idxCorrupt), cur.ID)
 	ip.extra = append(ip.extra, []any{"del", key})
 }
 
@@ -99,14 +112,26 @@ func canceled(cur *Job, _ time.Time) *Job {
 }
 
 // bulk applies to every job that List o finds a transition (nil: delete
-// the job), page by page, one compare-and-set per shard of a page. notify,
-// when set, is published once per transaction that changed a job.
+// the job), page by page, one compare-and-set per shard and MaxBatch jobs
+// of a page. notify, when set, is published once per transaction that
+// changed a job.
+//
+// Pending jobs are walked newest RunAt first: jobs enqueued while the walk
+// goes on are due now, behind the walk once it passed now, so a walk ends
+// however fast producers enqueue. Finished jobs are walked newest first
+// for the same reason. Shards that cannot be read are left out, and a
+// *ShardsError names them once the others are done.
 func (q *Queue) bulk(ctx context.Context, op string, o ListOpts, to func(*Job, time.Time) *Job, notify string) (BulkResult, error) {
 	var res BulkResult
-	o.Limit = min(MaxListLimit, q.cfg.MaxBatch)
+	var missing error
+	o.Limit = MaxListLimit
 	for {
-		page, err := q.List(ctx, o)
-		if err != nil {
+		page, err := q.list(ctx, o, o.State == StatePending)
+		var se *ShardsError
+		switch {
+		case errors.As(err, &se):
+			missing = err
+		case err != nil:
 			return res, fmt.Errorf("jobkey: %s: %w (after %d done)", op, err, res.Done)
 		}
 		res.Unreadable += len(page.Unreadable)
@@ -116,30 +141,42 @@ func (q *Queue) bulk(ctx context.Context, op string, o ListOpts, to func(*Job, t
 			byShard[s] = append(byShard[s], j.ID)
 		}
 		for s, ids := range byShard {
-			done, skipped, err := q.bulkTxn(ctx, s, ids, o, to, notify)
-			if errors.Is(err, ErrConflict) && len(ids) > 1 {
-				// Busy jobs: one at a time, so one busy job does not hold
-				// back the batch.
-				done, skipped, err = 0, 0, nil
-				for _, id := range ids {
-					d, sk, e := q.bulkTxn(ctx, s, []string{id}, o, to, notify)
-					done, skipped, err = done+d, skipped+sk, e
-					if e != nil {
-						break
-					}
+			for chunk := range slices.Chunk(ids, q.cfg.MaxBatch) {
+				done, skipped, err := q.bulkChunk(ctx, s, chunk, o, to, notify)
+				res.Done += done
+				res.Skipped += skipped
+				if err != nil {
+					return res, fmt.Errorf("jobkey: %s: %w (after %d done)", op, err, res.Done)
 				}
-			}
-			res.Done += done
-			res.Skipped += skipped
-			if err != nil {
-				return res, fmt.Errorf("jobkey: %s: %w (after %d done)", op, err, res.Done)
 			}
 		}
 		if page.Next == "" {
+			if missing != nil {
+				return res, fmt.Errorf("jobkey: %s: %w", op, missing)
+			}
 			return res, nil
 		}
 		o.Cursor = page.Next
 	}
+}
+
+// bulkChunk runs bulkTxn on ids, then one job at a time if the batch kept
+// conflicting with others' writes, so one busy job does not hold back the
+// rest.
+func (q *Queue) bulkChunk(ctx context.Context, s int, ids []string, o ListOpts, to func(*Job, time.Time) *Job, notify string) (done, skipped int, err error) {
+	done, skipped, err = q.bulkTxn(ctx, s, ids, o, to, notify)
+	if !errors.Is(err, ErrConflict) || len(ids) == 1 {
+		return done, skipped, err
+	}
+	done, skipped = 0, 0
+	for _, id := range ids {
+		d, sk, err := q.bulkTxn(ctx, s, []string{id}, o, to, notify)
+		done, skipped = done+d, skipped+sk
+		if err != nil {
+			return done, skipped, err
+		}
+	}
+	return done, skipped, nil
 }
 
 // bulkTxn applies a bulk transition to the jobs ids of one shard in one
@@ -161,7 +198,8 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 			plan := &casPlan{}
 			var ip indexPlan
 			for i, cur := range r.jobs {
-				if r.errs[i] != nil || cur == nil || cur.State != o.State || o.Type != "" && cur.Type != o.Type {
+				if r.errs[i] != nil || cur == nil || cur.State != o.State || o.Type != "" && cur.Type != o.Type ||
+					to == nil && stillRunning(cur, r.now) {
 					skipped++
 					continue
 				}

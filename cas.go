@@ -41,6 +41,9 @@ type casPlan struct {
 	writes []casWrite
 	steps  [][]any
 	checks []typeCheck
+	// results holds, once EXEC answered, every command's reply, for the
+	// decisions that depend on what a step found (vanishedFound).
+	results []redis.Cmder
 }
 
 func (p *casPlan) empty() bool { return p == nil || (len(p.writes) == 0 && len(p.steps) == 0) }

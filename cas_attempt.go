@@ -57,6 +57,7 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 		sick = !errors.As(err, &r) && !errors.Is(err, ErrStep)
 		return nil, nil, err
 	}
+	plan.results = cmds
 	return read, plan, nil
 }
 

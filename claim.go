@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // candidate is a due entry read from an index: a hint, not a truth.
@@ -257,7 +259,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	}
 	got = make([]*Job, len(cands))
 	guards, guardOf := q.shardGuards(cands)
-	var vanished []string
+	var vanished []candidate
 	var plan *casPlan
 	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards,
 		decide: func(r *casRead) (*casPlan, error) {
@@ -273,7 +275,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 				claimed, lost := q.decideCandidate(plan, &ip, c, keys[i], r.jobs[i], r.errs[i], workers[i], now)
 				got[i] = claimed
 				if lost {
-					vanished = append(vanished, c.id)
+					vanished = append(vanished, c)
 				}
 			}
 			plan.steps, plan.checks = ip.steps(), ip.checks
@@ -282,15 +284,38 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	if err != nil {
 		return nil, false, err
 	}
-	q.logVanished(vanished)
+	q.vanishedFound(ctx, plan, vanished)
 	return got, !plan.empty(), nil
 }
 
-// logVanished logs the jobs whose entry pointed at no value.
-func (q *Queue) logVanished(ids []string) {
-	for _, id := range ids {
-		q.cfg.Logger.Error("jobkey: a job's index entry pointed at no value: the job was deleted outside jobkey, or evicted by Redis (is maxmemory-policy noeviction?)",
-			"queue", q.name, "job", id)
+// vanishedFound deals with the candidates whose entry pointed at no value
+// when the claim's compare-and-set read them: the EXEC removed each entry
+// with a ZREM of its own. A ZREM that removed nothing means someone else
+// removed the entry first, as Delete does with the value: nothing was lost.
+// One that removed it found an entry whose value is gone (deleted outside
+// jobkey, or evicted): that is logged, and counted for Stats.Vanished.
+func (q *Queue) vanishedFound(ctx context.Context, plan *casPlan, cands []candidate) {
+	if plan == nil {
+		return
+	}
+	for _, c := range cands {
+		key := q.ks.index(c.shard, c.index)
+		for _, cmd := range plan.results {
+			a := cmd.Args()
+			if cmd.Name() != "zrem" || len(a) != 3 || a[1] != key || a[2] != c.id {
+				continue
+			}
+			if rc, ok := cmd.(*redis.Cmd); !ok || rc.Val() != int64(1) {
+				continue // removed by someone else first (Delete): nothing was lost
+			}
+			q.cfg.Logger.Error("jobkey: a job's index entry pointed at no value: the job was deleted outside jobkey, or evicted by Redis (is maxmemory-policy noeviction?)",
+				"queue", q.name, "job", c.id)
+			// A log of what claimers found, not a part of any job's state:
+			// it follows the EXEC, and a failure loses one count.
+			if err := q.rdb.ZAdd(ctx, q.ks.index(c.shard, seenVanished), redis.Z{Score: float64(toMillis(q.clock.guess())), Member: c.id}).Err(); err != nil {
+				q.cfg.Logger.Warn("jobkey: could not count a vanished job", "queue", q.name, "job", c.id, "err", err)
+			}
+		}
 	}
 }
 
@@ -327,11 +352,12 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, c candidate, key s
 			return next, false
 		}
 	case cur == nil:
-		// A hint with no value: the job was deleted outside jobkey, or
-		// evicted. The hint goes; the loss is logged and counted
-		// (Stats.Vanished).
-		q.move(ip, c.shard, c.id, nil, nil, c.index)
-		ip.zadd(q.ks.index(c.shard, seenVanished), toMillis(now), c.id)
+		// A hint with no value. The hint goes, in a ZREM of its own whose
+		// reply says whether it was still there (vanishedFound): if so,
+		// the job was deleted outside jobkey, or evicted, and the loss is
+		// logged and counted (Stats.Vanished); if not, Delete (or another
+		// claimer) removed it first.
+		ip.extra = append(ip.extra, []any{"zrem", q.ks.index(c.shard, c.index), c.id})
 		return nil, true
 	case derive(cur).index != c.index:
 		// Not claimable, and the hint that led here disagrees with the value.

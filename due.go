@@ -130,6 +130,9 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 			return nil, nil, nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 		}
 		var more []*dueRead
+		if page == 0 {
+			q.paused.Store(!slices.ContainsFunc(pending, func(r *dueRead) bool { return !paused(r.shard) }))
+		}
 		for _, r := range pending {
 			if paused(r.shard) {
 				continue
@@ -202,6 +205,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 		now = q.clock.observe(clock.Val(), sent, q.clock.local())
 	}
 	var next time.Time
+	q.paused.Store(len(paused) > 0 && !slices.ContainsFunc(paused, func(c *redis.IntCmd) bool { return c.Val() == 0 }))
 	for i, c := range cmds {
 		if paused[i/2].Val() > 0 {
 			continue // waits for Resume, which wakes the workers

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinels: compare with errors.Is. Where a typed error carries more, it
@@ -281,9 +282,17 @@ type StateError struct {
 	ID    string
 	Op    string // "cancel", "retry", ...
 	State State  // the state the job is in
+	// Running, when set, is the end of the lease of a run that was
+	// canceled and may still be stopping: Delete waits for it, so that the
+	// ID cannot be enqueued again and run beside that handler.
+	Running time.Time
 }
 
 func (e *StateError) Error() string {
+	if !e.Running.IsZero() {
+		return fmt.Sprintf("jobkey: cannot %s job %q: it was canceled while it ran, and its handler may run until its lease ends at %s",
+			e.Op, e.ID, e.Running.Format(time.RFC3339Nano))
+	}
 	return fmt.Sprintf("jobkey: cannot %s job %q: it is %s", e.Op, e.ID, e.State)
 }
 

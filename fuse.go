@@ -134,7 +134,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 			checks = append(checks, typeCheck{key: k, want: "zset"})
 		}
 	}
-	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: guards,
+	_, plan, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: guards,
 		decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
 	out, errs, vanished := fs.out, fs.errs, fs.vanished
 	if errors.Is(err, errOutcomeUnknown) {
@@ -143,7 +143,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	if err != nil {
 		return err
 	}
-	q.logVanished(vanished)
+	q.vanishedFound(ctx, plan, vanished)
 	// The due entries read ahead go to the pool, less the jobs this very
 	// transaction claimed or completed.
 	used := map[string]bool{}
@@ -181,7 +181,7 @@ type finishSet struct {
 
 	out      []finishOut
 	errs     []error
-	vanished []string
+	vanished []candidate
 }
 
 // decideFinish decides a fused transaction from what round trip 1 read:
@@ -220,7 +220,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 			w++
 		}
 		if lost {
-			fs.vanished = append(fs.vanished, c.id)
+			fs.vanished = append(fs.vanished, c)
 		}
 	}
 	plan.steps, plan.checks = ip.steps(), ip.checks

@@ -73,12 +73,27 @@ const listScan = 10
 //
 // Each page costs two round trips per node (the index entries, then the
 // values), and more only when entries were left out by Type or had moved.
+//
+// When some shards cannot be read (their cluster node is down, or an index
+// holds the wrong type), List returns the page of the others with a
+// *ShardsError naming the missing shards, as Stats does.
 func (q *Queue) List(ctx context.Context, o ListOpts) (*JobPage, error) {
+	return q.list(ctx, o, false)
+}
+
+// list is List, in the opposite order when reverse is set (the bulk
+// actions walk pending jobs newest first: see bulk).
+func (q *Queue) list(ctx context.Context, o ListOpts, reverse bool) (*JobPage, error) {
 	idx, desc, limit, err := q.listArgs(o)
 	if err != nil {
 		return nil, err
 	}
-	cur, err := parseCursor(o.Cursor, idx)
+	tag := idx // names the listing in its cursors
+	if reverse {
+		desc = !desc
+		tag += "~" // a cursor of one order is refused by the other
+	}
+	cur, err := parseCursor(o.Cursor, tag)
 	if err != nil {
 		return nil, err
 	}
@@ -87,10 +102,15 @@ func (q *Queue) List(ctx context.Context, o ListOpts) (*JobPage, error) {
 	}
 	page := &JobPage{}
 	scanned := 0
+	var missing error // shards left out, reported with the page
 	for {
 		want := limit - len(page.Jobs) - len(page.Unreadable)
 		entries, more, err := q.listEntries(ctx, idx, desc, cur, want)
-		if err != nil {
+		var se *ShardsError
+		switch {
+		case errors.As(err, &se):
+			missing = err
+		case err != nil:
 			return nil, err
 		}
 		if err := q.listValues(ctx, o, entries, page); err != nil {
@@ -102,10 +122,10 @@ func (q *Queue) List(ctx context.Context, o ListOpts) (*JobPage, error) {
 		}
 		switch {
 		case !more:
-			return page, nil
+			return page, missing
 		case len(page.Jobs)+len(page.Unreadable) >= limit || scanned >= listScan*limit:
-			page.Next = cur.cursor(idx)
-			return page, nil
+			page.Next = cur.cursor(tag)
+			return page, missing
 		}
 	}
 }
@@ -147,12 +167,12 @@ func (e listEntry) after(c *listEntry, desc bool) bool {
 }
 
 // cursor encodes e as the cursor of the page that follows it.
-func (e *listEntry) cursor(idx string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(idx + ":" + strconv.FormatInt(e.score, 10) + ":" + e.id))
+func (e *listEntry) cursor(tag string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(tag + ":" + strconv.FormatInt(e.score, 10) + ":" + e.id))
 }
 
 // parseCursor decodes a cursor made by cursor for the same index.
-func parseCursor(s, idx string) (*listEntry, error) {
+func parseCursor(s, tag string) (*listEntry, error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -162,7 +182,7 @@ func parseCursor(s, idx string) (*listEntry, error) {
 		return nil, bad
 	}
 	parts := strings.SplitN(string(b), ":", 3)
-	if len(parts) != 3 || parts[0] != idx {
+	if len(parts) != 3 || parts[0] != tag {
 		return nil, bad
 	}
 	score, err := strconv.ParseInt(parts[1], 10, 64)
@@ -172,80 +192,54 @@ func parseCursor(s, idx string) (*listEntry, error) {
 	return &listEntry{score: score, id: parts[2]}, nil
 }
 
-// listMaxRereads bounds the re-reads of one shard past entries that share
-// the cursor's score and were listed already.
-const listMaxRereads = 64
+// listTies is how many entries that share the cursor's score one read
+// takes: a page reads the whole run of ties after its cursor in one
+// command, so no offset is involved and nothing that comes or goes before
+// the cursor can shift it. A longer run (more than listTies entries of one
+// shard in one millisecond) is read on by offset, where concurrent changes
+// within that millisecond can make an entry come twice or not at all.
+const listTies = 10000
 
 // listEntries returns the first want entries of index idx after cur over
 // every shard, merged in the listing's order; more says whether entries
 // may follow. Each shard reads its first want entries after cur, so the
-// merged first want are among them.
+// merged first want are among them. Shards that cannot be read are left
+// out and named in a *ShardsError; when none can be read, that is the
+// error.
 func (q *Queue) listEntries(ctx context.Context, idx string, desc bool, cur *listEntry, want int) ([]listEntry, bool, error) {
-	type shardRead struct {
-		shard  int
-		offset int64
-		got    []listEntry
-		full   bool
-	}
-	reads := make([]*shardRead, q.ks.shards)
-	for s := range reads {
-		reads[s] = &shardRead{shard: s}
-	}
-	pending := reads
-	for round := 0; len(pending) > 0; round++ {
-		if round > listMaxRereads {
-			return nil, false, fmt.Errorf("jobkey: list %q: more than %d entries share one millisecond", q.name, listMaxRereads*want)
-		}
-		cmds := make([]*redis.ZSliceCmd, len(pending))
-		all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, r := range pending {
-				// From the cursor's score, inclusive: entries that share it
-				// and follow its ID come next. With Rev, Start is the top.
-				from, to := "-inf", "+inf"
-				if desc {
-					from, to = to, from
-				}
-				if cur != nil {
-					from = strconv.FormatInt(cur.score, 10)
-				}
-				a := redis.ZRangeArgs{Key: q.ks.index(r.shard, idx), Start: from, Stop: to, ByScore: true,
-					Rev: desc, Offset: r.offset, Count: int64(want)}
-				cmds[i] = p.ZRangeArgsWithScores(ctx, a)
-			}
-			return nil
-		})
-		if err := unanswered(all, err); err != nil {
-			return nil, false, fmt.Errorf("jobkey: list %q: %w", q.name, err)
-		}
-		var again []*shardRead
-		for i, r := range pending {
-			zs, err := cmds[i].Result()
-			if err != nil {
-				return nil, false, readErr(q.ks.index(r.shard, idx), err)
-			}
-			kept := 0
-			for _, z := range zs {
-				id, _ := z.Member.(string)
-				e := listEntry{shard: r.shard, id: id, score: int64(z.Score)}
-				if e.after(cur, desc) {
-					r.got = append(r.got, e)
-					kept++
-				}
-			}
-			r.full = len(zs) == want
-			if r.full && kept < len(zs) && len(r.got) < want {
-				// Entries listed already filled part of the read: read on.
-				r.offset += int64(len(zs))
-				again = append(again, r)
-			}
-		}
-		pending = again
-	}
+	failed := &ShardsError{Of: q.ks.shards}
 	var merged []listEntry
 	more := false
-	for _, r := range reads {
-		merged = append(merged, r.got...)
-		more = more || r.full
+	type shardRead struct{ ties, rest *redis.ZSliceCmd }
+	reads := make([]shardRead, q.ks.shards)
+	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for s := range reads {
+			key := q.ks.index(s, idx)
+			if cur == nil {
+				reads[s].rest = p.ZRangeArgsWithScores(ctx, listRange(key, desc, "", want, 0))
+				continue
+			}
+			bound := strconv.FormatInt(cur.score, 10)
+			reads[s].ties = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: bound, Stop: bound,
+				ByScore: true, Rev: desc, Count: listTies})
+			reads[s].rest = p.ZRangeArgsWithScores(ctx, listRange(key, desc, "("+bound, want, 0))
+		}
+		return nil
+	})
+	if err := unanswered(all, err); err != nil {
+		return nil, false, fmt.Errorf("jobkey: list %q: %w", q.name, err)
+	}
+	for s, r := range reads {
+		got, full, err := q.shardEntries(ctx, s, idx, desc, cur, want, r.ties, r.rest)
+		if err != nil {
+			failed.add(s, err)
+			continue
+		}
+		merged = append(merged, got...)
+		more = more || full
+	}
+	if len(failed.Shards) == q.ks.shards {
+		return nil, false, failed.Errs[0]
 	}
 	slices.SortFunc(merged, func(a, b listEntry) int {
 		o := cmp.Or(cmp.Compare(a.score, b.score), strings.Compare(a.id, b.id))
@@ -257,7 +251,68 @@ func (q *Queue) listEntries(ctx context.Context, idx string, desc bool, cur *lis
 	if len(merged) > want {
 		merged, more = merged[:want], true
 	}
-	return merged, more, nil
+	return merged, more, failed.orNil()
+}
+
+// listRange is the ZRANGE of index key in the listing's order from from
+// ("": the start; "(<score>": past a score), want entries after offset.
+func listRange(key string, desc bool, from string, want int, offset int64) redis.ZRangeArgs {
+	lo, hi := cmp.Or(from, "-inf"), "+inf"
+	if desc {
+		// With REV, Start is the top of the range.
+		lo, hi = cmp.Or(from, "+inf"), "-inf"
+	}
+	return redis.ZRangeArgs{Key: key, Start: lo, Stop: hi, ByScore: true, Rev: desc, Offset: offset, Count: int64(want)}
+}
+
+// listMaxTieReads bounds the reads of one run of ties past listTies.
+const listMaxTieReads = 100
+
+// shardEntries turns one shard's reads into its first want entries after
+// cur: the ties that follow cur's ID, then the entries past its score.
+// full says more may follow.
+func (q *Queue) shardEntries(ctx context.Context, s int, idx string, desc bool, cur *listEntry, want int,
+	ties, rest *redis.ZSliceCmd) ([]listEntry, bool, error) {
+	key := q.ks.index(s, idx)
+	var got []listEntry
+	if ties != nil {
+		zs, err := ties.Result()
+		for n := 1; err == nil; n++ {
+			for _, z := range zs {
+				if e := toEntry(s, z); e.after(cur, desc) {
+					got = append(got, e)
+				}
+			}
+			if len(zs) < listTies || len(got) >= want {
+				break
+			}
+			if n == listMaxTieReads {
+				return nil, false, fmt.Errorf("jobkey: list %q: more than %d entries of %s share one millisecond", q.name, listTies*n, key)
+			}
+			bound := strconv.FormatInt(cur.score, 10)
+			zs, err = q.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: bound, Stop: bound,
+				ByScore: true, Rev: desc, Offset: int64(n * listTies), Count: listTies}).Result()
+		}
+		if err != nil {
+			return nil, false, readErr(key, err)
+		}
+	}
+	zs, err := rest.Result()
+	if err != nil {
+		return nil, false, readErr(key, err)
+	}
+	for _, z := range zs {
+		got = append(got, toEntry(s, z))
+	}
+	if len(got) > want {
+		return got[:want], true, nil
+	}
+	return got, len(zs) == want, nil
+}
+
+func toEntry(shard int, z redis.Z) listEntry {
+	id, _ := z.Member.(string)
+	return listEntry{shard: shard, id: id, score: int64(z.Score)}
 }
 
 // listValues reads the values of entries, one MGET per shard, and adds
@@ -322,7 +377,7 @@ func (q *Queue) listValues(ctx context.Context, o ListOpts, entries []listEntry,
 		switch {
 		case err != nil:
 			page.Unreadable = append(page.Unreadable, UnreadableJob{ID: e.id, Err: keyed(err, keys[i])})
-		case o.Corrupt, j.State == o.State && (o.Type == "" || j.Type == o.Type):
+		case (o.Corrupt || j.State == o.State) && (o.Type == "" || j.Type == o.Type):
 			page.Jobs = append(page.Jobs, j)
 		}
 	}

@@ -49,7 +49,7 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 		if !paused {
 			// Idle workers wait for a hint or their poll interval; the
 			// jobs that waited while paused are due now.
-			p.Publish(ctx, q.ks.wakeChannel(), "1")
+			p.Publish(ctx, q.ks.wakeChannel(), resumeHint)
 		}
 		return nil
 	})
@@ -64,6 +64,10 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 	}
 	return failed.orNil()
 }
+
+// resumeHint is the wake-up message Resume publishes: the one a worker that
+// found the queue paused listens to.
+const resumeHint = "resume"
 
 // pauseKey is shard s's pause flag.
 func (q *Queue) pauseKey(s int) string { return q.ks.index(s, pauseFlag) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,9 @@ type Queue struct {
 	down  *expiring[int]    // shards whose node could not be reached
 	srv   serverCheck       // what the first call checks about Redis
 	pool  duePool           // due entries read ahead, for the claims that follow
+	// paused says that the last read of due entries found every shard it
+	// read paused: idle workers then ignore enqueues' wake-up hints.
+	paused atomic.Bool
 
 	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
 	claims    *commitGroup[string, *Job]

@@ -190,7 +190,12 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 	for m := range ch {
 		switch m.Channel {
 		case w.q.ks.wakeChannel():
-			w.poke()
+			// While every shard is paused, only Resume's hint wakes a
+			// slot: an enqueue's would send it through a claim that
+			// cannot take anything. Slots still look at PollInterval.
+			if m.Payload == resumeHint || !w.q.paused.Load() {
+				w.poke()
+			}
 		case w.q.ks.cancelChannel():
 			w.mu.Lock()
 			for r := range w.running {
