@@ -221,6 +221,20 @@ func TestShow(t *testing.T) {
 	require.Contains(t, out, "attempt:      0 of 1\n")
 	require.Contains(t, out, "payload (json, 34 bytes):\n  {\n    \"to\": \"ada@example.com\",\n    \"n\": [\n      1,\n      2\n    ]\n  }\n")
 	require.Contains(t, out, "result: (empty)\n")
+	require.Contains(t, out, "meta:         -\n")
+
+	traced, err := f.q.Enqueue(f.ctx, "traced", nil, &jobkey.EnqueueOpts{Meta: map[string]string{
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x\x1b": "a\nb"}})
+	require.NoError(t, err)
+	out, err = f.run("show", traced.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, "meta:\n  traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n  x\\x1b: a\\nb\n")
+	require.NotContains(t, out, "\x1b")
+	out, err = f.run("show", traced.ID, "-json")
+	require.NoError(t, err)
+	var tv map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &tv), out)
+	require.Equal(t, map[string]any{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x\x1b": "a\nb"}, tv["meta"])
 
 	out, err = f.run("show", text.ID)
 	require.NoError(t, err)

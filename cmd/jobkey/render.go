@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -194,26 +196,27 @@ func stateTimeHeader(s jobkey.State) string {
 // jobView is a job as -json prints it: every field, times in RFC 3339
 // (omitted when unset), payload and result as bytesJSON gives them.
 type jobView struct {
-	ID            string          `json:"id"`
-	Queue         string          `json:"queue"`
-	Type          string          `json:"type"`
-	State         string          `json:"state"`
-	Attempt       int             `json:"attempt"`
-	MaxAttempts   int             `json:"max_attempts"`
-	RunAt         *time.Time      `json:"run_at,omitempty"`
-	LeaseOwner    string          `json:"lease_owner,omitempty"`
-	LeaseUntil    *time.Time      `json:"lease_until,omitempty"`
-	LeaseToken    uint64          `json:"lease_token,omitempty"`
-	LastError     string          `json:"last_error,omitempty"`
-	PayloadFormat string          `json:"payload_format,omitempty"`
-	Payload       json.RawMessage `json:"payload,omitempty"`
-	PayloadBytes  int             `json:"payload_bytes"`
-	ResultFormat  string          `json:"result_format,omitempty"`
-	Result        json.RawMessage `json:"result,omitempty"`
-	ResultBytes   int             `json:"result_bytes"`
-	CreatedAt     *time.Time      `json:"created_at,omitempty"`
-	UpdatedAt     *time.Time      `json:"updated_at,omitempty"`
-	Rev           uint64          `json:"rev"`
+	ID            string            `json:"id"`
+	Queue         string            `json:"queue"`
+	Type          string            `json:"type"`
+	State         string            `json:"state"`
+	Attempt       int               `json:"attempt"`
+	MaxAttempts   int               `json:"max_attempts"`
+	RunAt         *time.Time        `json:"run_at,omitempty"`
+	LeaseOwner    string            `json:"lease_owner,omitempty"`
+	LeaseUntil    *time.Time        `json:"lease_until,omitempty"`
+	LeaseToken    uint64            `json:"lease_token,omitempty"`
+	LastError     string            `json:"last_error,omitempty"`
+	Meta          map[string]string `json:"meta,omitempty"`
+	PayloadFormat string            `json:"payload_format,omitempty"`
+	Payload       json.RawMessage   `json:"payload,omitempty"`
+	PayloadBytes  int               `json:"payload_bytes"`
+	ResultFormat  string            `json:"result_format,omitempty"`
+	Result        json.RawMessage   `json:"result,omitempty"`
+	ResultBytes   int               `json:"result_bytes"`
+	CreatedAt     *time.Time        `json:"created_at,omitempty"`
+	UpdatedAt     *time.Time        `json:"updated_at,omitempty"`
+	Rev           uint64            `json:"rev"`
 }
 
 // viewOf returns j as -json prints it.
@@ -221,7 +224,7 @@ func viewOf(j *jobkey.Job) jobView {
 	v := jobView{
 		ID: j.ID, Queue: j.Queue, Type: j.Type, State: j.State.String(), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 		RunAt: timePtr(j.RunAt), LeaseOwner: j.LeaseOwner, LeaseUntil: timePtr(j.LeaseUntil), LeaseToken: j.LeaseToken,
-		LastError: j.LastError, PayloadBytes: len(j.Payload), ResultBytes: len(j.Result),
+		LastError: j.LastError, Meta: j.Meta, PayloadBytes: len(j.Payload), ResultBytes: len(j.Result),
 		CreatedAt: timePtr(j.CreatedAt), UpdatedAt: timePtr(j.UpdatedAt), Rev: j.Rev,
 	}
 	v.PayloadFormat, v.Payload = bytesJSON(j.Payload)
@@ -260,6 +263,14 @@ func printJob(w io.Writer, j *jobkey.Job) {
 	field("created at", when(j.CreatedAt))
 	field("updated at", when(j.UpdatedAt))
 	field("rev", strconv.FormatUint(j.Rev, 10))
+	if len(j.Meta) == 0 {
+		field("meta", "-")
+	} else {
+		fmt.Fprintf(w, "meta:\n")
+		for _, k := range slices.Sorted(maps.Keys(j.Meta)) {
+			fmt.Fprintf(w, "  %s: %s\n", line(k), line(j.Meta[k]))
+		}
+	}
 	if j.LastError == "" {
 		field("last error", "-")
 	} else {
