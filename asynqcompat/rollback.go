@@ -101,7 +101,10 @@ func (b *backMover) pass(ctx context.Context, pass int) error {
 	}
 	cursor := ""
 	for {
-		page, err := q.List(ctx, jobkey.ListOpts{State: jobkey.StatePending, Type: b.opts.Type, Limit: jobkey.MaxListLimit, Cursor: cursor})
+		// Without List's Type filter: with it, a page's later reads shrink,
+		// and List gives up on many entries that share one millisecond
+		// (jobs of one EnqueueMany batch). move keeps the type's jobs.
+		page, err := q.List(ctx, jobkey.ListOpts{State: jobkey.StatePending, Limit: jobkey.MaxListLimit, Cursor: cursor})
 		if err != nil {
 			return fmt.Errorf("asynqcompat: migrate to asynq: list pending jobs of queue %q: %w", q.Name(), err)
 		}
@@ -128,11 +131,14 @@ func (b *backMover) pass(ctx context.Context, pass int) error {
 func (b *backMover) noteActive(ctx context.Context) error {
 	cursor := ""
 	for {
-		page, err := b.opts.From.List(ctx, jobkey.ListOpts{State: jobkey.StateActive, Type: b.opts.Type, Limit: jobkey.MaxListLimit, Cursor: cursor})
+		page, err := b.opts.From.List(ctx, jobkey.ListOpts{State: jobkey.StateActive, Limit: jobkey.MaxListLimit, Cursor: cursor})
 		if err != nil {
 			return fmt.Errorf("asynqcompat: migrate to asynq: list active jobs of queue %q: %w", b.opts.From.Name(), err)
 		}
 		for _, j := range page.Jobs {
+			if j.Type != b.opts.Type {
+				continue
+			}
 			b.m.note(&b.m.rep.Left, TaskNote{ID: j.ID, State: "active", Reason: "running in jobkey: left to finish there"})
 		}
 		if page.Next == "" {
@@ -173,6 +179,9 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 			return nil
 		}
 		already = true
+	case err != nil && ctx.Err() != nil:
+		// asynq does not wrap the context's error.
+		return fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %v: %w", j.ID, err, context.Cause(ctx))
 	case err != nil:
 		return fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %w", j.ID, err)
 	}
