@@ -67,6 +67,8 @@ commands:
   demo    reproduce the failing group of docs/design.md against both designs
   stats   print a live queue's counts
   verify  report (and with -fix repair) index entries that disagree with job values
+  migrate-asynq     move a type's waiting asynq tasks into a jobkey queue (docs/adopting.md)
+  migrate-to-asynq  move a type's pending jobkey jobs back into asynq
 
 Run "jobkey <command> -h" for a command's flags.
 `
@@ -85,6 +87,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return statsCmd(ctx, args[1:], stdout, stderr)
 	case "verify":
 		return verifyCmd(ctx, args[1:], stdout, stderr)
+	case "migrate-asynq":
+		return migrateAsynqCmd(ctx, args[1:], stdout, stderr)
+	case "migrate-to-asynq":
+		return migrateToAsynqCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
