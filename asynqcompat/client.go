@@ -176,6 +176,7 @@ type OptionError struct {
 	Reason string // why it cannot be served
 }
 
+// Error says which option of which task type, and why.
 func (e *OptionError) Error() string {
 	return fmt.Sprintf("asynqcompat: task type %q routed to jobkey: option %s: %s; nothing was enqueued", e.Type, e.Option, e.Reason)
 }
