@@ -83,6 +83,10 @@ jobs of a live queue (-redis or REDIS_URL required; -json for JSON):
   resume  let them take jobs again: resume -queue Q
   queues  list every queue under a prefix with its counts: queues [-prefix P]
 
+adopting jobkey beside asynq (docs/adopting.md):
+  migrate-asynq     move a type's waiting asynq tasks into a jobkey queue
+  migrate-to-asynq  move a type's pending jobkey jobs back into asynq
+
 Run "jobkey <command> -h" for a command's flags.
 `
 
@@ -102,6 +106,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return verifyCmd(ctx, args[1:], stdout, stderr)
 	case "ui":
 		return uiCmd(ctx, args[1:], stdout, stderr)
+	case "migrate-asynq":
+		return migrateAsynqCmd(ctx, args[1:], stdout, stderr)
+	case "migrate-to-asynq":
+		return migrateToAsynqCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

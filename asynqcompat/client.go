@@ -1,0 +1,272 @@
+package asynqcompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+	"unsafe"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobkey/jobkey"
+)
+
+// Route sends the tasks of one type, or of the types Match accepts, to a
+// jobkey queue. Types no route takes go to asynq.
+type Route struct {
+	// Type is the task type routed, matched exactly. Ignored when Match is
+	// set.
+	Type string
+	// Match, when set, decides instead of Type: it is called with each
+	// task's type.
+	Match func(typ string) bool
+	// To is the jobkey queue the tasks go to. A nil To routes the tasks to
+	// asynq (useful before a broader Match).
+	To *jobkey.Queue
+}
+
+func (r Route) matches(typ string) bool {
+	if r.Match != nil {
+		return r.Match(typ)
+	}
+	return r.Type == typ
+}
+
+// Client enqueues each task to jobkey or to asynq by its type, with the
+// methods and the options of asynq.Client, so call sites keep their code
+// and change one import. The first Route that matches a task's type wins;
+// a type no route matches goes to the asynq client.
+//
+// For tasks routed to jobkey, asynq's options map as follows:
+//
+//   - ProcessAt(t) → EnqueueOpts.RunAt, ProcessIn(d) → EnqueueOpts.Delay
+//     (the last of them wins, as in asynq);
+//   - TaskID(id) → EnqueueOpts.ID; a taken ID is an error matching both
+//     asynq.ErrTaskIDConflict and jobkey.ErrJobExists;
+//   - MaxRetry(n) → EnqueueOpts.MaxAttempts n+1 (asynq counts retries after
+//     the first run; without it the jobkey queue's Config.MaxAttempts
+//     applies);
+//   - Queue(name) must name the route's queue, or one of the queues given
+//     to NewClient, which it then picks.
+//
+// Timeout, Deadline, Unique, Retention, Group and any option this package
+// does not know have no equivalent in jobkey: the enqueue is refused with an
+// *OptionError, never carried out without them. A task with headers is
+// refused too (jobkey jobs have none). Options given to asynq.NewTask count
+// as asynq counts them: before those given to Enqueue.
+//
+// Client is safe for concurrent use.
+type Client struct {
+	asynq  *asynq.Client
+	routes []Route
+	queues map[string]*jobkey.Queue
+}
+
+// NewClient returns a Client that enqueues the types routes names to
+// jobkey and every other type to ac. ac may be nil when every type is
+// routed to jobkey; an unrouted task is then refused. extra lists further
+// jobkey queues that asynq.Queue(name) may pick, besides the routes' own.
+func NewClient(ac *asynq.Client, routes []Route, extra ...*jobkey.Queue) *Client {
+	c := &Client{asynq: ac, routes: append([]Route(nil), routes...), queues: map[string]*jobkey.Queue{}}
+	for _, r := range routes {
+		if r.To != nil {
+			c.queues[r.To.Name()] = r.To
+		}
+	}
+	for _, q := range extra {
+		if q != nil {
+			c.queues[q.Name()] = q
+		}
+	}
+	return c
+}
+
+// Route returns the jobkey queue that tasks of type typ go to, or nil when
+// they go to asynq.
+func (c *Client) Route(typ string) *jobkey.Queue {
+	for _, r := range c.routes {
+		if r.matches(typ) {
+			return r.To
+		}
+	}
+	return nil
+}
+
+// Enqueue enqueues task as EnqueueContext does, with context.Background.
+func (c *Client) Enqueue(task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+	return c.EnqueueContext(context.Background(), task, opts...)
+}
+
+// EnqueueContext enqueues task to the jobkey queue its type is routed to,
+// or else to asynq, as asynq.Client.EnqueueContext does. For a task routed
+// to jobkey it returns a TaskInfo with ID, Queue, Type, Payload, State
+// (asynq.TaskStatePending or asynq.TaskStateScheduled), MaxRetry
+// (MaxAttempts-1) and NextProcessAt filled from the stored job.
+func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
+	if task == nil {
+		return nil, errors.New("asynqcompat: task cannot be nil")
+	}
+	q := c.Route(task.Type())
+	if q == nil {
+		if c.asynq == nil {
+			return nil, fmt.Errorf("asynqcompat: task type %q is routed to asynq, but the Client has no asynq client", task.Type())
+		}
+		return c.asynq.EnqueueContext(ctx, task, opts...)
+	}
+	all, err := taskOptions(task)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, opts...)
+	eo, q, err := c.mapOptions(task.Type(), q, all)
+	if err != nil {
+		return nil, err
+	}
+	if len(task.Headers()) > 0 {
+		return nil, &OptionError{Type: task.Type(), Option: "headers",
+			Reason: "jobkey jobs have no headers; put them in the payload"}
+	}
+	j, err := q.Enqueue(ctx, task.Type(), task.Payload(), eo)
+	if errors.Is(err, jobkey.ErrJobExists) {
+		return nil, fmt.Errorf("%w: %w", asynq.ErrTaskIDConflict, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return TaskInfo(j), nil
+}
+
+// TaskInfo describes a jobkey job as an asynq.TaskInfo: ID, Queue, Type,
+// Payload, State, MaxRetry (MaxAttempts-1), Retried (Attempt, less the
+// attempt running while active), LastErr, NextProcessAt (RunAt while
+// pending), CompletedAt and Result. A pending job due later is
+// TaskStateScheduled, one due now TaskStatePending; a failed job is
+// TaskStateArchived, a canceled one too.
+func TaskInfo(j *jobkey.Job) *asynq.TaskInfo {
+	if j == nil {
+		return nil
+	}
+	ti := &asynq.TaskInfo{ID: j.ID, Queue: j.Queue, Type: j.Type, Payload: j.Payload,
+		MaxRetry: max(j.MaxAttempts-1, 0), Retried: j.Attempt, LastErr: j.LastError, Result: j.Result}
+	switch j.State {
+	case jobkey.StatePending:
+		ti.NextProcessAt = j.RunAt
+		ti.State = asynq.TaskStatePending
+		if j.RunAt.After(j.UpdatedAt) {
+			ti.State = asynq.TaskStateScheduled
+		}
+	case jobkey.StateActive:
+		ti.State = asynq.TaskStateActive
+		ti.Retried = max(j.Attempt-1, 0)
+	case jobkey.StateSucceeded:
+		ti.State = asynq.TaskStateCompleted
+		ti.CompletedAt = j.UpdatedAt
+	default:
+		ti.State = asynq.TaskStateArchived
+	}
+	return ti
+}
+
+// OptionError reports an asynq option that has no equivalent for a task
+// routed to jobkey, or a value jobkey cannot take. Nothing was enqueued.
+type OptionError struct {
+	Type   string // the task's type
+	Option string // the option, as asynq prints it, e.g. `Timeout(1m0s)`
+	Reason string // why it cannot be served
+}
+
+// Error says which option of which task type, and why.
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("asynqcompat: task type %q routed to jobkey: option %s: %s; nothing was enqueued", e.Type, e.Option, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrUnsupportedOption) hold.
+func (e *OptionError) Is(target error) bool { return target == ErrUnsupportedOption }
+
+// ErrUnsupportedOption is matched by every *OptionError.
+var ErrUnsupportedOption = errors.New("asynqcompat: asynq option not supported by jobkey")
+
+// mapOptions turns asynq options into jobkey's, picking the queue.
+func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*jobkey.EnqueueOpts, *jobkey.Queue, error) {
+	eo := &jobkey.EnqueueOpts{}
+	bad := func(o asynq.Option, reason string) error {
+		return &OptionError{Type: typ, Option: o.String(), Reason: reason}
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		v := o.Value()
+		switch o.Type() {
+		case asynq.ProcessAtOpt:
+			t, ok := v.(time.Time)
+			if !ok {
+				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want time.Time", v))
+			}
+			eo.RunAt, eo.Delay = t, 0
+		case asynq.ProcessInOpt:
+			d, ok := v.(time.Duration)
+			if !ok {
+				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want time.Duration", v))
+			}
+			eo.RunAt, eo.Delay = time.Time{}, max(d, 0)
+		case asynq.TaskIDOpt:
+			id, ok := v.(string)
+			if !ok {
+				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want string", v))
+			}
+			eo.ID = id
+		case asynq.MaxRetryOpt:
+			n, ok := v.(int)
+			if !ok {
+				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want int", v))
+			}
+			if n < 0 {
+				n = 0
+			}
+			if n >= jobkey.MaxAttemptsLimit {
+				return nil, nil, bad(o, fmt.Sprintf("more than jobkey's %d attempts", jobkey.MaxAttemptsLimit))
+			}
+			eo.MaxAttempts = n + 1
+		case asynq.QueueOpt:
+			name, ok := v.(string)
+			if !ok {
+				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want string", v))
+			}
+			picked, ok := c.queues[name]
+			if !ok {
+				return nil, nil, bad(o, fmt.Sprintf("no jobkey queue named %q was given to NewClient (the route's is %q)", name, q.Name()))
+			}
+			q = picked
+		case asynq.TimeoutOpt:
+			return nil, nil, bad(o, "jobkey has no per-job timeout; the handler runs under its lease until it returns or shutdown")
+		case asynq.DeadlineOpt:
+			return nil, nil, bad(o, "jobkey has no per-job deadline")
+		case asynq.UniqueOpt:
+			return nil, nil, bad(o, "jobkey has no uniqueness lock with a TTL; use TaskID (or jobkey.ContentID) for idempotent enqueues")
+		case asynq.RetentionOpt:
+			return nil, nil, bad(o, "jobkey keeps finished jobs for the queue's Config.Retention, not per job")
+		case asynq.GroupOpt:
+			return nil, nil, bad(o, "jobkey has no task aggregation")
+		default:
+			return nil, nil, bad(o, "unknown option type")
+		}
+	}
+	return eo, q, nil
+}
+
+// taskOptions reads the options given to asynq.NewTask, which asynq keeps
+// in an unexported field and applies before Enqueue's. Reading them is the
+// only way to honour them, or refuse them, instead of dropping them
+// unseen; the layout is checked, and a layout this package does not know is
+// an error, never a guess.
+func taskOptions(task *asynq.Task) ([]asynq.Option, error) {
+	v := reflect.ValueOf(task).Elem()
+	f := v.FieldByName("opts")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[[]asynq.Option]() || !f.CanAddr() {
+		return nil, errors.New("asynqcompat: this asynq version's Task does not keep its options where asynqcompat reads them; cannot tell whether options were given to NewTask")
+	}
+	opts := *(*[]asynq.Option)(unsafe.Pointer(f.UnsafeAddr()))
+	return append([]asynq.Option(nil), opts...), nil
+}

@@ -1,0 +1,169 @@
+package asynqcompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobkey/jobkey"
+	"github.com/stretchr/testify/require"
+)
+
+// work runs h on q until every job in ids is finished, and returns them.
+func work(t *testing.T, e *env, q *jobkey.Queue, h jobkey.Handler, ids ...string) map[string]*jobkey.Job {
+	t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- q.Work(ctx, h, &jobkey.WorkOpts{Concurrency: 4, PollInterval: 20 * time.Millisecond}) }()
+	out := map[string]*jobkey.Job{}
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			j, err := q.Get(e.ctx, id)
+			if err != nil || !j.State.Finished() {
+				return false
+			}
+			out[id] = j
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	return out
+}
+
+// A real asynq handler, unchanged: it reads the task's type and payload,
+// and its error decides the outcome as it did in asynq.
+func TestHandlerOutcomes(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue(t, "h", &jobkey.Config{Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	var mu sync.Mutex
+	seen := map[string][]string{} // id -> what the handler saw, per attempt
+	h := HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		j, ok := JobFrom(ctx)
+		if !ok {
+			return errors.New("no job in ctx")
+		}
+		mu.Lock()
+		seen[j.ID] = append(seen[j.ID], fmt.Sprintf("%s:%s:%d/%d:%s", task.Type(), task.Payload(), j.Attempt, j.MaxAttempts, j.Queue))
+		mu.Unlock()
+		// What asynq serves only inside its server is absent here, as
+		// documented.
+		if _, ok := asynq.GetTaskID(ctx); ok {
+			return errors.New("GetTaskID served outside asynq")
+		}
+		if _, ok := asynq.GetRetryCount(ctx); ok {
+			return errors.New("GetRetryCount served outside asynq")
+		}
+		if _, ok := asynq.GetMaxRetry(ctx); ok {
+			return errors.New("GetMaxRetry served outside asynq")
+		}
+		if _, ok := asynq.GetQueueName(ctx); ok {
+			return errors.New("GetQueueName served outside asynq")
+		}
+		if task.ResultWriter() != nil {
+			return errors.New("a ResultWriter outside asynq")
+		}
+		switch string(task.Payload()) {
+		case "ok":
+			SetResult(ctx, []byte("result of "+j.ID))
+			return nil
+		case "skip":
+			return fmt.Errorf("bad input: %w", asynq.SkipRetry)
+		case "revoke":
+			return asynq.RevokeTask
+		case "flaky":
+			if j.Attempt < 3 {
+				return errors.New("try again")
+			}
+			return nil
+		case "panic":
+			var w *asynq.ResultWriter
+			_, err := w.Write([]byte("x")) // what task.ResultWriter().Write does outside asynq
+			return err
+		}
+		return errors.New("unexpected payload")
+	})
+	for _, p := range []string{"ok", "skip", "revoke", "flaky", "panic"} {
+		_, err := q.Enqueue(e.ctx, "t:"+p, []byte(p), &jobkey.EnqueueOpts{ID: p, MaxAttempts: 5})
+		require.NoError(t, err)
+	}
+	jobs := work(t, e, q, h, "ok", "skip", "revoke", "flaky", "panic")
+
+	require.Equal(t, jobkey.StateSucceeded, jobs["ok"].State)
+	require.Equal(t, "result of ok", string(jobs["ok"].Result))
+	require.Equal(t, []string{"t:ok:ok:1/5:h"}, seen["ok"])
+
+	for _, id := range []string{"skip", "revoke"} {
+		require.Equal(t, jobkey.StateFailed, jobs[id].State, id)
+		require.Equal(t, 1, jobs[id].Attempt, "%s: failed for good at the first attempt", id)
+		require.Len(t, seen[id], 1, id)
+	}
+	require.Contains(t, jobs["skip"].LastError, "bad input")
+	require.Contains(t, jobs["revoke"].LastError, "revoke task")
+
+	require.Equal(t, jobkey.StateSucceeded, jobs["flaky"].State)
+	require.Equal(t, 3, jobs["flaky"].Attempt)
+
+	require.Equal(t, jobkey.StateFailed, jobs["panic"].State)
+	require.Equal(t, 5, jobs["panic"].Attempt, "a panic fails the attempt, and the job is retried")
+	require.Contains(t, jobs["panic"].LastError, "nil pointer")
+}
+
+// asynq's ServeMux with a middleware runs as a jobkey handler: routing by
+// type, the middleware around each task, and NotFound for unknown types.
+func TestHandlerServeMux(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue(t, "mux", nil)
+	var mu sync.Mutex
+	var log []string
+	mux := asynq.NewServeMux()
+	mux.Use(func(next asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+			mu.Lock()
+			log = append(log, "before "+task.Type())
+			mu.Unlock()
+			err := next.ProcessTask(ctx, task)
+			mu.Lock()
+			log = append(log, fmt.Sprintf("after %s: %v", task.Type(), err))
+			mu.Unlock()
+			return err
+		})
+	})
+	mux.HandleFunc("email:welcome", func(ctx context.Context, task *asynq.Task) error {
+		SetResult(ctx, append([]byte("sent "), task.Payload()...))
+		return nil
+	})
+	mux.HandleFunc("email:", func(ctx context.Context, task *asynq.Task) error { // asynq's prefix match
+		return fmt.Errorf("no template for %s: %w", task.Type(), asynq.SkipRetry)
+	})
+	for _, spec := range [][2]string{{"a", "email:welcome"}, {"b", "email:other"}, {"c", "sms:hello"}} {
+		_, err := q.Enqueue(e.ctx, spec[1], []byte("ada"), &jobkey.EnqueueOpts{ID: spec[0], MaxAttempts: 2})
+		require.NoError(t, err)
+	}
+	jobs := work(t, e, q, Handler(mux), "a", "b", "c")
+	require.Equal(t, jobkey.StateSucceeded, jobs["a"].State)
+	require.Equal(t, "sent ada", string(jobs["a"].Result))
+	require.Equal(t, jobkey.StateFailed, jobs["b"].State)
+	require.Equal(t, 1, jobs["b"].Attempt, "SkipRetry through the mux and the middleware")
+	require.Contains(t, jobs["b"].LastError, "no template for email:other")
+	// The mux's NotFound handler errors without SkipRetry, as in asynq: the
+	// job uses its attempts.
+	require.Equal(t, jobkey.StateFailed, jobs["c"].State)
+	require.Equal(t, 2, jobs["c"].Attempt)
+	require.Contains(t, jobs["c"].LastError, "handler not found")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, log, "before email:welcome")
+	require.Contains(t, log, "after email:welcome: <nil>")
+	require.Contains(t, log, "before sms:hello")
+}
+
+func TestJobFromAndSetResultOutsideAHandler(t *testing.T) {
+	_, ok := JobFrom(context.Background())
+	require.False(t, ok)
+	require.False(t, SetResult(context.Background(), []byte("x")))
+}

@@ -1,0 +1,448 @@
+package asynqcompat
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobkey/jobkey"
+	"github.com/redis/go-redis/v9"
+)
+
+// MigrateOpts configure Migrate.
+type MigrateOpts struct {
+	// FromQueue is the asynq queue to move tasks out of (default "default").
+	FromQueue string
+	// Type is the task type to move (required). Tasks of other types are
+	// read, to find this type's, and never written.
+	Type string
+	// To is the jobkey queue the tasks move into (required).
+	To *jobkey.Queue
+	// DryRun lists and classifies the tasks without writing anything.
+	DryRun bool
+	// PauseQueue pauses the asynq queue (Inspector.PauseQueue) while tasks
+	// move, so no asynq server starts a task between its enqueue into
+	// jobkey and its delete from asynq, and resumes it afterwards unless it
+	// was paused before. Pausing holds back every type of the queue for the
+	// run. Without it, a task an asynq server takes in that window is found
+	// active when the move deletes it: its jobkey copy is deleted again
+	// while still pending (MigrateReport.Undone); see MigrateReport.Twice
+	// for when that is too late.
+	PauseQueue bool
+	// Concurrency is how many tasks move at once (default 8).
+	Concurrency int
+	// PageSize is how many tasks one asynq listing call reads (default 500).
+	PageSize int
+	// Progress, when set, is called as the run advances, from one
+	// goroutine at a time.
+	Progress func(MigrateProgress)
+
+	// afterEnqueue, in tests, runs between a task's enqueue and its delete;
+	// an error stops the run there, as a crash would.
+	afterEnqueue func(id string) error
+}
+
+// MigrateProgress says how far a run is.
+type MigrateProgress struct {
+	Phase string // "listing" or "moving"
+	Pass  int    // the pass, from 1: a run lists again until a pass moves nothing
+	Done  int    // tasks listed (listing) or handled (moving) so far in this pass
+	Total int    // tasks to handle in this pass; 0 while listing
+}
+
+// TaskNote names a task (or job) and what the run found about it.
+type TaskNote struct {
+	ID     string
+	State  string // where it was: asynq's state name, or jobkey's
+	Reason string
+}
+
+// MigrateReport says what a run did. A run makes passes: each lists the
+// waiting tasks of the type and moves them, and the run stops after a pass
+// that moved nothing, so tasks that changed state while it listed are
+// caught by the next pass. Skipped, Left, Undone and Twice describe the
+// tasks where the run left them.
+type MigrateReport struct {
+	// Moved counts the tasks this run enqueued and then deleted from the
+	// source.
+	Moved int
+	// AlreadyMoved counts tasks found in the target already, with the same
+	// type and payload (an earlier run stopped between enqueue and delete),
+	// that this run deleted from the source.
+	AlreadyMoved int
+	// WouldMove counts, in a dry run, the tasks a run would move.
+	WouldMove int
+	// Skipped lists the tasks that cannot move, with the reason; they stay
+	// in the source as they are.
+	Skipped []TaskNote
+	// Left lists the tasks that are running in the source: left to finish
+	// there.
+	Left []TaskNote
+	// Undone lists the tasks that the source started running between their
+	// enqueue and their delete: the run deleted the target's copy, still
+	// pending, again, so the task runs once, in the source.
+	Undone []TaskNote
+	// Twice lists the tasks that the source started running between their
+	// enqueue and their delete and that the target had already claimed
+	// too: they run in both. Run with PauseQueue (or with the type's
+	// workers stopped in the source) to rule this out.
+	Twice []TaskNote
+	// Passes is how many listing passes the run made.
+	Passes int
+	// DryRun tells that nothing was written.
+	DryRun bool
+}
+
+func (o *MigrateOpts) defaults() error {
+	if o.FromQueue == "" {
+		o.FromQueue = "default"
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 8
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 500
+	}
+	switch {
+	case strings.TrimSpace(o.Type) == "":
+		return errors.New("asynqcompat: migrate: Type is required")
+	case o.To == nil:
+		return errors.New("asynqcompat: migrate: To (the jobkey queue) is required")
+	}
+	return nil
+}
+
+// Migrate moves the asynq tasks of one type that wait in one asynq queue
+// (pending, scheduled and retry) into a jobkey queue. Each task keeps its
+// ID (asynq's task ID becomes the jobkey ID), type, payload, run time
+// (NextProcessAt becomes RunAt) and remaining retries (MaxAttempts =
+// MaxRetry - Retried + 1, at least 1).
+//
+// Each move enqueues into jobkey first and only then deletes the task from
+// asynq. A run stopped anywhere (ctx canceled, the process killed, Redis
+// unreachable) is rerun safely: a task whose ID jobkey already holds with
+// the same type and payload was moved by the earlier run, and is deleted
+// from asynq (MigrateReport.AlreadyMoved). A jobkey job under that ID with
+// another type or payload is never overwritten: the task is skipped.
+//
+// Tasks that cannot move are skipped with a reason and stay in asynq: an ID
+// jobkey refuses (empty, longer than jobkey.MaxIDLen, or with '{' or '}'),
+// headers (jobkey jobs have none), a Deadline (jobkey has none), a job too
+// large for the queue. A task's Timeout is not carried: jobkey has no
+// per-job timeout. Tasks active in asynq are left to finish there and
+// listed in MigrateReport.Left; archived, completed and aggregating tasks
+// are not read.
+//
+// rdb is the Redis asynq uses (asynq keeps its keys under "asynq:"). The
+// report tells what was done so far even when err is not nil.
+func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (MigrateReport, error) {
+	rep := MigrateReport{DryRun: opts.DryRun}
+	if err := opts.defaults(); err != nil {
+		return rep, err
+	}
+	if rdb == nil {
+		return rep, errors.New("asynqcompat: migrate: no Redis client")
+	}
+	m := &mover{ins: asynq.NewInspectorFromRedisClient(rdb), opts: opts, rep: &rep}
+	if opts.PauseQueue && !opts.DryRun {
+		resume, err := m.pause()
+		if err != nil {
+			return rep, err
+		}
+		defer resume()
+	}
+	for pass := 1; ; pass++ {
+		rep.Passes = pass
+		m.resetNotes()
+		tasks, err := m.list(ctx, pass)
+		if err != nil {
+			return rep, err
+		}
+		before := rep.Moved + rep.AlreadyMoved + rep.WouldMove
+		err = runAll(ctx, opts.Concurrency, len(tasks), func(ctx context.Context, i int) error {
+			err := m.move(ctx, tasks[i])
+			m.progress(MigrateProgress{Phase: "moving", Pass: pass, Total: len(tasks)}, 1)
+			return err
+		})
+		if err != nil {
+			return rep, err
+		}
+		if opts.DryRun || rep.Moved+rep.AlreadyMoved == before {
+			return rep, nil
+		}
+	}
+}
+
+// mover carries one Migrate run.
+type mover struct {
+	ins  *asynq.Inspector
+	opts MigrateOpts
+
+	mu   sync.Mutex
+	rep  *MigrateReport
+	done int // progress within the phase
+}
+
+func (m *mover) resetNotes() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// Undone and Twice record what happened, and stay; Skipped and Left say
+	// where tasks stand, as the last pass found them.
+	m.rep.Skipped, m.rep.Left = nil, nil
+	m.done = 0
+}
+
+func (m *mover) note(list *[]TaskNote, n TaskNote) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	*list = append(*list, n)
+}
+
+func (m *mover) count(c *int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	*c++
+}
+
+func (m *mover) progress(p MigrateProgress, step int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.done += step
+	if m.opts.Progress != nil {
+		p.Done = m.done
+		m.opts.Progress(p)
+	}
+}
+
+// pause pauses the asynq queue; resume unpauses it unless it was paused
+// already.
+func (m *mover) pause() (resume func(), err error) {
+	var info *asynq.QueueInfo
+	if err := safe(func() (err error) { info, err = m.ins.GetQueueInfo(m.opts.FromQueue); return err }); err != nil {
+		return nil, fmt.Errorf("asynqcompat: migrate: asynq queue %q: %w", m.opts.FromQueue, err)
+	}
+	if info.Paused {
+		return func() {}, nil
+	}
+	if err := safe(func() error { return m.ins.PauseQueue(m.opts.FromQueue) }); err != nil {
+		return nil, fmt.Errorf("asynqcompat: migrate: pause asynq queue %q: %w", m.opts.FromQueue, err)
+	}
+	return func() { _ = safe(func() error { return m.ins.UnpauseQueue(m.opts.FromQueue) }) }, nil
+}
+
+// list reads the waiting tasks of the type, each once, and notes the
+// active ones.
+func (m *mover) list(ctx context.Context, pass int) ([]*asynq.TaskInfo, error) {
+	q := m.opts.FromQueue
+	seen := map[string]bool{}
+	var out []*asynq.TaskInfo
+	listers := []struct {
+		name string
+		fn   func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error)
+	}{
+		{"active", m.ins.ListActiveTasks},
+		{"pending", m.ins.ListPendingTasks},
+		{"scheduled", m.ins.ListScheduledTasks},
+		{"retry", m.ins.ListRetryTasks},
+	}
+	for _, l := range listers {
+		for page := 1; ; page++ {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			var infos []*asynq.TaskInfo
+			err := safe(func() (err error) {
+				infos, err = l.fn(q, asynq.Page(page), asynq.PageSize(m.opts.PageSize))
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("asynqcompat: migrate: list %s tasks of asynq queue %q: %w", l.name, q, err)
+			}
+			for _, ti := range infos {
+				if ti == nil || ti.Type != m.opts.Type || seen[ti.ID] {
+					continue
+				}
+				seen[ti.ID] = true
+				if l.name == "active" {
+					m.note(&m.rep.Left, TaskNote{ID: ti.ID, State: "active", Reason: "running in asynq: left to finish there"})
+					continue
+				}
+				out = append(out, ti)
+			}
+			m.progress(MigrateProgress{Phase: "listing", Pass: pass}, len(infos))
+			if len(infos) < m.opts.PageSize {
+				break
+			}
+		}
+	}
+	m.mu.Lock()
+	m.done = 0
+	m.mu.Unlock()
+	return out, nil
+}
+
+// why says why a task cannot move into jobkey, or "".
+func (m *mover) why(ti *asynq.TaskInfo) string {
+	switch {
+	case ti.ID == "" || len(ti.ID) > jobkey.MaxIDLen:
+		return fmt.Sprintf("task ID is %d bytes; jobkey takes 1..%d", len(ti.ID), jobkey.MaxIDLen)
+	case strings.ContainsAny(ti.ID, "{}"):
+		return "task ID contains '{' or '}', which jobkey IDs may not (they would break the cluster hash tag)"
+	case len(ti.Headers) > 0:
+		return fmt.Sprintf("task has %d headers; jobkey jobs have none", len(ti.Headers))
+	case !ti.Deadline.IsZero():
+		return fmt.Sprintf("task has a Deadline (%s); jobkey has no per-job deadline", ti.Deadline.UTC().Format("2006-01-02T15:04:05Z"))
+	}
+	return ""
+}
+
+// move moves one task: enqueue into jobkey, then delete from asynq.
+func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
+	state := ti.State.String()
+	if reason := m.why(ti); reason != "" {
+		m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: state, Reason: reason})
+		return nil
+	}
+	if m.opts.DryRun {
+		m.count(&m.rep.WouldMove)
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	eo := &jobkey.EnqueueOpts{ID: ti.ID, RunAt: ti.NextProcessAt, MaxAttempts: max(ti.MaxRetry-ti.Retried+1, 1)}
+	if eo.MaxAttempts > jobkey.MaxAttemptsLimit {
+		eo.MaxAttempts = jobkey.MaxAttemptsLimit
+	}
+	j, err := m.opts.To.Enqueue(ctx, ti.Type, ti.Payload, eo)
+	already := false
+	switch {
+	case errors.Is(err, jobkey.ErrJobExists):
+		if j == nil || j.Type != ti.Type || !bytes.Equal(j.Payload, ti.Payload) {
+			m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: state,
+				Reason: fmt.Sprintf("jobkey queue %q holds another job under this ID", m.opts.To.Name())})
+			return nil
+		}
+		already = true
+	case errors.Is(err, jobkey.ErrTooLarge), errors.Is(err, jobkey.ErrInvalid):
+		m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: state, Reason: err.Error()})
+		return nil
+	case err != nil:
+		return fmt.Errorf("asynqcompat: migrate: enqueue task %q into jobkey: %w", ti.ID, err)
+	}
+	if m.opts.afterEnqueue != nil {
+		if err := m.opts.afterEnqueue(ti.ID); err != nil {
+			return err
+		}
+	}
+	// A run stopped here leaves the task in both; the rerun finds it in
+	// jobkey and deletes it from asynq.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err = safe(func() error { return m.ins.DeleteTask(m.opts.FromQueue, ti.ID) })
+	switch {
+	case err == nil, errors.Is(err, asynq.ErrTaskNotFound):
+		// Not found: an earlier or concurrent run deleted it.
+	case m.activeInAsynq(ti.ID):
+		return m.undo(ctx, ti)
+	default:
+		return fmt.Errorf("asynqcompat: migrate: task %q is in jobkey; delete it from asynq queue %q: %w (rerun to finish the move)", ti.ID, m.opts.FromQueue, err)
+	}
+	if already {
+		m.count(&m.rep.AlreadyMoved)
+	} else {
+		m.count(&m.rep.Moved)
+	}
+	return nil
+}
+
+// activeInAsynq reports whether asynq holds the task as active: the
+// reason it refuses to delete a task it has.
+func (m *mover) activeInAsynq(id string) bool {
+	var ti *asynq.TaskInfo
+	err := safe(func() (err error) { ti, err = m.ins.GetTaskInfo(m.opts.FromQueue, id); return err })
+	return err == nil && ti != nil && ti.State == asynq.TaskStateActive
+}
+
+// undo handles a task that asynq started between its enqueue into jobkey
+// and its delete: the jobkey copy goes while still pending.
+func (m *mover) undo(ctx context.Context, ti *asynq.TaskInfo) error {
+	j, err := m.opts.To.Get(ctx, ti.ID)
+	if err == nil && j.State == jobkey.StatePending {
+		err = m.opts.To.Delete(ctx, ti.ID)
+		if err == nil {
+			m.note(&m.rep.Undone, TaskNote{ID: ti.ID, State: "active", Reason: "asynq started it during the move; its jobkey copy was deleted again"})
+			return nil
+		}
+	}
+	var se *jobkey.StateError
+	switch {
+	case errors.Is(err, jobkey.ErrNotFound):
+		m.note(&m.rep.Left, TaskNote{ID: ti.ID, State: "active", Reason: "running in asynq: left to finish there"})
+		return nil
+	case err == nil, errors.As(err, &se):
+		st := "?"
+		if j != nil {
+			st = j.State.String()
+		}
+		if se != nil {
+			st = se.State.String()
+		}
+		m.note(&m.rep.Twice, TaskNote{ID: ti.ID, State: "active",
+			Reason: fmt.Sprintf("asynq started it during the move, and its jobkey copy is %s: it runs in both", st)})
+		return nil
+	}
+	return fmt.Errorf("asynqcompat: migrate: task %q started in asynq during its move; remove its pending jobkey copy: %w", ti.ID, err)
+}
+
+// safe runs f and turns a panic inside asynq (it panics on some states it
+// reads from Redis) into an error.
+func safe(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("asynqcompat: asynq panicked: %v", r)
+		}
+	}()
+	return f()
+}
+
+// runAll calls f for 0..n-1 on up to conc goroutines and returns the first
+// error; after it, no new call starts.
+func runAll(ctx context.Context, conc, n int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for range min(conc, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel(err) })
+				}
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}

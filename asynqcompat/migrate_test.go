@@ -1,0 +1,350 @@
+package asynqcompat
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobkey/jobkey"
+	"github.com/stretchr/testify/require"
+)
+
+const moveType = "email:welcome"
+
+// asynqTask is what a test put into asynq and expects to find.
+type asynqTask struct {
+	id, typ, payload string
+	state            asynq.TaskState // after setup
+	maxRetry         int
+	retried          int
+	at               time.Time // NextProcessAt after setup (scheduled, retry)
+}
+
+// allTasks reads every task of an asynq queue in the states a migration
+// touches or leaves.
+func allTasks(t *testing.T, ins *asynq.Inspector, queue string) map[string]*asynq.TaskInfo {
+	t.Helper()
+	out := map[string]*asynq.TaskInfo{}
+	for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
+		ins.ListPendingTasks, ins.ListScheduledTasks, ins.ListRetryTasks, ins.ListActiveTasks, ins.ListArchivedTasks,
+	} {
+		for page := 1; ; page++ {
+			infos, err := list(queue, asynq.Page(page), asynq.PageSize(1000))
+			if errors.Is(err, asynq.ErrQueueNotFound) {
+				break
+			}
+			require.NoError(t, err)
+			for _, ti := range infos {
+				if _, dup := out[ti.ID]; dup {
+					t.Fatalf("task %s listed twice in asynq", ti.ID)
+				}
+				out[ti.ID] = ti
+			}
+			if len(infos) < 1000 {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// allJobs reads every job of a jobkey queue, in every state.
+func allJobs(t *testing.T, ctx context.Context, q *jobkey.Queue) map[string]*jobkey.Job {
+	t.Helper()
+	out := map[string]*jobkey.Job{}
+	for _, st := range []jobkey.State{jobkey.StatePending, jobkey.StateActive, jobkey.StateSucceeded, jobkey.StateFailed, jobkey.StateCanceled} {
+		cursor := ""
+		for {
+			page, err := q.List(ctx, jobkey.ListOpts{State: st, Limit: jobkey.MaxListLimit, Cursor: cursor})
+			require.NoError(t, err)
+			require.Empty(t, page.Unreadable)
+			for _, j := range page.Jobs {
+				if _, dup := out[j.ID]; dup {
+					t.Fatalf("job %s listed twice in jobkey", j.ID)
+				}
+				out[j.ID] = j
+			}
+			if page.Next == "" {
+				break
+			}
+			cursor = page.Next
+		}
+	}
+	return out
+}
+
+// setupAsynq fills asynq with n tasks of mixed types and states in queue
+// "default" (retry tasks made by a real asynq server whose handler fails),
+// plus tasks of the moved type in queue "other", and holds `hold` tasks of
+// the moved type active in a running server. It pauses "default" so the
+// held server takes nothing more, and returns the tasks and a func that
+// releases the held handlers and stops the server.
+func setupAsynq(t *testing.T, e *env, n, hold int) (map[string]*asynqTask, func()) {
+	t.Helper()
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	rng := rand.New(rand.NewPCG(1, 2))
+	tasks := map[string]*asynqTask{}
+	typeOf := func(i int) string {
+		switch i % 5 {
+		case 0, 1, 2:
+			return moveType
+		case 3:
+			return "email:digest"
+		}
+		return "image:resize"
+	}
+	add := func(tk *asynqTask, opts ...asynq.Option) {
+		opts = append(opts, asynq.TaskID(tk.id), asynq.MaxRetry(tk.maxRetry))
+		info, err := ac.EnqueueContext(e.ctx, asynq.NewTask(tk.typ, []byte(tk.payload)), opts...)
+		require.NoError(t, err)
+		tk.at = info.NextProcessAt
+		tk.state = info.State
+		tasks[tk.id] = tk
+	}
+
+	// First the tasks a real server fails into retry, and those it holds.
+	nRetry := n / 5
+	for i := range nRetry {
+		add(&asynqTask{id: fmt.Sprintf("r-%d", i), typ: typeOf(i), payload: fmt.Sprintf("retry-%d", i), maxRetry: 3 + i%20})
+	}
+	for i := range hold {
+		add(&asynqTask{id: fmt.Sprintf("h-%d", i), typ: moveType, payload: fmt.Sprintf("hold-%d", i), maxRetry: 5})
+	}
+	release := make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{
+		Concurrency:    hold + 20,
+		Queues:         map[string]int{"default": 1},
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 3 * time.Hour },
+		LogLevel:       asynq.FatalLevel,
+	})
+	var held atomic.Int32
+	require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		if bytes.HasPrefix(task.Payload(), []byte("hold-")) {
+			held.Add(1)
+			<-release
+			return nil
+		}
+		return errors.New("fail into retry")
+	})))
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			close(release)
+			srv.Shutdown()
+		}
+	}
+	t.Cleanup(stop)
+	require.Eventually(t, func() bool {
+		qi, err := ins.GetQueueInfo("default")
+		return err == nil && qi.Retry == nRetry && qi.Active == hold && int(held.Load()) == hold
+	}, 60*time.Second, 20*time.Millisecond, "asynq server failing tasks into retry")
+	require.NoError(t, ins.PauseQueue("default"))
+	for _, tk := range tasks {
+		ti, err := ins.GetTaskInfo("default", tk.id)
+		require.NoError(t, err)
+		tk.state, tk.retried, tk.at = ti.State, ti.Retried, ti.NextProcessAt
+	}
+
+	// Then pending and scheduled tasks.
+	for i := nRetry; i < n-hold; i++ {
+		tk := &asynqTask{id: fmt.Sprintf("t-%d", i), typ: typeOf(i), payload: fmt.Sprintf("p-%d", i), maxRetry: i % 30}
+		if rng.IntN(8) < 3 {
+			add(tk, asynq.ProcessIn(time.Duration(1+rng.IntN(48))*time.Hour))
+		} else {
+			add(tk)
+		}
+	}
+	// A task jobkey cannot take under its ID, one whose ID jobkey holds
+	// with another job, and the moved type in another asynq queue.
+	add(&asynqTask{id: "bad{1}", typ: moveType, payload: "braces"})
+	add(&asynqTask{id: "taken", typ: moveType, payload: "asynq's"})
+	for i := range 50 {
+		add(&asynqTask{id: fmt.Sprintf("o-%d", i), typ: moveType, payload: fmt.Sprintf("o-%d", i)}, asynq.Queue("other"))
+	}
+	return tasks, stop
+}
+
+// The acceptance test of issue 15: 10,000 asynq tasks of mixed types and
+// states; the migration is stopped at random points, by a canceled context
+// and by a failure injected between enqueue and delete, and rerun until it
+// finishes. Then every task of the type is in exactly one system, once,
+// with its ID, payload, run time and remaining retries; other types and
+// other queues are untouched; the held active tasks are left and reported.
+func TestMigrateInterruptedAndRerun(t *testing.T) {
+	n, hold := 10_000, 5
+	if testing.Short() {
+		n = 1_000
+	}
+	e := newEnv(t)
+	t0 := time.Now()
+	tasks, stop := setupAsynq(t, e, n, hold)
+	t.Logf("setup: %v", time.Since(t0))
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	q := e.queue(t, "emails", nil)
+	_, err := q.Enqueue(e.ctx, moveType, []byte("jobkey's"), &jobkey.EnqueueOpts{ID: "taken"})
+	require.NoError(t, err)
+
+	// A dry run writes nothing.
+	before := allTasks(t, ins, "default")
+	dry, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, DryRun: true})
+	require.NoError(t, err)
+	want := 0
+	for _, tk := range tasks {
+		if tk.typ == moveType && tk.state != asynq.TaskStateActive && !strings.HasPrefix(tk.id, "o-") && tk.id != "bad{1}" {
+			want++
+		}
+	}
+	require.Equal(t, want, dry.WouldMove, "every waiting task of the type but the one with braces (the taken ID is only found when writing)")
+	require.Equal(t, summary(before), summary(allTasks(t, ins, "default")))
+	require.Len(t, allJobs(t, e.ctx, q), 1)
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	var cancels, injected, runs int
+	var final MigrateReport
+	start := time.Now()
+	for {
+		runs++
+		require.Less(t, runs, 100, "the migration does not finish")
+		ctx, cancel := context.WithCancel(e.ctx)
+		opts := MigrateOpts{Type: moveType, To: q, Concurrency: 1 + rng.IntN(16), PageSize: 100 + rng.IntN(900)}
+		errInjected := errors.New("injected: crash between enqueue and delete")
+		// Interruptions land at a random task of the run: enough of them
+		// that every one finds work left to interrupt.
+		point := int64(1 + rng.IntN(max(n/12, 10)))
+		switch {
+		case runs > 12: // enough interruptions: let it finish
+		case runs%4 == 0: // canceled while listing
+			opts.Progress = func(p MigrateProgress) {
+				if p.Phase == "listing" && int64(p.Done) >= point*5 {
+					cancel()
+				}
+			}
+		case runs%2 == 0: // canceled while moving
+			opts.Progress = func(p MigrateProgress) {
+				if p.Phase == "moving" && int64(p.Done) >= point {
+					cancel()
+				}
+			}
+		default: // crashed between an enqueue and its delete
+			var calls atomic.Int64
+			opts.afterEnqueue = func(string) error {
+				if calls.Add(1) == point {
+					return errInjected
+				}
+				return nil
+			}
+		}
+		rep, err := Migrate(ctx, e.rdb, opts)
+		cancel()
+		switch {
+		case err == nil:
+			final = rep
+		case errors.Is(err, errInjected):
+			injected++
+		case errors.Is(err, context.Canceled):
+			cancels++
+		default:
+			require.NoError(t, err)
+		}
+		if err == nil {
+			break
+		}
+	}
+	t.Logf("%d tasks: %d runs (%d canceled, %d crashed between enqueue and delete) in %v", n, runs, cancels, injected, time.Since(start))
+	require.Positive(t, cancels, "no run was interrupted by its context")
+	require.Positive(t, injected, "no run crashed between enqueue and delete")
+
+	// The finishing run reports where the rest stand.
+	var left, skipped []string
+	for _, x := range final.Left {
+		left = append(left, x.ID)
+	}
+	for _, x := range final.Skipped {
+		skipped = append(skipped, x.ID)
+	}
+	require.ElementsMatch(t, []string{"h-0", "h-1", "h-2", "h-3", "h-4"}, left)
+	require.ElementsMatch(t, []string{"bad{1}", "taken"}, skipped)
+	require.Empty(t, final.Undone)
+	require.Empty(t, final.Twice)
+
+	// Every task where it must be, exactly once.
+	inAsynq := allTasks(t, ins, "default")
+	inOther := allTasks(t, ins, "other")
+	t0 = time.Now()
+	inJobkey := allJobs(t, e.ctx, q)
+	t.Logf("read back: %v", time.Since(t0))
+	moved := 0
+	for id, tk := range tasks {
+		a, inA := inAsynq[id]
+		if strings.HasPrefix(id, "o-") {
+			a, inA = inOther[id]
+		}
+		j, inJ := inJobkey[id]
+		stays := tk.typ != moveType || tk.state == asynq.TaskStateActive || strings.HasPrefix(id, "o-") || id == "bad{1}" || id == "taken"
+		if stays {
+			require.True(t, inA, "task %s (%s, %s) left asynq", id, tk.typ, tk.state)
+			require.Equal(t, tk.state, a.State, id)
+			require.Equal(t, tk.payload, string(a.Payload), id)
+			if id == "taken" {
+				require.Equal(t, "jobkey's", string(j.Payload), "the job under the taken ID is untouched")
+			} else {
+				require.False(t, inJ, "task %s (%s) is in jobkey too", id, tk.typ)
+			}
+			continue
+		}
+		moved++
+		require.False(t, inA, "task %s was moved but is still in asynq (%v)", id, a)
+		require.True(t, inJ, "task %s (%s) is lost: in neither system", id, tk.state)
+		require.Equal(t, jobkey.StatePending, j.State, id)
+		require.Equal(t, tk.typ, j.Type, id)
+		require.Equal(t, tk.payload, string(j.Payload), id)
+		require.Equal(t, max(tk.maxRetry-tk.retried+1, 1), j.MaxAttempts, "%s: remaining retries", id)
+		if tk.state != asynq.TaskStatePending {
+			require.WithinDuration(t, tk.at, j.RunAt, time.Second, "%s: run time", id)
+		}
+	}
+	require.Equal(t, moved+1, len(inJobkey), "jobkey holds the moved tasks and the job under the taken ID, nothing else")
+	require.Equal(t, want-1, moved)
+	vr, err := q.Verify(e.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, vr.Findings)
+
+	// A run after the end has nothing left to do.
+	again, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+	require.Zero(t, again.Moved+again.AlreadyMoved)
+	require.Len(t, again.Left, hold)
+
+	// The held tasks finish in asynq.
+	stop()
+}
+
+func TestMigrateRefusesBadOpts(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	_, err := Migrate(e.ctx, e.rdb, MigrateOpts{To: q})
+	require.Error(t, err)
+	_, err = Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType})
+	require.Error(t, err)
+	_, err = Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, FromQueue: "nope"})
+	require.ErrorIs(t, err, asynq.ErrQueueNotFound)
+}
+
+// summary is what a dry run must leave as it was: each task's ID, state,
+// type and payload (asynq lists a pending task's NextProcessAt as now).
+func summary(m map[string]*asynq.TaskInfo) map[string]string {
+	out := map[string]string{}
+	for id, ti := range m {
+		out[id] = fmt.Sprintf("%s %s %q %d/%d", ti.State, ti.Type, ti.Payload, ti.Retried, ti.MaxRetry)
+	}
+	return out
+}

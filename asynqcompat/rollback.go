@@ -1,0 +1,228 @@
+package asynqcompat
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobkey/jobkey"
+	"github.com/redis/go-redis/v9"
+)
+
+// RollbackOpts configure MigrateToAsynq.
+type RollbackOpts struct {
+	// From is the jobkey queue to move jobs out of (required).
+	From *jobkey.Queue
+	// Type is the job type to move (required).
+	Type string
+	// ToQueue is the asynq queue the jobs move into (default "default").
+	ToQueue string
+	// DryRun lists the jobs without writing anything.
+	DryRun bool
+	// Concurrency is how many jobs move at once (default 8).
+	Concurrency int
+	// Progress, when set, is called as the run advances, from one
+	// goroutine at a time. Total is 0: jobkey's listing is paged, and the
+	// count of jobs of one type is not known ahead.
+	Progress func(MigrateProgress)
+
+	// afterEnqueue, in tests, runs between a job's enqueue into asynq and
+	// its delete from jobkey; an error stops the run there.
+	afterEnqueue func(id string) error
+}
+
+// MigrateToAsynq moves the pending jobs of one type from a jobkey queue
+// back into an asynq queue: the rollback of Migrate. Each job keeps its ID
+// (as the asynq TaskID), type, payload, run time (ProcessAt) and remaining
+// attempts (MaxRetry = MaxAttempts - Attempt - 1, at least 0). The task
+// gets asynq's default Timeout (30 minutes).
+//
+// Each move enqueues into asynq first and only then deletes the job from
+// jobkey (Queue.Delete, which refuses a job that is active). A run stopped
+// anywhere is rerun safely: asynq's ErrTaskIDConflict for a task of the
+// same type and payload means an earlier run enqueued it, and the job is
+// deleted from jobkey (MigrateReport.AlreadyMoved); an asynq task of
+// another type or payload under that ID is never touched, and the job is
+// skipped. A job a jobkey worker claims between the two steps is found
+// active by the delete: its asynq copy is deleted again while asynq has not
+// started it (MigrateReport.Undone), else both run (MigrateReport.Twice).
+// Stop the type's jobkey workers, or Pause the queue, to rule that out.
+//
+// Active jobs are left to finish in jobkey and listed in
+// MigrateReport.Left; finished jobs stay where they are.
+func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts RollbackOpts) (MigrateReport, error) {
+	rep := MigrateReport{DryRun: opts.DryRun}
+	switch {
+	case opts.From == nil:
+		return rep, errors.New("asynqcompat: migrate to asynq: From (the jobkey queue) is required")
+	case strings.TrimSpace(opts.Type) == "":
+		return rep, errors.New("asynqcompat: migrate to asynq: Type is required")
+	case rdb == nil:
+		return rep, errors.New("asynqcompat: migrate to asynq: no Redis client")
+	}
+	if opts.ToQueue == "" {
+		opts.ToQueue = "default"
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 8
+	}
+	b := &backMover{ins: asynq.NewInspectorFromRedisClient(rdb), cli: asynq.NewClientFromRedisClient(rdb), opts: opts}
+	b.m = &mover{rep: &rep, opts: MigrateOpts{Progress: opts.Progress}}
+	for pass := 1; ; pass++ {
+		rep.Passes = pass
+		b.m.resetNotes()
+		before := rep.Moved + rep.AlreadyMoved
+		if err := b.pass(ctx, pass); err != nil {
+			return rep, err
+		}
+		if opts.DryRun || rep.Moved+rep.AlreadyMoved == before {
+			return rep, nil
+		}
+	}
+}
+
+type backMover struct {
+	ins  *asynq.Inspector
+	cli  *asynq.Client
+	opts RollbackOpts
+	m    *mover // the report and progress
+}
+
+// pass walks the pending jobs of the type page by page and moves each; the
+// listing's keyset cursor stays valid while listed jobs are deleted.
+func (b *backMover) pass(ctx context.Context, pass int) error {
+	q := b.opts.From
+	if err := b.noteActive(ctx); err != nil {
+		return err
+	}
+	cursor := ""
+	for {
+		// Without List's Type filter: with it, a page's later reads shrink,
+		// and List gives up on many entries that share one millisecond
+		// (jobs of one EnqueueMany batch). move keeps the type's jobs.
+		page, err := q.List(ctx, jobkey.ListOpts{State: jobkey.StatePending, Limit: jobkey.MaxListLimit, Cursor: cursor})
+		if err != nil {
+			return fmt.Errorf("asynqcompat: migrate to asynq: list pending jobs of queue %q: %w", q.Name(), err)
+		}
+		for _, u := range page.Unreadable {
+			b.m.note(&b.m.rep.Skipped, TaskNote{ID: u.ID, State: "unreadable", Reason: u.Err.Error()})
+		}
+		jobs := page.Jobs
+		err = runAll(ctx, b.opts.Concurrency, len(jobs), func(ctx context.Context, i int) error {
+			err := b.move(ctx, jobs[i])
+			b.m.progress(MigrateProgress{Phase: "moving", Pass: pass}, 1)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if page.Next == "" {
+			return nil
+		}
+		cursor = page.Next
+	}
+}
+
+// noteActive lists the type's active jobs in MigrateReport.Left.
+func (b *backMover) noteActive(ctx context.Context) error {
+	cursor := ""
+	for {
+		page, err := b.opts.From.List(ctx, jobkey.ListOpts{State: jobkey.StateActive, Limit: jobkey.MaxListLimit, Cursor: cursor})
+		if err != nil {
+			return fmt.Errorf("asynqcompat: migrate to asynq: list active jobs of queue %q: %w", b.opts.From.Name(), err)
+		}
+		for _, j := range page.Jobs {
+			if j.Type != b.opts.Type {
+				continue
+			}
+			b.m.note(&b.m.rep.Left, TaskNote{ID: j.ID, State: "active", Reason: "running in jobkey: left to finish there"})
+		}
+		if page.Next == "" {
+			return nil
+		}
+		cursor = page.Next
+	}
+}
+
+func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
+	if j.Type != b.opts.Type || j.State != jobkey.StatePending {
+		return nil // the listing's filter, kept
+	}
+	if b.opts.DryRun {
+		b.m.count(&b.m.rep.WouldMove)
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	retries := max(j.MaxAttempts-j.Attempt-1, 0)
+	opts := []asynq.Option{asynq.TaskID(j.ID), asynq.Queue(b.opts.ToQueue), asynq.MaxRetry(retries)}
+	if j.RunAt.After(time.Now()) {
+		opts = append(opts, asynq.ProcessAt(j.RunAt))
+	}
+	_, err := b.cli.EnqueueContext(ctx, asynq.NewTask(j.Type, j.Payload), opts...)
+	already := false
+	switch {
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		var ti *asynq.TaskInfo
+		gerr := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(b.opts.ToQueue, j.ID); return err })
+		if gerr != nil {
+			return fmt.Errorf("asynqcompat: migrate to asynq: job %q: asynq holds its ID; read that task: %w", j.ID, gerr)
+		}
+		if ti == nil || ti.Type != j.Type || !bytes.Equal(ti.Payload, j.Payload) {
+			b.m.note(&b.m.rep.Skipped, TaskNote{ID: j.ID, State: "pending",
+				Reason: fmt.Sprintf("asynq queue %q holds another task under this ID", b.opts.ToQueue)})
+			return nil
+		}
+		already = true
+	case err != nil && ctx.Err() != nil:
+		// asynq does not wrap the context's error.
+		return fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %v: %w", j.ID, err, context.Cause(ctx))
+	case err != nil:
+		return fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %w", j.ID, err)
+	}
+	if b.opts.afterEnqueue != nil {
+		if err := b.opts.afterEnqueue(j.ID); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err = b.opts.From.Delete(ctx, j.ID)
+	var se *jobkey.StateError
+	switch {
+	case err == nil, errors.Is(err, jobkey.ErrNotFound):
+	case errors.As(err, &se):
+		return b.undo(j, se.State)
+	default:
+		return fmt.Errorf("asynqcompat: migrate to asynq: job %q is in asynq; delete it from jobkey queue %q: %w (rerun to finish the move)", j.ID, b.opts.From.Name(), err)
+	}
+	if already {
+		b.m.count(&b.m.rep.AlreadyMoved)
+	} else {
+		b.m.count(&b.m.rep.Moved)
+	}
+	return nil
+}
+
+// undo handles a job that jobkey started between its enqueue into asynq and
+// its delete: the asynq copy goes unless asynq started it too.
+func (b *backMover) undo(j *jobkey.Job, st jobkey.State) error {
+	err := safe(func() error { return b.ins.DeleteTask(b.opts.ToQueue, j.ID) })
+	switch {
+	case err == nil, errors.Is(err, asynq.ErrTaskNotFound):
+		b.m.note(&b.m.rep.Undone, TaskNote{ID: j.ID, State: st.String(), Reason: "jobkey started it during the move; its asynq copy was deleted again"})
+		return nil
+	}
+	var ti *asynq.TaskInfo
+	if gerr := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(b.opts.ToQueue, j.ID); return err }); gerr == nil && ti != nil && ti.State == asynq.TaskStateActive {
+		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st.String(), Reason: "jobkey started it during the move, and asynq is running its copy: it runs in both"})
+		return nil
+	}
+	return fmt.Errorf("asynqcompat: migrate to asynq: job %q started in jobkey during its move; delete its asynq copy: %w", j.ID, err)
+}

@@ -1,0 +1,126 @@
+package asynqcompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobkey/jobkey"
+	"github.com/stretchr/testify/require"
+)
+
+// The rollback moves a type's pending jobs back into asynq, interrupted
+// and rerun like the migration: every job ends in asynq exactly once with
+// its ID, payload, run time and remaining retries; other types stay in
+// jobkey; active jobs are left; an asynq task that holds a job's ID with
+// other content is never touched.
+func TestMigrateToAsynqInterruptedAndRerun(t *testing.T) {
+	n := 2_000
+	if testing.Short() {
+		n = 300
+	}
+	e := newEnv(t)
+	q := e.queue(t, "emails", &jobkey.Config{Shards: 4})
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	later := time.Now().Add(2 * time.Hour).Truncate(time.Millisecond)
+	var specs []jobkey.JobSpec
+	for i := range n {
+		typ := moveType
+		if i%3 == 0 {
+			typ = "image:resize"
+		}
+		o := &jobkey.EnqueueOpts{ID: fmt.Sprintf("j-%d", i), MaxAttempts: 1 + i%10}
+		if i%4 == 0 {
+			o.RunAt = later
+		}
+		specs = append(specs, jobkey.JobSpec{Type: typ, Payload: fmt.Appendf(nil, "p-%d", i), Opts: o})
+	}
+	// One job of the type is active; one's ID is taken in asynq by another
+	// task.
+	_, err := q.Enqueue(e.ctx, moveType, []byte("running"), &jobkey.EnqueueOpts{ID: "running"})
+	require.NoError(t, err)
+	claimed, err := q.Claim(e.ctx, "w")
+	require.NoError(t, err)
+	_, err = q.EnqueueMany(e.ctx, specs)
+	require.NoError(t, err)
+	_, err = ac.Enqueue(asynq.NewTask("other", []byte("x")), asynq.TaskID("j-1"))
+	require.NoError(t, err)
+
+	rng := rand.New(rand.NewPCG(5, 6))
+	var runs, interrupted int
+	var final MigrateReport
+	for {
+		runs++
+		require.Less(t, runs, 50)
+		ctx, cancel := context.WithCancel(e.ctx)
+		opts := RollbackOpts{From: q, Type: moveType, Concurrency: 1 + rng.IntN(8)}
+		point := int64(1 + rng.IntN(max(n/20, 5)))
+		errInjected := errors.New("injected crash")
+		switch {
+		case runs > 8:
+		case runs%2 == 0:
+			opts.Progress = func(p MigrateProgress) {
+				if int64(p.Done) >= point {
+					cancel()
+				}
+			}
+		default:
+			var calls atomic.Int64
+			opts.afterEnqueue = func(string) error {
+				if calls.Add(1) == point {
+					return errInjected
+				}
+				return nil
+			}
+		}
+		rep, err := MigrateToAsynq(ctx, e.rdb, opts)
+		cancel()
+		if err == nil {
+			final = rep
+			break
+		}
+		require.True(t, errors.Is(err, errInjected) || errors.Is(err, context.Canceled), "%v", err)
+		interrupted++
+	}
+	require.Equal(t, 8, interrupted)
+	require.Len(t, final.Left, 1)
+	require.Equal(t, claimed.ID, final.Left[0].ID)
+	require.Len(t, final.Skipped, 1)
+	require.Equal(t, "j-1", final.Skipped[0].ID)
+
+	inAsynq := allTasks(t, ins, "default")
+	inJobkey := allJobs(t, e.ctx, q)
+	for _, s := range specs {
+		id := s.Opts.ID
+		a, inA := inAsynq[id]
+		j, inJ := inJobkey[id]
+		if s.Type != moveType || id == "j-1" {
+			require.True(t, inJ, "%s stays in jobkey", id)
+			if id == "j-1" {
+				require.Equal(t, "other", a.Type, "the asynq task under the taken ID is untouched")
+			} else {
+				require.False(t, inA, "%s (%s) is in asynq too", id, s.Type)
+			}
+			continue
+		}
+		require.False(t, inJ, "%s is still in jobkey (%v)", id, j)
+		require.True(t, inA, "%s is lost", id)
+		require.Equal(t, string(s.Payload), string(a.Payload), id)
+		require.Equal(t, s.Type, a.Type, id)
+		require.Equal(t, s.Opts.MaxAttempts-1, a.MaxRetry, "%s: remaining retries", id)
+		if !s.Opts.RunAt.IsZero() {
+			require.Equal(t, asynq.TaskStateScheduled, a.State, id)
+			require.WithinDuration(t, later, a.NextProcessAt, time.Second, id)
+		} else {
+			require.Equal(t, asynq.TaskStatePending, a.State, id)
+		}
+	}
+	require.Contains(t, inJobkey, "running")
+	require.Equal(t, jobkey.StateActive, inJobkey["running"].State)
+}
