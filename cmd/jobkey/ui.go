@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey"
+	jobkeyotel "github.com/jobkey/jobkey/otel"
 	jobkeyui "github.com/jobkey/jobkey/ui"
+	"github.com/redis/go-redis/v9"
 )
 
 // uiCmd serves the web UI (package jobkeyui) until ctx ends, then shuts
@@ -55,10 +57,14 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	prom, err := metricsOf(ctx, rdb, *prefix, names, log)
+	if err != nil {
+		return fmt.Errorf("ui: metrics: %w", err)
+	}
+	defer prom.MeterProvider.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // nothing left to flush to
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
-	// The Prometheus /metrics endpoint (issue 13, item 4) is mounted on
-	// this mux, beside the UI.
+	mux.Handle("/metrics", prom)
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -71,7 +77,7 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *readOnly {
 		mode = ", read-only"
 	}
-	fmt.Fprintf(stdout, "jobkey ui: %d queues under prefix %q at http://%s/%s (Ctrl-C stops)\n", len(names), *prefix, ln.Addr(), mode)
+	fmt.Fprintf(stdout, "jobkey ui: %d queues under prefix %q at http://%s/%s, Prometheus metrics at /metrics (Ctrl-C stops)\n", len(names), *prefix, ln.Addr(), mode)
 
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
@@ -89,4 +95,27 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	<-served // http.ErrServerClosed
 	return nil
+}
+
+// metricsOf opens the queues found at start and serves their depth gauges
+// and compare-and-set counters (package jobkeyotel) for Prometheus. Each
+// scrape reads every queue's Stats. A queue created after the start is not
+// in them until the command runs again; one whose shard count cannot be
+// read is left out with a warning.
+func metricsOf(ctx context.Context, rdb redis.UniversalClient, prefix string, names []string, log *slog.Logger) (*jobkeyotel.Prometheus, error) {
+	var queues []*jobkey.Queue
+	for _, name := range names {
+		shards, err := jobkey.LookupShards(ctx, rdb, prefix, name)
+		if err != nil {
+			log.Warn("jobkey ui: queue left out of /metrics", "queue", name, "err", err)
+			continue
+		}
+		q, err := jobkey.NewQueue(rdb, name, &jobkey.Config{Prefix: prefix, Shards: shards, Logger: log})
+		if err != nil {
+			log.Warn("jobkey ui: queue left out of /metrics", "queue", name, "err", err)
+			continue
+		}
+		queues = append(queues, q)
+	}
+	return jobkeyotel.NewPrometheus(queues...)
 }

@@ -122,6 +122,10 @@ func TestUIServesAndStops(t *testing.T) {
 	_, body = get(t, base+"queue?name=mails&state=pending")
 	require.Contains(t, body, "j1")
 	require.Contains(t, body, `action/cancel`, "actions are shown without -readonly")
+	resp, body = get(t, base+"metrics")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, `jobkey_queue_jobs{jobkey_queue="mails",jobkey_state="pending"`)
+	require.Regexp(t, `jobkey_queue_jobs\{jobkey_queue="mails",jobkey_state="pending"[^}]*\} 1\n`, body)
 
 	// Interrupt: the server shuts down, the command returns nil, and the
 	// port no longer answers.
