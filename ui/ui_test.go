@@ -251,6 +251,21 @@ func TestJobPage(t *testing.T) {
 	if body := job("s1"); !strings.Contains(body, "Result") || !strings.Contains(body, "sent") {
 		t.Error("job s1: result not shown")
 	}
+	// Meta, such as a trace context: every entry shown, escaped.
+	_, err := f.q.Enqueue(context.Background(), "welcome", nil, &jobkey.EnqueueOpts{ID: "m1",
+		Meta: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "<b>k": "<i>v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = job("m1")
+	for _, want := range []string{
+		"meta <code>traceparent</code>", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"meta <code>&lt;b&gt;k</code>", "<code>&lt;i&gt;v</code>",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("job m1: page lacks %q", want)
+		}
+	}
 	body = job(f.corrupt)
 	if !strings.Contains(body, "unreadable") || !strings.Contains(body, "corrupt job value") {
 		t.Errorf("corrupt job: page does not say it is unreadable and why:\n%s", body)
