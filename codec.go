@@ -23,9 +23,10 @@ const MaxValueBytes = 64 << 20
 //	1.0  17 elements: the versions, then ID through Rev
 //	1.1  18 elements: LeaseToken appended
 //	1.2  19 elements: Meta appended, a map of strings (an empty one is 0x80)
+//	1.3  20 elements: Timeout appended, whole milliseconds (0: none)
 const (
 	formatMajor = 1
-	formatMinor = 2
+	formatMinor = 3
 )
 
 // v1Fields is the number of array elements of a v1.0 value, including the
@@ -36,6 +37,9 @@ const (
 	v1Fields    = 17
 	knownFields = v1Fields + formatMinor
 )
+
+// MaxTimeout bounds a job's Timeout, as stored in a value.
+const MaxTimeout = 7 * 24 * time.Hour
 
 // MaxAttemptsLimit bounds Attempt and MaxAttempts, as stored in a value.
 const MaxAttemptsLimit = math.MaxInt32
@@ -61,6 +65,9 @@ func Marshal(j *Job) ([]byte, error) {
 	}
 	if err := validMeta(j.Meta); err != nil {
 		return nil, fmt.Errorf("marshal job %q: %w", j.ID, err)
+	}
+	if j.Timeout < 0 || j.Timeout > MaxTimeout || j.Timeout%time.Millisecond != 0 {
+		return nil, fmt.Errorf("%w: marshal job %q: Timeout %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Timeout, MaxTimeout)
 	}
 	n := encodedSize(j)
 	if n > MaxValueBytes {
@@ -137,6 +144,13 @@ func decodeJobAs(d decoder, j *Job, known int) error {
 		if out.Meta, err = d.meta("Meta"); err != nil {
 			return err
 		}
+	}
+	if has(v1Fields + 2) { // 1.3
+		ms, err := d.int("Timeout", 0, MaxTimeout.Milliseconds())
+		if err != nil {
+			return err
+		}
+		out.Timeout = time.Duration(ms) * time.Millisecond
 	}
 	// Fields appended by a newer minor version are checked to be well
 	// formed and kept as they are, to be written back unchanged.

@@ -27,6 +27,9 @@ func encodedSizeAs(j *Job, known int) int {
 	if known > v1Fields+1 {
 		n += metaSize(j.Meta)
 	}
+	if known > v1Fields+2 {
+		n += intSize(j.Timeout.Milliseconds())
+	}
 	return n
 }
 
@@ -59,6 +62,9 @@ func appendJobAs(b []byte, j *Job, known int) []byte {
 	b = appendUint(b, j.LeaseToken) // 1.1
 	if known > v1Fields+1 {
 		b = appendMeta(b, j.Meta) // 1.2
+	}
+	if known > v1Fields+2 {
+		b = appendInt(b, j.Timeout.Milliseconds()) // 1.3
 	}
 	return append(b, j.future.raw...)
 }

@@ -43,6 +43,13 @@ func fullJobMeta() *Job {
 	return j
 }
 
+// fullJobTimeout is fullJobMeta with the field of format 1.3.
+func fullJobTimeout() *Job {
+	j := fullJobMeta()
+	j.Timeout = 90*time.Second + 250*time.Millisecond
+	return j
+}
+
 // bigMeta is a Meta at both limits: MaxMetaEntries entries, MaxMetaBytes
 // bytes, some of them strings of every msgpack width up to str16.
 func bigMeta() map[string]string {
@@ -97,7 +104,7 @@ func TestCodecEmptyBytesDecodeNil(t *testing.T) {
 	require.NoError(t, Unmarshal(b, &out))
 	require.Nil(t, out.Payload)
 	require.Nil(t, out.Meta)
-	require.Equal(t, byte(0x80), b[len(b)-1], "an empty Meta is one byte, an empty fixmap")
+	require.Equal(t, []byte{0x80, 0x00}, b[len(b)-2:], "an empty Meta is one byte, an empty fixmap; then the zero Timeout")
 	nilMeta, err := Marshal(&Job{State: StatePending})
 	require.NoError(t, err)
 	require.Equal(t, b, nilMeta, "nil and empty Meta encode alike")
@@ -175,33 +182,75 @@ func TestCodecGoldenV1(t *testing.T) {
 	require.Equal(t, *fullJob(), got)
 	require.Len(t, old, len(v11)-9, "1.1 appends one element to 1.0: the token, a uint64")
 
-	golden := goldenV12(t)
+	v12 := goldenV12(t)
 	got = Job{}
-	require.NoError(t, Unmarshal(golden, &got))
-	require.Equal(t, *fullJobMeta(), got)
-	// The current encoder writes v1.2 byte for byte.
-	b, err := Marshal(fullJobMeta())
-	require.NoError(t, err)
-	require.Equal(t, golden, b)
+	require.NoError(t, Unmarshal(v12, &got))
+	require.Equal(t, *fullJobMeta(), got, "a v1.2 value has no Timeout")
 	meta := appendMeta(nil, fullJobMeta().Meta)
 	require.Equal(t, []byte{0xdc, 0, 18, 1, 1}, v11[:5], "array16 of 18, version 1.1")
-	require.Equal(t, []byte{0xdc, 0, 19, 1, 2}, golden[:5], "array16 of 19, version 1.2")
-	require.Equal(t, v11[5:], golden[5:len(golden)-len(meta)], "1.2 appends one element to 1.1: Meta")
-	require.Equal(t, meta, golden[len(golden)-len(meta):])
+	require.Equal(t, []byte{0xdc, 0, 19, 1, 2}, v12[:5], "array16 of 19, version 1.2")
+	require.Equal(t, v11[5:], v12[5:len(v12)-len(meta)], "1.2 appends one element to 1.1: Meta")
+	require.Equal(t, meta, v12[len(v12)-len(meta):])
+
+	golden := goldenV13(t)
+	got = Job{}
+	require.NoError(t, Unmarshal(golden, &got))
+	require.Equal(t, *fullJobTimeout(), got)
+	// The current encoder writes v1.3 byte for byte.
+	b, err := Marshal(fullJobTimeout())
+	require.NoError(t, err)
+	require.Equal(t, golden, b)
+	require.Equal(t, []byte{0xdc, 0, 20, 1, 3}, golden[:5], "array16 of 20, version 1.3")
+	timeout := appendInt(nil, fullJobTimeout().Timeout.Milliseconds())
+	require.Equal(t, v12[5:], golden[5:len(golden)-len(timeout)], "1.3 appends one element to 1.2: Timeout")
+	require.Equal(t, timeout, golden[len(golden)-len(timeout):])
 }
 
-// goldenV12 is the value this build writes for fullJobMeta, checked in.
+// goldenV12 is the value 1.2 wrote for fullJobMeta, checked in. It is
+// never written again: it must decode forever.
 func goldenV12(t *testing.T) []byte {
 	t.Helper()
-	path := filepath.Join("testdata", "job-v1.2.msgpack")
+	b, err := os.ReadFile(filepath.Join("testdata", "job-v1.2.msgpack"))
+	require.NoError(t, err)
+	return b
+}
+
+// goldenV13 is the value this build writes for fullJobTimeout, checked in.
+func goldenV13(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", "job-v1.3.msgpack")
 	if *updateGolden {
-		b, err := Marshal(fullJobMeta())
+		b, err := Marshal(fullJobTimeout())
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return b
+}
+
+// A v1.3 value read by a build that knows only 1.2 keeps the Timeout raw
+// and writes it back unchanged, as every older build keeps what a newer one
+// appended; this build then reads the Timeout again.
+func TestCodecGoldenV13ReadByV12(t *testing.T) {
+	t.Parallel()
+	const v12 = v1Fields + 2
+	golden := goldenV13(t)
+	var j Job
+	require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, v12))
+	require.Zero(t, j.Timeout, "1.2 knows no Timeout")
+	require.Equal(t, 1, j.future.n)
+	require.EqualValues(t, 3, j.future.minor)
+	known := j
+	known.future = futureFields{}
+	require.Equal(t, *fullJobMeta(), known)
+	require.Equal(t, golden, appendJobAs(nil, &j, v12), "written back by 1.2, byte for byte")
+	require.Len(t, golden, encodedSizeAs(&j, v12))
+
+	j.State, j.Result, j.Rev = StateSucceeded, []byte("done"), j.Rev+1
+	var now Job
+	require.NoError(t, Unmarshal(appendJobAs(nil, &j, v12), &now))
+	require.Equal(t, fullJobTimeout().Timeout, now.Timeout)
 }
 
 // A v1.2 value read by a build that knows only 1.1: that build's decoder
@@ -271,12 +320,12 @@ func appendFields(t *testing.T, j *Job, minor uint64, extra ...any) []byte {
 func TestCodecNewerMinorDecodes(t *testing.T) {
 	t.Parallel()
 	in := fullJob()
-	b := appendFields(t, in, 3, "a new string field", int64(-5), map[string]any{"k": []any{1, "x", nil, 2.5}},
+	b := appendFields(t, in, 5, "a new string field", int64(-5), map[string]any{"k": []any{1, "x", nil, 2.5}},
 		[]byte{1, 2, 3}, true, nil, float32(1.5), time.Now())
 	var out Job
 	require.NoError(t, Unmarshal(b, &out))
 	require.Equal(t, 8, out.future.n)
-	require.EqualValues(t, 3, out.future.minor)
+	require.EqualValues(t, 5, out.future.minor)
 	out.future = futureFields{}
 	require.Equal(t, *in, out, "the known fields read as ever")
 	// Written back, the value is the same, byte for byte: the fields this
@@ -291,19 +340,19 @@ func TestCodecNewerMinorDecodes(t *testing.T) {
 	require.Equal(t, out, fromString)
 }
 
-// futureGolden is a value as a future 1.3 writes it: the 1.2 fields, then
+// futureGolden is a value as a future 1.5 writes it: the 1.3 fields, then
 // two fields this build does not know. Checked in, it must keep its bytes
-// through every transition an older worker makes. (Until 1.2 was defined,
-// this file held the 1.1 fields and the two unknown ones, its element 18
-// a string; 1.2 put Meta there, so it was written anew: no real writer of
-// any version puts a string in element 18.)
+// through every transition an older worker makes. (It is written anew
+// whenever a minor version defines the element where its first unknown
+// field sat: no real writer puts a string where 1.2 put Meta or 1.3 put
+// Timeout. It was job-v1.3-future.msgpack until 1.3 was defined.)
 func futureGolden(t *testing.T) []byte {
 	t.Helper()
-	path := filepath.Join("testdata", "job-v1.3-future.msgpack")
+	path := filepath.Join("testdata", "job-v1.5-future.msgpack")
 	if *updateGolden {
-		j := fullJobMeta()
+		j := fullJobTimeout()
 		j.State, j.Attempt, j.LeaseOwner, j.LeaseUntil, j.LeaseToken = StatePending, 0, "", time.Time{}, 0
-		b := appendFields(t, j, 3, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
+		b := appendFields(t, j, 5, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
 	b, err := os.ReadFile(path)
@@ -318,6 +367,7 @@ func TestCodecGoldenFutureMinor(t *testing.T) {
 	require.NoError(t, Unmarshal(b, &j))
 	require.Equal(t, fullJob().ID, j.ID)
 	require.Equal(t, fullJobMeta().Meta, j.Meta)
+	require.Equal(t, fullJobTimeout().Timeout, j.Timeout)
 	require.Equal(t, 2, j.future.n)
 	again, err := Marshal(&j)
 	require.NoError(t, err)
@@ -353,16 +403,19 @@ func TestCodecCorrupt(t *testing.T) {
 		"noVersion":        {[]byte{0x91, 0x01}, "value"},
 		"tooFewFields":     {[]byte{0x92, 0x01, 0x00}, "value"},
 		"trailing":         {append(bytes.Clone(good), 0x00), "value"},
-		"truncated":        {good[:len(good)-12], "UpdatedAt"},
-		"truncatedToken":   {good[:len(good)-3], "LeaseToken"},
+		"truncated":        {good[:len(good)-13], "UpdatedAt"},
+		"truncatedToken":   {good[:len(good)-4], "LeaseToken"},
 		"idNotString":      {set(5, 0x05), "ID"},
 		"badState":         {stateAt(t, good, 9), "State"},
 		"versionString":    {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
 		"negativeAttempt":  {replaceField(t, 7, int64(-1)), "Attempt"},
-		"badAppendedField": {badAppended(t), "appended field 19"},
+		"badAppendedField": {badAppended(t), "appended field 20"},
 		"badToken":         {replaceField(t, 17, "not a number"), "LeaseToken"},
 		"metaNotMap":       {replaceField(t, 18, "not a map"), "Meta"},
 		"metaNil":          {replaceField(t, 18, nil), "Meta"},
+		"timeoutNotInt":    {replaceField(t, 19, "90s"), "Timeout"},
+		"timeoutNegative":  {replaceField(t, 19, int64(-1)), "Timeout"},
+		"timeoutTooLong":   {replaceField(t, 19, MaxTimeout.Milliseconds()+1), "Timeout"},
 		"metaIntValue":     {replaceField(t, 18, map[string]any{"k": 1}), "Meta value"},
 		"metaIntKey":       {replaceField(t, 18, map[int]string{1: "v"}), "Meta key"},
 		"metaEmptyKey":     {replaceField(t, 18, map[string]string{"": "v"}), "Meta"},
@@ -406,7 +459,7 @@ func replaceField(t *testing.T, i int, v any) []byte {
 	j := fullJob()
 	elems := []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
 		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
-		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}}
+		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0)}
 	elems[i] = v
 	b, err := msgpack.Marshal(elems)
 	require.NoError(t, err)
@@ -419,12 +472,12 @@ func metaRaw(t testing.TB, hdr byte, strs ...string) []byte {
 	t.Helper()
 	b, err := Marshal(fullJob())
 	require.NoError(t, err)
-	require.Equal(t, byte(0x80), b[len(b)-1])
-	b = append(b[:len(b)-1], hdr)
+	require.Equal(t, []byte{0x80, 0x00}, b[len(b)-2:], "an empty Meta, then the zero Timeout")
+	b = append(b[:len(b)-2], hdr)
 	for _, s := range strs {
 		b = appendStr(b, s)
 	}
-	return b
+	return append(b, 0x00)
 }
 
 func badAppended(t *testing.T) []byte {
@@ -511,12 +564,12 @@ func FuzzUnmarshal(f *testing.F) {
 func FuzzMarshal(f *testing.F) {
 	j := fullJob()
 	tp := "traceparent=" + fullJobMeta().Meta["traceparent"] + "\ntracestate=" + fullJobMeta().Meta["tracestate"]
-	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev, tp)
-	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0), "")
-	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0), "=v") // MaxAttempts past the decoder's limit
-	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1), "a=\nb=c=d\na=e")
-	f.Add("y", "t", []byte{}, uint8(3), int64(1), int64(2), int64(5), uint64(1), uint64(2), strings.Repeat("k=v\n", 70))
-	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64, meta string) {
+	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev, tp, int64(fullJobTimeout().Timeout))
+	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0), "", int64(-1))
+	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0), "=v", int64(MaxTimeout)+1) // MaxAttempts past the decoder's limit
+	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1), "a=\nb=c=d\na=e", int64(MaxTimeout))
+	f.Add("y", "t", []byte{}, uint8(3), int64(1), int64(2), int64(5), uint64(1), uint64(2), strings.Repeat("k=v\n", 70), int64(1500*time.Microsecond))
+	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64, meta string, timeout int64) {
 		var m map[string]string
 		if meta != "" {
 			m = map[string]string{}
@@ -527,7 +580,7 @@ func FuzzMarshal(f *testing.F) {
 		}
 		in := &Job{ID: id, Type: typ, Payload: payload, State: State(state), Attempt: int(attempt), MaxAttempts: int(maxAttempts),
 			RunAt: fromMillis(runAt), LeaseUntil: fromMillis(runAt / 2), LeaseToken: token, Rev: rev, LastError: typ, Result: payload,
-			Meta: m}
+			Meta: m, Timeout: time.Duration(timeout)}
 		b, err := Marshal(in)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
@@ -596,7 +649,7 @@ func TestOlderWriterKeepsNewerFields(t *testing.T) {
 		var got Job
 		require.NoError(t, Unmarshal(raw, &got), step)
 		require.Equal(t, want, got.future, "%s kept the newer fields", step)
-		require.EqualValues(t, 3, raw[4], "%s kept minor version 3", step) // after the array16 header and the major
+		require.EqualValues(t, 5, raw[4], "%s kept minor version 5", step) // after the array16 header and the major
 	}
 	kept("the setup")
 	c, err := f.q.Claim(f.ctx, "old-worker")

@@ -182,6 +182,9 @@ type EnqueueOpts struct {
 	// refused with ErrInvalid beyond MaxMetaEntries entries, MaxMetaBytes
 	// bytes or with an empty key (default: none).
 	Meta map[string]string
+	// Timeout bounds each run of the job (see Job.Timeout), rounded up to
+	// whole milliseconds, at most MaxTimeout (default: WorkOpts.Timeout).
+	Timeout time.Duration
 }
 
 // JobSpec describes one job to enqueue, as an element of an EnqueueMany

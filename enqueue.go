@@ -207,6 +207,11 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 	if err := validMeta(j.Meta); err != nil {
 		return nil, err
 	}
+	timeout, err := validTimeout(o.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	j.Timeout = timeout
 	switch {
 	case o.Delay < 0:
 		return nil, fmt.Errorf("%w: Delay is %v, want >= 0", ErrInvalid, o.Delay)

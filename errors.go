@@ -69,6 +69,10 @@ var (
 	// another worker may claim the job. Nothing is written; the job is
 	// claimed again once the lease has run out in Redis.
 	ErrLeaseExpired = errors.New("jobkey: lease could not be renewed before it ran out")
+	// ErrTimeout is the cause when the job's Timeout (or WorkOpts.Timeout)
+	// ran out: a handler that returns an error then fails the attempt, with
+	// a cause that says "timeout", and the job is retried under backoff.
+	ErrTimeout = errors.New("jobkey: timeout: the handler ran past the job's timeout")
 )
 
 // BatchError is the error of a batch call (EnqueueMany, CompleteMany) in

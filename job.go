@@ -78,6 +78,14 @@ type Job struct {
 	// 1.2; a value written before decodes with a nil Meta). An empty Meta is
 	// read back as nil.
 	Meta map[string]string
+	// Timeout bounds each run of the job: Work ends the handler's context
+	// (context.Cause is ErrTimeout) once it has run this long, and a
+	// handler that returns an error then fails the attempt with a cause
+	// that says "timeout"; the job is retried under the normal backoff.
+	// Zero means none, or WorkOpts.Timeout. It is stored with the job, so
+	// whichever worker claims it applies it (format 1.3; a value written
+	// before decodes with none). Whole milliseconds, at most MaxTimeout.
+	Timeout time.Duration
 
 	// future holds the fields a newer minor version appended, as read, so
 	// that writing the job back keeps them: an older worker's claim or
@@ -107,6 +115,15 @@ const (
 	MaxMetaEntries = 64   // entries in Job.Meta
 	MaxMetaBytes   = 4096 // bytes of Job.Meta's keys and values together
 )
+
+// validTimeout refuses a Timeout the value format does not hold, with
+// ErrInvalid, and rounds a fraction of a millisecond up.
+func validTimeout(d time.Duration) (time.Duration, error) {
+	if d < 0 || d > MaxTimeout {
+		return 0, fmt.Errorf("%w: Timeout is %v, want 0..%v", ErrInvalid, d, MaxTimeout)
+	}
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond), nil
+}
 
 // validMeta refuses a Meta the value format does not hold, with ErrInvalid.
 func validMeta(m map[string]string) error {

@@ -18,8 +18,9 @@ import (
 
 // Handler runs jobs for Work. It returns the job's result, or an error to
 // fail the attempt. Its ctx is canceled when the job is canceled, when the
-// lease is lost or could not be renewed in time, or when shutdown's grace
-// period runs out; context.Cause says which. A handler must return soon
+// lease is lost or could not be renewed in time, when the job's timeout
+// runs out, or when shutdown's grace period runs out; context.Cause says
+// which. A handler must return soon
 // after: past that point another worker may run the job.
 type Handler interface {
 	Work(ctx context.Context, j *Job) ([]byte, error)
@@ -65,6 +66,9 @@ type WorkOpts struct {
 	// the write. It is called from Work's goroutines and must not block
 	// (default: none).
 	OnRecorded func(j *Job, err error)
+	// Timeout bounds each run of a job whose own Timeout is zero (see
+	// Job.Timeout; default: none).
+	Timeout time.Duration
 	// Periodic lists the jobs this Work enqueues at every tick of their
 	// schedules (see PeriodicJob). Any number of processes may list the
 	// same ones: one job exists per tick (default: none).
@@ -156,9 +160,9 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 		o.Logger = q.cfg.Logger
 	}
 	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 || o.LeaseMargin < 0 || o.LeaseMargin > q.cfg.Lease/2 ||
-		o.TrimInterval < 0 && o.TrimInterval != -1 {
-		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v), TrimInterval %v",
-			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2, o.TrimInterval)
+		o.TrimInterval < 0 && o.TrimInterval != -1 || o.Timeout < 0 {
+		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v), TrimInterval %v, Timeout %v",
+			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2, o.TrimInterval, o.Timeout)
 	}
 	if err := validOwner(o.Name + "/" + strconv.Itoa(o.Concurrency)); err != nil {
 		return o, err
@@ -300,8 +304,15 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 		w.record(r, w.q.Release)
 		return nil, time.Time{}
 	}
-	result, err := w.call(r.ctx, j)
+	hctx, timeout := r.ctx, cmp.Or(j.Timeout, w.o.Timeout)
+	if timeout > 0 {
+		var stop context.CancelFunc
+		hctx, stop = context.WithTimeoutCause(r.ctx, timeout, ErrTimeout)
+		defer stop()
+	}
+	result, err := w.call(hctx, j)
 	cause := context.Cause(r.ctx)
+	timedOut := err != nil && cause == nil && errors.Is(context.Cause(hctx), ErrTimeout)
 	switch {
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled):
 		// Someone else owns the job's fate now: any write would be fenced off.
@@ -333,6 +344,11 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 		// now would race that claim for nothing.
 	case errors.Is(cause, ErrShutdown):
 		w.record(r, w.q.Release)
+	case timedOut:
+		// An attempt like any failed one: retried under backoff.
+		w.record(r, func(ctx context.Context, j *Job) (*Job, error) {
+			return w.q.Fail(ctx, j, fmt.Errorf("timeout: the handler ran past its timeout of %v: %w", timeout, err))
+		})
 	default:
 		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, err) })
 	}

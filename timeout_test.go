@@ -1,0 +1,102 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A run past the job's Timeout has its context ended with ErrTimeout; the
+// attempt fails with a cause that says "timeout", and the job is retried
+// under the backoff. WorkOpts.Timeout serves jobs without one of their own.
+func TestTimeoutFailsTheAttempt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.q.clock.fake = nil // Work's leases run on real time
+	short, err := f.q.Enqueue(f.ctx, "slow", nil, &EnqueueOpts{Timeout: 100 * time.Millisecond, MaxAttempts: 3})
+	require.NoError(t, err)
+	require.Equal(t, 100*time.Millisecond, short.Timeout)
+	byDefault, err := f.q.Enqueue(f.ctx, "slow", nil, nil)
+	require.NoError(t, err)
+	long, err := f.q.Enqueue(f.ctx, "slow", nil, &EnqueueOpts{Timeout: time.Minute})
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	causes := map[string]error{}
+	ran := map[string]time.Duration{}
+	recorded := make(chan string, 3)
+	ctx, stop := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- f.q.Work(ctx, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+			start := time.Now()
+			select {
+			case <-ctx.Done():
+			case <-time.After(400 * time.Millisecond):
+			}
+			mu.Lock()
+			causes[j.ID], ran[j.ID] = context.Cause(ctx), time.Since(start)
+			mu.Unlock()
+			return nil, ctx.Err()
+		}), &WorkOpts{Concurrency: 3, Timeout: 150 * time.Millisecond, Logger: quiet,
+			OnRecorded: func(j *Job, _ error) { recorded <- j.ID }})
+	}()
+	for range 3 {
+		select {
+		case <-recorded:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the runs were not recorded")
+		}
+	}
+	stop()
+	require.NoError(t, <-done)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range []string{short.ID, byDefault.ID} {
+		require.ErrorIs(t, causes[id], ErrTimeout, id)
+		j, err := f.q.Get(f.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, StatePending, j.State, "retried under the backoff")
+		require.Equal(t, 1, j.Attempt)
+		require.Contains(t, j.LastError, "timeout")
+	}
+	require.Less(t, ran[short.ID], 140*time.Millisecond, "the job's own timeout, 100 ms")
+	require.GreaterOrEqual(t, ran[byDefault.ID], 150*time.Millisecond, "WorkOpts.Timeout, 150 ms")
+	require.Less(t, ran[byDefault.ID], 390*time.Millisecond)
+	require.NoError(t, causes[long.ID], "a job's own timeout wins over the default")
+	j, err := f.q.Get(f.ctx, long.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, j.State)
+}
+
+// The Timeout is stored with the job: checked, rounded up to whole
+// milliseconds, and editable with Update.
+func TestTimeoutIsStored(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	for _, d := range []time.Duration{-time.Second, MaxTimeout + time.Millisecond} {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{Timeout: d})
+		require.ErrorIs(t, err, ErrInvalid, "%v", d)
+	}
+	j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{Timeout: 1500 * time.Microsecond})
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Millisecond, j.Timeout, "rounded up")
+	got, err := f.q.Get(f.ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Millisecond, got.Timeout)
+	j, err = f.q.Update(f.ctx, j.ID, func(j *Job) error { j.Timeout = time.Hour; return nil })
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, j.Timeout)
+	_, err = f.q.Update(f.ctx, j.ID, func(j *Job) error { j.Timeout = -1; return nil })
+	require.ErrorIs(t, err, ErrInvalid)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, c.Timeout, "kept by the claim")
+	_, err = (&Queue{}).workOpts(&WorkOpts{Timeout: -1})
+	require.True(t, errors.Is(err, ErrInvalid))
+}
