@@ -16,6 +16,23 @@ import (
 // be stopping, and a job enqueued again under its ID must not run beside it. A missing job is ErrNotFound. A
 // value that cannot be read is never deleted: its read error is returned.
 func (q *Queue) Delete(ctx context.Context, id string) error {
+	return q.delete(ctx, id, 0)
+}
+
+// DeleteIn is Delete of a job that is in state s, and only then: a job in
+// any other state is refused with a *StateError and left as it is, in the
+// same compare-and-set. A tool that moves pending jobs elsewhere deletes
+// them with DeleteIn(ctx, id, StatePending), so that a job a worker ran in
+// between is never deleted as if it had been moved.
+func (q *Queue) DeleteIn(ctx context.Context, id string, s State) error {
+	if !s.Valid() {
+		return fmt.Errorf("%w: DeleteIn of a %s job", ErrInvalid, s)
+	}
+	return q.delete(ctx, id, s)
+}
+
+// delete is Delete, of a job in state want only when want is not 0.
+func (q *Queue) delete(ctx context.Context, id string, want State) error {
 	if err := validID(id); err != nil {
 		return err
 	}
@@ -28,7 +45,7 @@ func (q *Queue) Delete(ctx context.Context, id string) error {
 				return nil, r.errs[0]
 			case cur == nil:
 				return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
-			case cur.State == StateActive:
+			case cur.State == StateActive, want != 0 && cur.State != want:
 				return nil, &StateError{ID: id, Op: "delete", State: cur.State}
 			case stillRunning(cur, r.now):
 				return nil, &StateError{ID: id, Op: "delete", State: cur.State, Running: cur.LeaseUntil}

@@ -250,6 +250,18 @@ func TestDelete(t *testing.T) {
 	idx, _ = f.indexOf(t, c.ID)
 	require.Empty(t, idx)
 
+	// DeleteIn deletes only from the state named.
+	d, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	err = f.q.DeleteIn(f.ctx, d.ID, StateSucceeded)
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, StatePending, se.State)
+	f.requireIndexed(t, d)
+	require.NoError(t, f.q.DeleteIn(f.ctx, d.ID, StatePending))
+	_, err = f.q.Get(f.ctx, d.ID)
+	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, f.q.DeleteIn(f.ctx, d.ID, 0), ErrInvalid)
+
 	require.ErrorIs(t, f.q.Delete(f.ctx, "nope"), ErrNotFound)
 	require.ErrorIs(t, f.q.Delete(f.ctx, "bad{id"), ErrInvalid)
 	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.jobKey(0, "junk"), "junk", 0).Err())

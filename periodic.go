@@ -20,17 +20,18 @@ type Schedule interface {
 // Every returns a schedule with a tick every d, at the multiples of d since
 // the Unix epoch, so that every process computes the same ticks wherever
 // and whenever it starts (cron's "@every" counts from when it was asked,
-// which differs between processes). d is at least a millisecond.
+// which differs between processes). A d under a millisecond has no ticks:
+// tick IDs are in milliseconds.
 func Every(d time.Duration) Schedule { return every(d) }
 
 type every time.Duration
 
 func (e every) Next(t time.Time) time.Time {
-	d := time.Duration(e)
-	if d < time.Millisecond {
+	d := int64(e)
+	if d < int64(time.Millisecond) {
 		return time.Time{}
 	}
-	return time.UnixMilli((t.UnixMilli()/d.Milliseconds() + 1) * d.Milliseconds()).UTC()
+	return time.Unix(0, (t.UnixNano()/d+1)*d).UTC()
 }
 
 // PeriodicJob is a job that Work enqueues at every tick of its schedule.
@@ -44,7 +45,7 @@ func (e every) Next(t time.Time) time.Time {
 // pause, after ticks went by enqueues the latest of them only, never a
 // backlog: at most one missed tick. A missed tick older than the queue's
 // Retention is left alone, since its job may have expired and the ID no
-// longer proves it ran.
+// longer proves it ran: keep Retention longer than the schedule's period.
 type PeriodicJob struct {
 	// Name identifies the schedule within the queue: 1..64 bytes, no
 	// braces. Processes that share a Name share its ticks.
@@ -91,11 +92,12 @@ func periodicID(name string, t time.Time) string {
 }
 
 // lastTick returns the latest tick of s at or before now, or the zero time
-// when there is none within a year and a bit. It looks back over a window
-// that doubles until it holds a tick, then walks forward tick by tick, so
-// its cost follows the ticks in one window, not the schedule's age.
+// when there is none within the last 2^20 minutes (about two years). It
+// looks back over a window that doubles until it holds a tick, then walks
+// forward tick by tick, so its cost follows the ticks in one window, not
+// the schedule's age.
 func lastTick(s Schedule, now time.Time) time.Time {
-	for w := time.Minute; w <= 400*24*time.Hour; w *= 2 {
+	for w := time.Minute; w <= 1<<20*time.Minute; w *= 2 {
 		t := s.Next(now.Add(-w))
 		if t.IsZero() || t.After(now) {
 			continue
@@ -125,8 +127,10 @@ func (w *worker) periodic(ctx context.Context, p PeriodicJob) {
 		}
 		if t := lastTick(p.Schedule, now); !t.IsZero() && t.After(done) {
 			switch {
-			case done.IsZero() && now.Sub(t) > w.q.cfg.Retention:
-				// Too old to tell whether it ran: its job may have expired.
+			case now.Sub(t) > w.q.cfg.Retention:
+				// Too old to tell whether it ran: its job may have expired,
+				// and its ID proves nothing any more. This holds after a
+				// long cut from Redis as much as at the start.
 				done = t
 			case w.enqueueTick(ctx, p, t):
 				done = t
@@ -138,8 +142,15 @@ func (w *worker) periodic(ctx context.Context, p PeriodicJob) {
 			}
 		}
 		next := p.Schedule.Next(now)
-		if next.IsZero() {
+		switch {
+		case next.IsZero():
 			return // the schedule has no more ticks
+		case !next.After(now):
+			// A schedule whose next tick is not ahead: look again at the
+			// poll interval rather than spin.
+			w.o.Logger.Warn("jobkey: a periodic schedule's next tick is not after now", "queue", w.q.name, "schedule", p.Name, "next", next)
+			_ = sleepCtx(ctx, w.o.PollInterval)
+			continue
 		}
 		t := time.NewTimer(next.Sub(now))
 		select {
