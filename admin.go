@@ -45,7 +45,7 @@ func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 // Update edits a job by compare-and-set: fn gets the job as stored now and
 // edits it in place; the edit is written only if nobody changed the job in
 // between (otherwise fn runs again on the newer job). fn may change Type,
-// Payload, RunAt, MaxAttempts, LastError, Result, Meta and Timeout; the fields that say
+// Payload, RunAt, MaxAttempts, LastError, Result, Meta, Timeout and Priority; the fields that say
 // where the job stands are changed by Claim, Complete, Fail, Release, Cancel
 // and Retry only. An error from fn is returned and nothing is written.
 func (q *Queue) Update(ctx context.Context, id string, fn func(*Job) error) (*Job, error) {
@@ -102,6 +102,9 @@ func (q *Queue) editable(before, after *Job) error {
 		return err
 	}
 	after.Timeout = t
+	if err := validPriority(after.Priority); err != nil {
+		return err
+	}
 	if !after.RunAt.IsZero() && !after.RunAt.Equal(before.RunAt) {
 		if err := validTime("RunAt", after.RunAt); err != nil {
 			return err

@@ -15,7 +15,42 @@ import (
 type candidate struct {
 	shard int
 	id    string
-	index string // idxReady or idxLeased
+	index string // a ready index (readyIndex) or idxLeased
+	// prio orders candidates, higher first: the priority of the ready
+	// index it came from, or leasedPrio for an expired lease.
+	prio int
+}
+
+// leasedPrio ranks the expired leases of a shard: before every ready job,
+// as the most overdue work; their index does not say their priority.
+const leasedPrio = MaxPriority + 1
+
+// pickBlock returns n candidates for a batch, the highest priorities first,
+// and the rest. Within the top priority, when it has more than n, it takes
+// a random contiguous block in index order: concurrent batches then overlap
+// only when their blocks do, where random picks of n would nearly always
+// share one job and abort each other's EXEC.
+func pickBlock(cands []candidate, n int) (block, rest []candidate) {
+	slices.SortStableFunc(cands, func(a, b candidate) int { return b.prio - a.prio })
+	top := 0
+	for top < len(cands) && cands[top].prio == cands[0].prio {
+		top++
+	}
+	start := 0
+	if top > n {
+		start = rand.N(top - n + 1)
+	}
+	block = slices.Clone(cands[start : start+n])
+	rest = slices.Concat(cands[:start], cands[start+n:])
+	return block, rest
+}
+
+// byPriority orders candidates by priority, highest first, at random
+// within a priority: claimers of one priority spread over its jobs, and a
+// higher priority is always tried first.
+func byPriority(cands []candidate) {
+	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	slices.SortStableFunc(cands, func(a, b candidate) int { return b.prio - a.prio })
 }
 
 // maxClaimRounds bounds how often one Claim re-reads the indexes after
@@ -64,7 +99,7 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 		if len(cands) == 0 {
 			break
 		}
-		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		byPriority(cands)
 		cleared = false
 		for k, c := range cands {
 			if left() {
@@ -159,9 +194,8 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 			break
 		}
 		n := min(len(cands), len(waiting))
-		start := rand.N(len(cands) - n + 1)
-		block := cands[start : start+n]
-		q.leftOver(slices.Concat(cands[:start], cands[start+n:]), pooled) // not tried: for the claims that follow
+		block, rest := pickBlock(cands, n)
+		q.leftOver(rest, pooled) // not tried: for the claims that follow
 		names := make([]string, n)
 		for k := range block {
 			names[k] = workers[waiting[k]]
@@ -249,13 +283,11 @@ func (q *Queue) tryClaim(ctx context.Context, c candidate, worker string, gone f
 func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []string, noRetry bool, gone func(i int) bool) (got []*Job, wrote bool, err error) {
 	keys := make([]string, len(cands))
 	var checks []typeCheck
-	seen := map[int]bool{}
 	for i, c := range cands {
 		keys[i] = q.ks.jobKey(c.shard, c.id)
-		if !seen[c.shard] {
-			seen[c.shard] = true
-			checks = append(checks, q.checksFor(c.shard, idxReady, idxLeased)...)
-		}
+	}
+	for _, k := range q.indexKeys(cands, idxLeased) {
+		checks = append(checks, typeCheck{key: k, want: "zset"})
 	}
 	got = make([]*Job, len(cands))
 	guards, guardOf := q.shardGuards(cands)

@@ -630,7 +630,7 @@ func TestClusterOperatorSurface(t *testing.T) {
 	require.NoError(t, q.Delete(ctx, "j000"))
 	st, err = q.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, Stats{Pending: 149, Due: 149}, st)
+	require.Equal(t, Stats{Pending: 149, Due: 149, DueByPriority: [MaxPriority + 1]int64{149}}, st)
 
 	names, err := Queues(ctx, rdb, prefix)
 	require.NoError(t, err)

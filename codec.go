@@ -24,9 +24,10 @@ const MaxValueBytes = 64 << 20
 //	1.1  18 elements: LeaseToken appended
 //	1.2  19 elements: Meta appended, a map of strings (an empty one is 0x80)
 //	1.3  20 elements: Timeout appended, whole milliseconds (0: none)
+//	1.4  21 elements: Priority appended, 0 to MaxPriority
 const (
 	formatMajor = 1
-	formatMinor = 3
+	formatMinor = 4
 )
 
 // v1Fields is the number of array elements of a v1.0 value, including the
@@ -65,6 +66,9 @@ func Marshal(j *Job) ([]byte, error) {
 	}
 	if err := validMeta(j.Meta); err != nil {
 		return nil, fmt.Errorf("marshal job %q: %w", j.ID, err)
+	}
+	if j.Priority < 0 || j.Priority > MaxPriority {
+		return nil, fmt.Errorf("%w: marshal job %q: Priority %d, want 0..%d", ErrInvalid, j.ID, j.Priority, MaxPriority)
 	}
 	if j.Timeout < 0 || j.Timeout > MaxTimeout || j.Timeout%time.Millisecond != 0 {
 		return nil, fmt.Errorf("%w: marshal job %q: Timeout %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Timeout, MaxTimeout)
@@ -151,6 +155,13 @@ func decodeJobAs(d decoder, j *Job, known int) error {
 			return err
 		}
 		out.Timeout = time.Duration(ms) * time.Millisecond
+	}
+	if has(v1Fields + 3) { // 1.4
+		p, err := d.uint("Priority", MaxPriority)
+		if err != nil {
+			return err
+		}
+		out.Priority = int(p)
 	}
 	// Fields appended by a newer minor version are checked to be well
 	// formed and kept as they are, to be written back unchanged.

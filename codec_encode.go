@@ -30,6 +30,9 @@ func encodedSizeAs(j *Job, known int) int {
 	if known > v1Fields+2 {
 		n += intSize(j.Timeout.Milliseconds())
 	}
+	if known > v1Fields+3 {
+		n += uintSize(uint64(j.Priority))
+	}
 	return n
 }
 
@@ -65,6 +68,9 @@ func appendJobAs(b []byte, j *Job, known int) []byte {
 	}
 	if known > v1Fields+2 {
 		b = appendInt(b, j.Timeout.Milliseconds()) // 1.3
+	}
+	if known > v1Fields+3 {
+		b = appendUint(b, uint64(j.Priority)) // 1.4
 	}
 	return append(b, j.future.raw...)
 }

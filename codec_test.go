@@ -50,6 +50,13 @@ func fullJobTimeout() *Job {
 	return j
 }
 
+// fullJobPriority is fullJobTimeout with the field of format 1.4.
+func fullJobPriority() *Job {
+	j := fullJobTimeout()
+	j.Priority = 7
+	return j
+}
+
 // bigMeta is a Meta at both limits: MaxMetaEntries entries, MaxMetaBytes
 // bytes, some of them strings of every msgpack width up to str16.
 func bigMeta() map[string]string {
@@ -104,7 +111,7 @@ func TestCodecEmptyBytesDecodeNil(t *testing.T) {
 	require.NoError(t, Unmarshal(b, &out))
 	require.Nil(t, out.Payload)
 	require.Nil(t, out.Meta)
-	require.Equal(t, []byte{0x80, 0x00}, b[len(b)-2:], "an empty Meta is one byte, an empty fixmap; then the zero Timeout")
+	require.Equal(t, []byte{0x80, 0x00, 0x00}, b[len(b)-3:], "an empty Meta is one byte, an empty fixmap; then the zero Timeout and Priority")
 	nilMeta, err := Marshal(&Job{State: StatePending})
 	require.NoError(t, err)
 	require.Equal(t, b, nilMeta, "nil and empty Meta encode alike")
@@ -192,18 +199,26 @@ func TestCodecGoldenV1(t *testing.T) {
 	require.Equal(t, v11[5:], v12[5:len(v12)-len(meta)], "1.2 appends one element to 1.1: Meta")
 	require.Equal(t, meta, v12[len(v12)-len(meta):])
 
-	golden := goldenV13(t)
+	v13 := goldenV13(t)
+	got = Job{}
+	require.NoError(t, Unmarshal(v13, &got))
+	require.Equal(t, *fullJobTimeout(), got, "a v1.3 value has priority 0")
+	require.Equal(t, []byte{0xdc, 0, 20, 1, 3}, v13[:5], "array16 of 20, version 1.3")
+	timeout := appendInt(nil, fullJobTimeout().Timeout.Milliseconds())
+	require.Equal(t, v12[5:], v13[5:len(v13)-len(timeout)], "1.3 appends one element to 1.2: Timeout")
+	require.Equal(t, timeout, v13[len(v13)-len(timeout):])
+
+	golden := goldenV14(t)
 	got = Job{}
 	require.NoError(t, Unmarshal(golden, &got))
-	require.Equal(t, *fullJobTimeout(), got)
-	// The current encoder writes v1.3 byte for byte.
-	b, err := Marshal(fullJobTimeout())
+	require.Equal(t, *fullJobPriority(), got)
+	// The current encoder writes v1.4 byte for byte.
+	b, err := Marshal(fullJobPriority())
 	require.NoError(t, err)
 	require.Equal(t, golden, b)
-	require.Equal(t, []byte{0xdc, 0, 20, 1, 3}, golden[:5], "array16 of 20, version 1.3")
-	timeout := appendInt(nil, fullJobTimeout().Timeout.Milliseconds())
-	require.Equal(t, v12[5:], golden[5:len(golden)-len(timeout)], "1.3 appends one element to 1.2: Timeout")
-	require.Equal(t, timeout, golden[len(golden)-len(timeout):])
+	require.Equal(t, []byte{0xdc, 0, 21, 1, 4}, golden[:5], "array16 of 21, version 1.4")
+	require.Equal(t, v13[5:], golden[5:len(golden)-1], "1.4 appends one element to 1.3: Priority")
+	require.Equal(t, byte(7), golden[len(golden)-1])
 }
 
 // goldenV12 is the value 1.2 wrote for fullJobMeta, checked in. It is
@@ -215,18 +230,43 @@ func goldenV12(t *testing.T) []byte {
 	return b
 }
 
-// goldenV13 is the value this build writes for fullJobTimeout, checked in.
+// goldenV13 is the value 1.3 wrote for fullJobTimeout, checked in; never
+// written again.
 func goldenV13(t *testing.T) []byte {
 	t.Helper()
-	path := filepath.Join("testdata", "job-v1.3.msgpack")
+	b, err := os.ReadFile(filepath.Join("testdata", "job-v1.3.msgpack"))
+	require.NoError(t, err)
+	return b
+}
+
+// goldenV14 is the value this build writes for fullJobPriority, checked in.
+func goldenV14(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", "job-v1.4.msgpack")
 	if *updateGolden {
-		b, err := Marshal(fullJobTimeout())
+		b, err := Marshal(fullJobPriority())
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return b
+}
+
+// A v1.4 value read by a build that knows only 1.3 keeps the Priority raw
+// and writes it back unchanged.
+func TestCodecGoldenV14ReadByV13(t *testing.T) {
+	t.Parallel()
+	const v13 = v1Fields + 3
+	golden := goldenV14(t)
+	var j Job
+	require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, v13))
+	require.Zero(t, j.Priority, "1.3 knows no Priority")
+	require.Equal(t, 1, j.future.n)
+	known := j
+	known.future = futureFields{}
+	require.Equal(t, *fullJobTimeout(), known)
+	require.Equal(t, golden, appendJobAs(nil, &j, v13), "written back by 1.3, byte for byte")
 }
 
 // A v1.3 value read by a build that knows only 1.2 keeps the Timeout raw
@@ -320,12 +360,12 @@ func appendFields(t *testing.T, j *Job, minor uint64, extra ...any) []byte {
 func TestCodecNewerMinorDecodes(t *testing.T) {
 	t.Parallel()
 	in := fullJob()
-	b := appendFields(t, in, 5, "a new string field", int64(-5), map[string]any{"k": []any{1, "x", nil, 2.5}},
+	b := appendFields(t, in, 9, "a new string field", int64(-5), map[string]any{"k": []any{1, "x", nil, 2.5}},
 		[]byte{1, 2, 3}, true, nil, float32(1.5), time.Now())
 	var out Job
 	require.NoError(t, Unmarshal(b, &out))
 	require.Equal(t, 8, out.future.n)
-	require.EqualValues(t, 5, out.future.minor)
+	require.EqualValues(t, 9, out.future.minor)
 	out.future = futureFields{}
 	require.Equal(t, *in, out, "the known fields read as ever")
 	// Written back, the value is the same, byte for byte: the fields this
@@ -340,19 +380,19 @@ func TestCodecNewerMinorDecodes(t *testing.T) {
 	require.Equal(t, out, fromString)
 }
 
-// futureGolden is a value as a future 1.5 writes it: the 1.3 fields, then
-// two fields this build does not know. Checked in, it must keep its bytes
-// through every transition an older worker makes. (It is written anew
-// whenever a minor version defines the element where its first unknown
-// field sat: no real writer puts a string where 1.2 put Meta or 1.3 put
-// Timeout. It was job-v1.3-future.msgpack until 1.3 was defined.)
+// futureGolden is a value as a future minor version (9) writes it: this
+// build's fields, then two fields this build does not know. Checked in, it
+// must keep its bytes through every transition an older worker makes. (It
+// is written anew whenever a minor version defines the element where its
+// first unknown field sat: no real writer puts a string where 1.2 put
+// Meta, 1.3 Timeout or 1.4 Priority.)
 func futureGolden(t *testing.T) []byte {
 	t.Helper()
-	path := filepath.Join("testdata", "job-v1.5-future.msgpack")
+	path := filepath.Join("testdata", "job-future-minor.msgpack")
 	if *updateGolden {
-		j := fullJobTimeout()
+		j := fullJobPriority()
 		j.State, j.Attempt, j.LeaseOwner, j.LeaseUntil, j.LeaseToken = StatePending, 0, "", time.Time{}, 0
-		b := appendFields(t, j, 5, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
+		b := appendFields(t, j, 9, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
 	b, err := os.ReadFile(path)
@@ -368,6 +408,7 @@ func TestCodecGoldenFutureMinor(t *testing.T) {
 	require.Equal(t, fullJob().ID, j.ID)
 	require.Equal(t, fullJobMeta().Meta, j.Meta)
 	require.Equal(t, fullJobTimeout().Timeout, j.Timeout)
+	require.Equal(t, fullJobPriority().Priority, j.Priority)
 	require.Equal(t, 2, j.future.n)
 	again, err := Marshal(&j)
 	require.NoError(t, err)
@@ -403,19 +444,21 @@ func TestCodecCorrupt(t *testing.T) {
 		"noVersion":        {[]byte{0x91, 0x01}, "value"},
 		"tooFewFields":     {[]byte{0x92, 0x01, 0x00}, "value"},
 		"trailing":         {append(bytes.Clone(good), 0x00), "value"},
-		"truncated":        {good[:len(good)-13], "UpdatedAt"},
-		"truncatedToken":   {good[:len(good)-4], "LeaseToken"},
+		"truncated":        {good[:len(good)-14], "UpdatedAt"},
+		"truncatedToken":   {good[:len(good)-5], "LeaseToken"},
 		"idNotString":      {set(5, 0x05), "ID"},
 		"badState":         {stateAt(t, good, 9), "State"},
 		"versionString":    {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
 		"negativeAttempt":  {replaceField(t, 7, int64(-1)), "Attempt"},
-		"badAppendedField": {badAppended(t), "appended field 20"},
+		"badAppendedField": {badAppended(t), "appended field 21"},
 		"badToken":         {replaceField(t, 17, "not a number"), "LeaseToken"},
 		"metaNotMap":       {replaceField(t, 18, "not a map"), "Meta"},
 		"metaNil":          {replaceField(t, 18, nil), "Meta"},
 		"timeoutNotInt":    {replaceField(t, 19, "90s"), "Timeout"},
 		"timeoutNegative":  {replaceField(t, 19, int64(-1)), "Timeout"},
 		"timeoutTooLong":   {replaceField(t, 19, MaxTimeout.Milliseconds()+1), "Timeout"},
+		"priorityTooHigh":  {replaceField(t, 20, uint64(MaxPriority+1)), "Priority"},
+		"priorityNegative": {replaceField(t, 20, int64(-1)), "Priority"},
 		"metaIntValue":     {replaceField(t, 18, map[string]any{"k": 1}), "Meta value"},
 		"metaIntKey":       {replaceField(t, 18, map[int]string{1: "v"}), "Meta key"},
 		"metaEmptyKey":     {replaceField(t, 18, map[string]string{"": "v"}), "Meta"},
@@ -423,7 +466,7 @@ func TestCodecCorrupt(t *testing.T) {
 		"metaTooMany":      {replaceField(t, 18, func() map[string]string { m := bigMeta(); m["x"] = ""; return m }()), "Meta"},
 		"metaTooLarge":     {replaceField(t, 18, func() map[string]string { m := bigMeta(); m["long"] += "x"; return m }()), "Meta"},
 		"metaTruncated":    {metaRaw(t, 0x82, "k", "a", "j"), "Meta value"},
-		"metaShort":        {metaRaw(t, 0x82, "k"), "Meta"},
+		"metaShort":        {metaRaw(t, 0x82, "k"), "Meta value"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -459,7 +502,7 @@ func replaceField(t *testing.T, i int, v any) []byte {
 	j := fullJob()
 	elems := []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
 		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
-		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0)}
+		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0), uint64(0)}
 	elems[i] = v
 	b, err := msgpack.Marshal(elems)
 	require.NoError(t, err)
@@ -472,12 +515,12 @@ func metaRaw(t testing.TB, hdr byte, strs ...string) []byte {
 	t.Helper()
 	b, err := Marshal(fullJob())
 	require.NoError(t, err)
-	require.Equal(t, []byte{0x80, 0x00}, b[len(b)-2:], "an empty Meta, then the zero Timeout")
-	b = append(b[:len(b)-2], hdr)
+	require.Equal(t, []byte{0x80, 0x00, 0x00}, b[len(b)-3:], "an empty Meta, then the zero Timeout and Priority")
+	b = append(b[:len(b)-3], hdr)
 	for _, s := range strs {
 		b = appendStr(b, s)
 	}
-	return append(b, 0x00)
+	return append(b, 0x00, 0x00)
 }
 
 func badAppended(t *testing.T) []byte {
@@ -564,12 +607,12 @@ func FuzzUnmarshal(f *testing.F) {
 func FuzzMarshal(f *testing.F) {
 	j := fullJob()
 	tp := "traceparent=" + fullJobMeta().Meta["traceparent"] + "\ntracestate=" + fullJobMeta().Meta["tracestate"]
-	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev, tp, int64(fullJobTimeout().Timeout))
-	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0), "", int64(-1))
-	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0), "=v", int64(MaxTimeout)+1) // MaxAttempts past the decoder's limit
-	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1), "a=\nb=c=d\na=e", int64(MaxTimeout))
-	f.Add("y", "t", []byte{}, uint8(3), int64(1), int64(2), int64(5), uint64(1), uint64(2), strings.Repeat("k=v\n", 70), int64(1500*time.Microsecond))
-	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64, meta string, timeout int64) {
+	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev, tp, int64(fullJobTimeout().Timeout), 7)
+	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0), "", int64(-1), -1)
+	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0), "=v", int64(MaxTimeout)+1, 10) // MaxAttempts past the decoder's limit
+	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1), "a=\nb=c=d\na=e", int64(MaxTimeout), 9)
+	f.Add("y", "t", []byte{}, uint8(3), int64(1), int64(2), int64(5), uint64(1), uint64(2), strings.Repeat("k=v\n", 70), int64(1500*time.Microsecond), 0)
+	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64, meta string, timeout int64, priority int) {
 		var m map[string]string
 		if meta != "" {
 			m = map[string]string{}
@@ -580,7 +623,7 @@ func FuzzMarshal(f *testing.F) {
 		}
 		in := &Job{ID: id, Type: typ, Payload: payload, State: State(state), Attempt: int(attempt), MaxAttempts: int(maxAttempts),
 			RunAt: fromMillis(runAt), LeaseUntil: fromMillis(runAt / 2), LeaseToken: token, Rev: rev, LastError: typ, Result: payload,
-			Meta: m, Timeout: time.Duration(timeout)}
+			Meta: m, Timeout: time.Duration(timeout), Priority: priority}
 		b, err := Marshal(in)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
@@ -649,7 +692,7 @@ func TestOlderWriterKeepsNewerFields(t *testing.T) {
 		var got Job
 		require.NoError(t, Unmarshal(raw, &got), step)
 		require.Equal(t, want, got.future, "%s kept the newer fields", step)
-		require.EqualValues(t, 5, raw[4], "%s kept minor version 5", step) // after the array16 header and the major
+		require.EqualValues(t, 9, raw[4], "%s kept minor version 9", step) // after the array16 header and the major
 	}
 	kept("the setup")
 	c, err := f.q.Claim(f.ctx, "old-worker")

@@ -185,6 +185,9 @@ type EnqueueOpts struct {
 	// Timeout bounds each run of the job (see Job.Timeout), rounded up to
 	// whole milliseconds, at most MaxTimeout (default: WorkOpts.Timeout).
 	Timeout time.Duration
+	// Priority orders due jobs, 0 to MaxPriority, higher first (see
+	// Job.Priority; default: 0).
+	Priority int
 }
 
 // JobSpec describes one job to enqueue, as an element of an EnqueueMany

@@ -15,6 +15,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// dueIndex is an index a claim reads due entries from, with the priority
+// its candidates rank at.
+type dueIndex struct {
+	index string
+	prio  int
+}
+
+// dueIndexes are the indexes due entries come from: the expired leases,
+// then the ready index of each priority, highest first. Each is read in
+// the same round trip; an empty one costs Redis a lookup.
+var dueIndexes = func() []dueIndex {
+	out := []dueIndex{{idxLeased, leasedPrio}}
+	for p := MaxPriority; p >= 0; p-- {
+		out = append(out, dueIndex{readyIndex(p), p})
+	}
+	return out
+}()
+
 // dueCandidates reads the first ClaimWindow due entries of ready and the
 // first expired entries of leased, of every shard, in one round trip per
 // node. Reading them also shows the two indexes hold sorted sets.
@@ -51,7 +69,9 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 	}
 	var pending []*dueRead
 	for _, s := range shards {
-		pending = append(pending, &dueRead{shard: s, index: idxReady}, &dueRead{shard: s, index: idxLeased})
+		for _, d := range dueIndexes {
+			pending = append(pending, &dueRead{shard: s, index: d.index, prio: d.prio})
+		}
 	}
 	out, broken, firstErr, err := q.duePages(ctx, pending, strconv.FormatInt(toMillis(t), 10), n)
 	if err != nil {
@@ -87,6 +107,7 @@ func (q *Queue) upShards(shards []int) []int {
 type dueRead struct {
 	shard  int
 	index  string
+	prio   int
 	offset int64
 	taken  int
 	due    *redis.StringSliceCmd
@@ -107,6 +128,7 @@ type dueRead struct {
 func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n int) (out []candidate, broken map[int]bool, firstErr, err error) {
 	window := int64(n + min(q.newer.size(), 1000))
 	broken = map[int]bool{}
+	full := map[int][]int{}
 	seen := map[string]bool{}
 	var paused func(s int) bool
 	for page := 0; len(pending) > 0 && page < maxDuePages; page++ {
@@ -156,17 +178,38 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 				if !seen[id] && r.taken < n && !q.newer.has(id) {
 					seen[id] = true
 					r.taken++
-					out = append(out, candidate{shard: r.shard, id: id, index: r.index})
+					out = append(out, candidate{shard: r.shard, id: id, index: r.index, prio: r.prio})
 				}
 			}
-			if r.taken < n && int64(len(ids)) == window {
+			switch {
+			case r.taken >= n:
+				full[r.shard] = append(full[r.shard], r.prio)
+			case int64(len(ids)) == window:
 				r.offset += window
 				more = append(more, r)
 			}
 		}
 		pending = more
 	}
-	return out, broken, firstErr, nil
+	return keepTopPriorities(out, full), broken, firstErr, nil
+}
+
+// keepTopPriorities drops the candidates whose priority is below one whose
+// read filled its window on some shard: entries of that priority may lie
+// past the window, unread, and must be claimed before any lower one, on
+// that shard and the others the claim read. full maps a shard to the
+// priorities whose read was full.
+func keepTopPriorities(cands []candidate, full map[int][]int) []candidate {
+	top := -1
+	for _, ps := range full {
+		for _, p := range ps {
+			top = max(top, p)
+		}
+	}
+	if top <= 0 {
+		return cands
+	}
+	return slices.DeleteFunc(cands, func(c candidate) bool { return c.prio < top })
 }
 
 // untilDue returns how long until the next job becomes claimable by
@@ -190,8 +233,9 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 			}
 			n := int64(min(q.newer.size(), maxSkip))
 			paused = append(paused, p.Exists(ctx, q.pauseKey(s)))
-			cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, idxReady), 0, n),
-				p.ZRangeWithScores(ctx, q.ks.index(s, idxLeased), 0, n))
+			for _, d := range dueIndexes {
+				cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, d.index), 0, n))
+			}
 		}
 		return nil
 	})
@@ -207,7 +251,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	var next time.Time
 	q.paused.Store(len(paused) > 0 && !slices.ContainsFunc(paused, func(c *redis.IntCmd) bool { return c.Val() == 0 }))
 	for i, c := range cmds {
-		if paused[i/2].Val() > 0 {
+		if paused[i/len(dueIndexes)].Val() > 0 {
 			continue // waits for Resume, which wakes the workers
 		}
 		for _, z := range c.Val() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 )
 
@@ -212,6 +214,10 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 		return nil, err
 	}
 	j.Timeout = timeout
+	if err := validPriority(o.Priority); err != nil {
+		return nil, err
+	}
+	j.Priority = o.Priority
 	switch {
 	case o.Delay < 0:
 		return nil, fmt.Errorf("%w: Delay is %v, want >= 0", ErrInvalid, o.Delay)
@@ -225,6 +231,17 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 		return nil, fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, j.ID, n, q.cfg.MaxValueBytes)
 	}
 	return in, nil
+}
+
+// wakeHint is the wake-up message of an enqueue whose highest priority is
+// top: "1", or "p<top>" above priority 0, which also tells workers to drop
+// the due entries they read ahead (duePool), so that the job is not
+// passed over for lower priorities read before it came.
+func wakeHint(top int) string {
+	if top == 0 {
+		return "1"
+	}
+	return "p" + strconv.Itoa(top)
 }
 
 // validTime refuses a time a job value cannot hold in milliseconds: before
@@ -243,7 +260,15 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 	for k, i := range set {
 		ids[k] = ins[i].job.ID
 	}
-	keys, shards, checks := q.txnKeys(ids, idxReady)
+	var predict []string // the ready indexes of the jobs' priorities
+	top := 0
+	for _, i := range set {
+		if ix := readyIndex(ins[i].job.Priority); !slices.Contains(predict, ix) {
+			predict = append(predict, ix)
+		}
+		top = max(top, ins[i].job.Priority)
+	}
+	keys, shards, checks := q.txnKeys(ids, predict...)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
 		plan := &casPlan{}
 		var ip indexPlan
@@ -272,7 +297,7 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 			// A hint for idle workers, published by the same EXEC. Delayed
 			// jobs publish it too, so a sleeping worker learns the earlier
 			// time it must wake at.
-			plan.steps = append(plan.steps, []any{"publish", q.ks.wakeChannel(), "1"})
+			plan.steps = append(plan.steps, []any{"publish", q.ks.wakeChannel(), wakeHint(top)})
 		}
 		return plan, nil
 	}})

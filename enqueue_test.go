@@ -46,7 +46,7 @@ func TestEnqueueAndGet(t *testing.T) {
 
 	st, err := f.q.Stats(f.ctx)
 	require.NoError(t, err)
-	require.Equal(t, Stats{Pending: 3, Due: 1, Scheduled: 2}, st)
+	require.Equal(t, Stats{Pending: 3, Due: 1, Scheduled: 2, DueByPriority: [MaxPriority + 1]int64{1}}, st)
 }
 
 func TestEnqueueIdempotentByID(t *testing.T) {

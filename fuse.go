@@ -3,7 +3,6 @@ package jobkey
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -129,7 +128,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	guards, guardOf := q.shardGuards(cands)
 	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting, guardOf: guardOf,
 		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
-	for _, k := range q.indexKeys(cands, idxReady, idxLeased) {
+	for _, k := range q.indexKeys(cands, idxLeased) {
 		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.key == k }) {
 			checks = append(checks, typeCheck{key: k, want: "zset"})
 		}
@@ -158,7 +157,6 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	// Shuffled, so processes that read the same head of the queue do not
 	// all try the same candidates first.
 	ahead = slices.DeleteFunc(ahead, func(c candidate) bool { return used[c.id] })
-	rand.Shuffle(len(ahead), func(i, j int) { ahead[i], ahead[j] = ahead[j], ahead[i] })
 	q.pool.fill(ahead)
 	for k, i := range set {
 		if errs[k] != errLeftOut {
@@ -241,11 +239,12 @@ func (q *Queue) recoverClaims(fs *finishSet, err error) {
 	}
 }
 
-// indexKeys returns the named index keys of the candidates' shards.
+// indexKeys returns the index keys a claim of the candidates may write:
+// each one's own index, and the named indexes of their shards.
 func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
 	var out []string
 	for _, c := range cands {
-		for _, n := range names {
+		for _, n := range append([]string{c.index}, names...) {
 			if k := q.ks.index(c.shard, n); !slices.Contains(out, k) {
 				out = append(out, k)
 			}
@@ -263,6 +262,7 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 	type read struct {
 		shard int
 		index string
+		prio  int
 		cmd   *redis.StringSliceCmd
 	}
 	var reads []read
@@ -271,9 +271,9 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 		if slices.ContainsFunc(reads, func(r read) bool { return r.shard == s }) {
 			continue
 		}
-		for _, idx := range []string{idxReady, idxLeased} {
+		for _, d := range dueIndexes {
 			by := &redis.ZRangeBy{Min: "-inf", Max: max, Count: int64(aheadN)}
-			reads = append(reads, read{s, idx, p.ZRangeByScore(ctx, q.ks.index(s, idx), by)})
+			reads = append(reads, read{s, d.index, d.prio, p.ZRangeByScore(ctx, q.ks.index(s, d.index), by)})
 		}
 	}
 	return func() {
@@ -281,17 +281,22 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 		// transaction must not decide about one job twice.
 		*into = (*into)[:0]
 		seen := map[string]bool{}
+		full := map[int][]int{}
 		for _, r := range reads {
 			if paused(r.shard) {
 				continue
 			}
+			if len(r.cmd.Val()) == aheadN {
+				full[r.shard] = append(full[r.shard], r.prio)
+			}
 			for _, id := range r.cmd.Val() {
 				if !seen[id] && !q.newer.has(id) {
 					seen[id] = true
-					*into = append(*into, candidate{shard: r.shard, id: id, index: r.index})
+					*into = append(*into, candidate{shard: r.shard, id: id, index: r.index, prio: r.prio})
 				}
 			}
 		}
+		*into = keepTopPriorities(*into, full)
 	}
 }
 
@@ -316,7 +321,9 @@ const poolTTL = 500 * time.Millisecond
 // to get past the head of the queue, which the claims in flight are taking.
 const aheadN = 32
 
-// fill replaces what the pool holds, less the candidates handed out lately.
+// fill replaces what the pool holds, less the candidates handed out lately,
+// in the order claims take them: highest priority first, at random within
+// one.
 func (p *duePool) fill(cands []candidate) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -330,7 +337,20 @@ func (p *duePool) fill(cands []candidate) {
 			p.cands = append(p.cands, c)
 		}
 	}
+	byPriority(p.cands)
 	p.until = now.Add(poolTTL)
+}
+
+// drop forgets what the pool holds.
+func (p *duePool) drop() { p.dropBelow(leasedPrio + 1) }
+
+// dropBelow forgets the candidates of a priority below prio: a job of
+// priority prio became due, and must not be passed over for them. Those
+// of prio and above may still go first.
+func (p *duePool) dropBelow(prio int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cands = slices.DeleteFunc(p.cands, func(c candidate) bool { return c.prio < prio })
 }
 
 // putBack returns candidates taken from the pool and not tried: they are
@@ -344,6 +364,7 @@ func (p *duePool) putBack(cands []candidate) {
 			p.cands = append(p.cands, c)
 		}
 	}
+	slices.SortStableFunc(p.cands, func(a, b candidate) int { return b.prio - a.prio })
 }
 
 // take removes up to n candidates of shard (-1: any) and returns them.

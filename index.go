@@ -15,7 +15,7 @@ type entry struct {
 func derive(j *Job) entry {
 	switch j.State {
 	case StatePending:
-		return entry{idxReady, toMillis(j.RunAt)}
+		return entry{readyIndex(j.Priority), toMillis(j.RunAt)}
 	case StateActive:
 		return entry{idxLeased, toMillis(j.LeaseUntil)}
 	case StateSucceeded:
@@ -103,6 +103,11 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 	}
 	if new != nil {
 		to = derive(new)
+		if new.State == StatePending && new.Priority > 0 {
+			// The due entries read ahead may hold lower priorities than
+			// this job: they must not go before it.
+			q.pool.dropBelow(new.Priority)
+		}
 	}
 	tampered := hint != "" && hint != from.index
 	if from.index != "" && from.index != to.index {

@@ -86,6 +86,12 @@ type Job struct {
 	// whichever worker claims it applies it (format 1.3; a value written
 	// before decodes with none). Whole milliseconds, at most MaxTimeout.
 	Timeout time.Duration
+	// Priority orders the due jobs of a shard: a claim takes a job of a
+	// higher priority before any of a lower one, and within a priority the
+	// oldest RunAt first. 0 (the default) to MaxPriority. Strict: while
+	// higher priorities keep jobs due, lower ones wait (format 1.4; a value
+	// written before decodes with priority 0).
+	Priority int
 
 	// future holds the fields a newer minor version appended, as read, so
 	// that writing the job back keeps them: an older worker's claim or
@@ -115,6 +121,17 @@ const (
 	MaxMetaEntries = 64   // entries in Job.Meta
 	MaxMetaBytes   = 4096 // bytes of Job.Meta's keys and values together
 )
+
+// MaxPriority is the highest Job.Priority.
+const MaxPriority = 9
+
+// validPriority refuses a Priority outside 0..MaxPriority, with ErrInvalid.
+func validPriority(p int) error {
+	if p < 0 || p > MaxPriority {
+		return fmt.Errorf("%w: Priority is %d, want 0..%d", ErrInvalid, p, MaxPriority)
+	}
+	return nil
+}
 
 // validTimeout refuses a Timeout the value format does not hold, with
 // ErrInvalid, and rounds a fraction of a millisecond up.

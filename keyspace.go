@@ -29,6 +29,24 @@ const (
 	seenVanished = "vanished"
 )
 
+// readyIndex is the ready index of priority p: "ready" for priority 0 (the
+// index every queue had before priorities), "ready.<p>" above it.
+func readyIndex(p int) string {
+	if p <= 0 {
+		return idxReady
+	}
+	return idxReady + "." + strconv.Itoa(p)
+}
+
+// readyIndexes are the ready indexes of every priority, highest first.
+var readyIndexes = func() []string {
+	out := make([]string, 0, MaxPriority+1)
+	for p := MaxPriority; p >= 0; p-- {
+		out = append(out, readyIndex(p))
+	}
+	return out
+}()
+
 // keyspace builds every Redis key and channel of one queue. Key names come
 // from here and nowhere else.
 //

@@ -309,7 +309,7 @@ func (q *Queue) Fail(ctx context.Context, j *Job, cause error) (*Job, error) {
 		return cur.LeaseToken == j.LeaseToken && cur.LastError != "" && strings.HasPrefix(msg, cur.LastError) &&
 			(cur.State == StatePending || cur.State == StateFailed)
 	}
-	return q.fenced(ctx, j, []string{idxLeased, idxReady, idxFailed}, done, func(_, next *Job, now time.Time) *Job {
+	return q.fenced(ctx, j, []string{idxLeased, readyIndex(j.Priority), idxFailed}, done, func(_, next *Job, now time.Time) *Job {
 		next.LastError = msg
 		next.LeaseUntil = now
 		if final || next.Attempt >= next.MaxAttempts {
@@ -328,7 +328,7 @@ func (q *Queue) Release(ctx context.Context, j *Job) (*Job, error) {
 	// A Release retried after its reply was lost finds the job pending
 	// under this claim's token: released, and nobody claimed it since.
 	done := func(j, cur *Job) bool { return cur.LeaseToken == j.LeaseToken && cur.State == StatePending }
-	return q.fenced(ctx, j, []string{idxLeased, idxReady}, done, func(_, next *Job, now time.Time) *Job {
+	return q.fenced(ctx, j, []string{idxLeased, readyIndex(j.Priority)}, done, func(_, next *Job, now time.Time) *Job {
 		next.State = StatePending
 		next.Attempt = max(0, next.Attempt-1)
 		next.RunAt = now

@@ -210,29 +210,46 @@ func (q *Queue) listEntries(ctx context.Context, idx string, desc bool, cur *lis
 	failed := &ShardsError{Of: q.ks.shards}
 	var merged []listEntry
 	more := false
-	type shardRead struct{ ties, rest *redis.ZSliceCmd }
-	reads := make([]shardRead, q.ks.shards)
+	// Pending jobs sit in the ready index of their priority: a listing of
+	// them merges every priority's, by RunAt.
+	idxs := []string{idx}
+	if idx == idxReady {
+		idxs = readyIndexes
+	}
+	type read struct {
+		shard      int
+		idx        string
+		ties, rest *redis.ZSliceCmd
+	}
+	var reads []read
 	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for s := range reads {
-			key := q.ks.index(s, idx)
-			if cur == nil {
-				reads[s].rest = p.ZRangeArgsWithScores(ctx, listRange(key, desc, "", want, 0))
-				continue
+		for s := range q.ks.shards {
+			for _, ix := range idxs {
+				key := q.ks.index(s, ix)
+				r := read{shard: s, idx: ix}
+				if cur == nil {
+					r.rest = p.ZRangeArgsWithScores(ctx, listRange(key, desc, "", want, 0))
+				} else {
+					bound := strconv.FormatInt(cur.score, 10)
+					r.ties = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: bound, Stop: bound,
+						ByScore: true, Rev: desc, Count: listTies})
+					r.rest = p.ZRangeArgsWithScores(ctx, listRange(key, desc, "("+bound, want, 0))
+				}
+				reads = append(reads, r)
 			}
-			bound := strconv.FormatInt(cur.score, 10)
-			reads[s].ties = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: bound, Stop: bound,
-				ByScore: true, Rev: desc, Count: listTies})
-			reads[s].rest = p.ZRangeArgsWithScores(ctx, listRange(key, desc, "("+bound, want, 0))
 		}
 		return nil
 	})
 	if err := unanswered(all, err); err != nil {
 		return nil, false, fmt.Errorf("jobkey: list %q: %w", q.name, err)
 	}
-	for s, r := range reads {
-		got, full, err := q.shardEntries(ctx, s, idx, desc, cur, want, r.ties, r.rest)
+	for _, r := range reads {
+		if slices.Contains(failed.Shards, r.shard) {
+			continue
+		}
+		got, full, err := q.shardEntries(ctx, r.shard, r.idx, desc, cur, want, r.ties, r.rest)
 		if err != nil {
-			failed.add(s, err)
+			failed.add(r.shard, err)
 			continue
 		}
 		merged = append(merged, got...)

@@ -22,6 +22,7 @@ type mjob struct {
 	token      uint64
 	leaseUntil time.Time
 	lastErr    string
+	prio       int
 }
 
 // model is a plain in-memory queue that the real one must agree with.
@@ -42,6 +43,15 @@ func (m *model) claimable(j *mjob) bool {
 	return false
 }
 
+// rank orders claimable jobs as claims take them: expired leases first,
+// then pending jobs by priority, highest first.
+func (m *model) rank(j *mjob) int {
+	if j.state == StateActive {
+		return leasedPrio
+	}
+	return j.prio
+}
+
 // expiredFinal is a due job with no attempt left (an active one whose last
 // attempt's lease ran out): any claimer that meets it fails it.
 func (m *model) expiredFinal(j *mjob) bool {
@@ -59,6 +69,7 @@ func (m *model) stats() Stats {
 				s.Scheduled++
 			} else {
 				s.Due++
+				s.DueByPriority[j.prio]++
 			}
 		case StateActive:
 			s.Active++
@@ -110,16 +121,28 @@ func TestModel(t *testing.T) {
 				id := rapid.SampledFrom(ids).Draw(rt, "id")
 				delay := time.Duration(rapid.IntRange(0, 3).Draw(rt, "delay")) * 20 * time.Second
 				max := rapid.IntRange(1, 3).Draw(rt, "max")
-				_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, Delay: delay, MaxAttempts: max})
+				prio := rapid.IntRange(0, 2).Draw(rt, "priority")
+				_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, Delay: delay, MaxAttempts: max, Priority: prio})
 				if _, exists := m.jobs[id]; exists {
 					require.ErrorIs(rt, err, ErrJobExists)
 					return
 				}
 				require.NoError(rt, err)
-				m.jobs[id] = &mjob{state: StatePending, max: max, runAt: m.now.Add(delay)}
+				m.jobs[id] = &mjob{state: StatePending, max: max, runAt: m.now.Add(delay), prio: prio}
 			},
 			"claim": func(rt *rapid.T) {
 				w := rapid.SampledFrom(workers).Draw(rt, "worker")
+				best := -1 // the highest rank claimable before the claim
+				for _, mj := range m.jobs {
+					if m.claimable(mj) {
+						best = max(best, m.rank(mj))
+					}
+				}
+				// The entries earlier claims read ahead are up to 500 ms
+				// old (duePool): a job that became due since, by the model's
+				// clock, may wait behind them. The model checks priority
+				// order among the jobs due when the claim reads.
+				q.pool.drop()
 				j, err := q.Claim(ctx, w)
 				// Claimers fail any expired final attempt they meet on the way.
 				for id, mj := range m.jobs {
@@ -138,6 +161,8 @@ func TestModel(t *testing.T) {
 				require.NoError(rt, err)
 				mj := m.jobs[j.ID]
 				require.True(rt, m.claimable(mj), "claimed %s, which was not claimable: %+v", j.ID, mj)
+				require.Equal(rt, best, m.rank(mj), "claimed %s of rank %d while rank %d was due", j.ID, m.rank(mj), best)
+				require.Equal(rt, mj.prio, j.Priority)
 				mj.state, mj.attempt, mj.owner, mj.leaseUntil = StateActive, mj.attempt+1, w, m.now.Add(m.lease)
 				require.NotZero(rt, j.LeaseToken)
 				for _, h := range held {

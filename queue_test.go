@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,7 +87,7 @@ func (f *fixture) indexOf(t *testing.T, id string) (string, int64) {
 	t.Helper()
 	_, shard := f.q.ks.jobKeyOf(id)
 	found, score := "", int64(0)
-	for _, idx := range []string{idxReady, idxLeased, idxSucceeded, idxFailed, idxCanceled} {
+	for _, idx := range append(slices.Clone(readyIndexes), idxLeased, idxSucceeded, idxFailed, idxCanceled) {
 		s, err := f.rdb.ZScore(f.ctx, f.q.ks.index(shard, idx), id).Result()
 		if errors.Is(err, redis.Nil) {
 			continue

@@ -40,6 +40,10 @@ type Stats struct {
 	// PausedShards says how far.
 	Paused       bool
 	PausedShards int
+	// DueByPriority counts the due jobs of each priority: DueByPriority[p]
+	// is those of priority p. Due jobs of a lower priority wait while a
+	// higher one has some (Job.Priority).
+	DueByPriority [MaxPriority + 1]int64
 }
 
 // NewerWindow is how far back Stats.Newer looks.
@@ -64,7 +68,8 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	since := func(d time.Duration) string { return strconv.FormatInt(toMillis(now.Add(-d)), 10) }
 	nowS := since(0)
 	type counts struct {
-		ready, due, leased, expired, ok, failed, canceled, corrupt, newer, vanished, paused *redis.IntCmd
+		ready, due                                                              [MaxPriority + 1]*redis.IntCmd
+		leased, expired, ok, failed, canceled, corrupt, newer, vanished, paused *redis.IntCmd
 	}
 	per := make([]counts, q.ks.shards)
 	var clock *redis.TimeCmd
@@ -77,19 +82,16 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 			key := func(idx string) string { return q.ks.index(s, idx) }
 			card := func(idx string) *redis.IntCmd { return p.ZCard(ctx, key(idx)) }
 			after := func(idx string, d time.Duration) *redis.IntCmd { return p.ZCount(ctx, key(idx), since(d), "+inf") }
-			per[s] = counts{
-				ready:    card(idxReady),
-				due:      p.ZCount(ctx, key(idxReady), "-inf", nowS),
-				leased:   card(idxLeased),
-				expired:  p.ZCount(ctx, key(idxLeased), "-inf", nowS),
-				ok:       after(idxSucceeded, q.cfg.Retention),
-				failed:   after(idxFailed, q.cfg.FailedRetention),
-				canceled: after(idxCanceled, q.cfg.Retention),
-				corrupt:  card(idxCorrupt),
-				newer:    after(seenNewer, NewerWindow),
-				vanished: after(seenVanished, q.cfg.Retention),
-				paused:   p.Exists(ctx, q.pauseKey(s)),
+			for prio := range MaxPriority + 1 {
+				per[s].ready[prio] = card(readyIndex(prio))
+				per[s].due[prio] = p.ZCount(ctx, key(readyIndex(prio)), "-inf", nowS)
 			}
+			c := &per[s]
+			c.leased, c.expired = card(idxLeased), p.ZCount(ctx, key(idxLeased), "-inf", nowS)
+			c.ok, c.failed = after(idxSucceeded, q.cfg.Retention), after(idxFailed, q.cfg.FailedRetention)
+			c.canceled, c.corrupt = after(idxCanceled, q.cfg.Retention), card(idxCorrupt)
+			c.newer, c.vanished = after(seenNewer, NewerWindow), after(seenVanished, q.cfg.Retention)
+			c.paused = p.Exists(ctx, q.pauseKey(s))
 		}
 		return nil
 	})
@@ -102,13 +104,16 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	missing := &ShardsError{Of: q.ks.shards}
 	for s, c := range per {
-		all := []*redis.IntCmd{c.ready, c.due, c.leased, c.expired, c.ok, c.failed, c.canceled, c.corrupt, c.newer, c.vanished, c.paused}
+		all := slices.Concat(c.ready[:], c.due[:], []*redis.IntCmd{c.leased, c.expired, c.ok, c.failed, c.canceled, c.corrupt, c.newer, c.vanished, c.paused})
 		if i := slices.IndexFunc(all, func(c *redis.IntCmd) bool { return c.Err() != nil }); i >= 0 {
 			missing.add(s, readErr(all[i].Args()[1].(string), all[i].Err()))
 			continue
 		}
-		st.Pending += c.ready.Val()
-		st.Due += c.due.Val()
+		for prio := range MaxPriority + 1 {
+			st.Pending += c.ready[prio].Val()
+			st.Due += c.due[prio].Val()
+			st.DueByPriority[prio] += c.due[prio].Val()
+		}
 		st.Active += c.leased.Val()
 		st.ExpiredLeases += c.expired.Val()
 		st.Succeeded += c.ok.Val()

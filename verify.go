@@ -42,7 +42,7 @@ type VerifyOpts struct {
 }
 
 // allIndexes lists every index a shard keeps.
-var allIndexes = []string{idxReady, idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt}
+var allIndexes = append(slices.Clone(readyIndexes), idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt)
 
 // verifyPage is how many entries or keys Verify reads per command: a few
 // milliseconds of Redis's time at most, whatever the queue's size. Values

@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -197,6 +198,13 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 			// While every shard is paused, only Resume's hint wakes a
 			// slot: an enqueue's would send it through a claim that
 			// cannot take anything. Slots still look at PollInterval.
+			if p, ok := strings.CutPrefix(m.Payload, "p"); ok {
+				// A job of that priority was enqueued: read-ahead entries
+				// of lower ones must not pass it over.
+				if n, err := strconv.Atoi(p); err == nil {
+					w.q.pool.dropBelow(n)
+				}
+			}
 			if m.Payload == resumeHint || !w.q.paused.Load() {
 				w.poke()
 			}
