@@ -123,7 +123,7 @@ func printReport(stdout io.Writer, rep asynqcompat.MigrateReport, from, to strin
 	}{
 		{"skipped (they stay in the source)", rep.Skipped},
 		{"left running in the source", rep.Left},
-		{"started by the source during the move; the copy was deleted again", rep.Undone},
+		{"started or run by the source during the move; the copy was deleted again", rep.Undone},
 		{"RUN IN BOTH: started by both systems during the move", rep.Twice},
 	}
 	for _, l := range lists {

@@ -43,15 +43,15 @@ func count(m *sync.Map, id string) int {
 	return int(n.(*atomic.Int32).Load())
 }
 
-// DEFECT: Migrate enqueues from a stale listing and treats asynq's "task not
-// found" on the delete as success. A task that an asynq server takes and
-// FINISHES between the listing and its move (asynq then deletes it) is
-// enqueued into jobkey afresh, the delete finds nothing, and the report
-// counts it Moved: it runs in asynq and again in jobkey, and neither Undone
-// nor Twice says so. (MigrateOpts documents the window as enqueue→delete
-// only.) Observed: 2 tasks, Moved=2, Undone=0, Twice=0, task "b" ran once
-// in asynq AND is pending in jobkey.
-func TestBreak14MigrateStaleListingRunsTwice(t *testing.T) {
+// Migrate moves from a listing that may be stale: a task that an asynq
+// server takes and FINISHES between the listing and its move (asynq then
+// deletes it) must not run again in jobkey. Before the fix, it was enqueued
+// into jobkey afresh, the delete's "task not found" counted as success and
+// the report said Moved=2, Undone=0: task "b" ran once in asynq AND was
+// pending in jobkey. Now the move confirms the task still waits in asynq
+// before it deletes it, and deletes the jobkey copy again (while pending)
+// when it does not: each task runs once, and the report says Undone.
+func TestMigrateStaleListingRunsOnce(t *testing.T) {
 	e := newEnv(t)
 	ac := asynq.NewClientFromRedisClient(e.rdb)
 	for _, id := range []string{"a", "b"} {
@@ -83,6 +83,15 @@ func TestBreak14MigrateStaleListingRunsTwice(t *testing.T) {
 			"task %s: ran %d times in asynq and is in jobkey %d times: it runs twice (report Moved=%d, Twice=%d, Undone=%d)",
 			id, count(&asynqRuns, id), inJobkey, rep.Moved, len(rep.Twice), len(rep.Undone))
 	}
+	require.Equal(t, 1, rep.Moved)
+	require.Len(t, rep.Undone, 1)
+	require.Empty(t, rep.Twice)
+	ran := "a"
+	if count(&asynqRuns, "b") == 1 {
+		ran = "b"
+	}
+	require.Equal(t, ran, rep.Undone[0].ID)
+	require.Equal(t, "gone", rep.Undone[0].State)
 }
 
 // DEFECT: MigrateToAsynq moves jobs from a stale listing and deletes the
