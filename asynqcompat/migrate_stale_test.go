@@ -94,14 +94,15 @@ func TestMigrateStaleListingRunsOnce(t *testing.T) {
 	require.Equal(t, "gone", rep.Undone[0].State)
 }
 
-// DEFECT: MigrateToAsynq moves jobs from a stale listing and deletes the
-// jobkey job whatever state it is in by then. A pending job that a jobkey
-// worker claims and COMPLETES between the listing and its move is enqueued
-// into asynq, and Queue.Delete (which refuses only active jobs) deletes the
-// succeeded job: the report counts it Moved and it runs again in asynq.
-// Observed: 2 jobs, Moved=2, Undone=0, Twice=0, job "b" ran in jobkey AND
-// is pending in asynq.
-func TestBreak14RollbackStaleListingRunsTwice(t *testing.T) {
+// MigrateToAsynq moves jobs from a listing that may be stale: a pending job
+// that a jobkey worker claims and COMPLETES between the listing and its
+// move must not run again in asynq. Before the fix, it was enqueued into
+// asynq and Queue.Delete (which refuses only active jobs) deleted the
+// succeeded job: the report said Moved=2 and job "b" ran in jobkey AND was
+// pending in asynq. Now the delete is DeleteIn(StatePending): the
+// succeeded job stays, its asynq copy (still pending) is deleted again, and
+// the report says Undone.
+func TestMigrateToAsynqStaleListingRunsOnce(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue(t, "emails", &jobkey.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	now := time.Now()
@@ -146,6 +147,17 @@ func TestBreak14RollbackStaleListingRunsTwice(t *testing.T) {
 			"job %s: ran %d times in jobkey and is in asynq %d times: it runs twice (report Moved=%d, Twice=%d, Undone=%d)",
 			id, count(&jobkeyRuns, id), inAsynq, rep.Moved, len(rep.Twice), len(rep.Undone))
 	}
+	require.Equal(t, 1, rep.Moved)
+	require.Len(t, rep.Undone, 1)
+	require.Empty(t, rep.Twice)
+	ran := "a"
+	if count(&jobkeyRuns, "b") == 1 {
+		ran = "b"
+	}
+	require.Equal(t, ran, rep.Undone[0].ID)
+	j, err := q.Get(e.ctx, ran)
+	require.NoError(t, err, "the job jobkey ran is kept")
+	require.Equal(t, jobkey.StateSucceeded, j.State)
 }
 
 // DEFECT: PauseQueue is not safe for two migrations at once (or a
