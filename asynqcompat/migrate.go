@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jobkey/jobkey"
@@ -48,6 +49,8 @@ type MigrateOpts struct {
 	// afterEnqueue, in tests, runs between a task's enqueue and its delete;
 	// an error stops the run there, as a crash would.
 	afterEnqueue func(id string) error
+	// lockTTL, in tests, replaces the migration lock's lifetime.
+	lockTTL time.Duration
 }
 
 // MigrateProgress says how far a run is.
@@ -151,10 +154,17 @@ func (o *MigrateOpts) defaults() error {
 // MigrateReport.Undone, never counted as moved. See PauseQueue for the
 // window that stays.
 //
+// A run (but a dry run) holds the asynq queue's migration lock, a Redis
+// key, for its whole length, renewed while it runs: a second Migrate or
+// MigrateToAsynq of the same asynq queue refuses to start with a
+// *MigrationRunningError (errors.Is ErrMigrationRunning). A run that loses
+// the lock stops with an error that wraps ErrLockLost, and leaves a queue
+// it paused paused.
+//
 // rdb is the Redis asynq uses (asynq keeps its keys under "asynq:"). The
 // report tells what was done so far even when err is not nil.
-func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (MigrateReport, error) {
-	rep := MigrateReport{DryRun: opts.DryRun}
+func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (rep MigrateReport, err error) {
+	rep = MigrateReport{DryRun: opts.DryRun}
 	if err := opts.defaults(); err != nil {
 		return rep, err
 	}
@@ -162,12 +172,21 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 		return rep, errors.New("asynqcompat: migrate: no Redis client")
 	}
 	m := &mover{ins: asynq.NewInspectorFromRedisClient(rdb), opts: opts, rep: &rep}
-	if opts.PauseQueue && !opts.DryRun {
-		resume, err := m.pause()
+	if !opts.DryRun {
+		var lock *queueLock
+		var unlock func(*error)
+		ctx, lock, unlock, err = lockQueue(ctx, rdb, opts.FromQueue, opts.lockTTL)
 		if err != nil {
-			return rep, err
+			return rep, fmt.Errorf("asynqcompat: migrate: %w", err)
 		}
-		defer resume()
+		defer unlock(&err)
+		if opts.PauseQueue {
+			resume, perr := m.pause()
+			if perr != nil {
+				return rep, perr
+			}
+			defer resume(lock, &err)
+		}
 	}
 	for pass := 1; ; pass++ {
 		rep.Passes = pass
@@ -189,6 +208,29 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 			return rep, nil
 		}
 	}
+}
+
+// lockQueue takes the migration lock of an asynq queue for one run. The
+// returned context is canceled when the lock is lost; unlock releases the
+// lock and, when it was lost, makes the run's error wrap ErrLockLost.
+func lockQueue(ctx context.Context, rdb redis.UniversalClient, queue string, ttl time.Duration) (context.Context, *queueLock, func(*error), error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	l, err := acquireLock(ctx, rdb, queue, ttl, cancel)
+	if err != nil {
+		cancel(nil)
+		return nil, nil, nil, err
+	}
+	return ctx, l, func(errp *error) {
+		l.release()
+		cancel(nil)
+		switch lost := l.Lost(); {
+		case lost == nil, errors.Is(*errp, ErrLockLost):
+		case *errp == nil:
+			*errp = lost
+		default:
+			*errp = fmt.Errorf("%w; the run stopped: %w", lost, *errp)
+		}
+	}, nil
 }
 
 // mover carries one Migrate run.
@@ -233,19 +275,27 @@ func (m *mover) progress(p MigrateProgress, step int) {
 }
 
 // pause pauses the asynq queue; resume unpauses it unless it was paused
-// already.
-func (m *mover) pause() (resume func(), err error) {
+// already, and only while the run holds the queue's migration lock: a run
+// that lost it leaves the queue paused (another run may rely on the pause)
+// and says so in *errp.
+func (m *mover) pause() (resume func(l *queueLock, errp *error), err error) {
 	var info *asynq.QueueInfo
 	if err := safe(func() (err error) { info, err = m.ins.GetQueueInfo(m.opts.FromQueue); return err }); err != nil {
 		return nil, fmt.Errorf("asynqcompat: migrate: asynq queue %q: %w", m.opts.FromQueue, err)
 	}
 	if info.Paused {
-		return func() {}, nil
+		return func(*queueLock, *error) {}, nil
 	}
 	if err := safe(func() error { return m.ins.PauseQueue(m.opts.FromQueue) }); err != nil {
 		return nil, fmt.Errorf("asynqcompat: migrate: pause asynq queue %q: %w", m.opts.FromQueue, err)
 	}
-	return func() { _ = safe(func() error { return m.ins.UnpauseQueue(m.opts.FromQueue) }) }, nil
+	return func(l *queueLock, errp *error) {
+		if lost := l.Lost(); lost != nil {
+			*errp = errors.Join(*errp, fmt.Errorf("%w; asynq queue %q is left paused: unpause it (asynq queue unpause %s) once no migration of it runs", lost, m.opts.FromQueue, m.opts.FromQueue))
+			return
+		}
+		_ = safe(func() error { return m.ins.UnpauseQueue(m.opts.FromQueue) })
+	}, nil
 }
 
 // list reads the waiting tasks of the type, each once, and notes the

@@ -2,6 +2,7 @@ package asynqcompat
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -160,13 +161,16 @@ func TestMigrateToAsynqStaleListingRunsOnce(t *testing.T) {
 	require.Equal(t, jobkey.StateSucceeded, j.State)
 }
 
-// DEFECT: PauseQueue is not safe for two migrations at once (or a
-// migration beside another one of another type of the same queue). Run A
-// pauses the asynq queue; run B finds it paused and so will not resume it;
-// A finishes and unpauses the queue while B is still between enqueue and
-// delete, the window PauseQueue promises to close. Observed: inside B's
-// move, the asynq queue "default" reads Paused=false.
-func TestBreak14ConcurrentMigrationsUnpauseEachOther(t *testing.T) {
+// PauseQueue was not safe for two migrations of one asynq queue at once
+// (of the same type, or of two types): run A paused the queue; run B found
+// it paused and so would not resume it; A finished and unpaused the queue
+// while B was still between enqueue and delete, the window PauseQueue
+// promises to close (observed: inside B's move, Paused=false). Now a
+// migration holds the asynq queue's migration lock for its whole run: B
+// refuses to start with a *MigrationRunningError while A runs, the queue
+// stays paused through A's move and is resumed by A alone, and B runs once
+// A has finished.
+func TestMigrateConcurrentMigrationsRefused(t *testing.T) {
 	e := newEnv(t)
 	ac := asynq.NewClientFromRedisClient(e.rdb)
 	_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("x")), asynq.TaskID("x"))
@@ -175,43 +179,87 @@ func TestBreak14ConcurrentMigrationsUnpauseEachOther(t *testing.T) {
 	require.NoError(t, err)
 	q := e.queue(t, "emails", nil)
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	paused := func() bool {
+		qi, err := ins.GetQueueInfo("default")
+		require.NoError(t, err)
+		return qi.Paused
+	}
 
-	bListed := make(chan struct{})
-	aDone := make(chan struct{})
-	var listings atomic.Int32
-	var pausedInB atomic.Value
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { // A moves email:welcome
-		defer wg.Done()
-		defer close(aDone)
-		opts := MigrateOpts{Type: moveType, To: q, PauseQueue: true}
-		opts.afterEnqueue = func(string) error { <-bListed; return nil }
-		_, err := Migrate(e.ctx, e.rdb, opts)
-		require.NoError(t, err)
-	}()
-	go func() { // B, started once A paused, moves email:digest
-		defer wg.Done()
-		require.Eventually(t, func() bool {
-			qi, err := ins.GetQueueInfo("default")
-			return err == nil && qi.Paused
-		}, 10*time.Second, time.Millisecond)
-		opts := MigrateOpts{Type: "email:digest", To: q, PauseQueue: true,
-			Progress: func(p MigrateProgress) {
-				if p.Phase == "listing" && listings.Add(1) == 4 {
-					close(bListed) // B has listed: active, pending, scheduled, retry
-				}
-			}}
+	inA := make(chan struct{})
+	bDone := make(chan struct{})
+	aErr := make(chan error, 1)
+	var pausedInA atomic.Bool
+	go func() { // A moves email:welcome, and waits mid-move for B
+		opts := MigrateOpts{Type: moveType, To: q, PauseQueue: true, lockTTL: 300 * time.Millisecond}
 		opts.afterEnqueue = func(string) error {
-			<-aDone
+			close(inA)
+			<-bDone
+			// Well past the lock's TTL: A renews it.
+			time.Sleep(time.Second)
 			qi, err := ins.GetQueueInfo("default")
-			require.NoError(t, err)
-			pausedInB.Store(qi.Paused)
-			return nil
+			if err == nil {
+				pausedInA.Store(qi.Paused)
+			}
+			return err
 		}
-		_, err := Migrate(e.ctx, e.rdb, opts)
-		require.NoError(t, err)
+		rep, err := Migrate(e.ctx, e.rdb, opts)
+		if err == nil && rep.Moved != 1 {
+			err = fmt.Errorf("A moved %d tasks", rep.Moved)
+		}
+		aErr <- err
 	}()
-	wg.Wait()
-	require.Equal(t, true, pausedInB.Load(), "B was between enqueue and delete, with PauseQueue, and the asynq queue was not paused")
+	<-inA
+	require.True(t, paused())
+	// B, of another type of the same asynq queue, and a rollback into it,
+	// refuse to start while A runs; a dry run is allowed.
+	_, err = Migrate(e.ctx, e.rdb, MigrateOpts{Type: "email:digest", To: q, PauseQueue: true})
+	var mre *MigrationRunningError
+	require.ErrorAs(t, err, &mre)
+	require.ErrorIs(t, err, ErrMigrationRunning)
+	require.Equal(t, "default", mre.Queue)
+	require.NotEmpty(t, mre.Holder)
+	_, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
+	require.ErrorIs(t, err, ErrMigrationRunning)
+	_, err = Migrate(e.ctx, e.rdb, MigrateOpts{Type: "email:digest", To: q, DryRun: true})
+	require.NoError(t, err)
+	close(bDone)
+	require.NoError(t, <-aErr)
+	require.True(t, pausedInA.Load(), "A was between enqueue and delete, with PauseQueue, and the asynq queue was not paused")
+	require.False(t, paused(), "A resumed the queue it paused")
+
+	// After A, B runs, and the lock is gone once it has finished.
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: "email:digest", To: q, PauseQueue: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Moved)
+	require.False(t, paused())
+	n, err := e.rdb.Exists(e.ctx, lockKey("default")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// A migration that loses its lock (here: the key is overwritten, as by a
+// second run after the lock expired) stops with ErrLockLost and, having
+// paused the queue, leaves it paused rather than unpausing it under the
+// other run.
+func TestMigrateLockLostStops(t *testing.T) {
+	e := newEnv(t)
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("x")), asynq.TaskID("x"))
+	require.NoError(t, err)
+	q := e.queue(t, "emails", nil)
+	opts := MigrateOpts{Type: moveType, To: q, PauseQueue: true, lockTTL: 150 * time.Millisecond}
+	opts.afterEnqueue = func(string) error {
+		require.NoError(t, e.rdb.Set(e.ctx, lockKey("default"), "another run", time.Minute).Err())
+		time.Sleep(time.Second)
+		return nil
+	}
+	_, err = Migrate(e.ctx, e.rdb, opts)
+	require.ErrorIs(t, err, ErrLockLost)
+	require.ErrorContains(t, err, "left paused")
+	qi, err := asynq.NewInspectorFromRedisClient(e.rdb).GetQueueInfo("default")
+	require.NoError(t, err)
+	require.True(t, qi.Paused)
+	v, err := e.rdb.Get(e.ctx, lockKey("default")).Result()
+	require.NoError(t, err)
+	require.Equal(t, "another run", v, "the other run's lock is not released by this one")
 }

@@ -33,6 +33,8 @@ type RollbackOpts struct {
 	// afterEnqueue, in tests, runs between a job's enqueue into asynq and
 	// its delete from jobkey; an error stops the run there.
 	afterEnqueue func(id string) error
+	// lockTTL, in tests, replaces the migration lock's lifetime.
+	lockTTL time.Duration
 }
 
 // MigrateToAsynq moves the pending jobs of one type from a jobkey queue
@@ -54,10 +56,14 @@ type RollbackOpts struct {
 // (MigrateReport.Undone), else both run (MigrateReport.Twice). Stop the
 // type's jobkey workers, or Pause the queue, to rule that out.
 //
+// A run (but a dry run) holds the migration lock of the asynq queue
+// ToQueue, as Migrate does: one migration of an asynq queue runs at a
+// time, in either direction.
+//
 // Active jobs are left to finish in jobkey and listed in
 // MigrateReport.Left; finished jobs stay where they are.
-func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts RollbackOpts) (MigrateReport, error) {
-	rep := MigrateReport{DryRun: opts.DryRun}
+func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts RollbackOpts) (rep MigrateReport, err error) {
+	rep = MigrateReport{DryRun: opts.DryRun}
 	switch {
 	case opts.From == nil:
 		return rep, errors.New("asynqcompat: migrate to asynq: From (the jobkey queue) is required")
@@ -74,6 +80,14 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 	}
 	b := &backMover{ins: asynq.NewInspectorFromRedisClient(rdb), cli: asynq.NewClientFromRedisClient(rdb), opts: opts}
 	b.m = &mover{rep: &rep, opts: MigrateOpts{Progress: opts.Progress}}
+	if !opts.DryRun {
+		var unlock func(*error)
+		ctx, _, unlock, err = lockQueue(ctx, rdb, opts.ToQueue, opts.lockTTL)
+		if err != nil {
+			return rep, fmt.Errorf("asynqcompat: migrate to asynq: %w", err)
+		}
+		defer unlock(&err)
+	}
 	for pass := 1; ; pass++ {
 		rep.Passes = pass
 		b.m.resetNotes()
