@@ -17,6 +17,9 @@
 //     interrupted run is rerun safely.
 //   - MigrateToAsynq moves a type's pending jobs back, in the same order,
 //     for a rollback.
+//   - One migration of an asynq queue runs at a time, in either direction:
+//     a run holds the queue's migration lock in Redis, and a second one
+//     refuses to start with ErrMigrationRunning.
 //
 // docs/adopting.md walks through moving one type in five steps.
 package asynqcompat

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jobkey/jobkey"
@@ -25,13 +26,17 @@ type MigrateOpts struct {
 	// DryRun lists and classifies the tasks without writing anything.
 	DryRun bool
 	// PauseQueue pauses the asynq queue (Inspector.PauseQueue) while tasks
-	// move, so no asynq server starts a task between its enqueue into
-	// jobkey and its delete from asynq, and resumes it afterwards unless it
-	// was paused before. Pausing holds back every type of the queue for the
-	// run. Without it, a task an asynq server takes in that window is found
-	// active when the move deletes it: its jobkey copy is deleted again
-	// while still pending (MigrateReport.Undone); see MigrateReport.Twice
-	// for when that is too late.
+	// move, so no asynq server starts a task during the move, and resumes
+	// it afterwards unless it was paused before. Pausing holds back every
+	// type of the queue for the run. Without it, each move reads the task
+	// in asynq again between its enqueue into jobkey and its delete from
+	// asynq, and a task asynq took or finished since the listing has its
+	// jobkey copy deleted again while still pending (MigrateReport.Undone);
+	// see MigrateReport.Twice for when that is too late. One window stays
+	// open without it: asynq taking and completing a task between that
+	// read and the delete, in a queue whose Retention keeps completed
+	// tasks, is not seen, and the task is counted as moved and runs in
+	// jobkey too.
 	PauseQueue bool
 	// Concurrency is how many tasks move at once (default 8).
 	Concurrency int
@@ -44,6 +49,8 @@ type MigrateOpts struct {
 	// afterEnqueue, in tests, runs between a task's enqueue and its delete;
 	// an error stops the run there, as a crash would.
 	afterEnqueue func(id string) error
+	// lockTTL, in tests, replaces the migration lock's lifetime.
+	lockTTL time.Duration
 }
 
 // MigrateProgress says how far a run is.
@@ -82,12 +89,14 @@ type MigrateReport struct {
 	// Left lists the tasks that are running in the source: left to finish
 	// there.
 	Left []TaskNote
-	// Undone lists the tasks that the source started running between their
-	// enqueue and their delete: the run deleted the target's copy, still
-	// pending, again, so the task runs once, in the source.
+	// Undone lists the tasks that the source started running, or ran,
+	// after they were listed and before their delete: the run deleted the
+	// target's copy, still pending, again (or found none), so the task runs
+	// once, in the source. State is where the source held it then ("gone"
+	// when the source no longer had it).
 	Undone []TaskNote
-	// Twice lists the tasks that the source started running between their
-	// enqueue and their delete and that the target had already claimed
+	// Twice lists the tasks that the source started running, or ran,
+	// after they were listed, and whose copy the target had already claimed
 	// too: they run in both. Run with PauseQueue (or with the type's
 	// workers stopped in the source) to rule this out.
 	Twice []TaskNote
@@ -137,10 +146,25 @@ func (o *MigrateOpts) defaults() error {
 // listed in MigrateReport.Left; archived, completed and aggregating tasks
 // are not read.
 //
+// The listing a pass works from may be stale when a task's turn comes: a
+// task is deleted from asynq only if asynq still holds it pending,
+// scheduled or retry after its enqueue into jobkey, and a task asynq took
+// or ran since (or that asynq's delete no longer finds) has its jobkey
+// copy deleted again with Queue.DeleteIn(StatePending) and is listed in
+// MigrateReport.Undone, never counted as moved. See PauseQueue for the
+// window that stays.
+//
+// A run (but a dry run) holds the asynq queue's migration lock, a Redis
+// key, for its whole length, renewed while it runs: a second Migrate or
+// MigrateToAsynq of the same asynq queue refuses to start with a
+// *MigrationRunningError (errors.Is ErrMigrationRunning). A run that loses
+// the lock stops with an error that wraps ErrLockLost, and leaves a queue
+// it paused paused.
+//
 // rdb is the Redis asynq uses (asynq keeps its keys under "asynq:"). The
 // report tells what was done so far even when err is not nil.
-func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (MigrateReport, error) {
-	rep := MigrateReport{DryRun: opts.DryRun}
+func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (rep MigrateReport, err error) {
+	rep = MigrateReport{DryRun: opts.DryRun}
 	if err := opts.defaults(); err != nil {
 		return rep, err
 	}
@@ -148,12 +172,21 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 		return rep, errors.New("asynqcompat: migrate: no Redis client")
 	}
 	m := &mover{ins: asynq.NewInspectorFromRedisClient(rdb), opts: opts, rep: &rep}
-	if opts.PauseQueue && !opts.DryRun {
-		resume, err := m.pause()
+	if !opts.DryRun {
+		var lock *queueLock
+		var unlock func(*error)
+		ctx, lock, unlock, err = lockQueue(ctx, rdb, opts.FromQueue, opts.lockTTL)
 		if err != nil {
-			return rep, err
+			return rep, fmt.Errorf("asynqcompat: migrate: %w", err)
 		}
-		defer resume()
+		defer unlock(&err)
+		if opts.PauseQueue {
+			resume, perr := m.pause()
+			if perr != nil {
+				return rep, perr
+			}
+			defer resume(lock, &err)
+		}
 	}
 	for pass := 1; ; pass++ {
 		rep.Passes = pass
@@ -175,6 +208,29 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 			return rep, nil
 		}
 	}
+}
+
+// lockQueue takes the migration lock of an asynq queue for one run. The
+// returned context is canceled when the lock is lost; unlock releases the
+// lock and, when it was lost, makes the run's error wrap ErrLockLost.
+func lockQueue(ctx context.Context, rdb redis.UniversalClient, queue string, ttl time.Duration) (context.Context, *queueLock, func(*error), error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	l, err := acquireLock(ctx, rdb, queue, ttl, cancel)
+	if err != nil {
+		cancel(nil)
+		return nil, nil, nil, err
+	}
+	return ctx, l, func(errp *error) {
+		l.release()
+		cancel(nil)
+		switch lost := l.Lost(); {
+		case lost == nil, errors.Is(*errp, ErrLockLost):
+		case *errp == nil:
+			*errp = lost
+		default:
+			*errp = fmt.Errorf("%w; the run stopped: %w", lost, *errp)
+		}
+	}, nil
 }
 
 // mover carries one Migrate run.
@@ -219,19 +275,27 @@ func (m *mover) progress(p MigrateProgress, step int) {
 }
 
 // pause pauses the asynq queue; resume unpauses it unless it was paused
-// already.
-func (m *mover) pause() (resume func(), err error) {
+// already, and only while the run holds the queue's migration lock: a run
+// that lost it leaves the queue paused (another run may rely on the pause)
+// and says so in *errp.
+func (m *mover) pause() (resume func(l *queueLock, errp *error), err error) {
 	var info *asynq.QueueInfo
 	if err := safe(func() (err error) { info, err = m.ins.GetQueueInfo(m.opts.FromQueue); return err }); err != nil {
 		return nil, fmt.Errorf("asynqcompat: migrate: asynq queue %q: %w", m.opts.FromQueue, err)
 	}
 	if info.Paused {
-		return func() {}, nil
+		return func(*queueLock, *error) {}, nil
 	}
 	if err := safe(func() error { return m.ins.PauseQueue(m.opts.FromQueue) }); err != nil {
 		return nil, fmt.Errorf("asynqcompat: migrate: pause asynq queue %q: %w", m.opts.FromQueue, err)
 	}
-	return func() { _ = safe(func() error { return m.ins.UnpauseQueue(m.opts.FromQueue) }) }, nil
+	return func(l *queueLock, errp *error) {
+		if lost := l.Lost(); lost != nil {
+			*errp = errors.Join(*errp, fmt.Errorf("%w; asynq queue %q is left paused: unpause it (asynq queue unpause %s) once no migration of it runs", lost, m.opts.FromQueue, m.opts.FromQueue))
+			return
+		}
+		_ = safe(func() error { return m.ins.UnpauseQueue(m.opts.FromQueue) })
+	}, nil
 }
 
 // list reads the waiting tasks of the type, each once, and notes the
@@ -344,13 +408,27 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// The listing may be stale: asynq may have run the task since, and
+	// even finished it (and, without retention, deleted it). Delete it
+	// from asynq only while it still waits there; else the jobkey copy
+	// goes again.
+	st, err := m.asynqState(ti.ID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("asynqcompat: migrate: task %q is in jobkey; read it in asynq queue %q: %w (rerun to finish the move)", ti.ID, m.opts.FromQueue, err)
+	case !waiting(st):
+		return m.undo(ctx, ti, st)
+	}
 	err = safe(func() error { return m.ins.DeleteTask(m.opts.FromQueue, ti.ID) })
 	switch {
-	case err == nil, errors.Is(err, asynq.ErrTaskNotFound):
-		// Not found: an earlier or concurrent run deleted it.
-	case m.activeInAsynq(ti.ID):
-		return m.undo(ctx, ti)
+	case err == nil:
+	case errors.Is(err, asynq.ErrTaskNotFound):
+		// It left asynq by itself since it was read: asynq ran it.
+		return m.undo(ctx, ti, "gone")
 	default:
+		if st, gerr := m.asynqState(ti.ID); gerr == nil && !waiting(st) {
+			return m.undo(ctx, ti, st)
+		}
 		return fmt.Errorf("asynqcompat: migrate: task %q is in jobkey; delete it from asynq queue %q: %w (rerun to finish the move)", ti.ID, m.opts.FromQueue, err)
 	}
 	if already {
@@ -361,43 +439,57 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 	return nil
 }
 
-// activeInAsynq reports whether asynq holds the task as active: the
-// reason it refuses to delete a task it has.
-func (m *mover) activeInAsynq(id string) bool {
+// asynqState reads the state of a task in the asynq queue: asynq's state
+// name, or "gone" when asynq no longer has it (it ran it and, keeping no
+// completed tasks, deleted it).
+func (m *mover) asynqState(id string) (string, error) {
 	var ti *asynq.TaskInfo
 	err := safe(func() (err error) { ti, err = m.ins.GetTaskInfo(m.opts.FromQueue, id); return err })
-	return err == nil && ti != nil && ti.State == asynq.TaskStateActive
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), err == nil && ti == nil:
+		return "gone", nil
+	case err != nil:
+		return "", err
+	}
+	return ti.State.String(), nil
 }
 
-// undo handles a task that asynq started between its enqueue into jobkey
-// and its delete: the jobkey copy goes while still pending.
-func (m *mover) undo(ctx context.Context, ti *asynq.TaskInfo) error {
-	j, err := m.opts.To.Get(ctx, ti.ID)
-	if err == nil && j.State == jobkey.StatePending {
-		err = m.opts.To.Delete(ctx, ti.ID)
-		if err == nil {
-			m.note(&m.rep.Undone, TaskNote{ID: ti.ID, State: "active", Reason: "asynq started it during the move; its jobkey copy was deleted again"})
-			return nil
-		}
+// waiting says whether an asynq state is one a task waits in to run.
+func waiting(state string) bool {
+	switch state {
+	case asynq.TaskStatePending.String(), asynq.TaskStateScheduled.String(), asynq.TaskStateRetry.String():
+		return true
 	}
+	return false
+}
+
+// undo handles a task that left asynq's waiting states between its
+// listing and its delete (asynq is running it, or ran it): its jobkey
+// copy goes while still pending, so the task runs once, in asynq. A copy
+// a jobkey worker took already runs in both (MigrateReport.Twice).
+func (m *mover) undo(ctx context.Context, ti *asynq.TaskInfo, st string) error {
+	what := "asynq started it during the move"
+	if st != asynq.TaskStateActive.String() {
+		what = fmt.Sprintf("asynq ran it during the move (now %s there)", st)
+	}
+	err := m.opts.To.DeleteIn(ctx, ti.ID, jobkey.StatePending)
 	var se *jobkey.StateError
 	switch {
-	case errors.Is(err, jobkey.ErrNotFound):
-		m.note(&m.rep.Left, TaskNote{ID: ti.ID, State: "active", Reason: "running in asynq: left to finish there"})
+	case err == nil:
+		m.note(&m.rep.Undone, TaskNote{ID: ti.ID, State: st, Reason: what + "; its jobkey copy was deleted again"})
 		return nil
-	case err == nil, errors.As(err, &se):
-		st := "?"
-		if j != nil {
-			st = j.State.String()
-		}
-		if se != nil {
-			st = se.State.String()
-		}
-		m.note(&m.rep.Twice, TaskNote{ID: ti.ID, State: "active",
-			Reason: fmt.Sprintf("asynq started it during the move, and its jobkey copy is %s: it runs in both", st)})
+	case errors.Is(err, jobkey.ErrNotFound) && st == asynq.TaskStateActive.String():
+		m.note(&m.rep.Left, TaskNote{ID: ti.ID, State: st, Reason: "running in asynq: left to finish there"})
+		return nil
+	case errors.Is(err, jobkey.ErrNotFound):
+		m.note(&m.rep.Undone, TaskNote{ID: ti.ID, State: st, Reason: what + "; it has no jobkey copy"})
+		return nil
+	case errors.As(err, &se):
+		m.note(&m.rep.Twice, TaskNote{ID: ti.ID, State: st,
+			Reason: fmt.Sprintf("%s, and its jobkey copy is %s: it runs in both", what, se.State)})
 		return nil
 	}
-	return fmt.Errorf("asynqcompat: migrate: task %q started in asynq during its move; remove its pending jobkey copy: %w", ti.ID, err)
+	return fmt.Errorf("asynqcompat: migrate: task %q left asynq's waiting states during its move; remove its pending jobkey copy: %w", ti.ID, err)
 }
 
 // safe runs f and turns a panic inside asynq (it panics on some states it

@@ -33,6 +33,8 @@ type RollbackOpts struct {
 	// afterEnqueue, in tests, runs between a job's enqueue into asynq and
 	// its delete from jobkey; an error stops the run there.
 	afterEnqueue func(id string) error
+	// lockTTL, in tests, replaces the migration lock's lifetime.
+	lockTTL time.Duration
 }
 
 // MigrateToAsynq moves the pending jobs of one type from a jobkey queue
@@ -42,20 +44,26 @@ type RollbackOpts struct {
 // gets asynq's default Timeout (30 minutes).
 //
 // Each move enqueues into asynq first and only then deletes the job from
-// jobkey (Queue.Delete, which refuses a job that is active). A run stopped
-// anywhere is rerun safely: asynq's ErrTaskIDConflict for a task of the
-// same type and payload means an earlier run enqueued it, and the job is
-// deleted from jobkey (MigrateReport.AlreadyMoved); an asynq task of
-// another type or payload under that ID is never touched, and the job is
-// skipped. A job a jobkey worker claims between the two steps is found
-// active by the delete: its asynq copy is deleted again while asynq has not
-// started it (MigrateReport.Undone), else both run (MigrateReport.Twice).
-// Stop the type's jobkey workers, or Pause the queue, to rule that out.
+// jobkey, with Queue.DeleteIn(StatePending): only while it is still
+// pending. A run stopped anywhere is rerun safely: asynq's
+// ErrTaskIDConflict for a task of the same type and payload means an
+// earlier run enqueued it, and the job is deleted from jobkey
+// (MigrateReport.AlreadyMoved); an asynq task of another type or payload
+// under that ID is never touched, and the job is skipped. A job that left
+// jobkey's pending state after the listing (a jobkey worker claimed or
+// finished it, or it was canceled or deleted) stays as it is in jobkey;
+// its asynq copy is deleted again while it still waits in asynq
+// (MigrateReport.Undone), else both run (MigrateReport.Twice). Stop the
+// type's jobkey workers, or Pause the queue, to rule that out.
+//
+// A run (but a dry run) holds the migration lock of the asynq queue
+// ToQueue, as Migrate does: one migration of an asynq queue runs at a
+// time, in either direction.
 //
 // Active jobs are left to finish in jobkey and listed in
 // MigrateReport.Left; finished jobs stay where they are.
-func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts RollbackOpts) (MigrateReport, error) {
-	rep := MigrateReport{DryRun: opts.DryRun}
+func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts RollbackOpts) (rep MigrateReport, err error) {
+	rep = MigrateReport{DryRun: opts.DryRun}
 	switch {
 	case opts.From == nil:
 		return rep, errors.New("asynqcompat: migrate to asynq: From (the jobkey queue) is required")
@@ -72,6 +80,14 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 	}
 	b := &backMover{ins: asynq.NewInspectorFromRedisClient(rdb), cli: asynq.NewClientFromRedisClient(rdb), opts: opts}
 	b.m = &mover{rep: &rep, opts: MigrateOpts{Progress: opts.Progress}}
+	if !opts.DryRun {
+		var unlock func(*error)
+		ctx, _, unlock, err = lockQueue(ctx, rdb, opts.ToQueue, opts.lockTTL)
+		if err != nil {
+			return rep, fmt.Errorf("asynqcompat: migrate to asynq: %w", err)
+		}
+		defer unlock(&err)
+	}
 	for pass := 1; ; pass++ {
 		rep.Passes = pass
 		b.m.resetNotes()
@@ -193,12 +209,18 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err = b.opts.From.Delete(ctx, j.ID)
+	// Delete the job only while it is still pending: the listing may be
+	// stale, and a job a jobkey worker ran (or is running) since must not
+	// be deleted as if moved.
+	err = b.opts.From.DeleteIn(ctx, j.ID, jobkey.StatePending)
 	var se *jobkey.StateError
 	switch {
-	case err == nil, errors.Is(err, jobkey.ErrNotFound):
+	case err == nil:
 	case errors.As(err, &se):
-		return b.undo(j, se.State)
+		return b.undo(j, se.State.String())
+	case errors.Is(err, jobkey.ErrNotFound):
+		// It left jobkey by itself since it was listed.
+		return b.undo(j, "gone")
 	default:
 		return fmt.Errorf("asynqcompat: migrate to asynq: job %q is in asynq; delete it from jobkey queue %q: %w (rerun to finish the move)", j.ID, b.opts.From.Name(), err)
 	}
@@ -210,19 +232,36 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 	return nil
 }
 
-// undo handles a job that jobkey started between its enqueue into asynq and
-// its delete: the asynq copy goes unless asynq started it too.
-func (b *backMover) undo(j *jobkey.Job, st jobkey.State) error {
-	err := safe(func() error { return b.ins.DeleteTask(b.opts.ToQueue, j.ID) })
-	switch {
-	case err == nil, errors.Is(err, asynq.ErrTaskNotFound):
-		b.m.note(&b.m.rep.Undone, TaskNote{ID: j.ID, State: st.String(), Reason: "jobkey started it during the move; its asynq copy was deleted again"})
-		return nil
+// undo handles a job that left jobkey's pending state between its listing
+// and its delete (a jobkey worker took it, or it was canceled or deleted):
+// its asynq copy goes while it still waits in asynq, so the job runs once,
+// in jobkey. A copy asynq took already runs in both (MigrateReport.Twice).
+func (b *backMover) undo(j *jobkey.Job, st string) error {
+	q := b.opts.ToQueue
+	what := "jobkey started it during the move"
+	if st != jobkey.StateActive.String() {
+		what = fmt.Sprintf("it left jobkey's pending state during the move (now %s there)", st)
 	}
 	var ti *asynq.TaskInfo
-	if gerr := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(b.opts.ToQueue, j.ID); return err }); gerr == nil && ti != nil && ti.State == asynq.TaskStateActive {
-		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st.String(), Reason: "jobkey started it during the move, and asynq is running its copy: it runs in both"})
+	err := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(q, j.ID); return err })
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), err == nil && ti == nil:
+		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st, Reason: what + ", and its asynq copy is gone: asynq ran it too"})
+		return nil
+	case err != nil:
+		return fmt.Errorf("asynqcompat: migrate to asynq: job %q left jobkey's pending state during its move; read its asynq copy: %w", j.ID, err)
+	case !waiting(ti.State.String()):
+		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st, Reason: fmt.Sprintf("%s, and its asynq copy is %s: it runs in both", what, ti.State)})
 		return nil
 	}
-	return fmt.Errorf("asynqcompat: migrate to asynq: job %q started in jobkey during its move; delete its asynq copy: %w", j.ID, err)
+	err = safe(func() error { return b.ins.DeleteTask(q, j.ID) })
+	if err == nil {
+		b.m.note(&b.m.rep.Undone, TaskNote{ID: j.ID, State: st, Reason: what + "; its asynq copy was deleted again"})
+		return nil
+	}
+	if gerr := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(q, j.ID); return err }); errors.Is(gerr, asynq.ErrTaskNotFound) || (gerr == nil && !waiting(ti.State.String())) {
+		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st, Reason: what + ", and asynq took its copy too: it runs in both"})
+		return nil
+	}
+	return fmt.Errorf("asynqcompat: migrate to asynq: job %q left jobkey's pending state during its move; delete its asynq copy: %w", j.ID, err)
 }

@@ -123,7 +123,7 @@ func printReport(stdout io.Writer, rep asynqcompat.MigrateReport, from, to strin
 	}{
 		{"skipped (they stay in the source)", rep.Skipped},
 		{"left running in the source", rep.Left},
-		{"started by the source during the move; the copy was deleted again", rep.Undone},
+		{"started or run by the source during the move; the copy was deleted again", rep.Undone},
 		{"RUN IN BOTH: started by both systems during the move", rep.Twice},
 	}
 	for _, l := range lists {
@@ -160,6 +160,9 @@ func migrateAsynqCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	rep, err := asynqcompat.Migrate(ctx, rdb, asynqcompat.MigrateOpts{FromQueue: f.asynqQueue, Type: f.typ, To: q,
 		DryRun: f.dryRun, PauseQueue: pause, Concurrency: f.concurrency, Progress: progress})
 	done()
+	if errors.Is(err, asynqcompat.ErrMigrationRunning) {
+		return fmt.Errorf("migrate-asynq refused: %w", err)
+	}
 	perr := printReport(stdout, rep, fmt.Sprintf("asynq queue %q", f.asynqQueue), fmt.Sprintf("jobkey queue %q", f.queue))
 	if err != nil {
 		return fmt.Errorf("migrate-asynq stopped: %w; rerun the same command to go on", err)
@@ -182,6 +185,9 @@ func migrateToAsynqCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	rep, err := asynqcompat.MigrateToAsynq(ctx, rdb, asynqcompat.RollbackOpts{From: q, Type: f.typ, ToQueue: f.asynqQueue,
 		DryRun: f.dryRun, Concurrency: f.concurrency, Progress: progress})
 	done()
+	if errors.Is(err, asynqcompat.ErrMigrationRunning) {
+		return fmt.Errorf("migrate-to-asynq refused: %w", err)
+	}
 	perr := printReport(stdout, rep, fmt.Sprintf("jobkey queue %q", f.queue), fmt.Sprintf("asynq queue %q", f.asynqQueue))
 	if err != nil {
 		return fmt.Errorf("migrate-to-asynq stopped: %w; rerun the same command to go on", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/asynqcompat"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
@@ -70,6 +71,17 @@ func TestMigrateAsynqCommands(t *testing.T) {
 	ti, err := ins.GetTaskInfo("default", "t-1")
 	require.NoError(t, err)
 	require.Equal(t, "p-1", string(ti.Payload))
+
+	// A second migration of the same asynq queue is refused while one holds
+	// its lock, in either direction.
+	require.NoError(t, rdb.Set(ctx, "asynqcompat:migrate-lock:default", "another run", time.Minute).Err())
+	err = run(ctx, args, &out, &errOut)
+	require.ErrorIs(t, err, asynqcompat.ErrMigrationRunning)
+	require.ErrorContains(t, err, "migrate-asynq refused")
+	require.ErrorContains(t, err, "another run")
+	err = run(ctx, []string{"migrate-to-asynq", "-redis", s.URL(), "-from", "emails", "-type", "email:welcome", "-to-queue", "default"}, &out, &errOut)
+	require.ErrorIs(t, err, asynqcompat.ErrMigrationRunning)
+	require.NoError(t, rdb.Del(ctx, "asynqcompat:migrate-lock:default").Err())
 
 	// Bad flags.
 	require.ErrorContains(t, run(ctx, []string{"migrate-asynq", "-redis", s.URL(), "-to", "emails"}, &out, &errOut), "-type is required")
