@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/redistest"
@@ -222,6 +223,19 @@ func TestShow(t *testing.T) {
 	require.Contains(t, out, "payload (json, 34 bytes):\n  {\n    \"to\": \"ada@example.com\",\n    \"n\": [\n      1,\n      2\n    ]\n  }\n")
 	require.Contains(t, out, "result: (empty)\n")
 	require.Contains(t, out, "meta:         -\n")
+	require.Contains(t, out, "priority:     0\n")
+	require.NotContains(t, out, "timeout:")
+
+	ctl, err := f.q.Enqueue(f.ctx, "ctl", nil, &jobkey.EnqueueOpts{Priority: 7, Timeout: 90 * time.Second})
+	require.NoError(t, err)
+	out, err = f.run("show", ctl.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, "priority:     7\n")
+	require.Contains(t, out, "timeout:      1m30s\n")
+	out, err = f.run("show", ctl.ID, "-json")
+	require.NoError(t, err)
+	require.Contains(t, out, `"priority": 7`)
+	require.Contains(t, out, `"timeout_ms": 90000`)
 
 	traced, err := f.q.Enqueue(f.ctx, "traced", nil, &jobkey.EnqueueOpts{Meta: map[string]string{
 		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x\x1b": "a\nb"}})

@@ -202,6 +202,8 @@ type jobView struct {
 	State         string            `json:"state"`
 	Attempt       int               `json:"attempt"`
 	MaxAttempts   int               `json:"max_attempts"`
+	Priority      int               `json:"priority"`
+	TimeoutMS     int64             `json:"timeout_ms,omitempty"`
 	RunAt         *time.Time        `json:"run_at,omitempty"`
 	LeaseOwner    string            `json:"lease_owner,omitempty"`
 	LeaseUntil    *time.Time        `json:"lease_until,omitempty"`
@@ -223,6 +225,7 @@ type jobView struct {
 func viewOf(j *jobkey.Job) jobView {
 	v := jobView{
 		ID: j.ID, Queue: j.Queue, Type: j.Type, State: j.State.String(), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+		Priority: j.Priority, TimeoutMS: j.Timeout.Milliseconds(),
 		RunAt: timePtr(j.RunAt), LeaseOwner: j.LeaseOwner, LeaseUntil: timePtr(j.LeaseUntil), LeaseToken: j.LeaseToken,
 		LastError: j.LastError, Meta: j.Meta, PayloadBytes: len(j.Payload), ResultBytes: len(j.Result),
 		CreatedAt: timePtr(j.CreatedAt), UpdatedAt: timePtr(j.UpdatedAt), Rev: j.Rev,
@@ -256,6 +259,10 @@ func printJob(w io.Writer, j *jobkey.Job) {
 	field("type", line(j.Type))
 	field("state", j.State.String())
 	field("attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
+	field("priority", strconv.Itoa(j.Priority))
+	if j.Timeout > 0 {
+		field("timeout", j.Timeout.String())
+	}
 	field("run at", when(j.RunAt))
 	field("lease owner", orDash(line(j.LeaseOwner)))
 	field("lease until", when(j.LeaseUntil))
