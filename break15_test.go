@@ -176,3 +176,39 @@ func TestBreak15ClusterClaimManyIgnoresHigherPriorityOnOtherShard(t *testing.T) 
 	require.Equal(t, hi.ID, got[0].ID, "ClaimMany took %s (priority %d, shard %d) while priority 9 was due on shard 1",
 		got[0].ID, got[0].Priority, q.ks.shardOf(got[0].ID))
 }
+
+// DEFECT: Update that makes a pending job due now at priority 9 (RunAt and
+// Priority are both editable) from another process publishes no wake-up
+// hint at all, so a Work elsewhere keeps its read-ahead entries of lower
+// priorities and claims one of them (in the fused complete-and-claim)
+// before the job now due at priority 9. Observed: after that Update during
+// run 1, run 2 was a priority-0 job.
+func TestBreak15UpdateRaisingPriorityDoesNotDropOthersReadAhead(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.q.clock.fake = nil
+	admin, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process's Queue
+	require.NoError(t, err)
+	for i := range 4 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("low%d", i)})
+		require.NoError(t, err)
+	}
+	later, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "later", Delay: time.Hour})
+	require.NoError(t, err)
+	var log runLog
+	startWork(t, f.q, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		if log.add(j) == 1 {
+			_, err := admin.Update(ctx, later.ID, func(u *Job) error {
+				u.Priority, u.RunAt = MaxPriority, time.Now().Add(-time.Second)
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil, nil
+	}), &WorkOpts{Concurrency: 1})
+	got := waitRuns(t, &log, 2)
+	require.Equal(t, later.ID, got[1].ID, "run 2 must be the job made due at priority 9, got %s (priority %d)", got[1].ID, got[1].Priority)
+}
