@@ -188,7 +188,10 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 			return got, err
 		}
 		if q.cluster() && len(cands) > 0 {
-			cands = sameShard(cands) // one transaction stays in one slot
+			// One transaction stays in one slot: the shard of the highest
+			// priority's candidate.
+			byPriority(cands)
+			cands = sameShard(cands)
 		}
 		if len(cands) == 0 {
 			break
@@ -239,7 +242,7 @@ func validOwner(worker string) error {
 // round, those read ahead (see duePool), when there are some; else a read
 // of the indexes, n entries per index.
 func (q *Queue) candidates(ctx context.Context, round, n int) (_ []candidate, pooled bool, _ error) {
-	if round == 0 && !q.cluster() {
+	if round == 0 && !q.cluster() && q.listeners.Load() > 0 {
 		if cands := q.pool.take(n, -1); len(cands) > 0 {
 			return cands, true, nil
 		}

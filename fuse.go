@@ -124,7 +124,14 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 		}
 	}
 	var ahead []candidate
-	read := func(ctx context.Context, p redis.Pipeliner) func() { return q.readAhead(ctx, p, shards, &ahead) }
+	aheadOf := shards
+	if !q.cluster() && q.ks.shards <= claimShards {
+		// On one Redis, every shard: a read ahead of only the completed
+		// jobs' shards would refill the pool without a higher priority
+		// that is due on another.
+		aheadOf = q.upShards(nil)
+	}
+	read := func(ctx context.Context, p redis.Pipeliner) func() { return q.readAhead(ctx, p, aheadOf, &ahead) }
 	guards, guardOf := q.shardGuards(cands)
 	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting, guardOf: guardOf,
 		out: make([]finishOut, len(set)), errs: make([]error, len(set))}

@@ -25,6 +25,10 @@ type Queue struct {
 	down  *expiring[int]    // shards whose node could not be reached
 	srv   serverCheck       // what the first call checks about Redis
 	pool  duePool           // due entries read ahead, for the claims that follow
+	// listeners counts the Works of this Queue subscribed to the wake-up
+	// hints: only then do claims take entries from the pool, since only
+	// then do other processes' hints drop what a higher priority passes.
+	listeners atomic.Int32
 	// paused says that the last read of due entries found every shard it
 	// read paused: idle workers then ignore enqueues' wake-up hints.
 	paused atomic.Bool
@@ -170,7 +174,12 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 		var ip indexPlan
 		q.move(&ip, shard, id, &old, next, "")
 		out = next
-		if notify != "" {
+		switch {
+		case notify == q.ks.wakeChannel() || notify == "" && next.State == StatePending:
+			// A job pending now: idle workers wake, and drop what they
+			// read ahead below its priority (wakeHint).
+			ip.extra = append(ip.extra, []any{"publish", q.ks.wakeChannel(), wakeHint(next.Priority)})
+		case notify != "":
 			ip.extra = append(ip.extra, []any{"publish", notify, id})
 		}
 		return &casPlan{writes: []casWrite{q.write(key, next)}, steps: ip.steps(), checks: ip.checks}, nil

@@ -107,6 +107,8 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	w.runs, stopRuns = context.WithCancelCause(w.writes)
 	defer stopRuns(nil)
 	sub := q.rdb.Subscribe(ctx, q.ks.wakeChannel(), q.ks.cancelChannel())
+	q.listeners.Add(1)
+	defer q.listeners.Add(-1)
 	listening := make(chan struct{})
 	go func() { defer close(listening); w.listen(sub.Channel()) }()
 	defer func() {
