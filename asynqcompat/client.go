@@ -48,13 +48,29 @@ func (r Route) matches(typ string) bool {
 //     the first run; without it the jobkey queue's Config.MaxAttempts
 //     applies);
 //   - Queue(name) must name the route's queue, or one of the queues given
-//     to NewClient, which it then picks.
+//     to NewClient, which it then picks;
+//   - Timeout(d) → EnqueueOpts.Timeout d, kept to the millisecond (asynq
+//     truncates it to whole seconds): Work ends each run's context after d
+//     and the attempt fails and is retried, as in asynq. Timeout(0) is no
+//     Timeout, as in asynq; a negative d, which asynq would take as a
+//     deadline already past, and a d over jobkey.MaxTimeout (7 days) are
+//     refused. Without a Timeout the job has none of its own and
+//     WorkOpts.Timeout applies; asynq applies 30 minutes instead, so set
+//     WorkOpts.Timeout to 30*time.Minute to keep that.
 //
-// Timeout, Deadline, Unique, Retention, Group and any option this package
-// does not know have no equivalent in jobkey: the enqueue is refused with an
-// *OptionError, never carried out without them. A task with headers is
-// refused too (jobkey jobs have none). Options given to asynq.NewTask count
-// as asynq counts them: before those given to Enqueue.
+// Deadline, Unique, Retention, Group and any option this package does not
+// know have no equivalent in jobkey: the enqueue is refused with an
+// *OptionError, never carried out without them. (Deadline is an absolute
+// time that bounds every run and ends the retries once passed; jobkey's
+// Timeout bounds each run by itself and nothing ends the retries at a
+// time.) A task with headers is refused too (jobkey jobs have none).
+// Options given to asynq.NewTask count as asynq counts them: before those
+// given to Enqueue.
+//
+// asynq's priorities are per queue (the server's Config.Queues weights and
+// StrictPriority), not per task, and are not mapped. jobkey orders jobs by
+// a per-job EnqueueOpts.Priority (0..9, higher first); a producer that
+// wants it enqueues with the route's jobkey.Queue directly.
 //
 // Client is safe for concurrent use.
 type Client struct {
@@ -102,7 +118,7 @@ func (c *Client) Enqueue(task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInf
 // or else to asynq, as asynq.Client.EnqueueContext does. For a task routed
 // to jobkey it returns a TaskInfo with ID, Queue, Type, Payload, State
 // (asynq.TaskStatePending or asynq.TaskStateScheduled), MaxRetry
-// (MaxAttempts-1) and NextProcessAt filled from the stored job.
+// (MaxAttempts-1), Timeout and NextProcessAt filled from the stored job.
 func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
 	if task == nil {
 		return nil, errors.New("asynqcompat: task cannot be nil")
@@ -139,8 +155,9 @@ func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...a
 
 // TaskInfo describes a jobkey job as an asynq.TaskInfo: ID, Queue, Type,
 // Payload, State, MaxRetry (MaxAttempts-1), Retried (Attempt, less the
-// attempt running while active), LastErr, NextProcessAt (RunAt while
-// pending), CompletedAt and Result. A pending job due later is
+// attempt running while active), LastErr, Timeout (the job's own; 0 when
+// it has none), NextProcessAt (RunAt while pending), CompletedAt and
+// Result. A pending job due later is
 // TaskStateScheduled, one due now TaskStatePending; a failed job is
 // TaskStateArchived, a canceled one too.
 func TaskInfo(j *jobkey.Job) *asynq.TaskInfo {
@@ -148,7 +165,7 @@ func TaskInfo(j *jobkey.Job) *asynq.TaskInfo {
 		return nil
 	}
 	ti := &asynq.TaskInfo{ID: j.ID, Queue: j.Queue, Type: j.Type, Payload: j.Payload,
-		MaxRetry: max(j.MaxAttempts-1, 0), Retried: j.Attempt, LastErr: j.LastError, Result: j.Result}
+		MaxRetry: max(j.MaxAttempts-1, 0), Retried: j.Attempt, LastErr: j.LastError, Timeout: j.Timeout, Result: j.Result}
 	switch j.State {
 	case jobkey.StatePending:
 		ti.NextProcessAt = j.RunAt
@@ -240,9 +257,18 @@ func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*
 			}
 			q = picked
 		case asynq.TimeoutOpt:
-			return nil, nil, bad(o, "jobkey has no per-job timeout; the handler runs under its lease until it returns or shutdown")
+			d, ok := v.(time.Duration)
+			switch {
+			case !ok:
+				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want time.Duration", v))
+			case d < 0:
+				return nil, nil, bad(o, "a negative timeout: asynq would take it as a deadline already past and fail every run at once")
+			case d > jobkey.MaxTimeout:
+				return nil, nil, bad(o, fmt.Sprintf("over jobkey's MaxTimeout, %v", jobkey.MaxTimeout))
+			}
+			eo.Timeout = d // 0: none, as in asynq (the last Timeout wins)
 		case asynq.DeadlineOpt:
-			return nil, nil, bad(o, "jobkey has no per-job deadline")
+			return nil, nil, bad(o, "jobkey has no per-job deadline (an absolute time that bounds every run and ends the retries); use Timeout to bound each run")
 		case asynq.UniqueOpt:
 			return nil, nil, bad(o, "jobkey has no uniqueness lock with a TTL; use TaskID (or jobkey.ContentID) for idempotent enqueues")
 		case asynq.RetentionOpt:

@@ -73,7 +73,8 @@ func TestClientRefusesUnmappedOptions(t *testing.T) {
 	q := e.queue(t, "emails", nil)
 	c := NewClient(nil, []Route{{Type: "email:welcome", To: q}})
 	for _, o := range []asynq.Option{
-		asynq.Timeout(time.Minute), asynq.Deadline(time.Now().Add(time.Hour)), asynq.Unique(time.Hour),
+		asynq.Timeout(-time.Second), asynq.Timeout(jobkey.MaxTimeout + time.Second),
+		asynq.Deadline(time.Now().Add(time.Hour)), asynq.Unique(time.Hour),
 		asynq.Retention(time.Hour), asynq.Group("g"), asynq.Queue("nope"), strangeOption{},
 	} {
 		_, err := c.EnqueueContext(e.ctx, asynq.NewTask("email:welcome", []byte("p")), asynq.TaskID("x"), o)

@@ -31,6 +31,16 @@ import (
 // A panic is turned into a failed attempt by jobkey's worker, as asynq's
 // server does.
 //
+// The job's Timeout (from asynq.Timeout through Client, or carried by
+// Migrate), else WorkOpts.Timeout, bounds the handler's context as asynq's
+// Timeout does: once it passes, ctx.Err() is context.DeadlineExceeded
+// (context.Cause is jobkey.ErrTimeout) and the attempt fails and is
+// retried. asynq fails the attempt at the timeout whatever the handler
+// returns later; so does Handler: a handler that returns nil after its
+// timeout has passed fails the attempt with jobkey.ErrTimeout. asynq's
+// Deadline has no jobkey equivalent (Client refuses it, Migrate skips the
+// tasks that have one).
+//
 // What asynq serves only from inside its own server, and jobkey cannot:
 //
 //   - task.ResultWriter() is nil: asynq's ResultWriter has no exported
@@ -43,8 +53,6 @@ import (
 //     can set. Use JobFrom(ctx) instead: Job.ID is the task ID (a task moved
 //     by Migrate keeps its asynq ID), Job.Attempt-1 the retry count,
 //     Job.MaxAttempts-1 the max retry, and Job.Queue the queue's name.
-//   - asynq's per-task Timeout and Deadline do not bound the handler's
-//     context; jobkey's lease and shutdown do (see jobkey.WorkOpts).
 func Handler(h asynq.Handler) jobkey.Handler {
 	return jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
 		var res resultBox
@@ -53,6 +61,10 @@ func Handler(h asynq.Handler) jobkey.Handler {
 		task := asynq.NewTask(j.Type, j.Payload)
 		err := h.ProcessTask(ctx, task)
 		switch {
+		case err == nil && errors.Is(context.Cause(ctx), jobkey.ErrTimeout):
+			// asynq's server fails the run at the timeout and does not wait
+			// for the handler's nil.
+			return nil, fmt.Errorf("asynqcompat: the handler returned after the job's timeout, which fails the run as in asynq: %w", context.Cause(ctx))
 		case err == nil:
 			return res.get(), nil
 		case errors.Is(err, asynq.SkipRetry), errors.Is(err, asynq.RevokeTask):

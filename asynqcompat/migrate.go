@@ -128,8 +128,13 @@ func (o *MigrateOpts) defaults() error {
 // Migrate moves the asynq tasks of one type that wait in one asynq queue
 // (pending, scheduled and retry) into a jobkey queue. Each task keeps its
 // ID (asynq's task ID becomes the jobkey ID), type, payload, run time
-// (NextProcessAt becomes RunAt) and remaining retries (MaxAttempts =
-// MaxRetry - Retried + 1, at least 1).
+// (NextProcessAt becomes RunAt), remaining retries (MaxAttempts =
+// MaxRetry - Retried + 1, at least 1) and Timeout (jobkey's Job.Timeout,
+// applied by Work to each run as asynq's server does). asynq stores a
+// Timeout with every task it enqueues without a Deadline, its default of 30
+// minutes when none was given, and that is what the job gets; a task that
+// stores none (a Timeout under a second, which asynq truncates to 0) gets
+// those 30 minutes too, as asynq's server would apply them.
 //
 // Each move enqueues into jobkey first and only then deletes the task from
 // asynq. A run stopped anywhere (ctx canceled, the process killed, Redis
@@ -140,9 +145,10 @@ func (o *MigrateOpts) defaults() error {
 //
 // Tasks that cannot move are skipped with a reason and stay in asynq: an ID
 // jobkey refuses (empty, longer than jobkey.MaxIDLen, or with '{' or '}'),
-// headers (jobkey jobs have none), a Deadline (jobkey has none), a job too
-// large for the queue. A task's Timeout is not carried: jobkey has no
-// per-job timeout. Tasks active in asynq are left to finish there and
+// headers (jobkey jobs have none), a Deadline (jobkey has none: it is an
+// absolute time across all runs and retries), a Timeout negative or over
+// jobkey.MaxTimeout, a job too large for the queue. Tasks active in asynq
+// are left to finish there and
 // listed in MigrateReport.Left; archived, completed and aggregating tasks
 // are not read.
 //
@@ -349,6 +355,11 @@ func (m *mover) list(ctx context.Context, pass int) ([]*asynq.TaskInfo, error) {
 	return out, nil
 }
 
+// asynqDefaultTimeout is the Timeout asynq gives a task enqueued with
+// neither Timeout nor Deadline, and what its server applies to a task that
+// stores neither.
+const asynqDefaultTimeout = 30 * time.Minute
+
 // why says why a task cannot move into jobkey, or "".
 func (m *mover) why(ti *asynq.TaskInfo) string {
 	switch {
@@ -360,6 +371,10 @@ func (m *mover) why(ti *asynq.TaskInfo) string {
 		return fmt.Sprintf("task has %d headers; jobkey jobs have none", len(ti.Headers))
 	case !ti.Deadline.IsZero():
 		return fmt.Sprintf("task has a Deadline (%s); jobkey has no per-job deadline", ti.Deadline.UTC().Format("2006-01-02T15:04:05Z"))
+	case ti.Timeout < 0:
+		return fmt.Sprintf("task has a negative Timeout (%v); jobkey takes 0..%v", ti.Timeout, jobkey.MaxTimeout)
+	case ti.Timeout > jobkey.MaxTimeout:
+		return fmt.Sprintf("task has a Timeout of %v, over jobkey's MaxTimeout, %v", ti.Timeout, jobkey.MaxTimeout)
 	}
 	return ""
 }
@@ -378,7 +393,12 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	eo := &jobkey.EnqueueOpts{ID: ti.ID, RunAt: ti.NextProcessAt, MaxAttempts: max(ti.MaxRetry-ti.Retried+1, 1)}
+	eo := &jobkey.EnqueueOpts{ID: ti.ID, RunAt: ti.NextProcessAt, MaxAttempts: max(ti.MaxRetry-ti.Retried+1, 1), Timeout: ti.Timeout}
+	if eo.Timeout == 0 {
+		// Neither Timeout nor Deadline stored: asynq's server applies its
+		// default (why skipped the tasks with a Deadline).
+		eo.Timeout = asynqDefaultTimeout
+	}
 	if eo.MaxAttempts > jobkey.MaxAttemptsLimit {
 		eo.MaxAttempts = jobkey.MaxAttemptsLimit
 	}

@@ -40,8 +40,10 @@ type RollbackOpts struct {
 // MigrateToAsynq moves the pending jobs of one type from a jobkey queue
 // back into an asynq queue: the rollback of Migrate. Each job keeps its ID
 // (as the asynq TaskID), type, payload, run time (ProcessAt) and remaining
-// attempts (MaxRetry = MaxAttempts - Attempt - 1, at least 0). The task
-// gets asynq's default Timeout (30 minutes).
+// attempts (MaxRetry = MaxAttempts - Attempt - 1, at least 0) and Timeout
+// (asynq.Timeout, rounded up to whole seconds, which is what asynq keeps).
+// A job without a Timeout of its own gets asynq's default, 30 minutes:
+// asynq has no task without one (WorkOpts.Timeout does not travel).
 //
 // Each move enqueues into asynq first and only then deletes the job from
 // jobkey, with Queue.DeleteIn(StatePending): only while it is still
@@ -179,6 +181,11 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 	opts := []asynq.Option{asynq.TaskID(j.ID), asynq.Queue(b.opts.ToQueue), asynq.MaxRetry(retries)}
 	if j.RunAt.After(time.Now()) {
 		opts = append(opts, asynq.ProcessAt(j.RunAt))
+	}
+	if j.Timeout > 0 {
+		// asynq keeps whole seconds, truncated: round up, so that the
+		// timeout is never shorter, nor 0 (asynq's default).
+		opts = append(opts, asynq.Timeout((j.Timeout + time.Second - 1).Truncate(time.Second)))
 	}
 	_, err := b.cli.EnqueueContext(ctx, asynq.NewTask(j.Type, j.Payload), opts...)
 	already := false
