@@ -325,30 +325,50 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 
 // vanishedFound deals with the candidates whose entry pointed at no value
 // when the claim's compare-and-set read them: the EXEC removed each entry
-// with a ZREM of its own. A ZREM that removed nothing means someone else
-// removed the entry first, as Delete does with the value: nothing was lost.
-// One that removed it found an entry whose value is gone (deleted outside
-// jobkey, or evicted): that is logged, and counted for Stats.Vanished.
+// with a ZREM of its own and counted it in the vanished log. A ZREM that
+// removed nothing means someone else removed the entry first, as Delete
+// does with the value: nothing was lost, and the count is taken back. One
+// that removed it found an entry whose value is gone (deleted outside
+// jobkey, or evicted): that is logged.
 func (q *Queue) vanishedFound(ctx context.Context, plan *casPlan, cands []candidate) {
 	if plan == nil {
 		return
 	}
-	for _, c := range cands {
-		key := q.ks.index(c.shard, c.index)
+	// reply finds the answer to a step of this EXEC by its command and
+	// arguments: -1 when there is none.
+	reply := func(name string, args ...any) int64 {
 		for _, cmd := range plan.results {
 			a := cmd.Args()
-			if cmd.Name() != "zrem" || len(a) != 3 || a[1] != key || a[2] != c.id {
+			if cmd.Name() != name || len(a) != len(args)+1 || !slices.Equal(a[1:], args) {
 				continue
 			}
-			if rc, ok := cmd.(*redis.Cmd); !ok || rc.Val() != int64(1) {
-				continue // removed by someone else first (Delete): nothing was lost
+			if rc, ok := cmd.(*redis.Cmd); ok {
+				if n, ok := rc.Val().(int64); ok {
+					return n
+				}
 			}
+		}
+		return -1
+	}
+	for _, c := range cands {
+		vanished := q.ks.index(c.shard, seenVanished)
+		removed := reply("zrem", q.ks.index(c.shard, c.index), c.id)
+		if removed != 0 {
 			q.cfg.Logger.Error("jobkey: a job's index entry pointed at no value: the job was deleted outside jobkey, or evicted by Redis (is maxmemory-policy noeviction?)",
 				"queue", q.name, "job", c.id)
-			// A log of what claimers found, not a part of any job's state:
-			// it follows the EXEC, and a failure loses one count.
-			if err := q.rdb.ZAdd(ctx, q.ks.index(c.shard, seenVanished), redis.Z{Score: float64(toMillis(q.clock.guess())), Member: c.id}).Err(); err != nil {
-				q.cfg.Logger.Warn("jobkey: could not count a vanished job", "queue", q.name, "job", c.id, "err", err)
+			continue
+		}
+		// Someone removed the hint first, as Delete does with the value:
+		// nothing was lost. The count goes again if this claim made it.
+		for _, cmd := range plan.results {
+			a := cmd.Args()
+			if cmd.Name() != "zadd" || len(a) != 5 || a[1] != vanished || a[4] != c.id {
+				continue
+			}
+			if rc, ok := cmd.(*redis.Cmd); ok && rc.Val() == int64(1) {
+				if err := q.rdb.ZRem(ctx, vanished, c.id).Err(); err != nil {
+					q.cfg.Logger.Warn("jobkey: could not take back a vanished count", "queue", q.name, "job", c.id, "err", err)
+				}
 			}
 		}
 	}
@@ -387,12 +407,17 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, c candidate, key s
 			return next, false
 		}
 	case cur == nil:
-		// A hint with no value. The hint goes, in a ZREM of its own whose
-		// reply says whether it was still there (vanishedFound): if so,
-		// the job was deleted outside jobkey, or evicted, and the loss is
-		// logged and counted (Stats.Vanished); if not, Delete (or another
-		// claimer) removed it first.
-		ip.extra = append(ip.extra, []any{"zrem", q.ks.index(c.shard, c.index), c.id})
+		// A hint with no value: the job was deleted outside jobkey, or
+		// evicted. The hint goes, and the loss is counted (Stats.Vanished)
+		// in the same EXEC, so a lost reply cannot hide it. The ZREM and
+		// the ZADD NX are commands of their own, whose replies say whether
+		// the hint was still there and whether this claim counted the
+		// loss (vanishedFound): a hint someone else removed first (Delete)
+		// takes back the count this claim made.
+		vanished := q.ks.index(c.shard, seenVanished)
+		ip.use(vanished) // its type is checked before MULTI
+		ip.extra = append(ip.extra, []any{"zrem", q.ks.index(c.shard, c.index), c.id},
+			[]any{"zadd", vanished, "NX", toMillis(now), c.id})
 		return nil, true
 	case derive(cur).index != c.index:
 		// Not claimable, and the hint that led here disagrees with the value.
