@@ -33,6 +33,48 @@ var dueIndexes = func() []dueIndex {
 	return out
 }()
 
+// dueIndexesP0 are the indexes due entries come from while the queue has
+// never had a job of a priority above 0: the expired leases and ready.
+var dueIndexesP0 = []dueIndex{{idxLeased, leasedPrio}, {idxReady, 0}}
+
+// prioFlag names, under each shard's hash tag, a string key that says the
+// shard has had a job of a priority above 0: it is set in the EXEC that
+// first puts such a job in its ready index, and never cleared.
+const prioFlag = "prio"
+
+// dueIdx returns the indexes a read of due entries takes: every
+// priority's once this process has seen the queue use priorities, else
+// the two a queue without them has (reads then check the shards' prioFlag
+// in the same round trip, and read again at once when one is set).
+func (q *Queue) dueIdx() []dueIndex {
+	if q.prios.Load() {
+		return dueIndexes
+	}
+	return dueIndexesP0
+}
+
+// readPrioFlags adds the reads of the shards' prioFlag to a pipeline, when
+// this process does not know yet that the queue uses priorities, and
+// returns what says, once it ran, whether one was set (and remembers it).
+func (q *Queue) readPrioFlags(ctx context.Context, p redis.Pipeliner, shards []int) func() bool {
+	if q.prios.Load() {
+		return func() bool { return false }
+	}
+	var flags []*redis.IntCmd
+	for _, s := range shards {
+		flags = append(flags, p.Exists(ctx, q.ks.index(s, prioFlag)))
+	}
+	return func() bool {
+		for _, f := range flags {
+			if f.Val() > 0 {
+				q.prios.Store(true)
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // dueCandidates reads the first ClaimWindow due entries of ready and the
 // first expired entries of leased, of every shard, in one round trip per
 // node. Reading them also shows the two indexes hold sorted sets.
@@ -67,15 +109,21 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 	if err != nil {
 		return nil, err
 	}
+	knew := q.prios.Load()
 	var pending []*dueRead
 	for _, s := range shards {
-		for _, d := range dueIndexes {
+		for _, d := range q.dueIdx() {
 			pending = append(pending, &dueRead{shard: s, index: d.index, prio: d.prio})
 		}
 	}
 	out, broken, firstErr, err := q.duePages(ctx, pending, strconv.FormatInt(toMillis(t), 10), n)
 	if err != nil {
 		return nil, err
+	}
+	if !knew && q.prios.Load() {
+		// The read found that the queue uses priorities, whose indexes it
+		// did not read: read again, every priority's (once per process).
+		return q.dueIn(ctx, n, shards)
 	}
 	if len(broken) > 0 {
 		out = slices.DeleteFunc(out, func(c candidate) bool { return broken[c.shard] })
@@ -131,16 +179,21 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 	full := map[int][]int{}
 	seen := map[string]bool{}
 	var paused func(s int) bool
+	prios := func() bool { return false }
 	for page := 0; len(pending) > 0 && page < maxDuePages; page++ {
 		cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if page == 0 {
 				// Paused shards are read in the same round trip, and left
-				// out: their jobs wait for Resume.
-				shards := make([]int, len(pending))
-				for i, r := range pending {
-					shards[i] = r.shard
+				// out: their jobs wait for Resume. So is whether the queue
+				// uses priorities, when this process does not know yet.
+				var shards []int
+				for _, r := range pending {
+					if !slices.Contains(shards, r.shard) {
+						shards = append(shards, r.shard)
+					}
 				}
 				paused = q.readPaused(ctx, p, shards)
+				prios = q.readPrioFlags(ctx, p, shards)
 			}
 			for _, r := range pending {
 				by := &redis.ZRangeBy{Min: "-inf", Max: now, Offset: r.offset, Count: window}
@@ -154,6 +207,9 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 		var more []*dueRead
 		if page == 0 {
 			q.paused.Store(!slices.ContainsFunc(pending, func(r *dueRead) bool { return !paused(r.shard) }))
+			if prios() {
+				return nil, nil, nil, nil // the caller reads again, every priority
+			}
 		}
 		for _, r := range pending {
 			if paused(r.shard) {
@@ -220,6 +276,9 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	var cmds []*redis.ZSliceCmd
 	var paused []*redis.IntCmd // per shard read, its pause flag
 	var clock *redis.TimeCmd
+	var up []int
+	idx := q.dueIdx()
+	prios := func() bool { return false }
 	sent := q.clock.local()
 	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if !q.cluster() {
@@ -233,14 +292,19 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 			}
 			n := int64(min(q.newer.size(), maxSkip))
 			paused = append(paused, p.Exists(ctx, q.pauseKey(s)))
-			for _, d := range dueIndexes {
+			for _, d := range idx {
 				cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, d.index), 0, n))
 			}
+			up = append(up, s)
 		}
+		prios = q.readPrioFlags(ctx, p, up)
 		return nil
 	})
+	prios()
 	// A shard that cannot be read (its node is down) is left out: the
-	// others still say when to wake.
+	// others still say when to wake. A queue found to use priorities is
+	// read whole from the next call on; this one may wake late for a
+	// scheduled job of a higher priority, by PollInterval at most.
 	if err := unanswered(all, err); err != nil || ctx.Err() != nil {
 		return 0, false, fmt.Errorf("jobkey: read next due time: %w", cmp.Or(err, ctx.Err()))
 	}
@@ -251,7 +315,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	var next time.Time
 	q.paused.Store(len(paused) > 0 && !slices.ContainsFunc(paused, func(c *redis.IntCmd) bool { return c.Val() == 0 }))
 	for i, c := range cmds {
-		if paused[i/len(dueIndexes)].Val() > 0 {
+		if paused[i/len(idx)].Val() > 0 {
 			continue // waits for Resume, which wakes the workers
 		}
 		for _, z := range c.Val() {

@@ -274,11 +274,12 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 	}
 	var reads []read
 	paused := q.readPaused(ctx, p, shards)
+	prios := q.readPrioFlags(ctx, p, shards)
 	for _, s := range shards {
 		if slices.ContainsFunc(reads, func(r read) bool { return r.shard == s }) {
 			continue
 		}
-		for _, d := range dueIndexes {
+		for _, d := range q.dueIdx() {
 			by := &redis.ZRangeBy{Min: "-inf", Max: max, Count: int64(aheadN)}
 			reads = append(reads, read{s, d.index, d.prio, p.ZRangeByScore(ctx, q.ks.index(s, d.index), by)})
 		}
@@ -287,6 +288,9 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 		// An ID in two indexes (a stray entry) is a candidate once: one
 		// transaction must not decide about one job twice.
 		*into = (*into)[:0]
+		if prios() {
+			return // the queue uses priorities this read did not look at: nothing to pool
+		}
 		seen := map[string]bool{}
 		full := map[int][]int{}
 		for _, r := range reads {

@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"slices"
 	"time"
 )
 
@@ -73,6 +74,16 @@ func (p *indexPlan) zadd(key string, score int64, id string) {
 	w.adds = append(w.adds, score, id)
 }
 
+// flag sets a string key to "1" in the transaction (once), its type
+// checked before MULTI.
+func (p *indexPlan) flag(key string) {
+	if slices.ContainsFunc(p.checks, func(c typeCheck) bool { return c.key == key }) {
+		return
+	}
+	p.checks = append(p.checks, typeCheck{key: key, want: "string"})
+	p.extra = append(p.extra, []any{"set", key, "1"})
+}
+
 // steps returns the merged commands: removals, then additions.
 // No ID is both removed from and added to one key in a plan, so the order
 // between them does not matter.
@@ -105,8 +116,11 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 		to = derive(new)
 		if new.State == StatePending && new.Priority > 0 {
 			// The due entries read ahead may hold lower priorities than
-			// this job: they must not go before it.
+			// this job: they must not go before it. Readers that do not
+			// know the queue uses priorities learn it from the flag.
 			q.pool.dropBelow(new.Priority)
+			q.prios.Store(true)
+			p.flag(q.ks.index(shard, prioFlag))
 		}
 	}
 	tampered := hint != "" && hint != from.index

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -135,4 +136,37 @@ func TestPriorityRefused(t *testing.T) {
 	f.requireIndexed(t, j) // moved to its priority's index
 	idx, _ := f.indexOf(t, j.ID)
 	require.Equal(t, "ready.4", idx)
+}
+
+// A process that has never seen the queue use priorities reads only the
+// ready index of priority 0, and the shards' flag: when another process
+// enqueues a job of a higher priority, the next claim finds the flag, reads
+// again every priority's index, and takes that job first.
+func TestPriorityLearnedFromTheFlag(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2, DisableGroupCommit: true})
+	for range 3 {
+		_, err := f.q.Enqueue(f.ctx, "low", nil, nil)
+		require.NoError(t, err)
+	}
+	_, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.False(t, f.q.prios.Load())
+
+	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 2})
+	require.NoError(t, err)
+	other.clock.fake = f.clock.Now
+	hi, err := other.Enqueue(f.ctx, "high", nil, &EnqueueOpts{Priority: 9})
+	require.NoError(t, err)
+
+	f.hook.Reset()
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, hi.ID, c.ID, "the job of priority 9 first")
+	require.True(t, f.q.prios.Load())
+	require.EqualValues(t, 4, f.hook.RTT.Load(), "one more round trip, once: the read again")
+	f.hook.Reset()
+	_, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, f.hook.RTT.Load())
 }

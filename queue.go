@@ -29,6 +29,10 @@ type Queue struct {
 	// hints: only then do claims take entries from the pool, since only
 	// then do other processes' hints drop what a higher priority passes.
 	listeners atomic.Int32
+	// prios says that the queue has had jobs of a priority above 0 (a
+	// shard's prioFlag, or this process wrote one): reads of due entries
+	// then take every priority's index.
+	prios atomic.Bool
 	// paused says that the last read of due entries found every shard it
 	// read paused: idle workers then ignore enqueues' wake-up hints.
 	paused atomic.Bool

@@ -204,6 +204,7 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 				// A job of that priority was enqueued: read-ahead entries
 				// of lower ones must not pass it over.
 				if n, err := strconv.Atoi(p); err == nil {
+					w.q.prios.Store(true)
 					w.q.pool.dropBelow(n)
 				}
 			}
