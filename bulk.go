@@ -212,6 +212,7 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, checks: q.checksFor(shard, predict...),
 		decide: func(r *casRead) (*casPlan, error) {
 			done, skipped = 0, 0
+			top := 0 // the highest priority made pending, for the wake-up hint
 			plan := &casPlan{}
 			var ip indexPlan
 			for i, cur := range r.jobs {
@@ -227,11 +228,14 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 				}
 				next := to(cur, r.now)
 				next.UpdatedAt = r.now
+				if next.State == StatePending {
+					top = max(top, next.Priority)
+				}
 				q.move(&ip, shard, cur.ID, cur, next, "")
 				plan.writes = append(plan.writes, q.write(keys[i], next))
 			}
 			if notify != "" && done > 0 {
-				ip.extra = append(ip.extra, []any{"publish", notify, "1"})
+				ip.extra = append(ip.extra, []any{"publish", notify, wakeHint(top)})
 			}
 			plan.steps, plan.checks = ip.steps(), ip.checks
 			return plan, nil

@@ -50,7 +50,26 @@ func (q *Queue) dueIdx() []dueIndex {
 	if q.prios.Load() {
 		return dueIndexes
 	}
+	// Now and then every index, whatever the flags say: a job above
+	// priority 0 whose shard lost its flag (a key deleted or restored
+	// apart) waits at most fullReadEvery, not for ever.
+	now := time.Now().UnixNano()
+	if last := q.fullRead.Load(); now-last > int64(fullReadEvery) && q.fullRead.CompareAndSwap(last, now) {
+		return dueIndexes
+	}
 	return dueIndexesP0
+}
+
+// fullReadEvery is how often a process that has not seen the queue use
+// priorities reads every priority's index all the same.
+const fullReadEvery = time.Minute
+
+// sawPriorities notes that a read found due entries above priority 0:
+// from then on, reads take every priority's index.
+func (q *Queue) sawPriorities(cands []candidate) {
+	if !q.prios.Load() && slices.ContainsFunc(cands, func(c candidate) bool { return c.prio > 0 && c.prio < leasedPrio }) {
+		q.prios.Store(true)
+	}
 }
 
 // readPrioFlags adds the reads of the shards' prioFlag to a pipeline, when
@@ -110,9 +129,10 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 		return nil, err
 	}
 	knew := q.prios.Load()
+	idx := q.dueIdx() // once: every shard reads the same indexes
 	var pending []*dueRead
 	for _, s := range shards {
-		for _, d := range q.dueIdx() {
+		for _, d := range idx {
 			pending = append(pending, &dueRead{shard: s, index: d.index, prio: d.prio})
 		}
 	}
@@ -247,6 +267,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 		}
 		pending = more
 	}
+	q.sawPriorities(out)
 	return keepTopPriorities(out, full), broken, firstErr, nil
 }
 

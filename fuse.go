@@ -275,11 +275,12 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 	var reads []read
 	paused := q.readPaused(ctx, p, shards)
 	prios := q.readPrioFlags(ctx, p, shards)
+	idx := q.dueIdx() // once: every shard reads the same indexes
 	for _, s := range shards {
 		if slices.ContainsFunc(reads, func(r read) bool { return r.shard == s }) {
 			continue
 		}
-		for _, d := range q.dueIdx() {
+		for _, d := range idx {
 			by := &redis.ZRangeBy{Min: "-inf", Max: max, Count: int64(aheadN)}
 			reads = append(reads, read{s, d.index, d.prio, p.ZRangeByScore(ctx, q.ks.index(s, d.index), by)})
 		}
@@ -307,6 +308,7 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 				}
 			}
 		}
+		q.sawPriorities(*into)
 		*into = keepTopPriorities(*into, full)
 	}
 }

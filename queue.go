@@ -32,7 +32,8 @@ type Queue struct {
 	// prios says that the queue has had jobs of a priority above 0 (a
 	// shard's prioFlag, or this process wrote one): reads of due entries
 	// then take every priority's index.
-	prios atomic.Bool
+	prios    atomic.Bool
+	fullRead atomic.Int64 // unix ns of the last read of every index while !prios (dueIdx)
 	// paused says that the last read of due entries found every shard it
 	// read paused: idle workers then ignore enqueues' wake-up hints.
 	paused atomic.Bool

@@ -326,6 +326,9 @@ func (q *Queue) rederive(ctx context.Context, shard int, id string) error {
 				e := derive(r.jobs[0])
 				want = e.index
 				ip.zadd(q.ks.index(shard, e.index), e.score, id)
+				if j := r.jobs[0]; j.State == StatePending && j.Priority > 0 {
+					ip.flag(q.ks.index(shard, prioFlag)) // as the move that first put it there did
+				}
 			}
 			for _, idx := range allIndexes {
 				if idx != want {
