@@ -71,6 +71,12 @@ func (q *Queue) recheck(ctx context.Context, shard int, now time.Time, ids []str
 				}
 				return nil
 			})
+			if errors.Is(err, redis.TxFailedErr) {
+				// A job changed since its GET: the scores are no snapshot
+				// (every one carries the abort), so nothing may be judged
+				// from them. Read again.
+				return err
+			}
 			if err != nil && (unanswered(cmds, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
 				return err
 			}

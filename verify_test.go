@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -263,4 +264,35 @@ func TestVerifySnapshotCopiesNoValueInExec(t *testing.T) {
 		}
 	}
 	require.Less(t, execTime, 20*time.Millisecond, "Verify's snapshot held Redis for %v in one EXEC", execTime)
+}
+
+// A snapshot re-check whose EXEC is aborted (a suspect job changed after
+// its GET) judges nothing from it and reads again: every ZSCORE of an
+// aborted EXEC carries the abort, and was once taken for "in no index"
+// (TestVerifyOnABusyQueue failed so, now and then, on a busy queue).
+func TestVerifySnapshotAbortedIsReadAgain(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.ZRem(f.ctx, f.q.Keys(j.ID).Ready, j.ID).Err(), "changed outside jobkey: a suspect")
+	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix})
+	require.NoError(t, err)
+	other.clock.fake = f.clock.Now
+	var fired atomic.Bool
+	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		n := names(cmds)
+		if slices.Contains(n, "multi") && slices.ContainsFunc(n, func(s string) bool { return strings.HasPrefix(s, "zscore") }) &&
+			fired.CompareAndSwap(false, true) {
+			// Between the re-check's GET and its EXEC, the job is moved on:
+			// its value changes, and its entry is written again.
+			_, err := other.Update(context.Background(), j.ID, func(j *Job) error { j.RunAt = j.RunAt.Add(time.Second); return nil })
+			require.NoError(t, err)
+		}
+		return nil
+	}))
+	rep, err := f.q.Verify(f.ctx, &VerifyOpts{Keys: true}) // a value no index lists is found by its key
+	require.NoError(t, err)
+	require.True(t, fired.Load(), "the re-check ran")
+	require.Empty(t, rep.Findings, "the job is listed again: nothing to report")
 }
