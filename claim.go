@@ -334,44 +334,38 @@ func (q *Queue) vanishedFound(ctx context.Context, plan *casPlan, cands []candid
 	if plan == nil {
 		return
 	}
-	// reply finds the answer to a step of this EXEC by its command and
-	// arguments: -1 when there is none.
-	reply := func(name string, args ...any) int64 {
-		for _, cmd := range plan.results {
-			a := cmd.Args()
-			if cmd.Name() != name || len(a) != len(args)+1 || !slices.Equal(a[1:], args) {
-				continue
-			}
-			if rc, ok := cmd.(*redis.Cmd); ok {
-				if n, ok := rc.Val().(int64); ok {
-					return n
-				}
-			}
-		}
-		return -1
-	}
 	for _, c := range cands {
 		vanished := q.ks.index(c.shard, seenVanished)
-		removed := reply("zrem", q.ks.index(c.shard, c.index), c.id)
-		if removed != 0 {
+		if stepReply(plan, "zrem", q.ks.index(c.shard, c.index), c.id) != 0 {
 			q.cfg.Logger.Error("jobkey: a job's index entry pointed at no value: the job was deleted outside jobkey, or evicted by Redis (is maxmemory-policy noeviction?)",
 				"queue", q.name, "job", c.id)
 			continue
 		}
 		// Someone removed the hint first, as Delete does with the value:
 		// nothing was lost. The count goes again if this claim made it.
-		for _, cmd := range plan.results {
-			a := cmd.Args()
-			if cmd.Name() != "zadd" || len(a) != 5 || a[1] != vanished || a[4] != c.id {
-				continue
-			}
-			if rc, ok := cmd.(*redis.Cmd); ok && rc.Val() == int64(1) {
-				if err := q.rdb.ZRem(ctx, vanished, c.id).Err(); err != nil {
-					q.cfg.Logger.Warn("jobkey: could not take back a vanished count", "queue", q.name, "job", c.id, "err", err)
-				}
+		if stepReply(plan, "zadd", vanished, c.id) == 1 {
+			if err := q.rdb.ZRem(ctx, vanished, c.id).Err(); err != nil {
+				q.cfg.Logger.Warn("jobkey: could not take back a vanished count", "queue", q.name, "job", c.id, "err", err)
 			}
 		}
 	}
+}
+
+// stepReply returns the integer reply of the plan's step name on key whose
+// last argument is member, once EXEC answered: -1 when there is none.
+func stepReply(plan *casPlan, name, key, member string) int64 {
+	for _, cmd := range plan.results {
+		a := cmd.Args()
+		if cmd.Name() != name || len(a) < 3 || a[1] != key || a[len(a)-1] != member {
+			continue
+		}
+		if rc, ok := cmd.(*redis.Cmd); ok {
+			if n, ok := rc.Val().(int64); ok {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 // decideCandidate decides what a claim does about one candidate, stored at

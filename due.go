@@ -196,7 +196,7 @@ type dueRead struct {
 func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n int) (out []candidate, broken map[int]bool, firstErr, err error) {
 	window := int64(n + min(q.newer.size(), 1000))
 	broken = map[int]bool{}
-	full := map[int][]int{}
+	full := -1 // the highest priority whose read filled its window
 	seen := map[string]bool{}
 	var paused func(s int) bool
 	prios := func() bool { return false }
@@ -259,7 +259,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 			}
 			switch {
 			case r.taken >= n:
-				full[r.shard] = append(full[r.shard], r.prio)
+				full = max(full, r.prio)
 			case int64(len(ids)) == window:
 				r.offset += window
 				more = append(more, r)
@@ -271,22 +271,15 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 	return keepTopPriorities(out, full), broken, firstErr, nil
 }
 
-// keepTopPriorities drops the candidates whose priority is below one whose
-// read filled its window on some shard: entries of that priority may lie
-// past the window, unread, and must be claimed before any lower one, on
-// that shard and the others the claim read. full maps a shard to the
-// priorities whose read was full.
-func keepTopPriorities(cands []candidate, full map[int][]int) []candidate {
-	top := -1
-	for _, ps := range full {
-		for _, p := range ps {
-			top = max(top, p)
-		}
-	}
-	if top <= 0 {
+// keepTopPriorities drops the candidates whose priority is below full, the
+// highest priority whose read filled its window on some shard: entries of
+// that priority may lie past the window, unread, and must be claimed before
+// any lower one, on that shard and the others the claim read.
+func keepTopPriorities(cands []candidate, full int) []candidate {
+	if full <= 0 {
 		return cands
 	}
-	return slices.DeleteFunc(cands, func(c candidate) bool { return c.prio < top })
+	return slices.DeleteFunc(cands, func(c candidate) bool { return c.prio < full })
 }
 
 // untilDue returns how long until the next job becomes claimable by

@@ -265,7 +265,7 @@ func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
 // replies into candidates in *into.
 func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, into *[]candidate) func() {
 	now, _ := q.clock.estimate()
-	max := strconv.FormatInt(toMillis(now), 10)
+	upTo := strconv.FormatInt(toMillis(now), 10)
 	type read struct {
 		shard int
 		index string
@@ -281,7 +281,7 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 			continue
 		}
 		for _, d := range idx {
-			by := &redis.ZRangeBy{Min: "-inf", Max: max, Count: int64(aheadN)}
+			by := &redis.ZRangeBy{Min: "-inf", Max: upTo, Count: int64(aheadN)}
 			reads = append(reads, read{s, d.index, d.prio, p.ZRangeByScore(ctx, q.ks.index(s, d.index), by)})
 		}
 	}
@@ -293,13 +293,13 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 			return // the queue uses priorities this read did not look at: nothing to pool
 		}
 		seen := map[string]bool{}
-		full := map[int][]int{}
+		full := -1 // the highest priority whose read filled its window
 		for _, r := range reads {
 			if paused(r.shard) {
 				continue
 			}
 			if len(r.cmd.Val()) == aheadN {
-				full[r.shard] = append(full[r.shard], r.prio)
+				full = max(full, r.prio)
 			}
 			for _, id := range r.cmd.Val() {
 				if !seen[id] && !q.newer.has(id) {
