@@ -34,11 +34,19 @@ type casWrite struct {
 	ttl time.Duration // > 0: the key expires (retention of finished jobs)
 }
 
+// auxWrite sets a watched auxiliary key (casTxn.aux, casTxn.follow) to a
+// whole new value, or deletes it when val is nil.
+type auxWrite struct {
+	key string
+	val []byte
+}
+
 // casPlan is what a decision asks the engine to apply in one MULTI/EXEC:
 // whole values first, then idempotent extra steps (index updates). checks
 // lists every key the steps write, with the type it must have.
 type casPlan struct {
 	writes []casWrite
+	aux    []auxWrite // whole values of watched auxiliary keys
 	steps  [][]any
 	checks []typeCheck
 	// results holds, once EXEC answered, every command's reply, for the
@@ -46,7 +54,9 @@ type casPlan struct {
 	results []redis.Cmder
 }
 
-func (p *casPlan) empty() bool { return p == nil || (len(p.writes) == 0 && len(p.steps) == 0) }
+func (p *casPlan) empty() bool {
+	return p == nil || (len(p.writes) == 0 && len(p.aux) == 0 && len(p.steps) == 0)
+}
 
 // casRead is the state the decision sees: one entry per watched key, and
 // Redis's clock when they were read.
@@ -56,6 +66,9 @@ type casRead struct {
 	now  time.Time
 	// guarded says, per casTxn.guards key, whether it exists.
 	guarded []bool
+	// aux holds the auxiliary keys read under WATCH (casTxn.aux and what
+	// casTxn.follow named), raw: the decision decodes them.
+	aux map[string]rawRead
 }
 
 // casTxn is one optimistic transaction. decide may run several times, once
@@ -78,6 +91,14 @@ type casTxn struct {
 	// round trip 1, and a guard set before EXEC aborts it.
 	guards []string
 	decide func(r *casRead) (*casPlan, error)
+	// aux are keys of values other than jobs (a concurrency key's slots)
+	// that the decision reads and may rewrite whole: watched and read (GET)
+	// in round trip 1. follow, when set, names more such keys once the jobs
+	// are read (a claimed job's concurrency key is only known then): one
+	// more round trip watches and reads those not read yet, before decide
+	// runs. All must share the job keys' hash slot on a cluster.
+	aux    []string
+	follow func(r *casRead) []string
 	// extra, when set, adds read-only commands to round trip 1 (the due
 	// entries a fused claim will need next) and returns what to do with
 	// their replies, before decide runs.
@@ -219,6 +240,9 @@ func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, err
 		// Two decisions about one key in one EXEC would each see the old
 		// value, and the second write would silently undo the first.
 		return nil, nil, fmt.Errorf("jobkey: internal error: transaction names key %q twice", dup)
+	}
+	if t.route == "" && len(t.keys) == 0 && len(t.aux) > 0 {
+		t.route = t.aux[0]
 	}
 	if t.route == "" && len(t.keys) > 0 {
 		t.route = t.keys[0]

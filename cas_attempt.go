@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,12 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	if err != nil {
 		sick = true
 		return nil, nil, err
+	}
+	if t.follow != nil {
+		if err := e.readAux(ctx, conn, read, t.follow(read)); err != nil {
+			sick = true
+			return nil, nil, err
+		}
 	}
 	plan, err := t.decide(read)
 	if err != nil || plan.empty() {
@@ -74,6 +81,9 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 	for _, k := range t.guards {
 		watch = append(watch, k)
 	}
+	for _, k := range t.aux {
+		watch = append(watch, k)
+	}
 	multi := len(t.keys) > 1
 	var get *redis.StringCmd
 	var mget *redis.SliceCmd
@@ -82,12 +92,13 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 	var after func()
 	types := make([]*redis.StatusCmd, 0, len(t.checks))
 	guards := make([]*redis.IntCmd, 0, len(t.guards))
+	auxs := make([]*redis.StringCmd, 0, len(t.aux))
 	e.m.roundTrips.Add(1)
-	reads := 1
+	reads := min(1, len(t.keys))
 	if multi {
 		reads = 2
 	}
-	e.m.commands.Add(int64(2 + reads + len(t.checks) + len(t.guards)))
+	e.m.commands.Add(int64(2 + reads + len(t.checks) + len(t.guards) + len(t.aux)))
 	sent := e.clock.local()
 	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, watch...)
@@ -95,7 +106,7 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		if multi {
 			mget = p.MGet(ctx, t.keys...)
 			exists = p.Exists(ctx, t.keys...)
-		} else {
+		} else if len(t.keys) == 1 {
 			get = p.Get(ctx, t.keys[0])
 		}
 		for _, c := range t.checks {
@@ -103,6 +114,9 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		}
 		for _, g := range t.guards {
 			guards = append(guards, p.Exists(ctx, g))
+		}
+		for _, k := range t.aux {
+			auxs = append(auxs, p.Get(ctx, k))
 		}
 		if t.extra != nil {
 			n := p.Len()
@@ -134,7 +148,7 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		if raws, err = e.multiRead(ctx, conn, t.keys, mget, exists); err != nil {
 			return nil, err
 		}
-	} else {
+	} else if get != nil {
 		raws = []rawRead{fromGet(get)}
 	}
 	r, err := decodeReads(t.keys, raws)
@@ -149,10 +163,69 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		}
 		r.guarded = append(r.guarded, n > 0)
 	}
+	r.aux = make(map[string]rawRead, len(auxs))
+	for i, g := range auxs {
+		raw := fromGet(g)
+		if raw.err != nil && !isWrongType(raw.err) {
+			return nil, fmt.Errorf("jobkey: get %s: %w", t.aux[i], raw.err)
+		}
+		r.aux[t.aux[i]] = raw
+	}
 	if after != nil {
 		after()
 	}
 	return r, nil
+}
+
+// readAux watches and reads the auxiliary keys of keys that r has not
+// read yet: one more round trip, on the connection that holds the WATCH of
+// round trip 1, so the decision sees them under the same compare-and-set.
+func (e *casEngine) readAux(ctx context.Context, conn *redis.Conn, r *casRead, keys []string) error {
+	var todo []string
+	for _, k := range keys {
+		if _, ok := r.aux[k]; !ok && !slices.Contains(todo, k) {
+			todo = append(todo, k)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(int64(1 + len(todo)))
+	watch := make([]any, 0, 1+len(todo))
+	watch = append(watch, "watch")
+	for _, k := range todo {
+		watch = append(watch, k)
+	}
+	gets := make([]*redis.StringCmd, len(todo))
+	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, watch...)
+		for i, k := range todo {
+			gets[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err := unanswered(cmds, err); err != nil {
+		return fmt.Errorf("jobkey: read %s: %w", todo[0], err)
+	}
+	if len(cmds) > 0 && cmds[0].Err() != nil {
+		err := fmt.Errorf("jobkey: watch %s: %w", todo[0], cmds[0].Err())
+		if redirected(err) {
+			return &retry{err: err, moved: true}
+		}
+		return err
+	}
+	if r.aux == nil {
+		r.aux = make(map[string]rawRead, len(todo))
+	}
+	for i, g := range gets {
+		raw := fromGet(g)
+		if raw.err != nil && !isWrongType(raw.err) {
+			return fmt.Errorf("jobkey: get %s: %w", todo[i], raw.err)
+		}
+		r.aux[todo[i]] = raw
+	}
+	return nil
 }
 
 // checkLate types the keys a plan writes that were neither predicted nor
@@ -179,10 +252,17 @@ func (e *casEngine) checkLate(ctx context.Context, conn *redis.Conn, late []type
 // exec is round trip 2: MULTI, the whole values, the extra steps, EXEC.
 func (e *casEngine) exec(ctx context.Context, conn *redis.Conn, plan *casPlan, values [][]byte) ([]redis.Cmder, error) {
 	e.m.roundTrips.Add(1)
-	e.m.commands.Add(int64(2 + len(plan.writes) + len(plan.steps)))
+	e.m.commands.Add(int64(2 + len(plan.writes) + len(plan.aux) + len(plan.steps)))
 	return conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for i, w := range plan.writes {
 			p.Set(ctx, w.key, values[i], w.ttl) // ttl 0: no expiry
+		}
+		for _, w := range plan.aux {
+			if w.val == nil {
+				p.Del(ctx, w.key)
+			} else {
+				p.Set(ctx, w.key, w.val, 0)
+			}
 		}
 		for _, s := range plan.steps {
 			p.Do(ctx, s...)
@@ -376,6 +456,11 @@ func encodePlan(keys []string, read *casRead, plan *casPlan) ([][]byte, error) {
 	at := make(map[string]int, len(keys))
 	for k, key := range keys {
 		at[key] = k
+	}
+	for _, w := range plan.aux {
+		if _, ok := read.aux[w.key]; !ok {
+			return nil, fmt.Errorf("jobkey: internal error: write to unwatched key %q", w.key)
+		}
 	}
 	values := make([][]byte, len(plan.writes))
 	for i, w := range plan.writes {

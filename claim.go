@@ -294,25 +294,31 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	}
 	got = make([]*Job, len(cands))
 	guards, guardOf := q.shardGuards(cands)
+	shards := make([]int, len(cands))
+	for i, c := range cands {
+		shards[i] = c.shard
+	}
 	var vanished []candidate
 	var plan *casPlan
-	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards,
+	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards, follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
 			vanished = vanished[:0]
 			plan := &casPlan{}
 			var ip indexPlan
+			b := q.newSlotBook(r)
 			now := r.now
 			for i, c := range cands {
 				if gone != nil && gone(i) || r.guarded[guardOf[i]] {
 					continue // the caller left, or the shard is paused
 				}
-				claimed, lost := q.decideCandidate(plan, &ip, c, keys[i], r.jobs[i], r.errs[i], workers[i], now)
+				claimed, lost := q.decideCandidate(plan, &ip, b, c, keys[i], r.jobs[i], r.errs[i], workers[i], now)
 				got[i] = claimed
 				if lost {
 					vanished = append(vanished, c)
 				}
 			}
+			b.finish(plan, &ip)
 			plan.steps, plan.checks = ip.steps(), ip.checks
 			return plan, nil
 		}})
@@ -373,7 +379,7 @@ func stepReply(plan *casPlan, name, key, member string) int64 {
 // job returned), fail it for good, put its hint right, set an unreadable
 // value aside, or skip a newer format. Its writes go to plan and ip; lost
 // says the hint pointed at no value.
-func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, c candidate, key string, cur *Job, readErr error,
+func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c candidate, key string, cur *Job, readErr error,
 	worker string, now time.Time) (claimed *Job, lost bool) {
 	switch {
 	case errors.Is(readErr, ErrUnsupportedFormat):
@@ -393,6 +399,19 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, c candidate, key s
 		return nil, false
 	}
 	next, took := q.decideClaim(cur, worker, now)
+	if next != nil && cur.ConcurrencyKey != "" {
+		// A keyed job takes a slot of its key in the same EXEC, or waits
+		// for one; failed for good, it gives back the slot its last lease
+		// held.
+		e := b.entry(c.shard, cur)
+		switch {
+		case took && !b.take(e, next):
+			q.blocked(plan, ip, b, e, c, key, cur, now)
+			return nil, false
+		case !took:
+			b.release(e, cur.ID)
+		}
+	}
 	switch {
 	case next != nil:
 		q.move(ip, c.shard, c.id, cur, next, c.index)

@@ -25,9 +25,10 @@ const MaxValueBytes = 64 << 20
 //	1.2  19 elements: Meta appended, a map of strings (an empty one is 0x80)
 //	1.3  20 elements: Timeout appended, whole milliseconds (0: none)
 //	1.4  21 elements: Priority appended, 0 to MaxPriority
+//	1.5  22 elements: ConcurrencyKey appended, a string ("" : none)
 const (
 	formatMajor = 1
-	formatMinor = 4
+	formatMinor = 5
 )
 
 // v1Fields is the number of array elements of a v1.0 value, including the
@@ -69,6 +70,9 @@ func Marshal(j *Job) ([]byte, error) {
 	}
 	if j.Priority < 0 || j.Priority > MaxPriority {
 		return nil, fmt.Errorf("%w: marshal job %q: Priority %d, want 0..%d", ErrInvalid, j.ID, j.Priority, MaxPriority)
+	}
+	if len(j.ConcurrencyKey) > MaxConcurrencyKeyLen {
+		return nil, fmt.Errorf("%w: marshal job %q: ConcurrencyKey is %d bytes, limit %d", ErrInvalid, j.ID, len(j.ConcurrencyKey), MaxConcurrencyKeyLen)
 	}
 	if j.Timeout < 0 || j.Timeout > MaxTimeout || j.Timeout%time.Millisecond != 0 {
 		return nil, fmt.Errorf("%w: marshal job %q: Timeout %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Timeout, MaxTimeout)
@@ -162,6 +166,14 @@ func decodeJobAs(d decoder, j *Job, known int) error {
 			return err
 		}
 		out.Priority = int(p)
+	}
+	if has(v1Fields + 4) { // 1.5
+		if out.ConcurrencyKey, err = d.str("ConcurrencyKey"); err != nil {
+			return err
+		}
+		if len(out.ConcurrencyKey) > MaxConcurrencyKeyLen {
+			return d.corrupt("ConcurrencyKey", fmt.Sprintf("%d bytes, limit %d", len(out.ConcurrencyKey), MaxConcurrencyKeyLen))
+		}
 	}
 	// Fields appended by a newer minor version are checked to be well
 	// formed and kept as they are, to be written back unchanged.

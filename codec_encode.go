@@ -33,6 +33,9 @@ func encodedSizeAs(j *Job, known int) int {
 	if known > v1Fields+3 {
 		n += uintSize(uint64(j.Priority))
 	}
+	if known > v1Fields+4 {
+		n += strSize(j.ConcurrencyKey)
+	}
 	return n
 }
 
@@ -71,6 +74,9 @@ func appendJobAs(b []byte, j *Job, known int) []byte {
 	}
 	if known > v1Fields+3 {
 		b = appendUint(b, uint64(j.Priority)) // 1.4
+	}
+	if known > v1Fields+4 {
+		b = appendStr(b, j.ConcurrencyKey) // 1.5
 	}
 	return append(b, j.future.raw...)
 }

@@ -57,6 +57,13 @@ func fullJobPriority() *Job {
 	return j
 }
 
+// fullJobConcurrency is fullJobPriority with the field of format 1.5.
+func fullJobConcurrency() *Job {
+	j := fullJobPriority()
+	j.ConcurrencyKey = "customer-42"
+	return j
+}
+
 // bigMeta is a Meta at both limits: MaxMetaEntries entries, MaxMetaBytes
 // bytes, some of them strings of every msgpack width up to str16.
 func bigMeta() map[string]string {
@@ -111,7 +118,7 @@ func TestCodecEmptyBytesDecodeNil(t *testing.T) {
 	require.NoError(t, Unmarshal(b, &out))
 	require.Nil(t, out.Payload)
 	require.Nil(t, out.Meta)
-	require.Equal(t, []byte{0x80, 0x00, 0x00}, b[len(b)-3:], "an empty Meta is one byte, an empty fixmap; then the zero Timeout and Priority")
+	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0}, b[len(b)-4:], "an empty Meta is one byte, an empty fixmap; then the zero Timeout and Priority, and no ConcurrencyKey")
 	nilMeta, err := Marshal(&Job{State: StatePending})
 	require.NoError(t, err)
 	require.Equal(t, b, nilMeta, "nil and empty Meta encode alike")
@@ -208,17 +215,26 @@ func TestCodecGoldenV1(t *testing.T) {
 	require.Equal(t, v12[5:], v13[5:len(v13)-len(timeout)], "1.3 appends one element to 1.2: Timeout")
 	require.Equal(t, timeout, v13[len(v13)-len(timeout):])
 
-	golden := goldenV14(t)
+	v14 := goldenV14(t)
+	got = Job{}
+	require.NoError(t, Unmarshal(v14, &got))
+	require.Equal(t, *fullJobPriority(), got, "a v1.4 value has no ConcurrencyKey")
+	require.Equal(t, []byte{0xdc, 0, 21, 1, 4}, v14[:5], "array16 of 21, version 1.4")
+	require.Equal(t, v13[5:], v14[5:len(v14)-1], "1.4 appends one element to 1.3: Priority")
+	require.Equal(t, byte(7), v14[len(v14)-1])
+
+	golden := goldenV15(t)
 	got = Job{}
 	require.NoError(t, Unmarshal(golden, &got))
-	require.Equal(t, *fullJobPriority(), got)
-	// The current encoder writes v1.4 byte for byte.
-	b, err := Marshal(fullJobPriority())
+	require.Equal(t, *fullJobConcurrency(), got)
+	// The current encoder writes v1.5 byte for byte.
+	b, err := Marshal(fullJobConcurrency())
 	require.NoError(t, err)
 	require.Equal(t, golden, b)
-	require.Equal(t, []byte{0xdc, 0, 21, 1, 4}, golden[:5], "array16 of 21, version 1.4")
-	require.Equal(t, v13[5:], golden[5:len(golden)-1], "1.4 appends one element to 1.3: Priority")
-	require.Equal(t, byte(7), golden[len(golden)-1])
+	require.Equal(t, []byte{0xdc, 0, 22, 1, 5}, golden[:5], "array16 of 22, version 1.5")
+	ck := appendStr(nil, fullJobConcurrency().ConcurrencyKey)
+	require.Equal(t, v14[5:], golden[5:len(golden)-len(ck)], "1.5 appends one element to 1.4: ConcurrencyKey")
+	require.Equal(t, ck, golden[len(golden)-len(ck):])
 }
 
 // goldenV12 is the value 1.2 wrote for fullJobMeta, checked in. It is
@@ -239,18 +255,46 @@ func goldenV13(t *testing.T) []byte {
 	return b
 }
 
-// goldenV14 is the value this build writes for fullJobPriority, checked in.
+// goldenV14 is the value 1.4 wrote for fullJobPriority, checked in; never
+// written again.
 func goldenV14(t *testing.T) []byte {
 	t.Helper()
-	path := filepath.Join("testdata", "job-v1.4.msgpack")
+	b, err := os.ReadFile(filepath.Join("testdata", "job-v1.4.msgpack"))
+	require.NoError(t, err)
+	return b
+}
+
+// goldenV15 is the value this build writes for fullJobConcurrency, checked
+// in.
+func goldenV15(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", "job-v1.5.msgpack")
 	if *updateGolden {
-		b, err := Marshal(fullJobPriority())
+		b, err := Marshal(fullJobConcurrency())
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return b
+}
+
+// A v1.5 value read by a build that knows only 1.4 keeps the
+// ConcurrencyKey raw and writes it back unchanged: an older worker's
+// claim or completion never drops a job's key.
+func TestCodecGoldenV15ReadByV14(t *testing.T) {
+	t.Parallel()
+	const v14 = v1Fields + 4
+	golden := goldenV15(t)
+	var j Job
+	require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, v14))
+	require.Empty(t, j.ConcurrencyKey, "1.4 knows no ConcurrencyKey")
+	require.Equal(t, 1, j.future.n)
+	require.EqualValues(t, 5, j.future.minor)
+	known := j
+	known.future = futureFields{}
+	require.Equal(t, *fullJobPriority(), known)
+	require.Equal(t, golden, appendJobAs(nil, &j, v14), "written back by 1.4, byte for byte")
 }
 
 // A v1.4 value read by a build that knows only 1.3 keeps the Priority raw
@@ -385,12 +429,12 @@ func TestCodecNewerMinorDecodes(t *testing.T) {
 // must keep its bytes through every transition an older worker makes. (It
 // is written anew whenever a minor version defines the element where its
 // first unknown field sat: no real writer puts a string where 1.2 put
-// Meta, 1.3 Timeout or 1.4 Priority.)
+// Meta, 1.3 Timeout, 1.4 Priority or 1.5 ConcurrencyKey.)
 func futureGolden(t *testing.T) []byte {
 	t.Helper()
 	path := filepath.Join("testdata", "job-future-minor.msgpack")
 	if *updateGolden {
-		j := fullJobPriority()
+		j := fullJobConcurrency()
 		j.State, j.Attempt, j.LeaseOwner, j.LeaseUntil, j.LeaseToken = StatePending, 0, "", time.Time{}, 0
 		b := appendFields(t, j, 9, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
 		require.NoError(t, os.WriteFile(path, b, 0o644))
@@ -409,6 +453,7 @@ func TestCodecGoldenFutureMinor(t *testing.T) {
 	require.Equal(t, fullJobMeta().Meta, j.Meta)
 	require.Equal(t, fullJobTimeout().Timeout, j.Timeout)
 	require.Equal(t, fullJobPriority().Priority, j.Priority)
+	require.Equal(t, fullJobConcurrency().ConcurrencyKey, j.ConcurrencyKey)
 	require.Equal(t, 2, j.future.n)
 	again, err := Marshal(&j)
 	require.NoError(t, err)
@@ -444,13 +489,13 @@ func TestCodecCorrupt(t *testing.T) {
 		"noVersion":        {[]byte{0x91, 0x01}, "value"},
 		"tooFewFields":     {[]byte{0x92, 0x01, 0x00}, "value"},
 		"trailing":         {append(bytes.Clone(good), 0x00), "value"},
-		"truncated":        {good[:len(good)-14], "UpdatedAt"},
-		"truncatedToken":   {good[:len(good)-5], "LeaseToken"},
+		"truncated":        {good[:len(good)-15], "UpdatedAt"},
+		"truncatedToken":   {good[:len(good)-6], "LeaseToken"},
 		"idNotString":      {set(5, 0x05), "ID"},
 		"badState":         {stateAt(t, good, 9), "State"},
 		"versionString":    {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
 		"negativeAttempt":  {replaceField(t, 7, int64(-1)), "Attempt"},
-		"badAppendedField": {badAppended(t), "appended field 21"},
+		"badAppendedField": {badAppended(t), "appended field 22"},
 		"badToken":         {replaceField(t, 17, "not a number"), "LeaseToken"},
 		"metaNotMap":       {replaceField(t, 18, "not a map"), "Meta"},
 		"metaNil":          {replaceField(t, 18, nil), "Meta"},
@@ -459,6 +504,8 @@ func TestCodecCorrupt(t *testing.T) {
 		"timeoutTooLong":   {replaceField(t, 19, MaxTimeout.Milliseconds()+1), "Timeout"},
 		"priorityTooHigh":  {replaceField(t, 20, uint64(MaxPriority+1)), "Priority"},
 		"priorityNegative": {replaceField(t, 20, int64(-1)), "Priority"},
+		"ckNotString":      {replaceField(t, 21, uint64(5)), "ConcurrencyKey"},
+		"ckTooLong":        {replaceField(t, 21, strings.Repeat("k", MaxConcurrencyKeyLen+1)), "ConcurrencyKey"},
 		"metaIntValue":     {replaceField(t, 18, map[string]any{"k": 1}), "Meta value"},
 		"metaIntKey":       {replaceField(t, 18, map[int]string{1: "v"}), "Meta key"},
 		"metaEmptyKey":     {replaceField(t, 18, map[string]string{"": "v"}), "Meta"},
@@ -502,7 +549,7 @@ func replaceField(t *testing.T, i int, v any) []byte {
 	j := fullJob()
 	elems := []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
 		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
-		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0), uint64(0)}
+		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0), uint64(0), ""}
 	elems[i] = v
 	b, err := msgpack.Marshal(elems)
 	require.NoError(t, err)
@@ -515,12 +562,12 @@ func metaRaw(t testing.TB, hdr byte, strs ...string) []byte {
 	t.Helper()
 	b, err := Marshal(fullJob())
 	require.NoError(t, err)
-	require.Equal(t, []byte{0x80, 0x00, 0x00}, b[len(b)-3:], "an empty Meta, then the zero Timeout and Priority")
-	b = append(b[:len(b)-3], hdr)
+	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0}, b[len(b)-4:], "an empty Meta, then the zero Timeout and Priority, and no ConcurrencyKey")
+	b = append(b[:len(b)-4], hdr)
 	for _, s := range strs {
 		b = appendStr(b, s)
 	}
-	return append(b, 0x00, 0x00)
+	return append(b, 0x00, 0x00, 0xa0)
 }
 
 func badAppended(t *testing.T) []byte {
@@ -564,7 +611,7 @@ func TestCodecHostileHeaders(t *testing.T) {
 }
 
 func FuzzUnmarshal(f *testing.F) {
-	for _, j := range []*Job{fullJob(), fullJobMeta(), {State: StatePending}, {ID: "ü", State: StateFailed, Payload: make([]byte, 300)},
+	for _, j := range []*Job{fullJob(), fullJobMeta(), fullJobConcurrency(), {State: StatePending}, {ID: "ü", State: StateFailed, Payload: make([]byte, 300)},
 		{State: StatePending, Meta: bigMeta()}} {
 		b, err := Marshal(j)
 		require.NoError(f, err)
@@ -607,12 +654,12 @@ func FuzzUnmarshal(f *testing.F) {
 func FuzzMarshal(f *testing.F) {
 	j := fullJob()
 	tp := "traceparent=" + fullJobMeta().Meta["traceparent"] + "\ntracestate=" + fullJobMeta().Meta["tracestate"]
-	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev, tp, int64(fullJobTimeout().Timeout), 7)
-	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0), "", int64(-1), -1)
-	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0), "=v", int64(MaxTimeout)+1, 10) // MaxAttempts past the decoder's limit
-	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1), "a=\nb=c=d\na=e", int64(MaxTimeout), 9)
-	f.Add("y", "t", []byte{}, uint8(3), int64(1), int64(2), int64(5), uint64(1), uint64(2), strings.Repeat("k=v\n", 70), int64(1500*time.Microsecond), 0)
-	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64, meta string, timeout int64, priority int) {
+	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev, tp, int64(fullJobTimeout().Timeout), 7, "customer-42")
+	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0), "", int64(-1), -1, strings.Repeat("k", MaxConcurrencyKeyLen+1))
+	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0), "=v", int64(MaxTimeout)+1, 10, "") // MaxAttempts past the decoder's limit
+	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1), "a=\nb=c=d\na=e", int64(MaxTimeout), 9, "{ü}")
+	f.Add("y", "t", []byte{}, uint8(3), int64(1), int64(2), int64(5), uint64(1), uint64(2), strings.Repeat("k=v\n", 70), int64(1500*time.Microsecond), 0, strings.Repeat("k", MaxConcurrencyKeyLen))
+	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64, meta string, timeout int64, priority int, ck string) {
 		var m map[string]string
 		if meta != "" {
 			m = map[string]string{}
@@ -623,7 +670,7 @@ func FuzzMarshal(f *testing.F) {
 		}
 		in := &Job{ID: id, Type: typ, Payload: payload, State: State(state), Attempt: int(attempt), MaxAttempts: int(maxAttempts),
 			RunAt: fromMillis(runAt), LeaseUntil: fromMillis(runAt / 2), LeaseToken: token, Rev: rev, LastError: typ, Result: payload,
-			Meta: m, Timeout: time.Duration(timeout), Priority: priority}
+			Meta: m, Timeout: time.Duration(timeout), Priority: priority, ConcurrencyKey: ck}
 		b, err := Marshal(in)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {

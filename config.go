@@ -65,6 +65,11 @@ type Config struct {
 	// Set it only where INFO is not allowed and the policy is known to be
 	// noeviction (default: false: check, and refuse writes under allkeys-*).
 	SkipEvictionCheck bool
+	// ConcurrencyLimit is the limit of a concurrency key that has none of
+	// its own (Queue.SetConcurrencyLimit): at most this many jobs with one
+	// EnqueueOpts.ConcurrencyKey are active at once. Give every process of
+	// a queue the same value (default: 1; at most MaxConcurrencyLimit).
+	ConcurrencyLimit int
 	// Logger receives what jobkey notices but cannot return: a job that
 	// vanished from Redis, a risky server setting (default: slog.Default()).
 	Logger *slog.Logger
@@ -117,6 +122,7 @@ func (c *Config) withDefaults(cluster bool) Config {
 	out.CASBackoff = cmp.Or(out.CASBackoff, time.Millisecond)
 	out.CASMaxBackoff = cmp.Or(out.CASMaxBackoff, 100*time.Millisecond)
 	out.MaxBatch = cmp.Or(out.MaxBatch, 256)
+	out.ConcurrencyLimit = cmp.Or(out.ConcurrencyLimit, 1)
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -158,6 +164,9 @@ func (c *Config) validate() error {
 	if c.CASBackoff < 0 || c.CASMaxBackoff < c.CASBackoff {
 		bad("CASBackoff %v and CASMaxBackoff %v: want 0 <= CASBackoff <= CASMaxBackoff", c.CASBackoff, c.CASMaxBackoff)
 	}
+	if c.ConcurrencyLimit < 1 || c.ConcurrencyLimit > MaxConcurrencyLimit {
+		bad("ConcurrencyLimit is %d, want 1..%d", c.ConcurrencyLimit, MaxConcurrencyLimit)
+	}
 	if c.MaxBatch < 1 || c.MaxBatch > 4096 {
 		bad("MaxBatch is %d, want 1..4096", c.MaxBatch)
 	}
@@ -188,6 +197,14 @@ type EnqueueOpts struct {
 	// Priority orders due jobs, 0 to MaxPriority, higher first (see
 	// Job.Priority; default: 0).
 	Priority int
+	// ConcurrencyKey puts the job under a concurrency limit: at most the
+	// key's limit of the queue's jobs with this key run at once, across
+	// every worker and process (see Job.ConcurrencyKey,
+	// Queue.SetConcurrencyLimit and Config.ConcurrencyLimit). On a queue of
+	// several shards the job lives in its key's shard: an ID of the
+	// caller's must be there too (Queue.IDFor makes one), and a generated
+	// ID is drawn there (default: none).
+	ConcurrencyKey string
 }
 
 // JobSpec describes one job to enqueue, as an element of an EnqueueMany

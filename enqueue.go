@@ -218,6 +218,22 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 		return nil, err
 	}
 	j.Priority = o.Priority
+	if o.ConcurrencyKey != "" {
+		if err := validConcurrencyKey(o.ConcurrencyKey); err != nil {
+			return nil, err
+		}
+		j.ConcurrencyKey = o.ConcurrencyKey
+		// The job lives in its key's shard, beside its key's value.
+		if want := q.ks.shardOf(j.ConcurrencyKey); q.ks.shardOf(j.ID) != want {
+			if o.ID != "" {
+				return nil, fmt.Errorf("%w: job ID %q is not in the shard of concurrency key %q (the queue has %d shards): use Queue.IDFor(key, id)",
+					ErrInvalid, j.ID, j.ConcurrencyKey, q.ks.shards)
+			}
+			for q.ks.shardOf(j.ID) != want {
+				j.ID = NewID()
+			}
+		}
+	}
 	switch {
 	case o.Delay < 0:
 		return nil, fmt.Errorf("%w: Delay is %v, want >= 0", ErrInvalid, o.Delay)

@@ -140,7 +140,16 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 			checks = append(checks, typeCheck{key: k, want: "zset"})
 		}
 	}
+	all := slices.Clone(shards)
+	mine := make([]*Job, len(set))
+	for k, i := range set {
+		mine[k] = batch[i].in.job
+	}
+	for _, c := range cands {
+		all = append(all, c.shard)
+	}
 	_, plan, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: guards,
+		aux: q.slotPredict(mine, shards), follow: q.slotFollow(all),
 		decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
 	out, errs, vanished := fs.out, fs.errs, fs.vanished
 	if errors.Is(err, errOutcomeUnknown) {
@@ -195,6 +204,7 @@ type finishSet struct {
 func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 	plan := &casPlan{}
 	var ip indexPlan
+	b := q.newSlotBook(r)
 	fs.vanished = fs.vanished[:0]
 	for k, i := range fs.set {
 		fs.out[k], fs.errs[k] = finishOut{}, nil
@@ -204,7 +214,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 			continue
 		}
 		f := fencedWrite{key: fs.keys[k], shard: fs.shards[k], j: in.job, done: completed, fn: succeed(in.result)}
-		fs.out[k].done, fs.errs[k] = q.decideFenced(plan, &ip, f, r.jobs[k], r.errs[k], r.now)
+		fs.out[k].done, fs.errs[k] = q.decideFenced(plan, &ip, b, f, r.jobs[k], r.errs[k], r.now)
 	}
 	w := 0
 	for ci, c := range fs.cands {
@@ -219,7 +229,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 		}
 		k := len(fs.set) + ci
 		worker := fs.batch[fs.set[fs.wanting[w]]].in.worker
-		claimed, lost := q.decideCandidate(plan, &ip, c, fs.keys[k], r.jobs[k], r.errs[k], worker, r.now)
+		claimed, lost := q.decideCandidate(plan, &ip, b, c, fs.keys[k], r.jobs[k], r.errs[k], worker, r.now)
 		if claimed != nil {
 			fs.out[fs.wanting[w]].next = claimed
 			w++
@@ -228,6 +238,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 			fs.vanished = append(fs.vanished, c)
 		}
 	}
+	b.finish(plan, &ip)
 	plan.steps, plan.checks = ip.steps(), ip.checks
 	return plan
 }

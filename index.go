@@ -74,6 +74,19 @@ func (p *indexPlan) zadd(key string, score int64, id string) {
 	w.adds = append(w.adds, score, id)
 }
 
+// rescore sets id's score in key to score, replacing an addition of id to
+// key the plan already holds.
+func (p *indexPlan) rescore(key string, score int64, id string) {
+	w := p.use(key)
+	for i := 3; i < len(w.adds); i += 2 {
+		if w.adds[i] == id {
+			w.adds[i-1] = score
+			return
+		}
+	}
+	p.zadd(key, score, id)
+}
+
 // flag sets a string key to "1" in the transaction (once), its type
 // checked before MULTI.
 func (p *indexPlan) flag(key string) {

@@ -92,6 +92,13 @@ type Job struct {
 	// higher priorities keep jobs due, lower ones wait (format 1.4; a value
 	// written before decodes with priority 0).
 	Priority int
+	// ConcurrencyKey groups jobs under a limit: at most the key's
+	// concurrency limit of the queue's jobs with one key are active at
+	// once, across every worker and process (Queue.SetConcurrencyLimit,
+	// Config.ConcurrencyLimit). Empty means no limit. It is set at enqueue
+	// and never changes (format 1.5; a value written before decodes with
+	// none). At most MaxConcurrencyKeyLen bytes.
+	ConcurrencyKey string
 
 	// future holds the fields a newer minor version appended, as read, so
 	// that writing the job back keeps them: an older worker's claim or

@@ -73,21 +73,28 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 		ids[k] = jobs[i].ID
 	}
 	keys, shards, checks := q.txnKeys(ids, predict...)
-	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
-		plan := &casPlan{}
-		var ip indexPlan
-		for k, i := range set {
-			out[i], errs[i] = nil, nil
-			if gone != nil && gone(i) {
-				errs[i] = errLeftOut
-				continue
+	mine := make([]*Job, len(set))
+	for k, i := range set {
+		mine[k] = jobs[i]
+	}
+	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, aux: q.slotPredict(mine, shards), follow: q.slotFollow(shards),
+		decide: func(r *casRead) (*casPlan, error) {
+			plan := &casPlan{}
+			var ip indexPlan
+			b := q.newSlotBook(r)
+			for k, i := range set {
+				out[i], errs[i] = nil, nil
+				if gone != nil && gone(i) {
+					errs[i] = errLeftOut
+					continue
+				}
+				f := fencedWrite{key: keys[k], shard: shards[k], j: jobs[i], done: done, fn: fn(i)}
+				out[i], errs[i] = q.decideFenced(plan, &ip, b, f, r.jobs[k], r.errs[k], r.now)
 			}
-			f := fencedWrite{key: keys[k], shard: shards[k], j: jobs[i], done: done, fn: fn(i)}
-			out[i], errs[i] = q.decideFenced(plan, &ip, f, r.jobs[k], r.errs[k], r.now)
-		}
-		plan.steps, plan.checks = ip.steps(), ip.checks
-		return plan, nil
-	}})
+			b.finish(plan, &ip)
+			plan.steps, plan.checks = ip.steps(), ip.checks
+			return plan, nil
+		}})
 	return err
 }
 
@@ -103,7 +110,7 @@ type fencedWrite struct {
 
 // decideFenced decides one fenced transition on the stored job cur (or
 // the error reading it gave) and adds its writes to plan and ip.
-func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, f fencedWrite, cur *Job, readErr error, now time.Time) (*Job, error) {
+func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fencedWrite, cur *Job, readErr error, now time.Time) (*Job, error) {
 	j := f.j
 	switch {
 	case readErr != nil:
@@ -120,6 +127,17 @@ func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, f fencedWrite, cur *J
 	if err := q.fits(next, cur); err != nil {
 		return nil, err
 	}
+	if e := b.entry(f.shard, cur); e != nil {
+		// A keyed job's lease lives in its key's value too: renewed there,
+		// or given back, in the same EXEC.
+		if next.State != StateActive {
+			b.release(e, cur.ID)
+		} else if !b.extend(e, cur, next) {
+			// Its lease ran out, and its slot went to another job: the key
+			// is full without it.
+			return nil, &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Token: j.LeaseToken, Now: cur}
+		}
+	}
 	q.move(ip, f.shard, j.ID, cur, next, "")
 	plan.writes = append(plan.writes, q.write(f.key, next))
 	return next, nil
@@ -132,6 +150,9 @@ func (q *Queue) checkJob(j *Job) error {
 	}
 	if j.Queue != "" && j.Queue != q.name {
 		return fmt.Errorf("%w: job %q belongs to queue %q, not %q", ErrInvalid, j.ID, j.Queue, q.name)
+	}
+	if err := validConcurrencyKey(j.ConcurrencyKey); err != nil {
+		return err
 	}
 	return validID(j.ID)
 }

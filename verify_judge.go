@@ -133,10 +133,20 @@ func (q *Queue) judge(id string, v value, have []placed, now time.Time) (Finding
 		return Finding{ID: id, Kind: "wrong-entry", Detail: fmt.Sprintf("in %d indexes, value says %s", len(have), describe(want))}, true
 	case have[0].index != want.index:
 		return Finding{ID: id, Kind: "wrong-entry", Detail: fmt.Sprintf("in %s, value says %s", have[0].index, describe(want))}, true
+	case waitingForSlot(v.job, have[0]):
+		// A keyed job whose key was full: its entry waits, later than its
+		// RunAt, for a slot (concurrency.go).
 	case want.index != idxCorrupt && have[0].score != want.score:
 		return Finding{ID: id, Kind: "wrong-entry", Detail: fmt.Sprintf("%s score %d, value says %d", want.index, have[0].score, want.score)}, true
 	}
 	return Finding{}, false
+}
+
+// waitingForSlot says whether p is the ready entry of j, a pending job of
+// a concurrency key, moved later than its RunAt by a claim that found the
+// key full.
+func waitingForSlot(j *Job, p placed) bool {
+	return j != nil && j.ConcurrencyKey != "" && j.State == StatePending && p.score > toMillis(j.RunAt)
 }
 
 // finishedState is the state whose jobs an index holds, when they are

@@ -1,0 +1,569 @@
+package jobkey
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// Concurrency limits per key (docs/design.md, "Concurrency keys").
+//
+// A job enqueued with EnqueueOpts.ConcurrencyKey runs only while its key
+// has a free slot. Each key has one value of its own, next to its jobs:
+//
+//	<prefix>:{<shard tag>}:ck:<key>   limit, active leases, waiting jobs
+//
+// and, like a job, it is only ever rewritten whole, by the compare-and-set
+// that changes the job: a claim watches and reads the claimed job's key
+// value and writes the job and the lease it adds in one EXEC, so the limit
+// and the claim are one all-or-nothing change. Every write that ends or
+// renews a keyed job's lease (Complete, Fail, Release, Extend, a claim
+// that fails a job whose last lease ran out) rewrites the key's value in
+// the same EXEC. A lease entry carries the job's lease deadline, so a
+// lease that ran out frees its slot by itself: the next claim does not
+// count it, and no sweeper is needed.
+//
+// A claim that finds the key full leaves the job pending and moves its
+// ready entry to the time the first of the key's leases would run out, so
+// claimers stop meeting it, and lists it in the key's waiting list. A
+// write that frees a slot moves the first waiting jobs' entries back to
+// their RunAt (ZADD XX LT: an entry that is no longer there, because the
+// job was claimed, canceled or deleted meanwhile, is not recreated) and
+// wakes the workers. A job is never stranded: at worst its entry comes due
+// when the leases it waited for would have run out.
+
+// MaxConcurrencyKeyLen bounds Job.ConcurrencyKey, which is part of a Redis
+// key.
+const MaxConcurrencyKeyLen = 256
+
+// MaxConcurrencyLimit bounds a concurrency key's limit.
+const MaxConcurrencyLimit = 10000
+
+const (
+	// maxWaiting bounds a key's waiting list. A job blocked while the list
+	// is full still waits, by its entry's score, but is not pulled forward
+	// when a slot frees: it comes due when the key's first lease would
+	// have run out, and tries again.
+	maxWaiting = 1000
+	// pullGrace is how long a waiting job pulled forward keeps a slot in
+	// mind before the list forgets it: it was claimed (and its lease
+	// counts), or canceled, deleted or changed in between.
+	pullGrace = 5 * time.Second
+	// unreadableWait is how long a job waits when its key's value cannot
+	// be read, before it is tried again.
+	unreadableWait = time.Minute
+	// slotFormat is the first element of a key's value.
+	slotFormat = 1
+)
+
+// validConcurrencyKey refuses a key the value format does not hold.
+func validConcurrencyKey(k string) error {
+	switch {
+	case len(k) > MaxConcurrencyKeyLen:
+		return fmt.Errorf("%w: ConcurrencyKey is %d bytes, limit %d", ErrInvalid, len(k), MaxConcurrencyKeyLen)
+	case strings.ContainsAny(k, "{}"):
+		return fmt.Errorf("%w: ConcurrencyKey %q contains a brace", ErrInvalid, k)
+	}
+	return nil
+}
+
+// slotLease is one active job of a key: its ID, the lease token of the
+// claim, and the lease deadline (unix ms), kept equal to the job's.
+type slotLease struct {
+	id    string
+	token uint64
+	until int64
+}
+
+// slotWait is a job that found its key full: where its ready entry belongs
+// (priority, RunAt in unix ms), and when a freed slot pulled it forward (0:
+// not yet).
+type slotWait struct {
+	id     string
+	prio   int
+	runAt  int64
+	pulled int64
+}
+
+// slotValue is a concurrency key's value. limit 0 means Config's default.
+type slotValue struct {
+	limit   int
+	leases  []slotLease
+	waiting []slotWait
+}
+
+// encode returns the value's bytes: [format, limit, leases, waiting]. A
+// value with nothing to keep is nil: its key is deleted.
+func (v *slotValue) encode() []byte {
+	if v.limit == 0 && len(v.leases) == 0 && len(v.waiting) == 0 {
+		return nil
+	}
+	b := appendArrayHdr(nil, 4)
+	b = appendUint(b, slotFormat)
+	b = appendUint(b, uint64(v.limit))
+	b = appendArrayHdr(b, len(v.leases))
+	for _, l := range v.leases {
+		b = appendArrayHdr(b, 3)
+		b = appendStr(b, l.id)
+		b = appendUint(b, l.token)
+		b = appendInt(b, l.until)
+	}
+	b = appendArrayHdr(b, len(v.waiting))
+	for _, w := range v.waiting {
+		b = appendArrayHdr(b, 4)
+		b = appendStr(b, w.id)
+		b = appendUint(b, uint64(w.prio))
+		b = appendInt(b, w.runAt)
+		b = appendInt(b, w.pulled)
+	}
+	return b
+}
+
+// decodeSlots decodes a key's value. Like the job codec, it never panics
+// and allocates no more than the input holds: a malformed value is a
+// *CorruptError, and is kept as it is by every caller.
+func decodeSlots(s string) (slotValue, error) {
+	var v slotValue
+	if len(s) > MaxValueBytes {
+		return v, fmt.Errorf("%w: concurrency value is %d bytes, limit %d", ErrTooLarge, len(s), MaxValueBytes)
+	}
+	d := decoder{b: unsafe.Slice(unsafe.StringData(s), len(s))}
+	n, err := d.arrayLen("concurrency value")
+	if err != nil {
+		return v, err
+	}
+	if n != 4 {
+		return v, d.corrupt("concurrency value", fmt.Sprintf("array of %d elements, want 4", n))
+	}
+	if f, err := d.uint("concurrency format", math.MaxUint32); err != nil {
+		return v, err
+	} else if f != slotFormat {
+		return v, fmt.Errorf("%w: concurrency value format %d, this build reads %d", ErrUnsupportedFormat, f, slotFormat)
+	}
+	limit, err := d.uint("limit", MaxConcurrencyLimit)
+	if err != nil {
+		return v, err
+	}
+	v.limit = int(limit)
+	n, err = d.arrayLen("leases")
+	if err != nil {
+		return v, err
+	}
+	v.leases = make([]slotLease, 0, n)
+	for range n {
+		if m, err := d.arrayLen("lease"); err != nil {
+			return v, err
+		} else if m != 3 {
+			return v, d.corrupt("lease", fmt.Sprintf("array of %d elements, want 3", m))
+		}
+		var l slotLease
+		if l.id, err = d.str("lease ID"); err != nil {
+			return v, err
+		}
+		if l.token, err = d.uint("lease token", math.MaxUint64); err != nil {
+			return v, err
+		}
+		if l.until, err = d.int("lease until", math.MinInt64, math.MaxInt64); err != nil {
+			return v, err
+		}
+		v.leases = append(v.leases, l)
+	}
+	n, err = d.arrayLen("waiting")
+	if err != nil {
+		return v, err
+	}
+	v.waiting = make([]slotWait, 0, n)
+	for range n {
+		if m, err := d.arrayLen("waiting job"); err != nil {
+			return v, err
+		} else if m != 4 {
+			return v, d.corrupt("waiting job", fmt.Sprintf("array of %d elements, want 4", m))
+		}
+		var w slotWait
+		if w.id, err = d.str("waiting ID"); err != nil {
+			return v, err
+		}
+		p, err := d.uint("waiting priority", MaxPriority)
+		if err != nil {
+			return v, err
+		}
+		w.prio = int(p)
+		if w.runAt, err = d.int("waiting RunAt", math.MinInt64, math.MaxInt64); err != nil {
+			return v, err
+		}
+		if w.pulled, err = d.int("waiting pulled", math.MinInt64, math.MaxInt64); err != nil {
+			return v, err
+		}
+		v.waiting = append(v.waiting, w)
+	}
+	if d.off != len(d.b) {
+		return v, d.corrupt("concurrency value", fmt.Sprintf("%d trailing bytes", len(d.b)-d.off))
+	}
+	return v, nil
+}
+
+// slotKey is the key of concurrency key name's value in shard: the shard
+// of the job, so that the two share a hash slot.
+func (ks *keyspace) slotKey(shard int, name string) string { return ks.tags[shard] + ":ck:" + name }
+
+// slotKeyOf is the key of j's concurrency value in shard, or "" when j has
+// no concurrency key.
+func (q *Queue) slotKeyOf(shard int, j *Job) string {
+	if j == nil || j.ConcurrencyKey == "" {
+		return ""
+	}
+	return q.ks.slotKey(shard, j.ConcurrencyKey)
+}
+
+// slotFollow returns a casTxn.follow that names the concurrency values of
+// the keyed jobs a transaction read: keys[k] is in shards[k].
+func (q *Queue) slotFollow(shards []int) func(r *casRead) []string {
+	return func(r *casRead) []string {
+		var out []string
+		for k, j := range r.jobs {
+			if key := q.slotKeyOf(shards[k], j); key != "" && !slices.Contains(out, key) {
+				out = append(out, key)
+			}
+		}
+		return out
+	}
+}
+
+// slotPredict names the concurrency values of the caller's copies of jobs,
+// to be read in round trip 1: a fenced write knows its job's key before it
+// reads the job.
+func (q *Queue) slotPredict(jobs []*Job, shards []int) []string {
+	var out []string
+	for k, j := range jobs {
+		if key := q.slotKeyOf(shards[k], j); key != "" && !slices.Contains(out, key) {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// slotBook holds the concurrency values one decision reads and changes:
+// each is decoded once, changed by every job of the transaction in turn,
+// and written once, whole, by finish.
+type slotBook struct {
+	q     *Queue
+	r     *casRead
+	now   int64 // Redis's clock, unix ms
+	open  map[string]*slotEntry
+	order []*slotEntry
+}
+
+// slotEntry is one key's value within a decision.
+type slotEntry struct {
+	key   string
+	name  string
+	shard int
+	v     slotValue
+	err   error // the value cannot be read: it is never written
+	dirty bool
+	pulls []slotWait // waiting jobs this transaction pulls forward
+}
+
+func (q *Queue) newSlotBook(r *casRead) *slotBook {
+	return &slotBook{q: q, r: r, now: toMillis(r.now), open: map[string]*slotEntry{}}
+}
+
+// entry returns the value of j's key, read by the transaction; nil when j
+// has no key.
+func (b *slotBook) entry(shard int, j *Job) *slotEntry {
+	key := b.q.slotKeyOf(shard, j)
+	if key == "" {
+		return nil
+	}
+	if e, ok := b.open[key]; ok {
+		return e
+	}
+	e := &slotEntry{key: key, name: j.ConcurrencyKey, shard: shard}
+	raw, ok := b.r.aux[key]
+	switch {
+	case !ok:
+		e.err = fmt.Errorf("jobkey: internal error: concurrency value %q was not read", key)
+	case raw.err != nil:
+		e.err = &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
+	case !raw.missing:
+		e.v, e.err = decodeSlots(raw.s)
+	}
+	if e.err != nil {
+		b.q.cfg.Logger.Error("jobkey: a concurrency key's value cannot be read: it is kept as it is, and its jobs wait until it is repaired or deleted",
+			"queue", b.q.name, "key", key, "err", e.err)
+	}
+	b.open[key] = e
+	b.order = append(b.order, e)
+	return e
+}
+
+// limit is the key's limit: its own, or Config's default.
+func (b *slotBook) limit(e *slotEntry) int {
+	if e.v.limit > 0 {
+		return e.v.limit
+	}
+	return b.q.cfg.ConcurrencyLimit
+}
+
+// live counts the leases that have not run out, but for job except's.
+func (b *slotBook) live(e *slotEntry, except string) int {
+	n := 0
+	for _, l := range e.v.leases {
+		if l.until > b.now && l.id != except {
+			n++
+		}
+	}
+	return n
+}
+
+// take gives next, as a claim is about to write it, a slot of its key:
+// false when the key is full (or its value cannot be read).
+func (b *slotBook) take(e *slotEntry, next *Job) bool {
+	if e.err != nil || b.live(e, next.ID) >= b.limit(e) {
+		return false
+	}
+	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now || l.id == next.ID })
+	e.v.leases = append(e.v.leases, slotLease{id: next.ID, token: next.LeaseToken, until: toMillis(next.LeaseUntil)})
+	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.id == next.ID })
+	e.dirty = true
+	b.pull(e)
+	return true
+}
+
+// extend renews cur's lease in its key's value to next's deadline. A lease
+// that ran out may have lost its slot to another claim: then the key may
+// be full, and extend returns false (the caller's lease is lost).
+func (b *slotBook) extend(e *slotEntry, cur, next *Job) bool {
+	if e.err != nil {
+		return true // nothing to count against; the job's own lease still holds
+	}
+	i := slices.IndexFunc(e.v.leases, func(l slotLease) bool { return l.id == cur.ID && l.token == cur.LeaseToken })
+	if i < 0 || e.v.leases[i].until <= b.now {
+		if b.live(e, cur.ID) >= b.limit(e) {
+			return false
+		}
+		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now || l.id == cur.ID })
+		e.v.leases = append(e.v.leases, slotLease{id: cur.ID, token: next.LeaseToken, until: toMillis(next.LeaseUntil)})
+	} else {
+		e.v.leases[i].until = toMillis(next.LeaseUntil)
+	}
+	e.dirty = true
+	return true
+}
+
+// release removes job id's lease, and pulls waiting jobs forward into the
+// slots free now.
+func (b *slotBook) release(e *slotEntry, id string) {
+	if e.err != nil {
+		return
+	}
+	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.id == id || l.until <= b.now })
+	e.dirty = true
+	b.pull(e)
+}
+
+// pull moves the first waiting jobs forward, as many as there are free
+// slots that no job pulled forward recently is about to take. A job pulled
+// forward longer than pullGrace ago is forgotten.
+func (b *slotBook) pull(e *slotEntry) {
+	grace := b.now - pullGrace.Milliseconds()
+	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.pulled != 0 && w.pulled < grace })
+	reserved := 0
+	for _, w := range e.v.waiting {
+		if w.pulled != 0 {
+			reserved++
+		}
+	}
+	free := b.limit(e) - b.live(e, "") - reserved
+	for i := range e.v.waiting {
+		if free <= 0 {
+			break
+		}
+		if w := &e.v.waiting[i]; w.pulled == 0 {
+			w.pulled = b.now
+			e.pulls = append(e.pulls, *w)
+			e.dirty = true
+			free--
+		}
+	}
+}
+
+// park lists cur, blocked by its key's limit, among the key's waiting jobs,
+// and returns when its ready entry should come due again: when the first
+// of the key's leases would run out.
+func (b *slotBook) park(e *slotEntry, cur *Job) int64 {
+	if e.err != nil {
+		return b.now + unreadableWait.Milliseconds()
+	}
+	w := slotWait{id: cur.ID, prio: cur.Priority, runAt: toMillis(cur.RunAt)}
+	if i := slices.IndexFunc(e.v.waiting, func(o slotWait) bool { return o.id == cur.ID }); i >= 0 {
+		e.v.waiting = slices.Delete(e.v.waiting, i, i+1) // listed again, in its place by what it is now
+	}
+	if len(e.v.waiting) < maxWaiting {
+		// Highest priority first, then oldest RunAt; jobs pulled forward
+		// keep their place.
+		i := len(e.v.waiting)
+		for i > 0 && e.v.waiting[i-1].pulled == 0 && (e.v.waiting[i-1].prio < w.prio ||
+			e.v.waiting[i-1].prio == w.prio && e.v.waiting[i-1].runAt > w.runAt) {
+			i--
+		}
+		e.v.waiting = slices.Insert(e.v.waiting, i, w)
+	}
+	e.dirty = true
+	next := int64(math.MaxInt64)
+	for _, l := range e.v.leases {
+		if l.until > b.now {
+			next = min(next, l.until)
+		}
+	}
+	if next == math.MaxInt64 {
+		next = b.now + time.Second.Milliseconds()
+	}
+	return max(next, b.now+1)
+}
+
+// finish adds the writes of every changed value to the plan: the value
+// whole (or its deletion when nothing is left in it), the entries of the
+// jobs pulled forward moved back to their RunAt, and a wake-up.
+func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
+	for _, e := range b.order {
+		if !e.dirty || e.err != nil {
+			continue
+		}
+		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now })
+		plan.aux = append(plan.aux, auxWrite{key: e.key, val: e.v.encode()})
+		top := -1
+		for _, w := range e.pulls {
+			key := b.q.ks.index(e.shard, readyIndex(w.prio))
+			ip.use(key) // its type is checked before MULTI
+			ip.extra = append(ip.extra, []any{"zadd", key, "XX", "LT", w.runAt, w.id})
+			top = max(top, w.prio)
+		}
+		if top >= 0 {
+			ip.extra = append(ip.extra, []any{"publish", b.q.ks.wakeChannel(), wakeHint(top)})
+		}
+	}
+}
+
+// blocked decides about cur, a keyed job a claim would take but whose key
+// is full: it stays (or, when its lease ran out, goes back to) pending,
+// listed as waiting, with its ready entry moved to when a slot may free.
+func (q *Queue) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry, c candidate, key string, cur *Job, now time.Time) {
+	next := cur
+	if cur.State == StateActive {
+		// Its lease ran out, and its slot went to another job meanwhile.
+		next = cloneJob(cur)
+		next.State = StatePending
+		next.RunAt = now
+		next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for a slot of concurrency key %q",
+			cur.Attempt, cur.MaxAttempts, cur.LeaseOwner, cur.ConcurrencyKey)
+		next.UpdatedAt = now
+		plan.writes = append(plan.writes, q.write(key, next))
+		b.release(e, cur.ID)
+	}
+	q.move(ip, c.shard, c.id, cur, next, c.index)
+	ip.rescore(q.ks.index(c.shard, readyIndex(next.Priority)), b.park(e, next), c.id)
+}
+
+// SetConcurrencyLimit sets the limit of concurrency key key: at most n jobs
+// of the queue with that key are active at once. n = 0 gives the key
+// Config.ConcurrencyLimit again. Lowering a limit stops no running job:
+// new claims wait until the key is under it. The limit is stored in Redis,
+// in the key's value, so it holds for every process; one compare-and-set.
+func (q *Queue) SetConcurrencyLimit(ctx context.Context, key string, n int) error {
+	if err := q.check(ctx, true); err != nil {
+		return err
+	}
+	if key == "" {
+		return fmt.Errorf("%w: SetConcurrencyLimit of an empty key", ErrInvalid)
+	}
+	if err := validConcurrencyKey(key); err != nil {
+		return err
+	}
+	if n < 0 || n > MaxConcurrencyLimit {
+		return fmt.Errorf("%w: concurrency limit is %d, want 0..%d", ErrInvalid, n, MaxConcurrencyLimit)
+	}
+	shard := q.ks.shardOf(key)
+	probe := &Job{ConcurrencyKey: key}
+	_, _, err := q.cas.run(ctx, &casTxn{aux: []string{q.slotKeyOf(shard, probe)}, decide: func(r *casRead) (*casPlan, error) {
+		b := q.newSlotBook(r)
+		e := b.entry(shard, probe)
+		if e.err != nil {
+			return nil, e.err
+		}
+		if e.v.limit == n {
+			return nil, nil
+		}
+		e.v.limit = n
+		e.dirty = true
+		b.pull(e) // a higher limit frees slots now
+		plan := &casPlan{}
+		var ip indexPlan
+		b.finish(plan, &ip)
+		plan.steps, plan.checks = ip.steps(), ip.checks
+		return plan, nil
+	}})
+	return err
+}
+
+// ConcurrencyInfo is where a concurrency key stands.
+type ConcurrencyInfo struct {
+	Key     string // the concurrency key
+	Limit   int    // its limit: its own, or Config.ConcurrencyLimit
+	Own     bool   // the limit was set by SetConcurrencyLimit
+	Active  int    // leases that have not run out
+	Waiting int    // jobs listed as waiting for a slot
+}
+
+// Concurrency reads where concurrency key key stands: its limit, its
+// active leases and its waiting jobs. One round trip.
+func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, error) {
+	if err := q.check(ctx, false); err != nil {
+		return ConcurrencyInfo{}, err
+	}
+	if key == "" {
+		return ConcurrencyInfo{}, fmt.Errorf("%w: Concurrency of an empty key", ErrInvalid)
+	}
+	if err := validConcurrencyKey(key); err != nil {
+		return ConcurrencyInfo{}, err
+	}
+	shard := q.ks.shardOf(key)
+	probe := &Job{ConcurrencyKey: key}
+	var info ConcurrencyInfo
+	_, _, err := q.cas.run(ctx, &casTxn{aux: []string{q.slotKeyOf(shard, probe)}, decide: func(r *casRead) (*casPlan, error) {
+		b := q.newSlotBook(r)
+		e := b.entry(shard, probe)
+		if e.err != nil {
+			return nil, e.err
+		}
+		info = ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e, ""), Waiting: len(e.v.waiting)}
+		return nil, nil
+	}})
+	return info, err
+}
+
+// IDFor returns an ID for a job of concurrency key key, made from base: on
+// a queue of one shard, base itself. On a queue of several shards a keyed
+// job must live in its key's shard, so that the job and its key's value
+// share a hash slot and one transaction changes both; Enqueue refuses a
+// caller's ID that is not there. IDFor returns base when it is, and else
+// base with the first suffix "~<n>" that is. The same key and base always
+// give the same ID, so it deduplicates as base would.
+func (q *Queue) IDFor(key, base string) string {
+	if q.ks.shards == 1 || key == "" {
+		return base
+	}
+	want := q.ks.shardOf(key)
+	if q.ks.shardOf(base) == want {
+		return base
+	}
+	for n := 1; ; n++ {
+		if id := fmt.Sprintf("%s~%d", base, n); q.ks.shardOf(id) == want {
+			return id
+		}
+	}
+}

@@ -1,0 +1,390 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// slotsOf reads the concurrency value of key in q's key shard, decoded.
+func slotsOf(t *testing.T, f *fixture, key string) (slotValue, bool) {
+	t.Helper()
+	s, err := f.rdb.Get(f.ctx, f.q.ks.slotKey(f.q.ks.shardOf(key), key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return slotValue{}, false
+	}
+	require.NoError(t, err)
+	v, err := decodeSlots(s)
+	require.NoError(t, err)
+	return v, true
+}
+
+// A key's limit caps its active jobs; other keys and unkeyed jobs are not
+// held back; a completion frees a slot and pulls a waiting job forward;
+// a lease that ran out frees its slot with no sweeper; a holder whose slot
+// went to another job meanwhile cannot renew its lease.
+func TestConcurrencyKeyLimit(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{ClaimWindow: 1, Lease: time.Minute})
+	require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, "a", 2))
+	base := f.clock.Now().Add(-time.Minute)
+	var as []string
+	for i := range 5 {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "a", RunAt: base.Add(time.Duration(i) * time.Millisecond)})
+		require.NoError(t, err)
+		require.Equal(t, "a", j.ConcurrencyKey)
+		as = append(as, j.ID)
+	}
+	b1, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "b", RunAt: base.Add(10 * time.Millisecond)})
+	require.NoError(t, err)
+	b2, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "b", RunAt: base.Add(11 * time.Millisecond)})
+	require.NoError(t, err)
+	free, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{RunAt: base.Add(12 * time.Millisecond)})
+	require.NoError(t, err)
+
+	claimed := map[string]*Job{}
+	for {
+		j, err := f.q.Claim(f.ctx, "w")
+		if errors.Is(err, ErrNoJob) {
+			break
+		}
+		require.NoError(t, err)
+		claimed[j.ID] = j
+	}
+	require.Len(t, claimed, 4, "two of key a (limit 2), one of key b (the default, 1), and the unkeyed job")
+	require.Contains(t, claimed, as[0])
+	require.Contains(t, claimed, as[1])
+	require.Contains(t, claimed, b1.ID)
+	require.Contains(t, claimed, free.ID)
+
+	info, err := f.q.Concurrency(f.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, ConcurrencyInfo{Key: "a", Limit: 2, Own: true, Active: 2, Waiting: 3}, info)
+	info, err = f.q.Concurrency(f.ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, ConcurrencyInfo{Key: "b", Limit: 1, Active: 1, Waiting: 1}, info)
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, "entries moved past RunAt while their key is full are no finding")
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, st.Pending, "waiting jobs are pending")
+	require.EqualValues(t, 0, st.Due, "none of them is due while its key is full")
+
+	// A completion frees a slot and pulls the first waiting job forward:
+	// due again at its RunAt, with a wake-up.
+	_, err = f.q.Complete(f.ctx, claimed[as[0]], nil)
+	require.NoError(t, err)
+	j, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, as[2], j.ID, "the oldest waiting job of key a")
+	claimed[j.ID] = j
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+
+	// A lease that ran out frees its slot: no sweeper, the next claim just
+	// does not count it. Extend the others first, so only as[1] lapses.
+	f.clock.Advance(40 * time.Second)
+	for _, id := range []string{as[2], b1.ID, free.ID} {
+		claimed[id], err = f.q.Extend(f.ctx, claimed[id])
+		require.NoError(t, err)
+	}
+	f.clock.Advance(30 * time.Second)
+	// A claim that meets as[3] before the lapsed job (as one reading ahead
+	// may) gives it as[1]'s slot.
+	got, _, err := f.q.claimTxn(f.ctx, []candidate{{id: as[3], index: readyIndex(0)}}, []string{"w2"}, true, nil)
+	require.NoError(t, err)
+	require.NotNil(t, got[0], "the lapsed lease's slot is free")
+	claimed[as[3]] = got[0]
+	// The lapsed holder cannot renew: its slot is gone.
+	_, err = f.q.Extend(f.ctx, claimed[as[1]])
+	require.ErrorIs(t, err, ErrLeaseLost)
+	// Its lease is due for a claim, which finds the key full: the job goes
+	// back to pending and waits, without running.
+	_, err = f.q.Claim(f.ctx, "w3")
+	require.ErrorIs(t, err, ErrNoJob)
+	back, err := f.q.Get(f.ctx, as[1])
+	require.NoError(t, err)
+	require.Equal(t, StatePending, back.State)
+	require.Contains(t, back.LastError, "waiting for a slot")
+	rep, err = f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+
+	// Finish everything: each completion pulls the next waiting job forward.
+	for id, j := range claimed {
+		if id != as[0] && id != as[1] {
+			_, err := f.q.Complete(f.ctx, j, nil)
+			require.NoError(t, err)
+		}
+	}
+	for {
+		j, err := f.q.Claim(f.ctx, "w4")
+		if errors.Is(err, ErrNoJob) {
+			break
+		}
+		require.NoError(t, err)
+		_, err = f.q.Complete(f.ctx, j, nil)
+		require.NoError(t, err)
+	}
+	for _, id := range append(as, b1.ID, b2.ID) {
+		j, err := f.q.Get(f.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, StateSucceeded, j.State, id)
+	}
+	v, ok := slotsOf(t, f, "a")
+	require.True(t, ok, "key a keeps its own limit")
+	require.Equal(t, slotValue{limit: 2, leases: []slotLease{}, waiting: []slotWait{}}, v)
+	_, ok = slotsOf(t, f, "b")
+	require.False(t, ok, "key b has nothing left to keep")
+	rep, err = f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+}
+
+// Fail, Release, and a claim that fails a job whose last lease ran out,
+// each give the slot back in the same EXEC.
+func TestConcurrencySlotGivenBack(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute})
+	enq := func() *Job {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", MaxAttempts: 1})
+		require.NoError(t, err)
+		return j
+	}
+	claim := func() *Job {
+		j, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		return j
+	}
+	active := func() int {
+		info, err := f.q.Concurrency(f.ctx, "k")
+		require.NoError(t, err)
+		return info.Active
+	}
+	enq()
+	j := claim()
+	require.Equal(t, 1, active())
+	_, err := f.q.Release(f.ctx, j)
+	require.NoError(t, err)
+	require.Equal(t, 0, active(), "Release")
+	j = claim()
+	_, err = f.q.Fail(f.ctx, j, errors.New("boom"))
+	require.NoError(t, err)
+	require.Equal(t, 0, active(), "Fail")
+	enq()
+	claim()
+	f.clock.Advance(2 * time.Minute)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "its only attempt's lease ran out: it fails")
+	_, ok := slotsOf(t, f, "k")
+	require.False(t, ok, "the claim that failed it removed its lease")
+}
+
+// Enqueue refuses bad keys; on a queue of several shards a keyed job lives
+// in its key's shard, Get finds it, and a caller's ID elsewhere is refused
+// until IDFor places it.
+func TestConcurrencyKeyPlacement(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 8})
+	for _, bad := range []string{strings.Repeat("k", MaxConcurrencyKeyLen+1), "a{b}"} {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: bad})
+		require.ErrorIs(t, err, ErrInvalid)
+	}
+	want := f.q.ks.shardOf("cust")
+	for range 20 {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "cust"})
+		require.NoError(t, err)
+		require.Equal(t, want, f.q.ks.shardOf(j.ID))
+		got, err := f.q.Get(f.ctx, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, "cust", got.ConcurrencyKey)
+	}
+	base := "order-1"
+	for f.q.ks.shardOf(base) == want {
+		base += "x"
+	}
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: base, ConcurrencyKey: "cust"})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "IDFor")
+	id := f.q.IDFor("cust", base)
+	require.Equal(t, id, f.q.IDFor("cust", base), "the same ID every time")
+	require.True(t, strings.HasPrefix(id, base+"~"))
+	_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id, ConcurrencyKey: "cust"})
+	require.NoError(t, err)
+	_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id, ConcurrencyKey: "cust"})
+	require.ErrorIs(t, err, ErrJobExists, "IDFor deduplicates as the base ID would")
+
+	// Every job of the key, claimed one by one (limit 1), never two at once.
+	var cur *Job
+	for n := 0; n < 21; n++ {
+		j, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, "cust", j.ConcurrencyKey)
+		_, err = f.q.Claim(f.ctx, "w")
+		require.ErrorIs(t, err, ErrNoJob, "limit 1")
+		cur = j
+		_, err = f.q.Complete(f.ctx, cur, nil)
+		require.NoError(t, err)
+	}
+}
+
+// The test: 200 jobs of one key with limit 2, run by 16 handler
+// slots over two Work processes on a real Redis, beside jobs of other keys.
+// At most 2 of the key's handlers overlap (and 2 do), every job finishes,
+// and the other keys' jobs are not held back behind it.
+func TestConcurrencyLimitUnderWork(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: 2 * time.Second})
+	f.q.clock.fake = nil // real time: Work runs on it
+	require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, "hot", 2))
+	const hot, others = 200, 60
+	for i := range hot {
+		_, err := f.q.Enqueue(f.ctx, "hot", nil, &EnqueueOpts{ConcurrencyKey: "hot", Priority: i % 2})
+		require.NoError(t, err)
+	}
+	for i := range others {
+		opts := &EnqueueOpts{}
+		if i%2 == 0 {
+			opts.ConcurrencyKey = fmt.Sprintf("cold-%d", i)
+		}
+		_, err := f.q.Enqueue(f.ctx, "cold", nil, opts)
+		require.NoError(t, err)
+	}
+	var running, peak, hotDone, coldDone atomic.Int64
+	var coldFinishedAt atomic.Int64 // how many hot jobs had finished when the last cold one did
+	var mu sync.Mutex
+	seen := map[string]int{}
+	h := HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		mu.Lock()
+		seen[j.ID]++
+		mu.Unlock()
+		if j.Type == "cold" {
+			time.Sleep(2 * time.Millisecond)
+			if coldDone.Add(1) == others {
+				coldFinishedAt.Store(hotDone.Load())
+			}
+			return nil, nil
+		}
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(3 * time.Millisecond)
+		running.Add(-1)
+		hotDone.Add(1)
+		return nil, nil
+	})
+	ctx, cancel := context.WithTimeout(f.ctx, 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			_ = f.q.Work(ctx, h, &WorkOpts{Concurrency: 8, Name: fmt.Sprintf("p%d", w), PollInterval: 50 * time.Millisecond})
+		})
+	}
+	for hotDone.Load() < hot || coldDone.Load() < others {
+		require.NoError(t, ctx.Err(), "hot %d/%d, cold %d/%d", hotDone.Load(), hot, coldDone.Load(), others)
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	require.EqualValues(t, 2, peak.Load(), "at most 2 of the key's handlers at once, and the slots were used")
+	require.Less(t, coldFinishedAt.Load(), int64(hot/2), "the other keys' jobs all ran before half the hot key's had")
+	require.Len(t, seen, hot+others)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "job %s ran %d times", id, n)
+	}
+	info, err := f.q.Concurrency(f.ctx, "hot")
+	require.NoError(t, err)
+	require.Equal(t, 0, info.Active)
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+}
+
+// The value of a key that cannot be read is kept as it is: its jobs wait,
+// a running job of it still finishes, and nothing overwrites it.
+func TestConcurrencyValueUnreadable(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Logger: quietLog()})
+	j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, j.ID, c.ID)
+	_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	key := f.q.ks.slotKey(0, "k")
+	require.NoError(t, f.rdb.Set(f.ctx, key, "\xc1garbage", 0).Err())
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "its key cannot be counted: the job waits")
+	_, err = f.q.Extend(f.ctx, c)
+	require.NoError(t, err)
+	_, err = f.q.Complete(f.ctx, c, nil)
+	require.NoError(t, err, "a running job still finishes")
+	raw, err := f.rdb.Get(f.ctx, key).Result()
+	require.NoError(t, err)
+	require.Equal(t, "\xc1garbage", raw, "kept as it was")
+	_, err = f.q.Concurrency(f.ctx, "k")
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorIs(t, f.q.SetConcurrencyLimit(f.ctx, "k", 3), ErrCorrupt)
+
+	// Deleted by the operator, it starts again empty and the job runs.
+	require.NoError(t, f.rdb.Del(f.ctx, key).Err())
+	f.clock.Advance(2 * unreadableWait)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+}
+
+func TestSlotCodec(t *testing.T) {
+	t.Parallel()
+	v := slotValue{limit: 3, leases: []slotLease{{"a", 1, 100}, {"ü", 1<<64 - 1, -1}},
+		waiting: []slotWait{{"w", 9, 5, 0}, {"x", 0, 6, 7}}}
+	got, err := decodeSlots(string(v.encode()))
+	require.NoError(t, err)
+	require.Equal(t, v, got)
+	require.Nil(t, (&slotValue{leases: []slotLease{}}).encode(), "nothing to keep")
+	for name, in := range map[string]string{
+		"empty": "", "notArray": "\xa1x", "short": "\x93\x01\x00\x90", "trailing": string(v.encode()) + "\x00",
+		"lease": "\x94\x01\x00\x91\x92\xa1a\x01\x90", "prio": "\x94\x01\x00\x90\x91\x94\xa1a\x0a\x00\x00",
+		"limit": "\x94\x01\xcd\xff\xff\x90\x90", "hostile": "\x94\x01\x00\xdd\xff\xff\xff\xff",
+	} {
+		_, err := decodeSlots(in)
+		require.ErrorIs(t, err, ErrCorrupt, name)
+	}
+	_, err = decodeSlots("\x94\x02\x00\x90\x90")
+	require.ErrorIs(t, err, ErrUnsupportedFormat)
+}
+
+func FuzzSlotCodec(f *testing.F) {
+	f.Add(string((&slotValue{limit: 3, leases: []slotLease{{"a", 1, 100}}, waiting: []slotWait{{"w", 9, 5, 0}}}).encode()))
+	f.Add("\x94\x01\x00\xdd\xff\xff\xff\xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := decodeSlots(s)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) && !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("untyped error: %v", err)
+			}
+			return
+		}
+		b := v.encode()
+		if b == nil {
+			return
+		}
+		again, err := decodeSlots(string(b))
+		require.NoError(t, err)
+		require.Equal(t, v, again)
+	})
+}
