@@ -45,7 +45,8 @@ func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 // Update edits a job by compare-and-set: fn gets the job as stored now and
 // edits it in place; the edit is written only if nobody changed the job in
 // between (otherwise fn runs again on the newer job). fn may change Type,
-// Payload, RunAt, MaxAttempts, LastError, Result, Meta, Timeout and Priority; the fields that say
+// Payload, RunAt, MaxAttempts, LastError, Result, Meta, Timeout and Priority; ConcurrencyKey
+// never changes (its leases are counted under it), and the fields that say
 // where the job stands are changed by Claim, Complete, Fail, Release, Cancel
 // and Retry only. An error from fn is returned and nothing is written.
 func (q *Queue) Update(ctx context.Context, id string, fn func(*Job) error) (*Job, error) {
@@ -80,6 +81,7 @@ func (q *Queue) editable(before, after *Job) error {
 		{"Attempt", before.Attempt == after.Attempt}, {"LeaseOwner", before.LeaseOwner == after.LeaseOwner},
 		{"LeaseUntil", before.LeaseUntil.Equal(after.LeaseUntil)}, {"CreatedAt", before.CreatedAt.Equal(after.CreatedAt)},
 		{"Rev", before.Rev == after.Rev}, {"LeaseToken", before.LeaseToken == after.LeaseToken},
+		{"ConcurrencyKey", before.ConcurrencyKey == after.ConcurrencyKey},
 	}
 	for _, f := range fixed {
 		if !f.same {

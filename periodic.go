@@ -168,7 +168,9 @@ func (w *worker) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) bo
 	if p.Opts != nil {
 		o = *p.Opts
 	}
-	o.ID, o.RunAt = periodicID(p.Name, t), t
+	// A keyed job lives in its key's shard: IDFor places the tick's ID
+	// there, the same for every process.
+	o.ID, o.RunAt = w.q.IDFor(o.ConcurrencyKey, periodicID(p.Name, t)), t
 	_, err := w.q.Enqueue(ctx, p.Type, p.Payload, &o)
 	switch {
 	case err == nil:

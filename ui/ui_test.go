@@ -266,6 +266,17 @@ func TestJobPage(t *testing.T) {
 			t.Errorf("job m1: page lacks %q", want)
 		}
 	}
+	// A concurrency key, escaped like every string.
+	_, err = f.q.Enqueue(context.Background(), "welcome", nil, &jobkey.EnqueueOpts{ID: "k1", ConcurrencyKey: "<b>acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := job("k1"); !strings.Contains(body, `<dt>concurrency key</dt><dd id="concurrency-key"><code>&lt;b&gt;acme</code>`) {
+		t.Errorf("job k1: concurrency key not shown escaped:\n%s", body)
+	}
+	if body := job("m1"); strings.Contains(body, "concurrency key") {
+		t.Error("job m1: a job without a key shows one")
+	}
 	body = job(f.corrupt)
 	if !strings.Contains(body, "unreadable") || !strings.Contains(body, "corrupt job value") {
 		t.Errorf("corrupt job: page does not say it is unreadable and why:\n%s", body)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/jobkey/jobkey"
 )
@@ -25,6 +26,7 @@ var jobCommands = map[string]func(ctx context.Context, args []string, stdout, st
 		return pauseCmd(ctx, "resume", args, stdout, stderr)
 	},
 	"queues": queuesCmd,
+	"limit":  limitCmd,
 }
 
 // action is one of the commands that change jobs: by ID, or in bulk with
@@ -276,6 +278,58 @@ func count(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ string) (in
 		}
 		o.Cursor = page.Next
 	}
+}
+
+// limitCmd prints a concurrency key's limit and what holds it, and with
+// a second operand sets the limit (0: back to the default).
+func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var asJSON bool
+	set := -1
+	q, ops, closeQ, err := liveQueueOperands(ctx, "limit", args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print one JSON document instead of a line")
+	}, func(ops []string) error {
+		switch len(ops) {
+		case 1:
+			return nil
+		case 2:
+			n, err := strconv.Atoi(ops[1])
+			if err != nil || n < 0 || n > jobkey.MaxConcurrencyLimit {
+				return fmt.Errorf("limit: the limit must be 0..%d (0: the queue's default), got %q", jobkey.MaxConcurrencyLimit, ops[1])
+			}
+			set = n
+			return nil
+		}
+		return errors.New("limit: want a concurrency key, and optionally its new limit: limit -queue Q KEY [N]")
+	})
+	if err != nil {
+		return err
+	}
+	defer closeQ()
+	if set >= 0 {
+		if err := q.SetConcurrencyLimit(ctx, ops[0], set); err != nil {
+			return err
+		}
+	}
+	info, err := q.Concurrency(ctx, ops[0])
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(stdout, struct {
+			Queue   string `json:"queue"`
+			Key     string `json:"key"`
+			Limit   int    `json:"limit"`
+			Default bool   `json:"default"`
+			Active  int    `json:"active"`
+			Waiting int    `json:"waiting"`
+		}{q.Name(), info.Key, info.Limit, !info.Own, info.Active, info.Waiting})
+	}
+	own := "its own"
+	if !info.Own {
+		own = "the queue's default"
+	}
+	fmt.Fprintf(stdout, "key %s of queue %q: limit %d (%s), %d active, %d waiting\n", line(info.Key), q.Name(), info.Limit, own, info.Active, info.Waiting)
+	return nil
 }
 
 // pauseCmd pauses (or with resume, resumes) a queue's claims.

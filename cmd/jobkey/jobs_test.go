@@ -226,16 +226,20 @@ func TestShow(t *testing.T) {
 	require.Contains(t, out, "priority:     0\n")
 	require.NotContains(t, out, "timeout:")
 
-	ctl, err := f.q.Enqueue(f.ctx, "ctl", nil, &jobkey.EnqueueOpts{Priority: 7, Timeout: 90 * time.Second})
+	require.NotContains(t, out, "concurrency:")
+
+	ctl, err := f.q.Enqueue(f.ctx, "ctl", nil, &jobkey.EnqueueOpts{Priority: 7, Timeout: 90 * time.Second, ConcurrencyKey: "cust\x1b"})
 	require.NoError(t, err)
 	out, err = f.run("show", ctl.ID)
 	require.NoError(t, err)
 	require.Contains(t, out, "priority:     7\n")
+	require.Contains(t, out, "concurrency:  cust\\x1b\n", "escaped like every field")
 	require.Contains(t, out, "timeout:      1m30s\n")
 	out, err = f.run("show", ctl.ID, "-json")
 	require.NoError(t, err)
 	require.Contains(t, out, `"priority": 7`)
 	require.Contains(t, out, `"timeout_ms": 90000`)
+	require.Contains(t, out, `"concurrency_key": "cust\u001b"`)
 
 	traced, err := f.q.Enqueue(f.ctx, "traced", nil, &jobkey.EnqueueOpts{Meta: map[string]string{
 		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x\x1b": "a\nb"}})
@@ -430,6 +434,36 @@ func TestPauseResume(t *testing.T) {
 	require.Contains(t, out, " | no |\n")
 	_, err = f.run("pause", "extra")
 	require.ErrorContains(t, err, "unexpected arguments")
+}
+
+func TestLimit(t *testing.T) {
+	f := newFixture(t, 3)
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &jobkey.EnqueueOpts{ConcurrencyKey: "acme"})
+	require.NoError(t, err)
+	_, err = f.q.Enqueue(f.ctx, "t", nil, &jobkey.EnqueueOpts{ConcurrencyKey: "acme"})
+	require.NoError(t, err)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, jobkey.ErrNoJob, "the default limit is 1")
+
+	out, err := f.run("limit", "acme")
+	require.NoError(t, err)
+	require.Equal(t, "key acme of queue \"mail\": limit 1 (the queue's default), 1 active, 1 waiting\n", out)
+	out, err = f.run("limit", "acme", "2", "-json")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queue":"mail","key":"acme","limit":2,"default":false,"active":1,"waiting":1}`, out)
+	j, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err, "the raised limit lets the waiting job run")
+	require.Equal(t, "acme", j.ConcurrencyKey)
+	out, err = f.run("limit", "acme", "0")
+	require.NoError(t, err)
+	require.Contains(t, out, "limit 1 (the queue's default), 2 active, 0 waiting")
+
+	for _, bad := range [][]string{{}, {"acme", "-1"}, {"acme", "x"}, {"a", "1", "2"}, {"a{b}"}} {
+		_, err := f.run("limit", bad...)
+		require.Error(t, err, "%q", bad)
+	}
 }
 
 // queues finds every queue under the prefix without being told a name,

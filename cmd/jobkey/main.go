@@ -82,6 +82,7 @@ jobs of a live queue (-redis or REDIS_URL required; -json for JSON):
   pause   stop workers taking new jobs of a queue: pause -queue Q
   resume  let them take jobs again: resume -queue Q
   queues  list every queue under a prefix with its counts: queues [-prefix P]
+  limit   print a concurrency key's limit and use, or set it: limit -queue Q KEY [N]
 
 adopting jobkey beside asynq (docs/adopting.md):
   migrate-asynq     move a type's waiting asynq tasks into a jobkey queue

@@ -196,36 +196,37 @@ func stateTimeHeader(s jobkey.State) string {
 // jobView is a job as -json prints it: every field, times in RFC 3339
 // (omitted when unset), payload and result as bytesJSON gives them.
 type jobView struct {
-	ID            string            `json:"id"`
-	Queue         string            `json:"queue"`
-	Type          string            `json:"type"`
-	State         string            `json:"state"`
-	Attempt       int               `json:"attempt"`
-	MaxAttempts   int               `json:"max_attempts"`
-	Priority      int               `json:"priority"`
-	TimeoutMS     int64             `json:"timeout_ms,omitempty"`
-	RunAt         *time.Time        `json:"run_at,omitempty"`
-	LeaseOwner    string            `json:"lease_owner,omitempty"`
-	LeaseUntil    *time.Time        `json:"lease_until,omitempty"`
-	LeaseToken    uint64            `json:"lease_token,omitempty"`
-	LastError     string            `json:"last_error,omitempty"`
-	Meta          map[string]string `json:"meta,omitempty"`
-	PayloadFormat string            `json:"payload_format,omitempty"`
-	Payload       json.RawMessage   `json:"payload,omitempty"`
-	PayloadBytes  int               `json:"payload_bytes"`
-	ResultFormat  string            `json:"result_format,omitempty"`
-	Result        json.RawMessage   `json:"result,omitempty"`
-	ResultBytes   int               `json:"result_bytes"`
-	CreatedAt     *time.Time        `json:"created_at,omitempty"`
-	UpdatedAt     *time.Time        `json:"updated_at,omitempty"`
-	Rev           uint64            `json:"rev"`
+	ID             string            `json:"id"`
+	Queue          string            `json:"queue"`
+	Type           string            `json:"type"`
+	State          string            `json:"state"`
+	Attempt        int               `json:"attempt"`
+	MaxAttempts    int               `json:"max_attempts"`
+	Priority       int               `json:"priority"`
+	ConcurrencyKey string            `json:"concurrency_key,omitempty"`
+	TimeoutMS      int64             `json:"timeout_ms,omitempty"`
+	RunAt          *time.Time        `json:"run_at,omitempty"`
+	LeaseOwner     string            `json:"lease_owner,omitempty"`
+	LeaseUntil     *time.Time        `json:"lease_until,omitempty"`
+	LeaseToken     uint64            `json:"lease_token,omitempty"`
+	LastError      string            `json:"last_error,omitempty"`
+	Meta           map[string]string `json:"meta,omitempty"`
+	PayloadFormat  string            `json:"payload_format,omitempty"`
+	Payload        json.RawMessage   `json:"payload,omitempty"`
+	PayloadBytes   int               `json:"payload_bytes"`
+	ResultFormat   string            `json:"result_format,omitempty"`
+	Result         json.RawMessage   `json:"result,omitempty"`
+	ResultBytes    int               `json:"result_bytes"`
+	CreatedAt      *time.Time        `json:"created_at,omitempty"`
+	UpdatedAt      *time.Time        `json:"updated_at,omitempty"`
+	Rev            uint64            `json:"rev"`
 }
 
 // viewOf returns j as -json prints it.
 func viewOf(j *jobkey.Job) jobView {
 	v := jobView{
 		ID: j.ID, Queue: j.Queue, Type: j.Type, State: j.State.String(), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
-		Priority: j.Priority, TimeoutMS: j.Timeout.Milliseconds(),
+		Priority: j.Priority, ConcurrencyKey: j.ConcurrencyKey, TimeoutMS: j.Timeout.Milliseconds(),
 		RunAt: timePtr(j.RunAt), LeaseOwner: j.LeaseOwner, LeaseUntil: timePtr(j.LeaseUntil), LeaseToken: j.LeaseToken,
 		LastError: j.LastError, Meta: j.Meta, PayloadBytes: len(j.Payload), ResultBytes: len(j.Result),
 		CreatedAt: timePtr(j.CreatedAt), UpdatedAt: timePtr(j.UpdatedAt), Rev: j.Rev,
@@ -260,6 +261,9 @@ func printJob(w io.Writer, j *jobkey.Job) {
 	field("state", j.State.String())
 	field("attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
 	field("priority", strconv.Itoa(j.Priority))
+	if j.ConcurrencyKey != "" {
+		field("concurrency", line(j.ConcurrencyKey))
+	}
 	if j.Timeout > 0 {
 		field("timeout", j.Timeout.String())
 	}
