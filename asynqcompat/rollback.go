@@ -63,7 +63,9 @@ type RollbackOpts struct {
 // time, in either direction.
 //
 // Active jobs are left to finish in jobkey and listed in
-// MigrateReport.Left; finished jobs stay where they are.
+// MigrateReport.Left; finished jobs stay where they are. A job with a
+// ConcurrencyKey stays in jobkey and is listed in MigrateReport.Skipped:
+// asynq has no per-key limit to carry it to.
 func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts RollbackOpts) (rep MigrateReport, err error) {
 	rep = MigrateReport{DryRun: opts.DryRun}
 	switch {
@@ -169,6 +171,13 @@ func (b *backMover) noteActive(ctx context.Context) error {
 func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 	if j.Type != b.opts.Type || j.State != jobkey.StatePending {
 		return nil // the listing's filter, kept
+	}
+	if j.ConcurrencyKey != "" {
+		// asynq has no limit per key: moved, the job would run unlimited.
+		// Like an option with no equivalent, it is never dropped.
+		b.m.note(&b.m.rep.Skipped, TaskNote{ID: j.ID, State: "pending",
+			Reason: fmt.Sprintf("concurrency key %q: asynq has no per-key limit, so the job stays in jobkey", j.ConcurrencyKey)})
+		return nil
 	}
 	if b.opts.DryRun {
 		b.m.count(&b.m.rep.WouldMove)

@@ -19,6 +19,30 @@ import (
 // its ID, payload, run time and remaining retries; other types stay in
 // jobkey; active jobs are left; an asynq task that holds a job's ID with
 // other content is never touched.
+// A job with a concurrency key is not moved: asynq would run it without
+// its limit. It stays pending in jobkey, listed as skipped with why.
+func TestMigrateToAsynqKeepsKeyedJobs(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue(t, "keyed", nil)
+	keyed, err := q.Enqueue(e.ctx, moveType, []byte("k"), &jobkey.EnqueueOpts{ConcurrencyKey: "acme"})
+	require.NoError(t, err)
+	plain, err := q.Enqueue(e.ctx, moveType, []byte("p"), nil)
+	require.NoError(t, err)
+	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
+	require.NoError(t, err)
+	require.Len(t, rep.Skipped, 1)
+	require.Equal(t, keyed.ID, rep.Skipped[0].ID)
+	require.Contains(t, rep.Skipped[0].Reason, "concurrency key")
+	j, err := q.Get(e.ctx, keyed.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobkey.StatePending, j.State)
+	_, err = q.Get(e.ctx, plain.ID)
+	require.ErrorIs(t, err, jobkey.ErrNotFound, "the unkeyed job moved")
+	inAsynq := allTasks(t, asynq.NewInspectorFromRedisClient(e.rdb), "default")
+	require.Contains(t, inAsynq, plain.ID)
+	require.NotContains(t, inAsynq, keyed.ID)
+}
+
 func TestMigrateToAsynqInterruptedAndRerun(t *testing.T) {
 	n := 2_000
 	if testing.Short() {
