@@ -400,20 +400,27 @@ func (b *slotBook) park(e *slotEntry, cur *Job) int64 {
 		return b.now + unreadableWait.Milliseconds()
 	}
 	w := slotWait{id: cur.ID, prio: cur.Priority, runAt: toMillis(cur.RunAt)}
-	if i := slices.IndexFunc(e.v.waiting, func(o slotWait) bool { return o.id == cur.ID }); i >= 0 {
-		e.v.waiting = slices.Delete(e.v.waiting, i, i+1) // listed again, in its place by what it is now
-	}
-	if len(e.v.waiting) < maxWaiting {
+	i := slices.IndexFunc(e.v.waiting, func(o slotWait) bool { return o.id == cur.ID })
+	switch {
+	case i >= 0 && e.v.waiting[i] == w:
+		// Listed already, as it is: a claim that met it again (read ahead
+		// before it was moved) has nothing to write in the key's value.
+	case i >= 0 || len(e.v.waiting) < maxWaiting:
+		if i >= 0 {
+			// Pulled forward and beaten to the slot, or changed since it
+			// was listed: listed again, in its place by what it is now.
+			e.v.waiting = slices.Delete(e.v.waiting, i, i+1)
+		}
 		// Highest priority first, then oldest RunAt; jobs pulled forward
 		// keep their place.
-		i := len(e.v.waiting)
-		for i > 0 && e.v.waiting[i-1].pulled == 0 && (e.v.waiting[i-1].prio < w.prio ||
-			e.v.waiting[i-1].prio == w.prio && e.v.waiting[i-1].runAt > w.runAt) {
-			i--
+		k := len(e.v.waiting)
+		for k > 0 && e.v.waiting[k-1].pulled == 0 && (e.v.waiting[k-1].prio < w.prio ||
+			e.v.waiting[k-1].prio == w.prio && e.v.waiting[k-1].runAt > w.runAt) {
+			k--
 		}
-		e.v.waiting = slices.Insert(e.v.waiting, i, w)
+		e.v.waiting = slices.Insert(e.v.waiting, k, w)
+		e.dirty = true
 	}
-	e.dirty = true
 	next := int64(math.MaxInt64)
 	for _, l := range e.v.leases {
 		if l.until > b.now {
