@@ -246,6 +246,23 @@ func (q *Queue) slotPredict(jobs []*Job, shards []int) []string {
 	return out
 }
 
+// slotChecks adds to checks the ready index of each keyed job's priority
+// in its shard: a write that ends a keyed lease may pull the key's waiting
+// jobs forward into it, and a type predicted rides in round trip 1
+// instead of costing one more.
+func (q *Queue) slotChecks(checks []typeCheck, jobs []*Job, shards []int) []typeCheck {
+	for k, j := range jobs {
+		if j == nil || j.ConcurrencyKey == "" {
+			continue
+		}
+		key := q.ks.index(shards[k], readyIndex(j.Priority))
+		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.key == key }) {
+			checks = append(checks, typeCheck{key: key, want: "zset"})
+		}
+	}
+	return checks
+}
+
 // slotBook holds the concurrency values one decision reads and changes:
 // each is decoded once, changed by every job of the transaction in turn,
 // and written once, whole, by finish.

@@ -77,6 +77,7 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 	for k, i := range set {
 		mine[k] = jobs[i]
 	}
+	checks = q.slotChecks(checks, mine, shards)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, aux: q.slotPredict(mine, shards), follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			plan := &casPlan{}
