@@ -212,6 +212,7 @@ func TestRoundTripBudget(t *testing.T) {
 		require.Equal(t, want, f.hook.RTT.Load(), name)
 	}
 	exact("SetConcurrencyLimit", 2, func() error { return f.q.SetConcurrencyLimit(f.ctx, "k", 2) })
+	exact("Concurrency", 1, func() (err error) { _, err = f.q.Concurrency(f.ctx, "k"); return })
 	for range 3 {
 		exact("Enqueue (keyed)", 2, func() (err error) {
 			_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
@@ -232,6 +233,13 @@ func TestRoundTripBudget(t *testing.T) {
 			return nil
 		}
 		return fmt.Errorf("want ErrNoJob, got %v", err)
+	})
+	exact("Concurrency (full)", 1, func() error {
+		info, err := f.q.Concurrency(f.ctx, "k")
+		if err == nil && (info.Active != 2 || info.Waiting != 1) {
+			err = fmt.Errorf("want 2 active and 1 waiting, got %+v", info)
+		}
+		return err
 	})
 	exact("Extend (keyed)", 2, func() (err error) { k1, err = f.q.Extend(f.ctx, k1); return })
 	// Frees a slot: the parked job's entry is pulled forward to its RunAt,
