@@ -81,6 +81,8 @@ func (q *Queue) editable(before, after *Job) error {
 		{"Attempt", before.Attempt == after.Attempt}, {"LeaseOwner", before.LeaseOwner == after.LeaseOwner},
 		{"LeaseUntil", before.LeaseUntil.Equal(after.LeaseUntil)}, {"CreatedAt", before.CreatedAt.Equal(after.CreatedAt)},
 		{"Rev", before.Rev == after.Rev}, {"LeaseToken", before.LeaseToken == after.LeaseToken},
+		// Set at enqueue, in its shard: a job's slot is counted in its key's
+		// value by the claim that took it, and given back there.
 		{"ConcurrencyKey", before.ConcurrencyKey == after.ConcurrencyKey},
 	}
 	for _, f := range fixed {

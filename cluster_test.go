@@ -636,3 +636,130 @@ func TestClusterOperatorSurface(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"other", "q"}, names)
 }
+
+// Concurrency keys on a cluster queue of the default 16 shards: each keyed
+// job lives in its key's shard, beside its key's value, so a claim reads
+// and changes both in one slot. Three keys of limit 2, run by 2 Work
+// instances of 6 slots each: no key ever runs more than 2 handlers at once
+// (and each reaches 2), every job runs and succeeds once and Get finds it,
+// every key ends with no active lease, and Verify finds nothing. A
+// caller's ID outside its key's shard is refused until IDFor places it.
+func TestClusterConcurrencyKeys(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	cfg := &Config{Prefix: prefix, Lease: 2 * time.Second, Logger: quietLog()}
+	q, err := NewQueue(cl.Client(t, nil), "ck", cfg)
+	require.NoError(t, err)
+	require.Equal(t, defaultClusterShards, q.cfg.Shards)
+	other, err := NewQueue(cl.Client(t, nil), "ck", cfg) // a second process
+	require.NoError(t, err)
+
+	keys := []string{"tenant-a", "tenant-b", "tenant-c"}
+	nodes := map[int]bool{}
+	for _, k := range keys {
+		require.NoError(t, q.SetConcurrencyLimit(ctx, k, 2))
+		nodes[nodeOf(t, q.rdb.(*redis.ClusterClient), cl, q.ks.slotKey(q.ks.shardOf(k), k))] = true
+		t.Logf("key %s: shard %d", k, q.ks.shardOf(k))
+	}
+
+	// A caller's ID is placed in its key's shard by IDFor, and refused
+	// anywhere else.
+	var ids []string
+	for i, k := range keys {
+		base := fmt.Sprintf("order-%d", i)
+		for q.ks.shardOf(base) == q.ks.shardOf(k) {
+			base += "x"
+		}
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: base, ConcurrencyKey: k})
+		require.ErrorIs(t, err, ErrInvalid, "ID %s is not in the shard of key %s", base, k)
+		_, err = q.Get(ctx, base)
+		require.ErrorIs(t, err, ErrNotFound, "nothing was written")
+		id := q.IDFor(k, base)
+		require.NotEqual(t, base, id)
+		require.Equal(t, q.ks.shardOf(k), q.ks.shardOf(id))
+		j, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, ConcurrencyKey: k})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	const perKey = 40
+	specs := make([]JobSpec, 0, perKey*len(keys))
+	for i := range perKey * len(keys) {
+		specs = append(specs, JobSpec{Type: "t", Opts: &EnqueueOpts{ConcurrencyKey: keys[i%len(keys)], Priority: i % 2}})
+	}
+	jobs, err := q.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	for _, j := range jobs {
+		require.Equal(t, q.ks.shardOf(j.ConcurrencyKey), q.ks.shardOf(j.ID), "a generated ID is drawn in its key's shard")
+		ids = append(ids, j.ID)
+	}
+
+	var mu sync.Mutex
+	running, peak := map[string]int{}, map[string]int{}
+	runs, recorded := map[string]int{}, map[string]int{}
+	var finished atomic.Int64
+	h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		mu.Lock()
+		runs[j.ID]++
+		running[j.ConcurrencyKey]++
+		peak[j.ConcurrencyKey] = max(peak[j.ConcurrencyKey], running[j.ConcurrencyKey])
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		mu.Lock()
+		running[j.ConcurrencyKey]--
+		mu.Unlock()
+		return nil, nil
+	})
+	onRecorded := func(j *Job, err error) {
+		if err == nil && j.State == StateSucceeded {
+			mu.Lock()
+			recorded[j.ID]++
+			mu.Unlock()
+			finished.Add(1)
+		}
+	}
+	wctx, stop := context.WithTimeout(ctx, 2*time.Minute)
+	defer stop()
+	var wg sync.WaitGroup
+	werrs := make(chan error, 2)
+	for w, wq := range []*Queue{q, other} {
+		wg.Go(func() {
+			werrs <- wq.Work(wctx, h, &WorkOpts{Concurrency: 6, Name: fmt.Sprintf("p%d", w), PollInterval: 20 * time.Millisecond,
+				Logger: quietLog(), OnRecorded: onRecorded})
+		})
+	}
+	for finished.Load() < int64(len(ids)) {
+		require.NoError(t, wctx.Err(), "%d of %d jobs finished", finished.Load(), len(ids))
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+	close(werrs)
+	for err := range werrs {
+		require.NoError(t, err)
+	}
+
+	t.Logf("%d jobs over %d masters; peak handlers per key: %v", len(ids), len(nodes), peak)
+	for _, k := range keys {
+		require.Equal(t, 2, peak[k], "key %s: at most its limit of handlers at once, and the limit was used", k)
+		info, err := q.Concurrency(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, ConcurrencyInfo{Key: k, Limit: 2, Own: true}, info)
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, runs[id], "job %s ran %d times", id, runs[id])
+		require.Equal(t, 1, recorded[id], "job %s recorded %d times", id, recorded[id])
+		j, err := q.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, StateSucceeded, j.State, id)
+	}
+	require.Len(t, runs, len(ids))
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, len(ids), st.Succeeded)
+	require.Zero(t, st.Pending+st.Active)
+	rep, err := q.Verify(ctx, &VerifyOpts{Keys: true})
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+}

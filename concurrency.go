@@ -246,23 +246,6 @@ func (q *Queue) slotPredict(jobs []*Job, shards []int) []string {
 	return out
 }
 
-// slotChecks adds to checks the ready index of each keyed job's priority
-// in its shard: a write that ends a keyed lease may pull the key's waiting
-// jobs forward into it, and a type predicted rides in round trip 1
-// instead of costing one more.
-func (q *Queue) slotChecks(checks []typeCheck, jobs []*Job, shards []int) []typeCheck {
-	for k, j := range jobs {
-		if j == nil || j.ConcurrencyKey == "" {
-			continue
-		}
-		key := q.ks.index(shards[k], readyIndex(j.Priority))
-		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.key == key }) {
-			checks = append(checks, typeCheck{key: key, want: "zset"})
-		}
-	}
-	return checks
-}
-
 // slotBook holds the concurrency values one decision reads and changes:
 // each is decoded once, changed by every job of the transaction in turn,
 // and written once, whole, by finish.
@@ -544,7 +527,9 @@ type ConcurrencyInfo struct {
 }
 
 // Concurrency reads where concurrency key key stands: its limit, its
-// active leases and its waiting jobs. One round trip.
+// active leases and its waiting jobs. One round trip: a plain GET, no
+// WATCH (which would cost an UNWATCH), and leases counted by the estimate
+// of Redis's clock, as Stats counts due jobs.
 func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, error) {
 	if err := q.check(ctx, false); err != nil {
 		return ConcurrencyInfo{}, err
@@ -557,17 +542,21 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 	}
 	shard := q.ks.shardOf(key)
 	probe := &Job{ConcurrencyKey: key}
-	var info ConcurrencyInfo
-	_, _, err := q.cas.run(ctx, &casTxn{aux: []string{q.slotKeyOf(shard, probe)}, decide: func(r *casRead) (*casPlan, error) {
-		b := q.newSlotBook(r)
-		e := b.entry(shard, probe)
-		if e.err != nil {
-			return nil, e.err
-		}
-		info = ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e, ""), Waiting: len(e.v.waiting)}
-		return nil, nil
-	}})
-	return info, err
+	slot := q.slotKeyOf(shard, probe)
+	now, err := q.clock.now(ctx, q.rdb)
+	if err != nil {
+		return ConcurrencyInfo{}, err
+	}
+	raw := fromGet(q.rdb.Get(ctx, slot))
+	if raw.err != nil && !isWrongType(raw.err) {
+		return ConcurrencyInfo{}, fmt.Errorf("jobkey: get %s: %w", slot, raw.err)
+	}
+	b := q.newSlotBook(&casRead{now: now, aux: map[string]rawRead{slot: raw}})
+	e := b.entry(shard, probe)
+	if e.err != nil {
+		return ConcurrencyInfo{}, e.err
+	}
+	return ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e, ""), Waiting: len(e.v.waiting)}, nil
 }
 
 // IDFor returns an ID for a job of concurrency key key, made from base: on

@@ -388,3 +388,49 @@ func FuzzSlotCodec(f *testing.F) {
 		require.Equal(t, v, again)
 	})
 }
+
+// Regression: Update let fn change a job's ConcurrencyKey, which is set at
+// enqueue and never changes. A running job moved to another key held no
+// slot of it, so that key ran one job more than its limit (here 2 under
+// limit 1); a job moved off its key kept its slot until its lease ran
+// out; and a key of another shard, or one no key name may be, broke the
+// placement that lets one transaction change a job and its key's value.
+func TestConcurrencyKeyFixedByUpdate(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	a, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	free, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: f.q.IDFor("k2", "free")})
+	require.NoError(t, err)
+	b, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k2"})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		id  string
+		key string
+	}{{a.ID, "k2"}, {a.ID, ""}, {free.ID, "k2"}, {b.ID, "a{b}"}} {
+		_, err := f.q.Update(f.ctx, c.id, func(j *Job) error { j.ConcurrencyKey = c.key; return nil })
+		require.ErrorIs(t, err, ErrInvalid, "job %s to key %q", c.id, c.key)
+	}
+	claimed := map[string]bool{}
+	for {
+		j, err := f.q.Claim(f.ctx, "w")
+		if errors.Is(err, ErrNoJob) {
+			break
+		}
+		require.NoError(t, err)
+		claimed[j.ID] = true
+		_, err = f.q.Update(f.ctx, j.ID, func(j *Job) error { j.ConcurrencyKey = "k2"; return nil })
+		if j.ConcurrencyKey != "k2" {
+			require.ErrorIs(t, err, ErrInvalid, "a running job moved to key k2")
+		}
+	}
+	require.Len(t, claimed, 3)
+	info, err := f.q.Concurrency(f.ctx, "k2")
+	require.NoError(t, err)
+	require.Equal(t, 1, info.Active, "key k2 (limit 1) runs one job")
+	for _, id := range []string{a.ID, free.ID, b.ID} {
+		j, err := f.q.Get(f.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{a.ID: "k", free.ID: "", b.ID: "k2"}[id], j.ConcurrencyKey)
+	}
+}

@@ -148,7 +148,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	for _, c := range cands {
 		all = append(all, c.shard)
 	}
-	checks = q.slotChecks(checks, mine, shards)
+	checks = q.pullChecks(checks, mine, shards, []string{idxLeased, idxSucceeded})
 	_, plan, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: guards,
 		aux: q.slotPredict(mine, shards), follow: q.slotFollow(all),
 		decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -77,7 +78,7 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 	for k, i := range set {
 		mine[k] = jobs[i]
 	}
-	checks = q.slotChecks(checks, mine, shards)
+	checks = q.pullChecks(checks, mine, shards, predict)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, aux: q.slotPredict(mine, shards), follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			plan := &casPlan{}
@@ -97,6 +98,27 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 			return plan, nil
 		}})
 	return err
+}
+
+// pullChecks adds to checks the ready index of each keyed job of a write
+// that ends its lease (one that predicts an index besides the leased one:
+// Complete, Fail, Release; not Extend). Freeing the slot pulls the key's
+// first waiting jobs forward with a ZADD in their ready index, most often
+// this job's priority's: predicted, its type rides round trip 1 instead of
+// costing a round trip of its own before EXEC.
+func (q *Queue) pullChecks(checks []typeCheck, jobs []*Job, shards []int, predict []string) []typeCheck {
+	if !slices.ContainsFunc(predict, func(p string) bool { return p != idxLeased }) {
+		return checks
+	}
+	for k, j := range jobs {
+		if j.ConcurrencyKey == "" {
+			continue
+		}
+		if c := (typeCheck{key: q.ks.index(shards[k], readyIndex(j.Priority)), want: "zset"}); !slices.Contains(checks, c) {
+			checks = append(checks, c)
+		}
+	}
+	return checks
 }
 
 // fencedWrite is one fenced transition inside a transaction: the caller's

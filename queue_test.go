@@ -200,6 +200,54 @@ func TestRoundTripBudget(t *testing.T) {
 	measure("Resume", 1, func() error { return f.q.Resume(f.ctx) })
 	measure("Delete", 2, func() error { return f.q.Delete(f.ctx, "mine") })
 	measure("CancelPending (100)", 4, func() (err error) { _, err = f.q.CancelPending(f.ctx, ""); return })
+
+	// Concurrency keys (concurrency.go). These counts are exact, not
+	// ceilings: a keyed claim learns the job's key only once it read the
+	// job, so it makes one more round trip than an unkeyed one, and a
+	// fenced write reads the key its caller's copy names in round trip 1.
+	// Nothing else is due now.
+	exact := func(name string, want int64, op func() error) {
+		t.Helper()
+		measure(name, want, op)
+		require.Equal(t, want, f.hook.RTT.Load(), name)
+	}
+	exact("SetConcurrencyLimit", 2, func() error { return f.q.SetConcurrencyLimit(f.ctx, "k", 2) })
+	exact("Concurrency", 1, func() (err error) { _, err = f.q.Concurrency(f.ctx, "k"); return })
+	for range 3 {
+		exact("Enqueue (keyed)", 2, func() (err error) {
+			_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+			return
+		})
+	}
+	var k1, k2 *Job
+	// The due entries; WATCH+GET of the job; WATCH+GET of its key's value;
+	// EXEC.
+	exact("Claim (keyed)", 4, func() (err error) { k1, err = f.q.Claim(f.ctx, "w"); return })
+	exact("Claim (keyed, 2nd)", 4, func() (err error) { k2, err = f.q.Claim(f.ctx, "w"); return })
+	// The same four, whose EXEC parks the job (its entry moves to when a
+	// lease of the key runs out), then a second read of the due entries
+	// that finds nothing.
+	exact("Claim (keyed, key full)", 5, func() error {
+		_, err := f.q.Claim(f.ctx, "w")
+		if errors.Is(err, ErrNoJob) {
+			return nil
+		}
+		return fmt.Errorf("want ErrNoJob, got %v", err)
+	})
+	exact("Concurrency (full)", 1, func() error {
+		info, err := f.q.Concurrency(f.ctx, "k")
+		if err == nil && (info.Active != 2 || info.Waiting != 1) {
+			err = fmt.Errorf("want 2 active and 1 waiting, got %+v", info)
+		}
+		return err
+	})
+	exact("Extend (keyed)", 2, func() (err error) { k1, err = f.q.Extend(f.ctx, k1); return })
+	// Frees a slot: the parked job's entry is pulled forward to its RunAt,
+	// in the same EXEC, in the ready index whose type round trip 1 checked.
+	exact("Complete (keyed, pulls)", 2, func() (err error) { _, err = f.q.Complete(f.ctx, k2, nil); return })
+	exact("Claim (keyed, pulled)", 4, func() (err error) { k2, err = f.q.Claim(f.ctx, "w"); return })
+	exact("Complete (keyed)", 2, func() (err error) { _, err = f.q.Complete(f.ctx, k1, nil); return })
+	exact("Complete (keyed, last)", 2, func() (err error) { _, err = f.q.Complete(f.ctx, k2, nil); return })
 }
 
 // 1,000 jobs, 32 claimers on separate connections: every job is completed
