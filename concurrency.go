@@ -366,6 +366,32 @@ func (b *slotBook) release(e *slotEntry, id string) {
 	b.pull(e)
 }
 
+// unlist drops job id's listing among the key's waiting jobs, and pulls
+// the next waiting jobs forward into the slot a pulled listing held in
+// mind. A write outside the claim that moves a keyed job's entry (Cancel,
+// Retry, Update of its RunAt or Priority, Delete, a claim that fails it)
+// unlists it: a listing keeps the RunAt and priority the job had when it
+// was listed, and pulling a stale one forward would move the job's entry
+// to a RunAt it no longer has.
+func (b *slotBook) unlist(e *slotEntry, id string) {
+	if e == nil || e.err != nil || !slices.ContainsFunc(e.v.waiting, func(w slotWait) bool { return w.id == id }) {
+		return
+	}
+	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.id == id })
+	e.dirty = true
+	b.pull(e)
+}
+
+// unlistMoved unlists old, a job stored in shard, when a write outside the
+// claim takes its entry from where old says (next nil: the job is
+// deleted). A job whose entry stays where it is keeps its listing.
+func (b *slotBook) unlistMoved(shard int, old, next *Job) {
+	if old == nil || old.ConcurrencyKey == "" || next != nil && derive(old) == derive(next) {
+		return
+	}
+	b.unlist(b.entry(shard, old), old.ID)
+}
+
 // pull moves the first waiting jobs forward, as many as there are free
 // slots that no job pulled forward recently is about to take. A job pulled
 // forward longer than pullGrace ago is forgotten.

@@ -1,0 +1,111 @@
+package jobkey
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// ckVerifyClean runs Verify and requires no finding.
+func ckVerifyClean(t *testing.T, f *fixture, msg string) {
+	t.Helper()
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, msg)
+}
+
+// A waiting job's listing keeps the RunAt it had when it was listed. A job
+// whose RunAt moved later since (Update) has its entry pulled back below
+// its RunAt by the next freed slot: an entry that says due for a job that
+// is not, which Verify reports.
+func TestBreakCKPullOfStaleListingUpdate(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
+	a, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	b, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: a.RunAt.Add(time.Millisecond)})
+	require.NoError(t, err)
+	f.clock.Advance(time.Second)
+	ca, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, a.ID, ca.ID)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "b waits for a's slot")
+	later := f.clock.Now().Add(time.Hour)
+	_, err = f.q.Update(f.ctx, b.ID, func(j *Job) error { j.RunAt = later; return nil })
+	require.NoError(t, err)
+	ckVerifyClean(t, f, "b is pending, due in an hour")
+	_, err = f.q.Complete(f.ctx, ca, nil)
+	require.NoError(t, err)
+	ckVerifyClean(t, f, "b is still due in an hour: its entry must not say due now")
+}
+
+// The same with Cancel and Retry: a waiting job canceled stays listed; once
+// retried later, the next freed slot pulls its entry back to the RunAt it
+// had before.
+func TestBreakCKPullOfStaleListingRetry(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
+	a, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	b, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: a.RunAt.Add(time.Millisecond)})
+	require.NoError(t, err)
+	f.clock.Advance(time.Second)
+	ca, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, a.ID, ca.ID)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+	_, err = f.q.Cancel(f.ctx, b.ID)
+	require.NoError(t, err)
+	f.clock.Advance(10 * time.Second)
+	_, err = f.q.Retry(f.ctx, b.ID)
+	require.NoError(t, err)
+	_, err = f.q.Extend(f.ctx, ca) // a keeps the slot
+	require.NoError(t, err)
+	_, err = f.q.Complete(f.ctx, ca, nil)
+	require.NoError(t, err)
+	ckVerifyClean(t, f, "b's entry is at its RunAt, not before")
+}
+
+// A waiting job pulled forward into a freed slot holds it in mind for a
+// while, so that one freed slot does not pull every waiting job forward.
+// When that job is canceled (or deleted) before it is claimed, the next
+// waiting job must be pulled forward: the key has room, and nothing else
+// brings its entry due before the lease it waited for would have ended.
+func TestBreakCKCanceledPullHoldsSlot(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"cancel", "delete"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, &Config{Lease: time.Hour, ClaimWindow: 1})
+			var ids []string
+			for i := range 3 {
+				j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: f.clock.Now().Add(time.Duration(i) * time.Millisecond)})
+				require.NoError(t, err)
+				ids = append(ids, j.ID)
+			}
+			f.clock.Advance(time.Second)
+			a, err := f.q.Claim(f.ctx, "w")
+			require.NoError(t, err)
+			require.Equal(t, ids[0], a.ID)
+			for range 2 {
+				_, err = f.q.Claim(f.ctx, "w")
+				require.ErrorIs(t, err, ErrNoJob, "b and c wait for a's slot")
+			}
+			_, err = f.q.Complete(f.ctx, a, nil) // pulls b forward
+			require.NoError(t, err)
+			if how == "cancel" {
+				_, err = f.q.Cancel(f.ctx, ids[1])
+			} else {
+				err = f.q.Delete(f.ctx, ids[1])
+			}
+			require.NoError(t, err)
+			c, err := f.q.Claim(f.ctx, "w")
+			require.NoError(t, err, "the key has room and c waits for it, not for the hour a's lease would have lasted")
+			require.Equal(t, ids[2], c.ID)
+			ckVerifyClean(t, f, "")
+		})
+	}
+}
