@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -106,6 +107,51 @@ func TestBreakCKCanceledPullHoldsSlot(t *testing.T) {
 			require.NoError(t, err, "the key has room and c waits for it, not for the hour a's lease would have lasted")
 			require.Equal(t, ids[2], c.ID)
 			ckVerifyClean(t, f, "")
+		})
+	}
+}
+
+// A run canceled while it ran keeps its slot until its lease would have
+// ended (its handler may still be stopping). A job enqueued again under the
+// same ID (after Retry and Delete, or once the canceled value's retention
+// ran out) must not take that slot: a claim counted every live lease but
+// the claimed job's own ID's, and dropped the old run's lease from the
+// key's value.
+func TestBreakCKReenqueuedIDIgnoresCanceledRun(t *testing.T) {
+	t.Parallel()
+	for _, limit := range []int{1, 2} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
+			require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, "k", limit))
+			_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "x", ConcurrencyKey: "k"})
+			require.NoError(t, err)
+			for i := 1; i < limit; i++ { // the other slots are busy
+				_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: f.clock.Now().Add(time.Duration(i) * time.Millisecond)})
+				require.NoError(t, err)
+			}
+			f.clock.Advance(time.Second)
+			for i := range limit {
+				j, err := f.q.Claim(f.ctx, "w")
+				require.NoError(t, err)
+				if i == 0 {
+					require.Equal(t, "x", j.ID)
+				}
+			}
+			_, err = f.q.Cancel(f.ctx, "x") // its handler may run until its lease ends
+			require.NoError(t, err)
+			_, err = f.q.Retry(f.ctx, "x") // due when that run's lease ends
+			require.NoError(t, err)
+			require.NoError(t, f.q.Delete(f.ctx, "x"))
+			_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "x", ConcurrencyKey: "k"})
+			require.NoError(t, err)
+			_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+			require.NoError(t, err)
+			_, err = f.q.Claim(f.ctx, "w")
+			require.ErrorIs(t, err, ErrNoJob, "the key's %d slots are held, one by the canceled run of x", limit)
+			info, err := f.q.Concurrency(f.ctx, "k")
+			require.NoError(t, err)
+			require.Equal(t, limit, info.Active)
 		})
 	}
 }

@@ -410,7 +410,7 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 			return nil, false
 		case !took:
 			b.unlist(e, cur.ID)
-			b.release(e, cur.ID)
+			b.release(e, cur.ID, cur.LeaseToken)
 		}
 	}
 	switch {

@@ -309,11 +309,13 @@ func (b *slotBook) limit(e *slotEntry) int {
 	return b.q.cfg.ConcurrencyLimit
 }
 
-// live counts the leases that have not run out, but for job except's.
-func (b *slotBook) live(e *slotEntry, except string) int {
+// live counts the leases that have not run out. A lease is one run's, by
+// job ID and lease token: a live lease of a run canceled while it ran
+// counts, even against a job enqueued again under its ID.
+func (b *slotBook) live(e *slotEntry) int {
 	n := 0
 	for _, l := range e.v.leases {
-		if l.until > b.now && l.id != except {
+		if l.until > b.now {
 			n++
 		}
 	}
@@ -323,10 +325,10 @@ func (b *slotBook) live(e *slotEntry, except string) int {
 // take gives next, as a claim is about to write it, a slot of its key:
 // false when the key is full (or its value cannot be read).
 func (b *slotBook) take(e *slotEntry, next *Job) bool {
-	if e.err != nil || b.live(e, next.ID) >= b.limit(e) {
+	if e.err != nil || b.live(e) >= b.limit(e) {
 		return false
 	}
-	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now || l.id == next.ID })
+	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now })
 	e.v.leases = append(e.v.leases, slotLease{id: next.ID, token: next.LeaseToken, until: toMillis(next.LeaseUntil)})
 	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.id == next.ID })
 	e.dirty = true
@@ -343,10 +345,12 @@ func (b *slotBook) extend(e *slotEntry, cur, next *Job) bool {
 	}
 	i := slices.IndexFunc(e.v.leases, func(l slotLease) bool { return l.id == cur.ID && l.token == cur.LeaseToken })
 	if i < 0 || e.v.leases[i].until <= b.now {
-		if b.live(e, cur.ID) >= b.limit(e) {
+		if b.live(e) >= b.limit(e) {
 			return false
 		}
-		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now || l.id == cur.ID })
+		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool {
+			return l.until <= b.now || l.id == cur.ID && l.token == cur.LeaseToken
+		})
 		e.v.leases = append(e.v.leases, slotLease{id: cur.ID, token: next.LeaseToken, until: toMillis(next.LeaseUntil)})
 	} else {
 		e.v.leases[i].until = toMillis(next.LeaseUntil)
@@ -355,13 +359,13 @@ func (b *slotBook) extend(e *slotEntry, cur, next *Job) bool {
 	return true
 }
 
-// release removes job id's lease, and pulls waiting jobs forward into the
-// slots free now.
-func (b *slotBook) release(e *slotEntry, id string) {
+// release removes the lease of job id's run under token, and pulls waiting
+// jobs forward into the slots free now.
+func (b *slotBook) release(e *slotEntry, id string, token uint64) {
 	if e.err != nil {
 		return
 	}
-	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.id == id || l.until <= b.now })
+	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.id == id && l.token == token || l.until <= b.now })
 	e.dirty = true
 	b.pull(e)
 }
@@ -404,7 +408,7 @@ func (b *slotBook) pull(e *slotEntry) {
 			reserved++
 		}
 	}
-	free := b.limit(e) - b.live(e, "") - reserved
+	free := b.limit(e) - b.live(e) - reserved
 	for i := range e.v.waiting {
 		if free <= 0 {
 			break
@@ -496,7 +500,7 @@ func (q *Queue) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry,
 			cur.Attempt, cur.MaxAttempts, cur.LeaseOwner, cur.ConcurrencyKey)
 		next.UpdatedAt = now
 		plan.writes = append(plan.writes, q.write(key, next))
-		b.release(e, cur.ID)
+		b.release(e, cur.ID, cur.LeaseToken)
 	}
 	q.move(ip, c.shard, c.id, cur, next, c.index)
 	ip.rescore(q.ks.index(c.shard, readyIndex(next.Priority)), b.park(e, next), c.id)
@@ -573,7 +577,7 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 		if e.err != nil {
 			return nil, e.err
 		}
-		info = ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e, ""), Waiting: len(e.v.waiting)}
+		info = ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e), Waiting: len(e.v.waiting)}
 		return nil, nil
 	}})
 	return info, err

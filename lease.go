@@ -131,7 +131,7 @@ func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fenced
 		// A keyed job's lease lives in its key's value too: renewed there,
 		// or given back, in the same EXEC.
 		if next.State != StateActive {
-			b.release(e, cur.ID)
+			b.release(e, cur.ID, cur.LeaseToken)
 		} else if !b.extend(e, cur, next) {
 			// Its lease ran out, and its slot went to another job: the key
 			// is full without it.
