@@ -155,3 +155,37 @@ func TestBreakCKReenqueuedIDIgnoresCanceledRun(t *testing.T) {
 		})
 	}
 }
+
+// A stored job's concurrency key is read from its value, and the value
+// decodes with any key of at most MaxConcurrencyKeyLen bytes (one a newer
+// or other writer stored, or one forged): a claim takes the job and a slot
+// of that key. The worker's copy carries the key, so every write of the
+// run (Extend, Complete, Fail, Release) must accept it: they refused a copy
+// whose key Enqueue would not take, so a job with a brace in its key ran,
+// held its slot and could never be finished, only run again once its
+// lease ran out, up to MaxAttempts times.
+func TestBreakCKStoredKeyEnqueueRefuses(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute})
+	j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	j.ConcurrencyKey = "a{b}" // the value as stored by another writer
+	raw, err := Marshal(j)
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys(j.ID).Job, raw, 0).Err())
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, "a{b}", c.ConcurrencyKey)
+	c, err = f.q.Extend(f.ctx, c)
+	require.NoError(t, err, "the run's own copy renews its lease")
+	done, err := f.q.Complete(f.ctx, c, nil)
+	require.NoError(t, err, "the run's own copy finishes it")
+	require.Equal(t, StateSucceeded, done.State)
+	s, err := f.rdb.Get(f.ctx, f.q.ks.slotKey(0, "a{b}")).Result()
+	if err == nil {
+		v, err := decodeSlots(s)
+		require.NoError(t, err)
+		require.Empty(t, v.leases, "the slot is given back")
+	}
+	ckVerifyClean(t, f, "")
+}

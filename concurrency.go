@@ -235,10 +235,13 @@ func (q *Queue) slotFollow(shards []int) func(r *casRead) []string {
 
 // slotPredict names the concurrency values of the caller's copies of jobs,
 // to be read in round trip 1: a fenced write knows its job's key before it
-// reads the job.
+// reads the job. A key no stored job can hold is not read.
 func (q *Queue) slotPredict(jobs []*Job, shards []int) []string {
 	var out []string
 	for k, j := range jobs {
+		if len(j.ConcurrencyKey) > MaxConcurrencyKeyLen {
+			continue
+		}
 		if key := q.slotKeyOf(shards[k], j); key != "" && !slices.Contains(out, key) {
 			out = append(out, key)
 		}

@@ -151,9 +151,9 @@ func (q *Queue) checkJob(j *Job) error {
 	if j.Queue != "" && j.Queue != q.name {
 		return fmt.Errorf("%w: job %q belongs to queue %q, not %q", ErrInvalid, j.ID, j.Queue, q.name)
 	}
-	if err := validConcurrencyKey(j.ConcurrencyKey); err != nil {
-		return err
-	}
+	// Its ConcurrencyKey is not judged: the stored job's key is the one that
+	// counts (a stored value may hold a key Enqueue refuses), and the
+	// copy's only predicts which key value to read.
 	return validID(j.ID)
 }
 
