@@ -38,7 +38,7 @@ func (q *Queue) delete(ctx context.Context, id string, want State) error {
 	}
 	key, shard := q.ks.jobKeyOf(id)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key},
-		checks: q.checksFor(shard, idxReady, idxSucceeded, idxFailed, idxCanceled, idxCorrupt), follow: q.slotFollow([]int{shard}),
+		checks: q.checksFor(shard, idxReady, idxSucceeded, idxFailed, idxCanceled, idxCorrupt), follow: q.slotFollowListed([]int{shard}),
 		decide: func(r *casRead) (*casPlan, error) {
 			switch cur := r.jobs[0]; {
 			case r.errs[0] != nil:
@@ -214,7 +214,7 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 	if to != nil {
 		predict = append(predict, derive(to(&Job{State: o.State}, time.Time{})).index)
 	}
-	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, checks: q.checksFor(shard, predict...), follow: q.slotFollow(slices.Repeat([]int{shard}, len(keys))),
+	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, checks: q.checksFor(shard, predict...), follow: q.slotFollowListed(slices.Repeat([]int{shard}, len(keys))),
 		decide: func(r *casRead) (*casPlan, error) {
 			done, skipped = 0, 0
 			top := 0 // the highest priority made pending, for the wake-up hint

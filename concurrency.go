@@ -391,12 +391,32 @@ func (b *slotBook) unlist(e *slotEntry, id string) {
 
 // unlistMoved unlists old, a job stored in shard, when a write outside the
 // claim takes its entry from where old says (next nil: the job is
-// deleted). A job whose entry stays where it is keeps its listing.
+// deleted). Only a pending job is listed (a claim unlists the job it
+// takes), and one whose entry stays where it is keeps its listing.
 func (b *slotBook) unlistMoved(shard int, old, next *Job) {
-	if old == nil || old.ConcurrencyKey == "" || next != nil && derive(old) == derive(next) {
+	if old == nil || old.ConcurrencyKey == "" || old.State != StatePending || next != nil && derive(old) == derive(next) {
 		return
 	}
 	b.unlist(b.entry(shard, old), old.ID)
+}
+
+// slotFollowListed is slotFollow for writes outside the claim: it names
+// the concurrency values of the pending keyed jobs read, the only ones a
+// key's waiting list may hold (unlistMoved). Writes to other jobs watch
+// no key value, and cost no round trip more.
+func (q *Queue) slotFollowListed(shards []int) func(r *casRead) []string {
+	return func(r *casRead) []string {
+		var out []string
+		for k, j := range r.jobs {
+			if j == nil || j.State != StatePending {
+				continue
+			}
+			if key := q.slotKeyOf(shards[k], j); key != "" && !slices.Contains(out, key) {
+				out = append(out, key)
+			}
+		}
+		return out
+	}
 }
 
 // pull moves the first waiting jobs forward, as many as there are free

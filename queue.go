@@ -158,7 +158,7 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 	}
 	key, shard := q.ks.jobKeyOf(id)
 	var out *Job
-	follow := q.slotFollow([]int{shard}) // a keyed job's waiting listing may have to go
+	follow := q.slotFollowListed([]int{shard}) // a keyed job's waiting listing may have to go
 	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), follow: follow, decide: func(r *casRead) (*casPlan, error) {
 		if r.errs[0] != nil {
 			return nil, r.errs[0]
