@@ -409,7 +409,8 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 			q.blocked(plan, ip, b, e, c, key, cur, now)
 			return nil, false
 		case !took:
-			b.release(e, cur.ID)
+			b.unlist(e, cur.ID)
+			b.release(e, cur.ID, cur.LeaseToken)
 		}
 	}
 	switch {

@@ -235,10 +235,13 @@ func (q *Queue) slotFollow(shards []int) func(r *casRead) []string {
 
 // slotPredict names the concurrency values of the caller's copies of jobs,
 // to be read in round trip 1: a fenced write knows its job's key before it
-// reads the job.
+// reads the job. A key no stored job can hold is not read.
 func (q *Queue) slotPredict(jobs []*Job, shards []int) []string {
 	var out []string
 	for k, j := range jobs {
+		if len(j.ConcurrencyKey) > MaxConcurrencyKeyLen {
+			continue
+		}
 		if key := q.slotKeyOf(shards[k], j); key != "" && !slices.Contains(out, key) {
 			out = append(out, key)
 		}
@@ -309,11 +312,13 @@ func (b *slotBook) limit(e *slotEntry) int {
 	return b.q.cfg.ConcurrencyLimit
 }
 
-// live counts the leases that have not run out, but for job except's.
-func (b *slotBook) live(e *slotEntry, except string) int {
+// live counts the leases that have not run out. A lease is one run's, by
+// job ID and lease token: a live lease of a run canceled while it ran
+// counts, even against a job enqueued again under its ID.
+func (b *slotBook) live(e *slotEntry) int {
 	n := 0
 	for _, l := range e.v.leases {
-		if l.until > b.now && l.id != except {
+		if l.until > b.now {
 			n++
 		}
 	}
@@ -323,10 +328,10 @@ func (b *slotBook) live(e *slotEntry, except string) int {
 // take gives next, as a claim is about to write it, a slot of its key:
 // false when the key is full (or its value cannot be read).
 func (b *slotBook) take(e *slotEntry, next *Job) bool {
-	if e.err != nil || b.live(e, next.ID) >= b.limit(e) {
+	if e.err != nil || b.live(e) >= b.limit(e) {
 		return false
 	}
-	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now || l.id == next.ID })
+	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now })
 	e.v.leases = append(e.v.leases, slotLease{id: next.ID, token: next.LeaseToken, until: toMillis(next.LeaseUntil)})
 	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.id == next.ID })
 	e.dirty = true
@@ -343,10 +348,12 @@ func (b *slotBook) extend(e *slotEntry, cur, next *Job) bool {
 	}
 	i := slices.IndexFunc(e.v.leases, func(l slotLease) bool { return l.id == cur.ID && l.token == cur.LeaseToken })
 	if i < 0 || e.v.leases[i].until <= b.now {
-		if b.live(e, cur.ID) >= b.limit(e) {
+		if b.live(e) >= b.limit(e) {
 			return false
 		}
-		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now || l.id == cur.ID })
+		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool {
+			return l.until <= b.now || l.id == cur.ID && l.token == cur.LeaseToken
+		})
 		e.v.leases = append(e.v.leases, slotLease{id: cur.ID, token: next.LeaseToken, until: toMillis(next.LeaseUntil)})
 	} else {
 		e.v.leases[i].until = toMillis(next.LeaseUntil)
@@ -355,15 +362,61 @@ func (b *slotBook) extend(e *slotEntry, cur, next *Job) bool {
 	return true
 }
 
-// release removes job id's lease, and pulls waiting jobs forward into the
-// slots free now.
-func (b *slotBook) release(e *slotEntry, id string) {
+// release removes the lease of job id's run under token, and pulls waiting
+// jobs forward into the slots free now.
+func (b *slotBook) release(e *slotEntry, id string, token uint64) {
 	if e.err != nil {
 		return
 	}
-	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.id == id || l.until <= b.now })
+	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.id == id && l.token == token || l.until <= b.now })
 	e.dirty = true
 	b.pull(e)
+}
+
+// unlist drops job id's listing among the key's waiting jobs, and pulls
+// the next waiting jobs forward into the slot a pulled listing held in
+// mind. A write outside the claim that moves a keyed job's entry (Cancel,
+// Retry, Update of its RunAt or Priority, Delete, a claim that fails it)
+// unlists it: a listing keeps the RunAt and priority the job had when it
+// was listed, and pulling a stale one forward would move the job's entry
+// to a RunAt it no longer has.
+func (b *slotBook) unlist(e *slotEntry, id string) {
+	if e == nil || e.err != nil || !slices.ContainsFunc(e.v.waiting, func(w slotWait) bool { return w.id == id }) {
+		return
+	}
+	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.id == id })
+	e.dirty = true
+	b.pull(e)
+}
+
+// unlistMoved unlists old, a job stored in shard, when a write outside the
+// claim takes its entry from where old says (next nil: the job is
+// deleted). Only a pending job is listed (a claim unlists the job it
+// takes), and one whose entry stays where it is keeps its listing.
+func (b *slotBook) unlistMoved(shard int, old, next *Job) {
+	if old == nil || old.ConcurrencyKey == "" || old.State != StatePending || next != nil && derive(old) == derive(next) {
+		return
+	}
+	b.unlist(b.entry(shard, old), old.ID)
+}
+
+// slotFollowListed is slotFollow for writes outside the claim: it names
+// the concurrency values of the pending keyed jobs read, the only ones a
+// key's waiting list may hold (unlistMoved). Writes to other jobs watch
+// no key value, and cost no round trip more.
+func (q *Queue) slotFollowListed(shards []int) func(r *casRead) []string {
+	return func(r *casRead) []string {
+		var out []string
+		for k, j := range r.jobs {
+			if j == nil || j.State != StatePending {
+				continue
+			}
+			if key := q.slotKeyOf(shards[k], j); key != "" && !slices.Contains(out, key) {
+				out = append(out, key)
+			}
+		}
+		return out
+	}
 }
 
 // pull moves the first waiting jobs forward, as many as there are free
@@ -378,7 +431,7 @@ func (b *slotBook) pull(e *slotEntry) {
 			reserved++
 		}
 	}
-	free := b.limit(e) - b.live(e, "") - reserved
+	free := b.limit(e) - b.live(e) - reserved
 	for i := range e.v.waiting {
 		if free <= 0 {
 			break
@@ -470,7 +523,7 @@ func (q *Queue) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry,
 			cur.Attempt, cur.MaxAttempts, cur.LeaseOwner, cur.ConcurrencyKey)
 		next.UpdatedAt = now
 		plan.writes = append(plan.writes, q.write(key, next))
-		b.release(e, cur.ID)
+		b.release(e, cur.ID, cur.LeaseToken)
 	}
 	q.move(ip, c.shard, c.id, cur, next, c.index)
 	ip.rescore(q.ks.index(c.shard, readyIndex(next.Priority)), b.park(e, next), c.id)
@@ -556,7 +609,7 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 	if e.err != nil {
 		return ConcurrencyInfo{}, e.err
 	}
-	return ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e, ""), Waiting: len(e.v.waiting)}, nil
+	return ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e), Waiting: len(e.v.waiting)}, nil
 }
 
 // IDFor returns an ID for a job of concurrency key key, made from base: on

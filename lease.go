@@ -154,7 +154,7 @@ func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fenced
 		// A keyed job's lease lives in its key's value too: renewed there,
 		// or given back, in the same EXEC.
 		if next.State != StateActive {
-			b.release(e, cur.ID)
+			b.release(e, cur.ID, cur.LeaseToken)
 		} else if !b.extend(e, cur, next) {
 			// Its lease ran out, and its slot went to another job: the key
 			// is full without it.
@@ -174,9 +174,9 @@ func (q *Queue) checkJob(j *Job) error {
 	if j.Queue != "" && j.Queue != q.name {
 		return fmt.Errorf("%w: job %q belongs to queue %q, not %q", ErrInvalid, j.ID, j.Queue, q.name)
 	}
-	if err := validConcurrencyKey(j.ConcurrencyKey); err != nil {
-		return err
-	}
+	// Its ConcurrencyKey is not judged: the stored job's key is the one that
+	// counts (a stored value may hold a key Enqueue refuses), and the
+	// copy's only predicts which key value to read.
 	return validID(j.ID)
 }
 

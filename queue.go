@@ -158,7 +158,8 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 	}
 	key, shard := q.ks.jobKeyOf(id)
 	var out *Job
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), decide: func(r *casRead) (*casPlan, error) {
+	follow := q.slotFollowListed([]int{shard}) // a keyed job's waiting listing may have to go
+	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), follow: follow, decide: func(r *casRead) (*casPlan, error) {
 		if r.errs[0] != nil {
 			return nil, r.errs[0]
 		}
@@ -187,7 +188,13 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 		case notify != "":
 			ip.extra = append(ip.extra, []any{"publish", notify, id})
 		}
-		return &casPlan{writes: []casWrite{q.write(key, next)}, steps: ip.steps(), checks: ip.checks}, nil
+		plan := &casPlan{writes: []casWrite{q.write(key, next)}}
+		// A keyed job whose entry moves leaves its key's waiting list.
+		b := q.newSlotBook(r)
+		b.unlistMoved(shard, &old, next)
+		b.finish(plan, &ip)
+		plan.steps, plan.checks = ip.steps(), ip.checks
+		return plan, nil
 	}})
 	if err != nil {
 		return nil, err
