@@ -144,11 +144,54 @@ func canceled(cur *Job, _ time.Time) *Job {
 // for the same reason. Shards that cannot be read are left out, and a
 // *ShardsError names them once the others are done.
 func (q *Queue) bulk(ctx context.Context, op string, o ListOpts, to func(*Job, time.Time) *Job, notify string) (BulkResult, error) {
+	var start time.Time
+	if o.State == StatePending {
+		var err error
+		if start, err = q.clock.now(ctx, q.rdb); err != nil {
+			return BulkResult{}, fmt.Errorf("jobkey: %s: %w", op, err)
+		}
+	}
+	res, err := q.bulkWalk(ctx, op, o, to, notify, nil, 0, nil)
+	if err != nil || o.State != StatePending {
+		return res, err
+	}
+	// A claim that finds a keyed job's key full moves the job's entry to
+	// when the key's first lease would end (concurrency.go): past the
+	// walk, which goes newest first, when that happens behind it. So the
+	// entries above the walk's start are walked once more, from the
+	// latest such moment (a lease from now) down, for the keyed jobs that
+	// were pending, and due, when the walk started; jobs enqueued since
+	// are left alone, as the walk leaves them. A job moved during this
+	// short pass too is tried by another, up to three.
+	for range 3 {
+		top, err := q.clock.now(ctx, q.rdb)
+		if err != nil {
+			return res, fmt.Errorf("jobkey: %s: %w", op, err)
+		}
+		from := &listEntry{score: toMillis(top.Add(q.cfg.Lease)) + 1}
+		more, err := q.bulkWalk(ctx, op, o, to, notify, from, toMillis(start), func(j *Job) bool {
+			return j.ConcurrencyKey != "" && !j.RunAt.After(start) && !j.CreatedAt.After(start)
+		})
+		res.Done += more.Done
+		res.Skipped += more.Skipped
+		res.Unreadable += more.Unreadable
+		if err != nil || more.Done == 0 {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// bulkWalk is one walk of bulk over o's listing: from the top, or from
+// the entry from on when it is set. When keep is set, it acts only on the
+// jobs keep accepts whose entries score above floor, and stops at floor.
+func (q *Queue) bulkWalk(ctx context.Context, op string, o ListOpts, to func(*Job, time.Time) *Job, notify string,
+	from *listEntry, floor int64, keep func(j *Job) bool) (BulkResult, error) {
 	var res BulkResult
 	var missing error
 	o.Limit = MaxListLimit
 	for {
-		page, err := q.list(ctx, o, o.State == StatePending)
+		page, err := q.listFrom(ctx, o, o.State == StatePending, from)
 		var se *ShardsError
 		switch {
 		case errors.As(err, &se):
@@ -158,7 +201,10 @@ func (q *Queue) bulk(ctx context.Context, op string, o ListOpts, to func(*Job, t
 		}
 		res.Unreadable += len(page.Unreadable)
 		byShard := map[int][]string{}
-		for _, j := range page.Jobs {
+		for i, j := range page.Jobs {
+			if keep != nil && (page.scores[i] <= floor || !keep(j)) {
+				continue
+			}
 			s := q.ks.shardOf(j.ID)
 			byShard[s] = append(byShard[s], j.ID)
 		}
@@ -172,7 +218,10 @@ func (q *Queue) bulk(ctx context.Context, op string, o ListOpts, to func(*Job, t
 				}
 			}
 		}
-		if page.Next == "" {
+		if q.afterBulkPage != nil {
+			q.afterBulkPage()
+		}
+		if page.Next == "" || keep != nil && page.last <= floor {
 			if missing != nil {
 				return res, fmt.Errorf("jobkey: %s: %w", op, missing)
 			}

@@ -434,3 +434,45 @@ func TestConcurrencyKeyFixedByUpdate(t *testing.T) {
 		require.Equal(t, map[string]string{a.ID: "k", free.ID: "", b.ID: "k2"}[id], j.ConcurrencyKey)
 	}
 }
+
+// CancelPending walks pending jobs newest first; a claim that finds a
+// keyed job's key full moves its entry above the walk. The walk looks
+// again above its start for such jobs: every job pending when it started
+// is canceled.
+func TestCancelPendingFindsParkedJobs(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	holder, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	w, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	f.clock.Advance(time.Millisecond)
+	specs := make([]JobSpec, MaxListLimit)
+	for i := range specs {
+		specs[i] = JobSpec{Type: "t"}
+	}
+	_, err = f.q.EnqueueMany(f.ctx, specs)
+	require.NoError(t, err)
+	var once sync.Once
+	f.q.afterBulkPage = func() {
+		once.Do(func() {
+			// A claim meets w now, behind the walk, and finds k full.
+			got, _, err := f.q.claimTxn(f.ctx, []candidate{{id: w.ID, index: readyIndex(0)}}, []string{"w2"}, true, nil)
+			require.NoError(t, err)
+			require.Nil(t, got[0])
+		})
+	}
+	res, err := f.q.CancelPending(f.ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, MaxListLimit+1, res.Done)
+	j, err := f.q.Get(f.ctx, w.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateCanceled, j.State, "the job its key held back was pending when the walk started")
+	_, err = f.q.Complete(f.ctx, holder, nil)
+	require.NoError(t, err)
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+}

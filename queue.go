@@ -44,6 +44,8 @@ type Queue struct {
 	completes *commitGroup[completeIn, *Job]
 	extends   *commitGroup[*Job, *Job]
 	finishes  *commitGroup[finishIn, finishOut] // Work's fused complete-and-claim
+	// afterBulkPage, in tests, runs after each page a bulk action acted on.
+	afterBulkPage func()
 }
 
 // NewQueue returns the queue name on rdb. It never closes rdb, which stays
