@@ -39,6 +39,7 @@ func (q *Queue) delete(ctx context.Context, id string, want State) error {
 	key, shard := q.ks.jobKeyOf(id)
 	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key},
 		checks: q.checksFor(shard, idxReady, idxSucceeded, idxFailed, idxCanceled, idxCorrupt),
+		follow: q.slotFollow([]int{shard}), // a keyed job may be listed as waiting (slotBook.rewrite)
 		decide: func(r *casRead) (*casPlan, error) {
 			switch cur := r.jobs[0]; {
 			case r.errs[0] != nil:
@@ -52,7 +53,12 @@ func (q *Queue) delete(ctx context.Context, id string, want State) error {
 			default:
 				var ip indexPlan
 				q.deleteJob(&ip, shard, key, cur)
-				return &casPlan{steps: ip.steps(), checks: ip.checks}, nil
+				plan := &casPlan{}
+				b := q.newSlotBook(r)
+				b.rewrite(shard, cur, nil)
+				b.finish(plan, &ip)
+				plan.steps, plan.checks = ip.steps(), ip.checks
+				return plan, nil
 			}
 		}})
 	return err
@@ -209,12 +215,15 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 	if to != nil {
 		predict = append(predict, derive(to(&Job{State: o.State}, time.Time{})).index)
 	}
+	shards := slices.Repeat([]int{shard}, len(ids))
 	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, checks: q.checksFor(shard, predict...),
+		follow: q.slotFollow(shards), // keyed jobs may be listed as waiting (slotBook.rewrite)
 		decide: func(r *casRead) (*casPlan, error) {
 			done, skipped = 0, 0
 			top := 0 // the highest priority made pending, for the wake-up hint
 			plan := &casPlan{}
 			var ip indexPlan
+			b := q.newSlotBook(r)
 			for i, cur := range r.jobs {
 				if r.errs[i] != nil || cur == nil || cur.State != o.State || o.Type != "" && cur.Type != o.Type ||
 					to == nil && stillRunning(cur, r.now) {
@@ -224,6 +233,7 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 				done++
 				if to == nil {
 					q.deleteJob(&ip, shard, keys[i], cur)
+					b.rewrite(shard, cur, nil)
 					continue
 				}
 				next := to(cur, r.now)
@@ -233,7 +243,9 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 				}
 				q.move(&ip, shard, cur.ID, cur, next, "")
 				plan.writes = append(plan.writes, q.write(keys[i], next))
+				b.rewrite(shard, cur, next)
 			}
+			b.finish(plan, &ip)
 			if notify != "" && done > 0 {
 				ip.extra = append(ip.extra, []any{"publish", notify, wakeHint(top)})
 			}

@@ -426,6 +426,30 @@ func (b *slotBook) park(e *slotEntry, cur *Job) int64 {
 	return max(next, b.now+1)
 }
 
+// rewrite keeps the waiting list of cur's key true to cur rewritten as
+// next (nil: deleted) by a write that neither takes a slot nor gives one
+// back (Cancel, Retry, Update, Delete, the bulk actions): a job listed as
+// waiting that is no longer pending, or is due at another RunAt or
+// priority now, is no longer listed. A slot that frees would otherwise
+// pull its entry back to the RunAt it waited with, before its own (or pull
+// the entry of a job enqueued again under its ID). A job that still finds
+// its key full is listed again by the claim that meets it.
+func (b *slotBook) rewrite(shard int, cur, next *Job) {
+	e := b.entry(shard, cur)
+	if e == nil || e.err != nil {
+		return
+	}
+	i := slices.IndexFunc(e.v.waiting, func(w slotWait) bool { return w.id == cur.ID })
+	if i < 0 {
+		return
+	}
+	if w := e.v.waiting[i]; next != nil && next.State == StatePending && w.prio == next.Priority && w.runAt == toMillis(next.RunAt) {
+		return // still waiting as listed
+	}
+	e.v.waiting = slices.Delete(e.v.waiting, i, i+1)
+	e.dirty = true
+}
+
 // finish adds the writes of every changed value to the plan: the value
 // whole (or its deletion when nothing is left in it), the entries of the
 // jobs pulled forward moved back to their RunAt, and a wake-up.

@@ -158,7 +158,9 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 	}
 	key, shard := q.ks.jobKeyOf(id)
 	var out *Job
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), decide: func(r *casRead) (*casPlan, error) {
+	// A keyed job's key is read too (one more round trip): the job may be
+	// listed there as waiting for a slot (slotBook.rewrite).
+	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), follow: q.slotFollow([]int{shard}), decide: func(r *casRead) (*casPlan, error) {
 		if r.errs[0] != nil {
 			return nil, r.errs[0]
 		}
@@ -187,7 +189,12 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 		case notify != "":
 			ip.extra = append(ip.extra, []any{"publish", notify, id})
 		}
-		return &casPlan{writes: []casWrite{q.write(key, next)}, steps: ip.steps(), checks: ip.checks}, nil
+		plan := &casPlan{writes: []casWrite{q.write(key, next)}}
+		b := q.newSlotBook(r)
+		b.rewrite(shard, &old, next)
+		b.finish(plan, &ip)
+		plan.steps, plan.checks = ip.steps(), ip.checks
+		return plan, nil
 	}})
 	if err != nil {
 		return nil, err
