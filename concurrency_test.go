@@ -476,3 +476,57 @@ func TestCancelPendingFindsParkedJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
 }
+
+// A job waiting for a slot that is canceled and retried, whose RunAt an
+// Update moves, or that is deleted and enqueued again under its ID, is due
+// at its new RunAt: a slot that frees later does not pull its entry back
+// to the RunAt it waited with (found by TestModel: the entry came due
+// before RunAt, and Verify reported it).
+func TestConcurrencyWaitingJobRewritten(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
+	enq := func(id string, runAt time.Time) *Job {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id, ConcurrencyKey: "k", RunAt: runAt})
+		require.NoError(t, err)
+		return j
+	}
+	now := f.clock.Now()
+	a, b, c, d := enq("a", now.Add(-4*time.Millisecond)), enq("b", now.Add(-3*time.Millisecond)),
+		enq("c", now.Add(-2*time.Millisecond)), enq("d", now.Add(-time.Millisecond))
+	held, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, a.ID, held.ID)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "b, c and d wait for a's slot")
+	info, err := f.q.Concurrency(f.ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, 3, info.Waiting)
+
+	f.clock.Advance(10 * time.Second)
+	_, err = f.q.Cancel(f.ctx, b.ID)
+	require.NoError(t, err)
+	_, err = f.q.Retry(f.ctx, b.ID)
+	require.NoError(t, err)
+	later := f.clock.Now().Add(time.Hour)
+	_, err = f.q.Update(f.ctx, c.ID, func(j *Job) error { j.RunAt = later; return nil })
+	require.NoError(t, err)
+	require.NoError(t, f.q.Delete(f.ctx, d.ID))
+	d = enq(d.ID, later)
+
+	// A higher limit frees slots, and pulls waiting jobs forward.
+	require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, "k", 4))
+	for _, j := range []*Job{b, c, d} {
+		f.requireIndexed(t, j)
+	}
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+	j, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, b.ID, j.ID)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "c and d are due in an hour")
+	info, err = f.q.Concurrency(f.ctx, "k")
+	require.NoError(t, err)
+	require.Zero(t, info.Waiting, "none of them waits as it was listed")
+}

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
@@ -23,22 +29,77 @@ type mjob struct {
 	leaseUntil time.Time
 	lastErr    string
 	prio       int
+	key        string // its concurrency key, "" for none
+	entry      int64  // pending: the score of its ready entry (unix ms)
+}
+
+// mwait is a job listed as waiting for a slot of its key.
+type mwait struct {
+	id     string
+	prio   int
+	runAt  int64
+	pulled int64
+}
+
+// mkey is the model's view of one concurrency key.
+type mkey struct {
+	limit   int              // its own limit; 0: Config's
+	leases  map[string]int64 // job ID -> lease deadline (unix ms)
+	waiting []mwait
 }
 
 // model is a plain in-memory queue that the real one must agree with.
 type model struct {
-	jobs    map[string]*mjob
-	now     time.Time
-	lease   time.Duration
-	backoff func(int) time.Duration
+	jobs     map[string]*mjob
+	keys     map[string]*mkey
+	now      time.Time
+	lease    time.Duration
+	backoff  func(int) time.Duration
+	defLimit int // Config.ConcurrencyLimit
+	tally    tally
 }
+
+// tally counts what the model saw happen, to show what a run exercised.
+type tally struct {
+	claims, outcomes, choices  int // claims, their outcomes, claims with more than one
+	parked, lapsedBack, pulled int // jobs left waiting, lapsed jobs back to pending, jobs pulled forward
+	extendLost, overLimit      int // renewals refused for want of a slot, checks that found a lowered limit exceeded
+}
+
+func (m *model) clone() *model {
+	c := *m
+	c.jobs = make(map[string]*mjob, len(m.jobs))
+	for id, j := range m.jobs {
+		cj := *j
+		c.jobs[id] = &cj
+	}
+	c.keys = make(map[string]*mkey, len(m.keys))
+	for k, v := range m.keys {
+		c.keys[k] = &mkey{limit: v.limit, leases: maps.Clone(v.leases), waiting: slices.Clone(v.waiting)}
+	}
+	return &c
+}
+
+func (m *model) ms() int64 { return toMillis(m.now) }
 
 func (m *model) claimable(j *mjob) bool {
 	switch j.state {
 	case StatePending:
-		return !j.runAt.After(m.now) && j.attempt < j.max
+		return j.entry <= m.ms() && j.attempt < j.max
 	case StateActive:
 		return !j.leaseUntil.After(m.now) && j.attempt < j.max
+	}
+	return false
+}
+
+// due says whether a claim reads j's entry: a pending job whose entry has
+// come, or an active one whose lease ran out.
+func (m *model) due(j *mjob) bool {
+	switch j.state {
+	case StatePending:
+		return j.entry <= m.ms()
+	case StateActive:
+		return !j.leaseUntil.After(m.now)
 	}
 	return false
 }
@@ -52,11 +113,259 @@ func (m *model) rank(j *mjob) int {
 	return j.prio
 }
 
-// expiredFinal is a due job with no attempt left (an active one whose last
-// attempt's lease ran out): any claimer that meets it fails it.
-func (m *model) expiredFinal(j *mjob) bool {
-	due := (j.state == StateActive && !j.leaseUntil.After(m.now)) || (j.state == StatePending && !j.runAt.After(m.now))
-	return due && j.attempt >= j.max
+// takeable says whether a claim that meets j takes it: claimable, and its
+// key (if any) has a free slot.
+func (m *model) takeable(id string) bool {
+	j := m.jobs[id]
+	return m.claimable(j) && (j.key == "" || m.live(j.key, id) < m.limit(j.key))
+}
+
+// The concurrency keys, as designed (concurrency.go): a lease counts
+// while it has not run out; a claim that finds its key full leaves the
+// job waiting, its entry moved to when the first live lease runs out; a
+// write that frees a slot pulls the first waiting jobs forward, each to
+// its RunAt, as many as there are free slots that no job pulled forward
+// within pullGrace is about to take.
+
+func (m *model) key(k string) *mkey {
+	if m.keys[k] == nil {
+		m.keys[k] = &mkey{leases: map[string]int64{}}
+	}
+	return m.keys[k]
+}
+
+func (m *model) limit(k string) int {
+	if l := m.key(k).limit; l > 0 {
+		return l
+	}
+	return m.defLimit
+}
+
+// live counts k's leases that have not run out, but for job except's.
+func (m *model) live(k, except string) int {
+	n := 0
+	for id, u := range m.key(k).leases {
+		if u > m.ms() && id != except {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *model) dropLeases(k, id string) {
+	for lid, u := range m.key(k).leases {
+		if lid == id || u <= m.ms() {
+			delete(m.key(k).leases, lid)
+		}
+	}
+}
+
+// take gives job id a slot of k until until; the caller checked it is free.
+func (m *model) take(k, id string, until int64) {
+	m.dropLeases(k, id)
+	kv := m.key(k)
+	kv.leases[id] = until
+	kv.waiting = slices.DeleteFunc(kv.waiting, func(w mwait) bool { return w.id == id })
+	m.pull(k)
+}
+
+// release gives back job id's slot of k.
+func (m *model) release(k, id string) {
+	m.dropLeases(k, id)
+	m.pull(k)
+}
+
+// extend renews job id's lease of k to until: a lease that ran out takes
+// a slot again, if there is one free.
+func (m *model) extend(k, id string, until int64) bool {
+	kv := m.key(k)
+	if u, ok := kv.leases[id]; ok && u > m.ms() {
+		kv.leases[id] = until
+		return true
+	}
+	if m.live(k, id) >= m.limit(k) {
+		return false
+	}
+	m.dropLeases(k, id)
+	kv.leases[id] = until
+	return true
+}
+
+// pull moves waiting jobs of k forward into the slots free now.
+func (m *model) pull(k string) {
+	kv := m.key(k)
+	grace := m.ms() - pullGrace.Milliseconds()
+	kv.waiting = slices.DeleteFunc(kv.waiting, func(w mwait) bool { return w.pulled != 0 && w.pulled < grace })
+	reserved := 0
+	for _, w := range kv.waiting {
+		if w.pulled != 0 {
+			reserved++
+		}
+	}
+	free := m.limit(k) - m.live(k, "") - reserved
+	for i := range kv.waiting {
+		if free <= 0 {
+			break
+		}
+		if w := &kv.waiting[i]; w.pulled == 0 {
+			w.pulled = m.ms()
+			free--
+			m.tally.pulled++
+			// Due again at its RunAt: a pending job's entry that is later
+			// comes back to it. A job no longer pending has no ready entry
+			// to move.
+			if j := m.jobs[w.id]; j != nil && j.state == StatePending && j.prio == w.prio {
+				j.entry = min(j.entry, toMillis(j.runAt))
+			}
+		}
+	}
+}
+
+// park lists job id, blocked by its key k, as waiting, and returns when
+// its entry comes due again: when the first of k's live leases runs out.
+func (m *model) park(k, id string) int64 {
+	j, kv := m.jobs[id], m.key(k)
+	m.tally.parked++
+	w := mwait{id: id, prio: j.prio, runAt: toMillis(j.runAt)}
+	kv.waiting = slices.DeleteFunc(kv.waiting, func(o mwait) bool { return o.id == id })
+	if len(kv.waiting) < maxWaiting {
+		// Highest priority first, then oldest RunAt; jobs pulled forward
+		// keep their place.
+		i := len(kv.waiting)
+		for i > 0 && kv.waiting[i-1].pulled == 0 && (kv.waiting[i-1].prio < w.prio ||
+			kv.waiting[i-1].prio == w.prio && kv.waiting[i-1].runAt > w.runAt) {
+			i--
+		}
+		kv.waiting = slices.Insert(kv.waiting, i, w)
+	}
+	next := int64(math.MaxInt64)
+	for _, u := range kv.leases {
+		if u > m.ms() {
+			next = min(next, u)
+		}
+	}
+	if next == math.MaxInt64 {
+		next = m.ms() + time.Second.Milliseconds()
+	}
+	return max(next, m.ms()+1)
+}
+
+// rewrite keeps k's waiting list true to job id after a write that takes
+// no slot and gives none back (Cancel, Retry): listed as waiting, it stays
+// listed only while it is pending at the priority and RunAt it waited with.
+func (m *model) rewrite(id string) {
+	j := m.jobs[id]
+	if j.key == "" {
+		return
+	}
+	kv := m.key(j.key)
+	kv.waiting = slices.DeleteFunc(kv.waiting, func(w mwait) bool {
+		return w.id == id && (j.state != StatePending || w.prio != j.prio || w.runAt != toMillis(j.runAt))
+	})
+}
+
+// meet is what a claim does to job id, a due candidate: take it for
+// worker (true), fail it for good, or leave it waiting for a slot.
+func (m *model) meet(id, worker string) bool {
+	j := m.jobs[id]
+	if j.state == StateActive {
+		switch {
+		case j.attempt >= j.max:
+			j.state = StateFailed
+			j.lastErr = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished", j.attempt, j.max, j.owner)
+			if j.key != "" {
+				m.release(j.key, id)
+			}
+			return false
+		case j.key != "" && m.live(j.key, id) >= m.limit(j.key):
+			j.lastErr = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for a slot of concurrency key %q",
+				j.attempt, j.max, j.owner, j.key)
+			j.state, j.runAt = StatePending, m.now
+			m.tally.lapsedBack++
+			m.release(j.key, id)
+			j.entry = m.park(j.key, id)
+			return false
+		}
+	} else if j.key != "" && m.live(j.key, id) >= m.limit(j.key) {
+		j.entry = m.park(j.key, id)
+		return false
+	}
+	j.state, j.attempt, j.owner, j.leaseUntil = StateActive, j.attempt+1, worker, m.now.Add(m.lease)
+	if j.key != "" {
+		m.take(j.key, id, toMillis(j.leaseUntil))
+	}
+	return true
+}
+
+// candidates returns the due jobs a claim reads, in groups of one rank,
+// the highest first.
+func (m *model) candidates() [][]string {
+	by := map[int][]string{}
+	for id, j := range m.jobs {
+		if m.due(j) {
+			by[m.rank(j)] = append(by[m.rank(j)], id)
+		}
+	}
+	var ranks []int
+	for r := range by {
+		ranks = append(ranks, r)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(ranks)))
+	var out [][]string
+	for _, r := range ranks {
+		slices.Sort(by[r])
+		out = append(out, by[r])
+	}
+	return out
+}
+
+// claimOutcome is one way a claim may end: the model after it, and the job
+// it took ("" for ErrNoJob).
+type claimOutcome struct {
+	m     *model
+	taken string
+}
+
+// claimOutcomes lists every way a Claim by worker may end. A claim reads
+// the due entries and tries them one by one, the highest rank first and
+// in random order within a rank, until it takes one; every one it meets
+// before is failed for good or left waiting for a slot, and a round that
+// took nothing reads again. The order within a rank is the claim's
+// choice, so the model follows every order (the outcomes are few: states
+// reached twice are explored once).
+func (m *model) claimOutcomes(worker string) []claimOutcome {
+	var outs []claimOutcome
+	seen := map[string]bool{}
+	var visit func(m *model, groups [][]string, round int)
+	visit = func(m *model, groups [][]string, round int) {
+		for len(groups) > 0 && len(groups[0]) == 0 {
+			groups = groups[1:]
+		}
+		if len(groups) == 0 {
+			next := m.candidates()
+			if len(next) == 0 || round+1 >= maxClearRounds {
+				outs = append(outs, claimOutcome{m: m})
+				return
+			}
+			groups, round = next, round+1
+		}
+		fp := fmt.Sprint(m.project(), groups, round)
+		if seen[fp] {
+			return
+		}
+		seen[fp] = true
+		for i, id := range groups[0] {
+			mm := m.clone()
+			if mm.meet(id, worker) {
+				outs = append(outs, claimOutcome{m: mm, taken: id})
+				continue
+			}
+			rest := slices.Concat([][]string{slices.Delete(slices.Clone(groups[0]), i, i+1)}, groups[1:])
+			visit(mm, rest, round)
+		}
+	}
+	visit(m, m.candidates(), 0)
+	return outs
 }
 
 func (m *model) stats() Stats {
@@ -65,7 +374,7 @@ func (m *model) stats() Stats {
 		switch j.state {
 		case StatePending:
 			s.Pending++
-			if j.runAt.After(m.now) {
+			if j.entry > m.ms() {
 				s.Scheduled++
 			} else {
 				s.Due++
@@ -87,107 +396,482 @@ func (m *model) stats() Stats {
 	return s
 }
 
+// jobView is what the model says of a job and the real queue must show:
+// its value's fields that say where it stands, and its index entry (the
+// score of finished jobs' entries is their UpdatedAt, checked apart).
+type jobView struct {
+	State      State
+	Attempt    int
+	RunAt      int64 // pending only
+	Owner      string
+	LeaseUntil int64 // active only
+	LastError  string
+	Index      string
+	Score      int64 // pending and active only
+}
+
+// keyView is a concurrency key's value: its own limit, live leases and
+// waiting list.
+type keyView struct {
+	Limit   int
+	Leases  map[string]int64
+	Waiting []mwait
+}
+
+type view struct {
+	Jobs map[string]jobView
+	Keys map[string]keyView
+}
+
+func (m *model) project() view {
+	v := view{Jobs: map[string]jobView{}, Keys: map[string]keyView{}}
+	for id, j := range m.jobs {
+		jv := jobView{State: j.state, Attempt: j.attempt, LastError: j.lastErr}
+		switch j.state {
+		case StatePending:
+			jv.RunAt, jv.Index, jv.Score = toMillis(j.runAt), readyIndex(j.prio), j.entry
+		case StateActive:
+			jv.Owner, jv.LeaseUntil, jv.Index, jv.Score = j.owner, toMillis(j.leaseUntil), idxLeased, toMillis(j.leaseUntil)
+		case StateSucceeded:
+			jv.Index = idxSucceeded
+		case StateFailed:
+			jv.Index = idxFailed
+		case StateCanceled:
+			jv.Index = idxCanceled
+		}
+		v.Jobs[id] = jv
+	}
+	for k, kv := range m.keys {
+		if kv.limit == 0 && m.live(k, "") == 0 && len(kv.waiting) == 0 {
+			continue // nothing to keep
+		}
+		x := keyView{Limit: kv.limit, Leases: map[string]int64{}}
+		if len(kv.waiting) > 0 {
+			x.Waiting = slices.Clone(kv.waiting)
+		}
+		for id, u := range kv.leases {
+			if u > m.ms() {
+				x.Leases[id] = u
+			}
+		}
+		v.Keys[k] = x
+	}
+	return v
+}
+
+// observe reads, in one round trip, the real queue's view of the jobs ids
+// and of the concurrency keys: the stored values and the raw index
+// entries.
+func observe(rt *rapid.T, f *fixture, m *model, ids, keys []string) view {
+	indexes := append(slices.Clone(readyIndexes), idxLeased, idxSucceeded, idxFailed, idxCanceled)
+	gets := map[string]*redis.StringCmd{}
+	scores := map[string][]*redis.FloatCmd{}
+	slots := map[string]*redis.StringCmd{}
+	_, err := f.rdb.Pipelined(f.ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			key, shard := f.q.ks.jobKeyOf(id)
+			gets[id] = p.Get(f.ctx, key)
+			for _, idx := range indexes {
+				scores[id] = append(scores[id], p.ZScore(f.ctx, f.q.ks.index(shard, idx), id))
+			}
+		}
+		for _, k := range keys {
+			slots[k] = p.Get(f.ctx, f.q.ks.slotKey(f.q.ks.shardOf(k), k))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		require.NoError(rt, err)
+	}
+	v := view{Jobs: map[string]jobView{}, Keys: map[string]keyView{}}
+	for _, id := range ids {
+		raw, err := gets[id].Result()
+		if errors.Is(err, redis.Nil) {
+			for i, c := range scores[id] {
+				require.ErrorIs(rt, c.Err(), redis.Nil, "%s has no value but an entry in %s", id, indexes[i])
+			}
+			continue
+		}
+		require.NoError(rt, err)
+		got := new(Job)
+		require.NoError(rt, unmarshalString(raw, got))
+		jv := jobView{State: got.State, Attempt: got.Attempt, LastError: got.LastError}
+		switch got.State {
+		case StatePending:
+			jv.RunAt = toMillis(got.RunAt)
+		case StateActive:
+			jv.Owner, jv.LeaseUntil = got.LeaseOwner, toMillis(got.LeaseUntil)
+		}
+		for i, c := range scores[id] {
+			sc, err := c.Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			require.NoError(rt, err)
+			require.Empty(rt, jv.Index, "job %s is in %s and %s", id, jv.Index, indexes[i])
+			jv.Index, jv.Score = indexes[i], int64(sc)
+		}
+		if got.State.Finished() {
+			require.Equal(rt, derive(got).score, jv.Score, "score of %s", id)
+			jv.Score = 0
+		}
+		v.Jobs[id] = jv
+	}
+	for _, k := range keys {
+		s, err := slots[k].Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		require.NoError(rt, err)
+		sv, err := decodeSlots(s)
+		require.NoError(rt, err)
+		x := keyView{Limit: sv.limit, Leases: map[string]int64{}}
+		for _, l := range sv.leases {
+			if l.until > m.ms() {
+				x.Leases[l.id] = l.until
+			}
+		}
+		for _, w := range sv.waiting {
+			x.Waiting = append(x.Waiting, mwait{id: w.id, prio: w.prio, runAt: w.runAt, pulled: w.pulled})
+		}
+		if x.Limit == 0 && len(x.Leases) == 0 && len(x.Waiting) == 0 {
+			continue
+		}
+		v.Keys[k] = x
+	}
+	return v
+}
+
+// sameView compares two views.
+func sameView(a, b view) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+// mrun is one lease a claim handed out, followed apart from the model's
+// keys: the safety properties are checked against these.
+type mrun struct {
+	id, key string
+	token   uint64
+	until   time.Time
+	ended   bool
+}
+
 // TestModel applies random operations to the queue and to the model, and
-// after every step checks that Get, Stats and the raw index keys all agree
-// with the model.
+// after every step checks that Get, Stats, Concurrency and the raw index
+// and concurrency keys all agree with the model. Jobs may have a
+// concurrency key ("a" or "b") whose limit steps change; a claim must take
+// a job the model allows (the highest rank that is not blocked), and never
+// one whose key has its limit of live leases.
 func TestModel(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
 	rdb := redistest.Client(t, nil)
 	ctx := context.Background()
-	ids := []string{"a", "b", "c", "d", "e"}
+	bases := []string{"a", "b", "c", "d", "e", "f"}
+	keys := []string{"a", "b"}
 	workers := []string{"w1", "w2"}
+	var total tally
 
 	rapid.Check(t, func(rt *rapid.T) {
 		clock := newClock()
 		backoff := func(attempt int) time.Duration { return time.Duration(attempt) * 10 * time.Second }
 		q, err := NewQueue(rdb, "q", &Config{
 			Prefix: "model-" + NewID(), Backoff: backoff, Shards: rapid.IntRange(1, 3).Draw(rt, "shards"),
+			ConcurrencyLimit: rapid.IntRange(1, 2).Draw(rt, "default limit"),
+			ClaimWindow:      20, // every due job of an index: bases x keys
 		})
 		require.NoError(rt, err)
 		q.clock.fake = clock.Now
 		f := &fixture{q: q, rdb: rdb, clock: clock, ctx: ctx}
-		m := &model{jobs: map[string]*mjob{}, now: clock.Now(), lease: q.cfg.Lease, backoff: backoff}
-		var held []*Job // every copy a claim handed out, stale ones included
-
-		pickHeld := func(rt *rapid.T) *Job { return rapid.SampledFrom(held).Draw(rt, "held") }
+		m := &model{jobs: map[string]*mjob{}, keys: map[string]*mkey{}, now: clock.Now(), lease: q.cfg.Lease,
+			backoff: backoff, defLimit: q.cfg.ConcurrencyLimit}
+		// Every ID a job may have: a keyed job lives in its key's shard.
+		var ids []string
+		for _, b := range bases {
+			for _, k := range append([]string{""}, keys...) {
+				if id := q.IDFor(k, b); !slices.Contains(ids, id) {
+					ids = append(ids, id)
+				}
+			}
+		}
+		var held []*Job  // every copy a claim handed out, stale ones included
+		var runs []*mrun // every lease a claim handed out
+		liveRuns := func(k string) int {
+			n := 0
+			for _, r := range runs {
+				if r.key == k && !r.ended && r.until.After(m.now) {
+					n++
+				}
+			}
+			return n
+		}
+		runOf := func(j *Job) *mrun {
+			for _, r := range runs {
+				if r.token == j.LeaseToken {
+					return r
+				}
+			}
+			panic("no run for " + j.ID)
+		}
 		fenced := func(j *Job) (*mjob, bool) {
 			mj := m.jobs[j.ID]
 			return mj, mj.state == StateActive && mj.token == j.LeaseToken
 		}
 
-		rt.Repeat(map[string]func(*rapid.T){
-			"enqueue": func(rt *rapid.T) {
-				id := rapid.SampledFrom(ids).Draw(rt, "id")
-				delay := time.Duration(rapid.IntRange(0, 3).Draw(rt, "delay")) * 20 * time.Second
+		// pickHeld draws a claimed copy: most often one whose lease is
+		// still the job's, else any, stale ones included.
+		pickHeld := func(rt *rapid.T) *Job {
+			var cur []*Job
+			for _, h := range held {
+				if _, ok := fenced(h); ok {
+					cur = append(cur, h)
+				}
+			}
+			if len(cur) > 0 && rapid.IntRange(0, 3).Draw(rt, "stale") > 0 {
+				return rapid.SampledFrom(cur).Draw(rt, "held")
+			}
+			return rapid.SampledFrom(held).Draw(rt, "held")
+		}
+		claim := func(rt *rapid.T, w string) *Job {
+			// Priority order, stated apart from the outcomes below: if a
+			// due job can be taken, the claim takes one of the highest rank.
+			best, takeable := -1, map[string]bool{}
+			for id, mj := range m.jobs {
+				if m.takeable(id) {
+					takeable[id] = true
+					best = max(best, m.rank(mj))
+				}
+			}
+			outs := m.claimOutcomes(w)
+			// The entries earlier claims read ahead are up to 500 ms
+			// old (duePool): a job that became due since, by the model's
+			// clock, may wait behind them. The model checks priority
+			// order among the jobs due when the claim reads.
+			q.pool.drop()
+			j, err := q.Claim(ctx, w)
+			taken := ""
+			if !errors.Is(err, ErrNoJob) {
+				require.NoError(rt, err)
+				taken = j.ID
+			}
+			if taken != "" {
+				require.Contains(rt, m.jobs, taken)
+			}
+			if best >= 0 {
+				require.NotEmpty(rt, taken, "ErrNoJob while %v could be taken", takeable)
+				require.True(rt, takeable[taken], "claimed %s, which could not be taken (%v could)", taken, takeable)
+				require.Equal(rt, best, m.rank(m.jobs[taken]), "claimed %s of rank %d while rank %d could be taken", taken, m.rank(m.jobs[taken]), best)
+			}
+			if taken != "" {
+				mj := m.jobs[taken]
+				require.Equal(rt, mj.prio, j.Priority)
+				require.Equal(rt, mj.key, j.ConcurrencyKey)
+				if mj.key != "" {
+					// Safety, counted from the leases handed out: a claim
+					// never takes a job whose key has limit live leases.
+					require.Less(rt, liveRuns(mj.key), m.limit(mj.key), "claimed %s while key %q had %d live leases, limit %d",
+						taken, mj.key, liveRuns(mj.key), m.limit(mj.key))
+				}
+			}
+			got := observe(rt, f, m, ids, keys)
+			var match *model
+			for _, o := range outs {
+				if o.taken == taken && sameView(o.m.project(), got) {
+					match = o.m
+					break
+				}
+			}
+			if match == nil {
+				var b strings.Builder
+				for i, o := range outs {
+					fmt.Fprintf(&b, "\n  outcome %d: took %q: %+v", i, o.taken, o.m.project())
+				}
+				rt.Fatalf("claim by %s took %q (err %v), which no outcome of the model allows\n  got: %+v\n  before: %+v%s",
+					w, taken, err, got, m.project(), b.String())
+			}
+			*m = *match
+			m.tally.claims++
+			m.tally.outcomes += len(outs)
+			if len(outs) > 1 {
+				m.tally.choices++
+			}
+			if taken == "" {
+				return nil
+			}
+			require.NotZero(rt, j.LeaseToken)
+			for _, h := range held {
+				require.NotEqual(rt, h.LeaseToken, j.LeaseToken, "every claim has a token of its own")
+			}
+			m.jobs[taken].token = j.LeaseToken
+			held = append(held, j)
+			runs = append(runs, &mrun{id: j.ID, key: j.ConcurrencyKey, token: j.LeaseToken, until: j.LeaseUntil})
+			return j
+		}
+		complete := func(rt *rapid.T, j *Job) {
+			_, err := q.Complete(ctx, j, []byte("r"))
+			mj, ok := fenced(j)
+			if mj.state == StateSucceeded && mj.token == j.LeaseToken {
+				require.NoError(rt, err, "a repeated Complete is a no-op success")
+				return
+			}
+			if !ok {
+				require.ErrorIs(rt, err, ErrLeaseLost)
+				return
+			}
+			require.NoError(rt, err)
+			mj.state, mj.leaseUntil = StateSucceeded, m.now
+			if mj.key != "" {
+				m.release(mj.key, j.ID)
+			}
+			runOf(j).ended = true
+		}
+		check := func(rt *rapid.T) {
+			st, err := q.Stats(ctx)
+			require.NoError(rt, err)
+			require.Equal(rt, m.stats(), st)
+			want, got := m.project(), observe(rt, f, m, ids, keys)
+			require.True(rt, sameView(want, got), "the queue disagrees with the model\n  want: %+v\n  got:  %+v", want, got)
+			for _, k := range keys {
+				info, err := q.Concurrency(ctx, k)
+				require.NoError(rt, err)
+				want := ConcurrencyInfo{Key: k, Limit: m.limit(k), Own: m.key(k).limit > 0, Active: m.live(k, ""), Waiting: len(m.key(k).waiting)}
+				require.Equal(rt, want, info)
+				require.Equal(rt, liveRuns(k), info.Active, "key %q: the leases handed out and not ended", k)
+				if info.Active > info.Limit {
+					m.tally.overLimit++ // a lowered limit stops no running job
+				}
+			}
+		}
+
+		enqueue := func(rt *rapid.T) {
+			for range rapid.IntRange(1, 3).Draw(rt, "jobs") {
+				key := rapid.SampledFrom([]string{"", "a", "a", "a", "b"}).Draw(rt, "key")
+				id := q.IDFor(key, rapid.SampledFrom(bases).Draw(rt, "id"))
+				delay := rapid.SampledFrom([]time.Duration{0, 0, 20 * time.Second, 40 * time.Second}).Draw(rt, "delay")
 				max := rapid.IntRange(1, 3).Draw(rt, "max")
 				prio := rapid.IntRange(0, 2).Draw(rt, "priority")
-				_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, Delay: delay, MaxAttempts: max, Priority: prio})
+				_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, Delay: delay, MaxAttempts: max, Priority: prio, ConcurrencyKey: key})
 				if _, exists := m.jobs[id]; exists {
 					require.ErrorIs(rt, err, ErrJobExists)
-					return
+					continue
 				}
 				require.NoError(rt, err)
-				m.jobs[id] = &mjob{state: StatePending, max: max, runAt: m.now.Add(delay), prio: prio}
-			},
-			"claim": func(rt *rapid.T) {
-				w := rapid.SampledFrom(workers).Draw(rt, "worker")
-				best := -1 // the highest rank claimable before the claim
-				for _, mj := range m.jobs {
-					if m.claimable(mj) {
-						best = max(best, m.rank(mj))
-					}
-				}
-				// The entries earlier claims read ahead are up to 500 ms
-				// old (duePool): a job that became due since, by the model's
-				// clock, may wait behind them. The model checks priority
-				// order among the jobs due when the claim reads.
-				q.pool.drop()
-				j, err := q.Claim(ctx, w)
-				// Claimers fail any expired final attempt they meet on the way.
-				for id, mj := range m.jobs {
-					if m.expiredFinal(mj) {
-						if got, gerr := q.Get(ctx, id); gerr == nil && got.State == StateFailed {
-							mj.state, mj.lastErr = StateFailed, got.LastError
-						}
-					}
-				}
-				if errors.Is(err, ErrNoJob) {
-					for id, mj := range m.jobs {
-						require.False(rt, m.claimable(mj), "ErrNoJob while %s is claimable", id)
-					}
+				runAt := m.now.Add(delay)
+				m.jobs[id] = &mjob{state: StatePending, max: max, runAt: runAt, prio: prio, key: key, entry: toMillis(runAt)}
+			}
+		}
+		claimStep := func(rt *rapid.T) { claim(rt, rapid.SampledFrom(workers).Draw(rt, "worker")) }
+		extend := func(rt *rapid.T, j *Job) {
+			_, err := q.Extend(ctx, j)
+			mj, ok := fenced(j)
+			if !ok {
+				require.ErrorIs(rt, err, ErrLeaseLost)
+				return
+			}
+			until := m.now.Add(m.lease)
+			if mj.key != "" {
+				// A holder whose lease ran out renews it only if its key
+				// has a slot free: another claim may have taken its own.
+				free := liveRuns(mj.key) < m.limit(mj.key) || runOf(j).until.After(m.now)
+				require.Equal(rt, free, m.extend(mj.key, j.ID, toMillis(until)))
+				if !free {
+					m.tally.extendLost++
+					require.ErrorIs(rt, err, ErrLeaseLost, "%s's lease ran out and its key %q is full", j.ID, mj.key)
 					return
 				}
-				require.NoError(rt, err)
-				mj := m.jobs[j.ID]
-				require.True(rt, m.claimable(mj), "claimed %s, which was not claimable: %+v", j.ID, mj)
-				require.Equal(rt, best, m.rank(mj), "claimed %s of rank %d while rank %d was due", j.ID, m.rank(mj), best)
-				require.Equal(rt, mj.prio, j.Priority)
-				mj.state, mj.attempt, mj.owner, mj.leaseUntil = StateActive, mj.attempt+1, w, m.now.Add(m.lease)
-				require.NotZero(rt, j.LeaseToken)
+			}
+			require.NoError(rt, err)
+			mj.leaseUntil = until
+			runOf(j).until = until
+		}
+		// claimFirst is a claim that tries pending job id first, as one that
+		// read ahead, or a batch claimer's block, may do while an expired
+		// lease waits: the job takes a free slot, one that ran out
+		// included, or waits.
+		claimFirst := func(rt *rapid.T, id, w string) {
+			mj := m.jobs[id]
+			c := candidate{shard: q.ks.shardOf(id), id: id, index: readyIndex(mj.prio), prio: mj.prio}
+			before := liveRuns(mj.key)
+			took := m.meet(id, w)
+			got, _, err := q.claimTxn(ctx, []candidate{c}, []string{w}, true, nil)
+			require.NoError(rt, err)
+			require.Equal(rt, took, got[0] != nil, "claim of %s", id)
+			if !took {
+				return
+			}
+			j := got[0]
+			if mj.key != "" {
+				require.Less(rt, before, m.limit(mj.key), "claimed %s while key %q had %d live leases", id, mj.key, before)
+			}
+			m.jobs[id].token = j.LeaseToken
+			held = append(held, j)
+			runs = append(runs, &mrun{id: j.ID, key: j.ConcurrencyKey, token: j.LeaseToken, until: j.LeaseUntil})
+		}
+		claimAhead := func(rt *rapid.T) {
+			var due []string
+			for id, mj := range m.jobs {
+				if mj.state == StatePending && m.claimable(mj) {
+					due = append(due, id)
+				}
+			}
+			if len(due) == 0 {
+				rt.Skip("no pending job is due")
+			}
+			slices.Sort(due)
+			claimFirst(rt, rapid.SampledFrom(due).Draw(rt, "id"), rapid.SampledFrom(workers).Draw(rt, "worker"))
+		}
+		// A lease runs out, and a claim that meets another job of its key
+		// first gives that job the slot: the lapsed holder must not renew,
+		// and the claim that meets it next leaves it waiting.
+		steal := func(rt *rapid.T) {
+			type pair struct{ x, y string }
+			var pairs []pair
+			for x, mx := range m.jobs {
+				for y, my := range m.jobs {
+					if mx.key != "" && mx.key == my.key && mx.state == StateActive && mx.leaseUntil.After(m.now) &&
+						my.state == StatePending && my.attempt < my.max && !my.runAt.After(mx.leaseUntil) {
+						pairs = append(pairs, pair{x, y})
+					}
+				}
+			}
+			if len(pairs) == 0 {
+				rt.Skip("no active job with a pending one of its key")
+			}
+			slices.SortFunc(pairs, func(a, b pair) int { return strings.Compare(a.x+"/"+a.y, b.x+"/"+b.y) })
+			p := rapid.SampledFrom(pairs).Draw(rt, "pair")
+			d := m.jobs[p.x].leaseUntil.Sub(m.now) + time.Millisecond
+			clock.Advance(d)
+			m.now = m.now.Add(d)
+			claimFirst(rt, p.y, rapid.SampledFrom(workers).Draw(rt, "worker"))
+			if rapid.Bool().Draw(rt, "renew") {
 				for _, h := range held {
-					require.NotEqual(rt, h.LeaseToken, j.LeaseToken, "every claim has a token of its own")
+					if _, ok := fenced(h); ok && h.ID == p.x {
+						extend(rt, h)
+					}
 				}
-				mj.token = j.LeaseToken
-				held = append(held, j)
+			}
+		}
+
+		// Enqueues and claims come twice as often as the other steps.
+		rt.Repeat(map[string]func(*rapid.T){
+			"enqueue":   enqueue,
+			"enqueue 2": enqueue,
+			"claim":     claimStep,
+			"claim 2":   claimStep,
+			"claim one": claimAhead,
+			"steal":     steal,
+			"set limit": func(rt *rapid.T) {
+				k := rapid.SampledFrom(keys).Draw(rt, "key")
+				n := rapid.IntRange(0, 3).Draw(rt, "limit")
+				require.NoError(rt, q.SetConcurrencyLimit(ctx, k, n))
+				if m.key(k).limit != n {
+					m.key(k).limit = n
+					m.pull(k) // a higher limit frees slots now
+				}
 			},
 			"complete": func(rt *rapid.T) {
 				if len(held) == 0 {
 					rt.Skip("nothing claimed")
 				}
-				j := pickHeld(rt)
-				_, err := q.Complete(ctx, j, []byte("r"))
-				mj, ok := fenced(j)
-				if mj.state == StateSucceeded && mj.token == j.LeaseToken {
-					require.NoError(rt, err, "a repeated Complete is a no-op success")
-					return
-				}
-				if !ok {
-					require.ErrorIs(rt, err, ErrLeaseLost)
-					return
-				}
-				require.NoError(rt, err)
-				mj.state, mj.leaseUntil = StateSucceeded, m.now
+				complete(rt, pickHeld(rt))
 			},
 			"fail": func(rt *rapid.T) {
 				if len(held) == 0 {
@@ -210,7 +894,12 @@ func TestModel(t *testing.T) {
 					mj.state = StateFailed
 				} else {
 					mj.state, mj.runAt = StatePending, m.now.Add(m.backoff(mj.attempt))
+					mj.entry = toMillis(mj.runAt)
 				}
+				if mj.key != "" {
+					m.release(mj.key, j.ID)
+				}
+				runOf(j).ended = true
 			},
 			"release": func(rt *rapid.T) {
 				if len(held) == 0 {
@@ -229,20 +918,17 @@ func TestModel(t *testing.T) {
 				}
 				require.NoError(rt, err)
 				mj.state, mj.attempt, mj.runAt, mj.leaseUntil = StatePending, max(0, mj.attempt-1), m.now, m.now
+				mj.entry = toMillis(mj.runAt)
+				if mj.key != "" {
+					m.release(mj.key, j.ID)
+				}
+				runOf(j).ended = true
 			},
 			"extend": func(rt *rapid.T) {
 				if len(held) == 0 {
 					rt.Skip("nothing claimed")
 				}
-				j := pickHeld(rt)
-				_, err := q.Extend(ctx, j)
-				mj, ok := fenced(j)
-				if !ok {
-					require.ErrorIs(rt, err, ErrLeaseLost)
-					return
-				}
-				require.NoError(rt, err)
-				mj.leaseUntil = m.now.Add(m.lease)
+				extend(rt, pickHeld(rt))
 			},
 			"cancel": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids).Draw(rt, "id")
@@ -253,7 +939,8 @@ func TestModel(t *testing.T) {
 					require.ErrorIs(rt, err, ErrNotFound)
 				case mj.state == StatePending || mj.state == StateActive || mj.state == StateCanceled:
 					require.NoError(rt, err)
-					mj.state = StateCanceled
+					mj.state = StateCanceled // a canceled run keeps its slot until its lease ends
+					m.rewrite(id)
 				default:
 					var se *StateError
 					require.ErrorAs(rt, err, &se)
@@ -272,43 +959,97 @@ func TestModel(t *testing.T) {
 					if mj.leaseUntil.After(m.now) {
 						mj.runAt = mj.leaseUntil // a canceled run's lease ends first
 					}
+					mj.entry = toMillis(mj.runAt)
+					m.rewrite(id)
 				default:
 					var se *StateError
 					require.ErrorAs(rt, err, &se)
 				}
+			},
+			"verify": func(rt *rapid.T) {
+				rep, err := q.Verify(ctx, nil)
+				require.NoError(rt, err)
+				require.Empty(rt, rep.Findings)
 			},
 			"time passes": func(rt *rapid.T) {
 				d := time.Duration(rapid.IntRange(1, 45).Draw(rt, "seconds")) * time.Second
 				clock.Advance(d)
 				m.now = m.now.Add(d)
 			},
-			"": func(rt *rapid.T) { // the check after every step
-				st, err := q.Stats(ctx)
-				require.NoError(rt, err)
-				require.Equal(rt, m.stats(), st)
-				for _, id := range ids {
-					mj := m.jobs[id]
-					got, err := q.Get(ctx, id)
-					if mj == nil {
-						require.ErrorIs(rt, err, ErrNotFound)
-						continue
+			"time to a lease end": func(rt *rapid.T) {
+				// Just past the end of a live lease: the moment its slot
+				// frees by itself.
+				var ends []time.Time
+				for _, mj := range m.jobs {
+					if mj.state == StateActive && mj.leaseUntil.After(m.now) {
+						ends = append(ends, mj.leaseUntil)
 					}
-					require.NoError(rt, err)
-					require.Equal(rt, mj.state, got.State, "state of %s", id)
-					require.Equal(rt, mj.attempt, got.Attempt, "attempt of %s", id)
-					switch mj.state {
-					case StatePending:
-						require.Equal(rt, mj.runAt, got.RunAt, "run-at of %s", id)
-					case StateActive:
-						require.Equal(rt, mj.owner, got.LeaseOwner, "owner of %s", id)
-						require.Equal(rt, mj.leaseUntil, got.LeaseUntil, "lease of %s", id)
-					}
-					idx, score := f.indexOf(t, id)
-					want := derive(got)
-					require.Equal(rt, want.index, idx, fmt.Sprintf("index of %s", id))
-					require.Equal(rt, want.score, score, fmt.Sprintf("score of %s", id))
 				}
+				if len(ends) == 0 {
+					rt.Skip("no live lease")
+				}
+				slices.SortFunc(ends, time.Time.Compare)
+				d := rapid.SampledFrom(ends).Draw(rt, "lease end").Sub(m.now) + time.Millisecond
+				clock.Advance(d)
+				m.now = m.now.Add(d)
 			},
+			"": check, // the check after every step
 		})
+
+		// Liveness: once every holder finishes its job, every job left
+		// runs: none is stranded waiting for a slot. Each round the claims
+		// take all that can run at once (and meet the keys full), then the
+		// holders finish, which frees slots and pulls waiting jobs forward
+		// for the next round at the same moment; only a round that did
+		// nothing lets time pass, past every lease and parked entry.
+		for round := 0; ; round++ {
+			left := 0
+			for _, mj := range m.jobs {
+				if mj.state == StatePending || mj.state == StateActive {
+					left++
+				}
+			}
+			if left == 0 {
+				break
+			}
+			require.Less(rt, round, 40, "%d jobs left after %d rounds of draining: %+v", left, round, m.project())
+			progress := false
+			for claim(rt, "drain") != nil {
+				progress = true
+				check(rt)
+			}
+			for _, j := range held {
+				if _, ok := fenced(j); ok {
+					complete(rt, j)
+					progress = true
+				}
+			}
+			check(rt)
+			if !progress {
+				clock.Advance(time.Minute)
+				m.now = m.now.Add(time.Minute)
+			}
+		}
+		// Runs canceled while they ran keep their slots until their leases
+		// end; then every key is free.
+		clock.Advance(m.lease)
+		m.now = m.now.Add(m.lease)
+		check(rt)
+		for _, k := range keys {
+			require.Zero(rt, m.live(k, ""))
+		}
+		total.add(m.tally)
 	})
+	t.Logf("model: %+v", total)
+}
+
+func (t *tally) add(o tally) {
+	t.claims += o.claims
+	t.outcomes += o.outcomes
+	t.choices += o.choices
+	t.parked += o.parked
+	t.lapsedBack += o.lapsedBack
+	t.pulled += o.pulled
+	t.extendLost += o.extendLost
+	t.overLimit += o.overLimit
 }

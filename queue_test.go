@@ -199,7 +199,7 @@ func TestRoundTripBudget(t *testing.T) {
 	measure("Pause", 1, func() error { return f.q.Pause(f.ctx) })
 	measure("Resume", 1, func() error { return f.q.Resume(f.ctx) })
 	measure("Delete", 2, func() error { return f.q.Delete(f.ctx, "mine") })
-	measure("CancelPending (100)", 4, func() (err error) { _, err = f.q.CancelPending(f.ctx, ""); return })
+	measure("CancelPending (100)", 5, func() (err error) { _, err = f.q.CancelPending(f.ctx, ""); return })
 
 	// Concurrency keys (concurrency.go). These counts are exact, not
 	// ceilings: a keyed claim learns the job's key only once it read the

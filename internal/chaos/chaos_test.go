@@ -186,13 +186,32 @@ type result struct {
 	overlapping, runs                          int
 	ambiguous, abandoned, vanished             int64
 	faults                                     map[string]int64
+	// Concurrency keys: how many acknowledged jobs had one, each key's
+	// limit, and the most runs of one key that were under way at once
+	// (handler runs, and the leases of claims whose worker died).
+	keyed, keyedAbandoned int
+	limits, peak          map[string]int
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("enqueued %d, finished %d, handler runs %d; lost %d, finished twice %d, hint mismatches %d, stuck %d, "+
+	s := fmt.Sprintf("enqueued %d, finished %d, handler runs %d; lost %d, finished twice %d, hint mismatches %d, stuck %d, "+
 		"overlapping runs %d, evicted jobs noticed %d; ambiguous enqueues retried %d, claims abandoned by dying workers %d; faults %v",
 		r.enqueued, r.finished, r.runs, r.lost, r.finishedTwice, r.hintMismatches, r.stuck, r.overlapping, r.vanished,
 		r.ambiguous, r.abandoned, r.faults)
+	if r.keyed > 0 {
+		var keys []string
+		for k := range r.limits {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var per []string
+		for _, k := range keys {
+			per = append(per, fmt.Sprintf("%s %d (limit %d)", k, r.peak[k], r.limits[k]))
+		}
+		s += fmt.Sprintf("; keyed jobs %d (claims of them abandoned by dying workers %d), most runs of one key at once: %s",
+			r.keyed, r.keyedAbandoned, strings.Join(per, ", "))
+	}
+	return s
 }
 
 // runLog records when each handler run of each job started and ended, on
@@ -231,6 +250,52 @@ func (l *runLog) overlaps(t *testing.T) (jobs, runs int) {
 	return jobs, runs
 }
 
+// peak returns, per key of the log (here a concurrency key), the most
+// runs that were under way at once. A run that ends at the moment another
+// starts does not overlap it.
+func (l *runLog) peak() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for key, rs := range l.runs {
+		type event struct {
+			at    time.Time
+			delta int
+		}
+		var evs []event
+		for _, r := range rs {
+			evs = append(evs, event{r[0], 1}, event{r[1], -1})
+		}
+		sort.Slice(evs, func(i, j int) bool {
+			if !evs[i].at.Equal(evs[j].at) {
+				return evs[i].at.Before(evs[j].at)
+			}
+			return evs[i].delta < evs[j].delta // ends first
+		})
+		n := 0
+		for _, e := range evs {
+			n += e.delta
+			out[key] = max(out[key], n)
+		}
+	}
+	return out
+}
+
+// chaosKeys are the concurrency keys of the chaos run's keyed jobs, and
+// their limits; one job in keyedEvery has one.
+var chaosKeys = map[string]int{"ck-a": 2, "ck-b": 3, "ck-c": 2}
+
+const keyedEvery = 8
+
+// keyOf returns the concurrency key of producer p's n-th job, or "".
+func keyOf(p, n int) string {
+	if n%keyedEvery != p%keyedEvery {
+		return ""
+	}
+	names := []string{"ck-a", "ck-b", "ck-c"}
+	return names[(n/keyedEvery+p)%len(names)]
+}
+
 // skews are the host clocks of the harness's clients: off by seconds, both
 // ways. jobkey decides by Redis's clock, so they must change nothing.
 var skews = []time.Duration{0, 7 * time.Second, -5 * time.Second, 3 * time.Second, -9 * time.Second}
@@ -247,6 +312,13 @@ func TestChaosJobkey(t *testing.T) {
 		return q
 	}
 
+	// A share of the jobs have a concurrency key, of limits set in Redis.
+	admin := newQueue(e.admin, 0)
+	for k, n := range chaosKeys {
+		require.NoError(t, admin.SetConcurrencyLimit(ctx, k, n))
+	}
+	var keyed atomic.Int64 // acknowledged jobs with a concurrency key
+
 	var ack acked
 	var successes sync.Map // job ID -> *atomic.Int64 of recorded successful completions
 	onRecorded := func(j *jobkey.Job, err error) {
@@ -256,9 +328,21 @@ func TestChaosJobkey(t *testing.T) {
 		}
 	}
 	var runs runLog
+	// keyRuns logs the runs of each concurrency key: a handler run from its
+	// start to its return. Work stops a handler whose lease could not be
+	// renewed before the lease runs out, so a run lies within its lease,
+	// and the lease within the key's slot: at no moment may more runs of a
+	// key be under way than its limit.
+	var keyRuns runLog
 	handler := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
 		start := time.Now()
-		defer func() { runs.add(j.ID, start, time.Now()) }()
+		defer func() {
+			end := time.Now()
+			runs.add(j.ID, start, end)
+			if j.ConcurrencyKey != "" {
+				keyRuns.add(j.ConcurrencyKey, start, end)
+			}
+		}()
 		// A little work, long enough for faults to land mid-job; one job in
 		// twenty works longer than a lease, so a cut-off worker's handler is
 		// still running when its lease would run out.
@@ -357,11 +441,15 @@ func TestChaosJobkey(t *testing.T) {
 				for backlog.Load() > maxBacklog && chaosCtx.Err() == nil {
 					time.Sleep(50 * time.Millisecond)
 				}
-				id := fmt.Sprintf("p%d-%d", p, n)
+				key := keyOf(p, n)
+				id := q.IDFor(key, fmt.Sprintf("p%d-%d", p, n))
 				for chaosCtx.Err() == nil {
-					_, err := q.Enqueue(ctx, "chaos", []byte(id), &jobkey.EnqueueOpts{ID: id})
+					_, err := q.Enqueue(ctx, "chaos", []byte(id), &jobkey.EnqueueOpts{ID: id, ConcurrencyKey: key})
 					if err == nil || errors.Is(err, jobkey.ErrJobExists) {
 						ack.add(id)
+						if key != "" {
+							keyed.Add(1)
+						}
 						break
 					}
 					ack.ambiguous.Add(1)
@@ -376,6 +464,7 @@ func TestChaosJobkey(t *testing.T) {
 	// them was noticed (Stats.Vanished) and that no other job was lost.
 	var evictedMu sync.Mutex
 	evicted := map[string]bool{}
+	var lastEviction time.Time
 	evq := newQueue(e.admin, 0)
 	wg.Go(func() {
 		for chaosCtx.Err() == nil {
@@ -389,17 +478,29 @@ func TestChaosJobkey(t *testing.T) {
 			if id != "" && evict(ctx, e.admin, evq, id) {
 				evictedMu.Lock()
 				evicted[id] = true
+				lastEviction = time.Now()
 				evictedMu.Unlock()
 			}
 		}
 	})
 	// A worker that dies mid-job: it claims and is never heard from again.
-	var abandoned atomic.Int64
+	var abandoned, keyedAbandoned atomic.Int64
 	zq := newQueue(e.client(), skews[4])
 	wg.Go(func() {
 		for chaosCtx.Err() == nil {
-			if _, err := zq.Claim(ctx, "dies-mid-job"); err == nil {
+			asked := time.Now()
+			if j, err := zq.Claim(ctx, "dies-mid-job"); err == nil {
 				abandoned.Add(1)
+				// Its lease holds a slot of its key with no handler: it
+				// counts as a run of the key from the claim's reply until
+				// a lease after the claim was asked for, within the lease
+				// (which began after asked, and ends a lease later).
+				if j.ConcurrencyKey != "" {
+					keyedAbandoned.Add(1)
+					if got, until := time.Now(), asked.Add(lease); got.Before(until) {
+						keyRuns.add(j.ConcurrencyKey, got, until)
+					}
+				}
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -424,7 +525,8 @@ func TestChaosJobkey(t *testing.T) {
 	stopWork()
 	wg.Wait()
 
-	r := result{enqueued: len(ack.ids), ambiguous: ack.ambiguous.Load(), abandoned: abandoned.Load(), faults: e.counts()}
+	r := result{enqueued: len(ack.ids), ambiguous: ack.ambiguous.Load(), abandoned: abandoned.Load(), faults: e.counts(),
+		keyed: int(keyed.Load()), keyedAbandoned: int(keyedAbandoned.Load()), limits: chaosKeys, peak: keyRuns.peak()}
 	r.faults["pending or active job evicted"] = int64(len(evicted))
 	r.faults["worker cut off for longer than a lease"] = partitions.Load()
 	r.faults["completion started late (1.5 leases)"] = slowCompletions.Load()
@@ -436,6 +538,21 @@ func TestChaosJobkey(t *testing.T) {
 	require.Positive(t, partitions.Load(), "workers were cut off")
 	require.Positive(t, shutdowns.Load(), "workers were shut down mid-work")
 	r.requireClean(t, len(evicted))
+	// Concurrency keys: never more runs of a key at once than its limit,
+	// and no slot left taken once the queue is drained, by the dying
+	// workers' claims or by anyone.
+	require.Positive(t, r.keyed)
+	// An active job evicted keeps its slot until its lease ends, as a
+	// worker that died would.
+	time.Sleep(time.Until(lastEviction.Add(lease)))
+	for k, n := range chaosKeys {
+		require.LessOrEqual(t, r.peak[k], n, "runs of key %s at once", k)
+		require.Positive(t, r.peak[k], "key %s ran", k)
+		info, err := check.Concurrency(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, n, info.Limit, "key %s", k)
+		require.Zero(t, info.Active, "key %s: slots taken after the drain", k)
+	}
 }
 
 // check reads every acknowledged job, the queue's counts and its indexes,
