@@ -34,7 +34,11 @@ import (
 // their RunAt (ZADD XX LT: an entry that is no longer there, because the
 // job was claimed, canceled or deleted meanwhile, is not recreated) and
 // wakes the workers. A job is never stranded: at worst its entry comes due
-// when the leases it waited for would have run out.
+// when the leases it waited for would have run out. Cancel, Retry, Update,
+// Delete and the bulk actions read a keyed job's value too, and take the
+// job off the waiting list when it no longer waits as listed (another
+// state, RunAt or priority), so a freed slot never pulls its entry before
+// its RunAt (slotBook.rewrite).
 
 // MaxConcurrencyKeyLen bounds Job.ConcurrencyKey, which is part of a Redis
 // key.
