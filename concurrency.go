@@ -38,7 +38,7 @@ import (
 // Delete and the bulk actions read a keyed job's value too, and take the
 // job off the waiting list when it no longer waits as listed (another
 // state, RunAt or priority), so a freed slot never pulls its entry before
-// its RunAt (slotBook.rewrite).
+// its RunAt (slotBook.unlistMoved).
 
 // MaxConcurrencyKeyLen bounds Job.ConcurrencyKey, which is part of a Redis
 // key.
