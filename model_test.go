@@ -253,15 +253,21 @@ func (m *model) park(k, id string) int64 {
 // rewrite keeps k's waiting list true to job id after a write that takes
 // no slot and gives none back (Cancel, Retry): listed as waiting, it stays
 // listed only while it is pending at the priority and RunAt it waited with.
+// A listing dropped pulls the next waiting jobs forward into the slots
+// free now, as a freed slot does (slotBook.unlist).
 func (m *model) rewrite(id string) {
 	j := m.jobs[id]
 	if j.key == "" {
 		return
 	}
 	kv := m.key(j.key)
+	n := len(kv.waiting)
 	kv.waiting = slices.DeleteFunc(kv.waiting, func(w mwait) bool {
 		return w.id == id && (j.state != StatePending || w.prio != j.prio || w.runAt != toMillis(j.runAt))
 	})
+	if len(kv.waiting) < n {
+		m.pull(j.key)
+	}
 }
 
 // meet is what a claim does to job id, a due candidate: take it for
