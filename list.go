@@ -88,11 +88,6 @@ func (q *Queue) List(ctx context.Context, o ListOpts) (*JobPage, error) {
 // list is List, in the opposite order when reverse is set (the bulk
 // actions walk pending jobs newest first: see bulk).
 func (q *Queue) list(ctx context.Context, o ListOpts, reverse bool) (*JobPage, error) {
-	return q.listFrom(ctx, o, reverse, nil)
-}
-
-// listFrom is list, starting after the entry from when o has no cursor.
-func (q *Queue) listFrom(ctx context.Context, o ListOpts, reverse bool, from *listEntry) (*JobPage, error) {
 	idx, desc, limit, err := q.listArgs(o)
 	if err != nil {
 		return nil, err
@@ -105,9 +100,6 @@ func (q *Queue) listFrom(ctx context.Context, o ListOpts, reverse bool, from *li
 	cur, err := parseCursor(o.Cursor, tag)
 	if err != nil {
 		return nil, err
-	}
-	if cur == nil {
-		cur = from
 	}
 	if err := q.check(ctx, false); err != nil {
 		return nil, err
