@@ -81,3 +81,21 @@ func TestBreakRev2ParkedByUnreadableKey(t *testing.T) {
 	require.Equal(t, StateCanceled, j.State, "pending when CancelPending started")
 	require.Equal(t, MaxListLimit+1, res.Done)
 }
+
+// DEFECT: the second walk of a pending bulk action lists again the
+// entries above its start, and counted the unreadable ones among them a
+// second time: CancelPending of one due job and one scheduled job whose
+// value is corrupt reported two unreadable jobs.
+func TestBreakRev2UnreadableCountedOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Logger: quietLog()})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	s, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{RunAt: f.clock.Now().Add(10 * time.Second)})
+	require.NoError(t, err)
+	key, _ := f.q.ks.jobKeyOf(s.ID)
+	require.NoError(t, f.rdb.Set(f.ctx, key, "\xc1garbage", 0).Err())
+	res, err := f.q.CancelPending(f.ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, BulkResult{Done: 1, Unreadable: 1}, res)
+}

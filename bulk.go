@@ -170,9 +170,10 @@ func (q *Queue) bulk(ctx context.Context, op string, o ListOpts, to func(*Job, t
 		more, err := q.bulkWalk(ctx, op, o, to, notify, toMillis(start), func(j *Job) bool {
 			return j.ConcurrencyKey != "" && !j.RunAt.After(start) && !j.CreatedAt.After(start)
 		})
+		// The unreadable entries it lists were counted by the first walk
+		// (TestBreakRev2UnreadableCountedOnce).
 		res.Done += more.Done
 		res.Skipped += more.Skipped
-		res.Unreadable += more.Unreadable
 		if err != nil || more.Done == 0 {
 			return res, err
 		}
