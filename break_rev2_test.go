@@ -99,3 +99,41 @@ func TestBreakRev2UnreadableCountedOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, BulkResult{Done: 1, Unreadable: 1}, res)
 }
+
+// DEFECT: a job parked above the first walk can be pulled back below the
+// second walk's floor before the second walk reaches it: a claim parks w
+// (its key full) behind the first walk, the holder completes, which moves
+// w's entry back to its RunAt, below the start the second walk stops at.
+// CancelPending returned with w, pending and due when it started, still
+// pending, and nothing but a Complete of another job in between.
+func TestBreakRev2ParkedThenPulledBack(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	holder, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	w, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	f.clock.Advance(time.Millisecond)
+	fillerJobs(t, f)
+	pages := 0
+	f.q.afterBulkPage = func() {
+		pages++
+		switch pages {
+		case 1: // the walk passed the fillers; w is behind it
+			got, _, err := f.q.claimTxn(f.ctx, []candidate{{id: w.ID, index: readyIndex(0)}}, []string{"w2"}, true, nil)
+			require.NoError(t, err)
+			require.Nil(t, got[0], "k is full: w parked above the walk")
+		case 2: // the first walk ends; the holder's Complete pulls w back
+			_, err := f.q.Complete(f.ctx, holder, nil)
+			require.NoError(t, err)
+		}
+	}
+	res, err := f.q.CancelPending(f.ctx, "")
+	require.NoError(t, err)
+	j, err := f.q.Get(f.ctx, w.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateCanceled, j.State, "w was pending when CancelPending started, and no claim took it")
+	require.Equal(t, MaxListLimit+1, res.Done)
+}
