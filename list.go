@@ -42,10 +42,6 @@ type ListOpts struct {
 type JobPage struct {
 	// Jobs are the jobs of the page, in the listing's order.
 	Jobs []*Job
-	// scores are the index scores of Jobs, and last the score of the last
-	// entry the page read, for the walks of the bulk actions.
-	scores []int64
-	last   int64
 	// Unreadable lists the entries of the page whose value cannot be read:
 	// corrupt, written in a newer major format, or of another Redis type.
 	// They never fail the page; their bytes are left as they are.
@@ -88,11 +84,6 @@ func (q *Queue) List(ctx context.Context, o ListOpts) (*JobPage, error) {
 // list is List, in the opposite order when reverse is set (the bulk
 // actions walk pending jobs newest first: see bulk).
 func (q *Queue) list(ctx context.Context, o ListOpts, reverse bool) (*JobPage, error) {
-	return q.listFrom(ctx, o, reverse, nil)
-}
-
-// listFrom is list, starting after the entry from when o has no cursor.
-func (q *Queue) listFrom(ctx context.Context, o ListOpts, reverse bool, from *listEntry) (*JobPage, error) {
 	idx, desc, limit, err := q.listArgs(o)
 	if err != nil {
 		return nil, err
@@ -105,9 +96,6 @@ func (q *Queue) listFrom(ctx context.Context, o ListOpts, reverse bool, from *li
 	cur, err := parseCursor(o.Cursor, tag)
 	if err != nil {
 		return nil, err
-	}
-	if cur == nil {
-		cur = from
 	}
 	if err := q.check(ctx, false); err != nil {
 		return nil, err
@@ -131,7 +119,6 @@ func (q *Queue) listFrom(ctx context.Context, o ListOpts, reverse bool, from *li
 		scanned += len(entries)
 		if len(entries) > 0 {
 			cur = &entries[len(entries)-1]
-			page.last = cur.score
 		}
 		switch {
 		case !more:
@@ -409,7 +396,6 @@ func (q *Queue) listValues(ctx context.Context, o ListOpts, entries []listEntry,
 			page.Unreadable = append(page.Unreadable, UnreadableJob{ID: e.id, Err: keyed(err, keys[i])})
 		case (o.Corrupt || j.State == o.State) && (o.Type == "" || j.Type == o.Type):
 			page.Jobs = append(page.Jobs, j)
-			page.scores = append(page.scores, e.score)
 		}
 	}
 	return nil
