@@ -133,3 +133,42 @@ func Example_typedJob() {
 	fmt.Println(j.Type, done.State, strings.ToUpper(string(done.Result)))
 	// Output: send-email succeeded SENT TO ADA@EXAMPLE.COM
 }
+
+// Jobs with a concurrency key run at most the key's limit at a time,
+// across every worker and process: here, one customer's exports two at a
+// time, whatever else the queue holds.
+func ExampleQueue_SetConcurrencyLimit() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "exports", exampleConfig("limit"))
+	if err != nil {
+		panic(err)
+	}
+	if err := q.SetConcurrencyLimit(ctx, "customer-42", 2); err != nil {
+		panic(err)
+	}
+	for range 5 {
+		if _, err := q.Enqueue(ctx, "export", nil, &jobkey.EnqueueOpts{ConcurrencyKey: "customer-42"}); err != nil {
+			panic(err)
+		}
+	}
+	claimed := 0
+	for {
+		_, err := q.Claim(ctx, "worker-1")
+		if errors.Is(err, jobkey.ErrNoJob) {
+			break
+		}
+		if err != nil {
+			panic(err)
+		}
+		claimed++
+	}
+	info, err := q.Concurrency(ctx, "customer-42")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("claimed %d; key %s: limit %d, active %d, waiting %d\n", claimed, info.Key, info.Limit, info.Active, info.Waiting)
+	// Output:
+	// claimed 2; key customer-42: limit 2, active 2, waiting 3
+}
