@@ -163,13 +163,8 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		}
 		r.guarded = append(r.guarded, n > 0)
 	}
-	r.aux = make(map[string]rawRead, len(auxs))
-	for i, g := range auxs {
-		raw := fromGet(g)
-		if raw.err != nil && !isWrongType(raw.err) {
-			return nil, fmt.Errorf("jobkey: get %s: %w", t.aux[i], raw.err)
-		}
-		r.aux[t.aux[i]] = raw
+	if err := r.addAux(t.aux, auxs); err != nil {
+		return nil, err
 	}
 	if after != nil {
 		after()
@@ -215,15 +210,22 @@ func (e *casEngine) readAux(ctx context.Context, conn *redis.Conn, r *casRead, k
 		}
 		return err
 	}
-	if r.aux == nil {
-		r.aux = make(map[string]rawRead, len(todo))
+	return r.addAux(todo, gets)
+}
+
+// addAux records the GETs of auxiliary keys in r.aux. A key of another
+// type is recorded for the decision to report; any other error fails the
+// read.
+func (r *casRead) addAux(keys []string, gets []*redis.StringCmd) error {
+	if r.aux == nil && len(keys) > 0 {
+		r.aux = make(map[string]rawRead, len(keys))
 	}
 	for i, g := range gets {
 		raw := fromGet(g)
 		if raw.err != nil && !isWrongType(raw.err) {
-			return fmt.Errorf("jobkey: get %s: %w", todo[i], raw.err)
+			return fmt.Errorf("jobkey: get %s: %w", keys[i], raw.err)
 		}
-		r.aux[todo[i]] = raw
+		r.aux[keys[i]] = raw
 	}
 	return nil
 }

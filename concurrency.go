@@ -223,27 +223,13 @@ func (q *Queue) slotKeyOf(shard int, j *Job) string {
 	return q.ks.slotKey(shard, j.ConcurrencyKey)
 }
 
-// slotFollow returns a casTxn.follow that names the concurrency values of
-// the keyed jobs a transaction read: keys[k] is in shards[k].
-func (q *Queue) slotFollow(shards []int) func(r *casRead) []string {
-	return func(r *casRead) []string {
-		var out []string
-		for k, j := range r.jobs {
-			if key := q.slotKeyOf(shards[k], j); key != "" && !slices.Contains(out, key) {
-				out = append(out, key)
-			}
-		}
-		return out
-	}
-}
-
-// slotPredict names the concurrency values of the caller's copies of jobs,
-// to be read in round trip 1: a fenced write knows its job's key before it
-// reads the job. A key no stored job can hold is not read.
-func (q *Queue) slotPredict(jobs []*Job, shards []int) []string {
+// slotKeys names the concurrency values of the keyed jobs among jobs
+// that want accepts (every one when want is nil), each once: jobs[k] is
+// in shards[k].
+func (q *Queue) slotKeys(jobs []*Job, shards []int, want func(*Job) bool) []string {
 	var out []string
 	for k, j := range jobs {
-		if len(j.ConcurrencyKey) > MaxConcurrencyKeyLen {
+		if want != nil && j != nil && !want(j) {
 			continue
 		}
 		if key := q.slotKeyOf(shards[k], j); key != "" && !slices.Contains(out, key) {
@@ -251,6 +237,29 @@ func (q *Queue) slotPredict(jobs []*Job, shards []int) []string {
 		}
 	}
 	return out
+}
+
+// slotFollow returns a casTxn.follow that names the concurrency values of
+// the keyed jobs a transaction read: keys[k] is in shards[k].
+func (q *Queue) slotFollow(shards []int) func(r *casRead) []string {
+	return func(r *casRead) []string { return q.slotKeys(r.jobs, shards, nil) }
+}
+
+// slotFollowListed is slotFollow for writes outside the claim: it names
+// the concurrency values of the pending keyed jobs read, the only ones a
+// key's waiting list may hold (unlistMoved). Writes to other jobs watch
+// no key value, and cost no round trip more.
+func (q *Queue) slotFollowListed(shards []int) func(r *casRead) []string {
+	return func(r *casRead) []string {
+		return q.slotKeys(r.jobs, shards, func(j *Job) bool { return j.State == StatePending })
+	}
+}
+
+// slotPredict names the concurrency values of the caller's copies of jobs,
+// to be read in round trip 1: a fenced write knows its job's key before it
+// reads the job. A key no stored job can hold is not read.
+func (q *Queue) slotPredict(jobs []*Job, shards []int) []string {
+	return q.slotKeys(jobs, shards, func(j *Job) bool { return len(j.ConcurrencyKey) <= MaxConcurrencyKeyLen })
 }
 
 // slotBook holds the concurrency values one decision reads and changes:
@@ -267,7 +276,6 @@ type slotBook struct {
 // slotEntry is one key's value within a decision.
 type slotEntry struct {
 	key   string
-	name  string
 	shard int
 	v     slotValue
 	err   error // the value cannot be read: it is never written
@@ -276,7 +284,7 @@ type slotEntry struct {
 }
 
 func (q *Queue) newSlotBook(r *casRead) *slotBook {
-	return &slotBook{q: q, r: r, now: toMillis(r.now), open: map[string]*slotEntry{}}
+	return &slotBook{q: q, r: r, now: toMillis(r.now)} // open is made by the first keyed job: most transactions have none
 }
 
 // entry returns the value of j's key, read by the transaction; nil when j
@@ -289,7 +297,7 @@ func (b *slotBook) entry(shard int, j *Job) *slotEntry {
 	if e, ok := b.open[key]; ok {
 		return e
 	}
-	e := &slotEntry{key: key, name: j.ConcurrencyKey, shard: shard}
+	e := &slotEntry{key: key, shard: shard}
 	raw, ok := b.r.aux[key]
 	switch {
 	case !ok:
@@ -302,6 +310,9 @@ func (b *slotBook) entry(shard int, j *Job) *slotEntry {
 	if e.err != nil {
 		b.q.cfg.Logger.Error("jobkey: a concurrency key's value cannot be read: it is kept as it is, and its jobs wait until it is repaired or deleted",
 			"queue", b.q.name, "key", key, "err", e.err)
+	}
+	if b.open == nil {
+		b.open = map[string]*slotEntry{}
 	}
 	b.open[key] = e
 	b.order = append(b.order, e)
@@ -335,7 +346,6 @@ func (b *slotBook) take(e *slotEntry, next *Job) bool {
 	if e.err != nil || b.live(e) >= b.limit(e) {
 		return false
 	}
-	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now })
 	e.v.leases = append(e.v.leases, slotLease{id: next.ID, token: next.LeaseToken, until: toMillis(next.LeaseUntil)})
 	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.id == next.ID })
 	e.dirty = true
@@ -355,9 +365,7 @@ func (b *slotBook) extend(e *slotEntry, cur, next *Job) bool {
 		if b.live(e) >= b.limit(e) {
 			return false
 		}
-		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool {
-			return l.until <= b.now || l.id == cur.ID && l.token == cur.LeaseToken
-		})
+		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.id == cur.ID && l.token == cur.LeaseToken })
 		e.v.leases = append(e.v.leases, slotLease{id: cur.ID, token: next.LeaseToken, until: toMillis(next.LeaseUntil)})
 	} else {
 		e.v.leases[i].until = toMillis(next.LeaseUntil)
@@ -372,7 +380,7 @@ func (b *slotBook) release(e *slotEntry, id string, token uint64) {
 	if e.err != nil {
 		return
 	}
-	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.id == id && l.token == token || l.until <= b.now })
+	e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.id == id && l.token == token })
 	e.dirty = true
 	b.pull(e)
 }
@@ -402,25 +410,6 @@ func (b *slotBook) unlistMoved(shard int, old, next *Job) {
 		return
 	}
 	b.unlist(b.entry(shard, old), old.ID)
-}
-
-// slotFollowListed is slotFollow for writes outside the claim: it names
-// the concurrency values of the pending keyed jobs read, the only ones a
-// key's waiting list may hold (unlistMoved). Writes to other jobs watch
-// no key value, and cost no round trip more.
-func (q *Queue) slotFollowListed(shards []int) func(r *casRead) []string {
-	return func(r *casRead) []string {
-		var out []string
-		for k, j := range r.jobs {
-			if j == nil || j.State != StatePending {
-				continue
-			}
-			if key := q.slotKeyOf(shards[k], j); key != "" && !slices.Contains(out, key) {
-				out = append(out, key)
-			}
-		}
-		return out
-	}
 }
 
 // pull moves the first waiting jobs forward, as many as there are free
@@ -498,6 +487,8 @@ func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
 		if !e.dirty || e.err != nil {
 			continue
 		}
+		// Leases that ran out count for nothing: dropped here, once, for
+		// every change.
 		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now })
 		plan.aux = append(plan.aux, auxWrite{key: e.key, val: e.v.encode()})
 		top := -1
