@@ -159,14 +159,20 @@ func TestPeriodicLeaderless(t *testing.T) {
 func TestPeriodicMissedTicksDoNotFlood(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
-	const every = 100 * time.Millisecond
+	const every = 250 * time.Millisecond
 	sched := Every(every)
 	ran := func(string) {}
 	p := startPeriodic(t, prefix, "a", sched, ran)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(3 * every)
 	p.halt(t)
 	down := time.Now()
-	time.Sleep(time.Second) // about ten ticks go by
+	time.Sleep(10 * every) // about ten ticks go by
+	// Start again just after a tick, so that the latest tick missed at up
+	// is still the latest when the new process first looks: its start
+	// (a queue, a goroutine, Work's first read) has a whole tick, less
+	// 10 ms, however loaded the machine (a -race run once took over the
+	// 100 ms ticks this test had).
+	time.Sleep(time.Until(sched.Next(time.Now()).Add(10 * time.Millisecond)))
 	up := time.Now()
 	p = startPeriodic(t, prefix, "a", sched, ran)
 	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix})
