@@ -149,7 +149,8 @@ func keyed(err error, key string) error {
 // update runs one compare-and-set on job id: fn sees the current value
 // (never nil: a missing job is ErrNotFound) and Redis's clock, and returns
 // the new value, or nil to write nothing. Index entries follow the value in
-// the same EXEC.
+// the same EXEC. A pending value is never due before its last run's lease
+// ends (lastrun.go), whatever RunAt fn gave it.
 //
 // predict names the indexes the transition is expected to write, so their
 // type checks ride in the first round trip. notify, when set, is a channel
@@ -177,6 +178,10 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 		if next == nil {
 			out = &old
 			return nil, nil
+		}
+		if next.State == StatePending {
+			// Not claimable while the last run may go on (lastrun.go).
+			next.RunAt = dueAfterLastRun(&old, next.RunAt)
 		}
 		next.UpdatedAt = r.now
 		var ip indexPlan
