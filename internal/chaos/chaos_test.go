@@ -609,7 +609,7 @@ type liveRun struct {
 // The operator's faults, as counted.
 const (
 	cancelRetry   = "job canceled mid-run, then Retry"
-	cancelUpdate  = "job canceled mid-run, then Retry and Update of RunAt to now"
+	cancelUpdate  = "job canceled mid-run, then Retry and Update of RunAt to its enqueue time"
 	cancelDelete  = "job canceled mid-run, then Retry, Delete and Enqueue of its ID"
 	whileStopping = "write after a cancel that landed while the canceled handler still ran"
 	heldByLease   = "RunAt that Update moved to the canceled run's lease end"
@@ -619,8 +619,9 @@ const (
 
 // cancelMidRun cancels, now and then until ctx ends, a job whose handler
 // has run for a while, and at once retries it, then either leaves it so,
-// moves its RunAt to now with Update, or deletes it and enqueues it again
-// under its ID. Every job it cancels is made pending again (or deleted and
+// moves its RunAt back to when it was enqueued with Update (due now, ahead
+// of the jobs that waited since), or deletes it and enqueues it again
+// under its ID, as due since then. Every job it cancels is made pending again (or deleted and
 // enqueued again), so that the drain finishes it.
 func cancelMidRun(ctx context.Context, e *env, q *jobkey.Queue, running *sync.Map) {
 	bg := context.Background()
@@ -661,12 +662,12 @@ func cancelMidRun(ctx context.Context, e *env, q *jobkey.Queue, running *sync.Ma
 		case 0:
 			e.count(cancelRetry)
 		case 1:
+			// Due now, and ahead of the jobs that have waited since.
 			e.count(cancelUpdate)
-			now := time.Now()
 			u, ok := settle(func() (*jobkey.Job, error) {
-				return q.Update(bg, id, func(j *jobkey.Job) error { j.RunAt = now; return nil })
+				return q.Update(bg, id, func(j *jobkey.Job) error { j.RunAt = c.CreatedAt; return nil })
 			})
-			if ok && u.RunAt.After(now) {
+			if ok && u.RunAt.After(c.CreatedAt) {
 				e.count(heldByLease)
 			}
 		case 2:
@@ -687,7 +688,8 @@ func cancelMidRun(ctx context.Context, e *env, q *jobkey.Queue, running *sync.Ma
 			}
 			e.count(reenqueued)
 			_, _ = settle(func() (*jobkey.Job, error) {
-				j, err := q.Enqueue(bg, c.Type, c.Payload, &jobkey.EnqueueOpts{ID: id, ConcurrencyKey: c.ConcurrencyKey, Priority: c.Priority})
+				j, err := q.Enqueue(bg, c.Type, c.Payload, &jobkey.EnqueueOpts{ID: id, ConcurrencyKey: c.ConcurrencyKey,
+					Priority: c.Priority, RunAt: c.CreatedAt})
 				if errors.Is(err, jobkey.ErrJobExists) {
 					return j, nil
 				}
