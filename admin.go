@@ -34,10 +34,7 @@ func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 		}
 		cur.State = StatePending
 		cur.Attempt = 0
-		// A job canceled while it ran may have a handler that has not
-		// stopped yet: it runs again once that run's lease would have
-		// ended, so the two never overlap.
-		cur.RunAt = maxTime(now, cur.LeaseUntil)
+		cur.RunAt = now // update holds it to the last run's lease (lastrun.go)
 		return cur, nil
 	}, q.ks.wakeChannel())
 }
@@ -49,6 +46,12 @@ func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 // never changes (its leases are counted under it), and the fields that say
 // where the job stands are changed by Claim, Complete, Fail, Release, Cancel
 // and Retry only. An error from fn is returned and nothing is written.
+//
+// A pending job whose last run may still be going on (one canceled while it
+// ran, then retried) is not due before that run's lease ends: a RunAt fn
+// sets earlier is moved to that moment, not refused, as Retry does, and
+// the job returned shows the RunAt written. Its handler may still be
+// stopping, and the job must not run beside it.
 func (q *Queue) Update(ctx context.Context, id string, fn func(*Job) error) (*Job, error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%w: Update with nil func", ErrInvalid)
@@ -63,13 +66,6 @@ func (q *Queue) Update(ctx context.Context, id string, fn func(*Job) error) (*Jo
 		}
 		return cur, nil
 	}, "")
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 func (q *Queue) editable(before, after *Job) error {

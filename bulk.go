@@ -11,10 +11,12 @@ import (
 // Delete removes a pending or finished job: its value and its index entry
 // go in one compare-and-set, two round trips. An active job is refused
 // with a *StateError (errors.Is ErrState) naming its state, and stays as it
-// is: cancel it first, or let it finish. So is a job canceled while it ran
-// until that run's lease ends (StateError.Running): its handler may still
-// be stopping, and a job enqueued again under its ID must not run beside it. A missing job is ErrNotFound. A
-// value that cannot be read is never deleted: its read error is returned.
+// is: cancel it first, or let it finish. So is a job canceled while it ran,
+// in any state since (canceled, retried, canceled again), until that run's
+// lease ends (StateError.Running): its handler may still be stopping, and a
+// job enqueued again under its ID must not run beside it. A missing job is
+// ErrNotFound. A value that cannot be read is never deleted: its read
+// error is returned.
 func (q *Queue) Delete(ctx context.Context, id string) error {
 	return q.delete(ctx, id, 0)
 }
@@ -23,7 +25,9 @@ func (q *Queue) Delete(ctx context.Context, id string) error {
 // any other state is refused with a *StateError and left as it is, in the
 // same compare-and-set. A tool that moves pending jobs elsewhere deletes
 // them with DeleteIn(ctx, id, StatePending), so that a job a worker ran in
-// between is never deleted as if it had been moved.
+// between is never deleted as if it had been moved. A job in state s is
+// still refused, as by Delete, while a run of it canceled earlier may go on
+// (StateError.Running): a pending job retried after such a cancel, say.
 func (q *Queue) DeleteIn(ctx context.Context, id string, s State) error {
 	if !s.Valid() {
 		return fmt.Errorf("%w: DeleteIn of a %s job", ErrInvalid, s)
@@ -47,7 +51,7 @@ func (q *Queue) delete(ctx context.Context, id string, want State) error {
 				return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
 			case cur.State == StateActive, want != 0 && cur.State != want:
 				return nil, &StateError{ID: id, Op: "delete", State: cur.State}
-			case stillRunning(cur, r.now):
+			case lastRunMayGoOn(cur, r.now):
 				return nil, &StateError{ID: id, Op: "delete", State: cur.State, Running: cur.LeaseUntil}
 			default:
 				var ip indexPlan
@@ -61,13 +65,6 @@ func (q *Queue) delete(ctx context.Context, id string, want State) error {
 			}
 		}})
 	return err
-}
-
-// stillRunning says whether cur was canceled while it ran and that run's
-// lease has not ended: its handler may not have stopped yet (Retry waits
-// for the same moment).
-func stillRunning(cur *Job, now time.Time) bool {
-	return cur.State == StateCanceled && cur.LeaseUntil.After(now)
 }
 
 // deleteJob adds to ip the steps that remove cur, stored at key, and its
@@ -122,7 +119,7 @@ func retried(cur *Job, now time.Time) *Job {
 	next := cloneJob(cur)
 	next.State = StatePending
 	next.Attempt = 0
-	next.RunAt = maxTime(now, cur.LeaseUntil)
+	next.RunAt = dueAfterLastRun(cur, now)
 	return next
 }
 
@@ -272,7 +269,7 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 			b := q.newSlotBook(r)
 			for i, cur := range r.jobs {
 				if r.errs[i] != nil || cur == nil || cur.State != o.State || o.Type != "" && cur.Type != o.Type ||
-					to == nil && stillRunning(cur, r.now) {
+					to == nil && lastRunMayGoOn(cur, r.now) {
 					skipped++
 					continue
 				}

@@ -31,7 +31,9 @@ type Config struct {
 	// attempt-th attempt failed (default: DefaultBackoff).
 	Backoff func(attempt int) time.Duration
 	// Retention keeps succeeded and canceled jobs readable this long; their
-	// keys expire by themselves (default: 24h; at least 1s).
+	// keys expire by themselves (default: 24h; at least 1s). A job canceled
+	// while it ran keeps its key, and its ID, at least until that run's
+	// lease ends.
 	Retention time.Duration
 	// FailedRetention keeps failed jobs this long (default: 7 days).
 	FailedRetention time.Duration

@@ -287,8 +287,9 @@ type StateError struct {
 	Op    string // "cancel", "retry", ...
 	State State  // the state the job is in
 	// Running, when set, is the end of the lease of a run that was
-	// canceled and may still be stopping: Delete waits for it, so that the
-	// ID cannot be enqueued again and run beside that handler.
+	// canceled and may still be stopping (the job may have been retried, or
+	// canceled again, since): Delete waits for it, so that the ID cannot be
+	// enqueued again and run beside that handler.
 	Running time.Time
 }
 

@@ -157,11 +157,14 @@ func (q *Queue) retention(s State) time.Duration {
 }
 
 // write returns the casWrite storing j, with the retention expiry a
-// finished job gets in the same EXEC that finishes it.
+// finished job gets in the same EXEC that finishes it. j.UpdatedAt is the
+// transaction's time. A job canceled while it ran keeps its key, and so its
+// ID, at least until that run's lease ends, however short the retention
+// (lastrun.go).
 func (q *Queue) write(key string, j *Job) casWrite {
 	w := casWrite{key: key, job: j}
 	if j.State.Finished() {
-		w.ttl = q.retention(j.State)
+		w.ttl = max(q.retention(j.State), lastRunLeft(j, j.UpdatedAt))
 	}
 	return w
 }

@@ -123,17 +123,31 @@ func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 	return j, nil
 }
 
-// storedAt refuses a value found at a job key that names another job: a
-// value copied or forged from elsewhere would otherwise run one job's
-// payload under another's ID. Keys that are not job keys are not judged.
+// storedAt refuses a value found at a job key that names another job, or
+// another queue: a value copied or forged from elsewhere would otherwise
+// run one job's payload under another's ID, and one copied from another
+// queue would run under a lease that no write of its run can renew or end
+// (checkJob), again at each lease's end. Keys that are not job keys are not
+// judged.
 func storedAt(key string, j *Job) error {
 	// A job key is a hash tag ending in "}", then ":job:" and the ID; IDs
 	// cannot hold braces, so what follows the last "}" is exactly that.
-	id, ok := strings.CutPrefix(key[strings.LastIndex(key, "}")+1:], ":job:")
-	if !ok || id == j.ID {
+	end := strings.LastIndex(key, "}")
+	id, ok := strings.CutPrefix(key[end+1:], ":job:")
+	if !ok || end < 0 {
 		return nil
 	}
-	return &CorruptError{Key: key, Field: "ID", Reason: fmt.Sprintf("the value names job %q, not the job of its key (copied or forged)", j.ID)}
+	if id != j.ID {
+		return &CorruptError{Key: key, Field: "ID", Reason: fmt.Sprintf("the value names job %q, not the job of its key (copied or forged)", j.ID)}
+	}
+	// The tag is "<queue>/<shard>..."; queue names hold neither braces nor
+	// slashes (validName).
+	tag := key[strings.LastIndex(key[:end], "{")+1 : end]
+	if queue, _, _ := strings.Cut(tag, "/"); queue != j.Queue {
+		return &CorruptError{Key: key, Field: "Queue",
+			Reason: fmt.Sprintf("the value names queue %q, not %q, the queue of its key (copied or restored from another queue)", j.Queue, queue)}
+	}
+	return nil
 }
 
 // keyed attaches the Redis key to a decode error.
@@ -149,7 +163,8 @@ func keyed(err error, key string) error {
 // update runs one compare-and-set on job id: fn sees the current value
 // (never nil: a missing job is ErrNotFound) and Redis's clock, and returns
 // the new value, or nil to write nothing. Index entries follow the value in
-// the same EXEC.
+// the same EXEC. A pending value is never due before its last run's lease
+// ends (lastrun.go), whatever RunAt fn gave it.
 //
 // predict names the indexes the transition is expected to write, so their
 // type checks ride in the first round trip. notify, when set, is a channel
@@ -177,6 +192,10 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 		if next == nil {
 			out = &old
 			return nil, nil
+		}
+		if next.State == StatePending {
+			// Not claimable while the last run may go on (lastrun.go).
+			next.RunAt = dueAfterLastRun(&old, next.RunAt)
 		}
 		next.UpdatedAt = r.now
 		var ip indexPlan

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,4 +315,61 @@ func TestExactlyOnce(t *testing.T) {
 	require.Equal(t, Stats{Succeeded: jobs}, st)
 	m := producer.Metrics()
 	t.Logf("producer: %+v", m)
+}
+
+// A value whose Queue is not its key's queue (a key copied or restored from
+// another queue) is corrupt, as one naming another job's ID is: Get and
+// List report it, workers set it aside instead of running it under a lease
+// that no write of the run could renew or end, Verify expects it in the
+// corrupt index, and nothing deletes it.
+func TestValueOfAnotherQueueIsCorrupt(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, nil)
+	ctx := context.Background()
+	other, err := NewQueue(q.rdb, "other", &Config{Prefix: q.cfg.Prefix})
+	require.NoError(t, err)
+	j, err := other.Enqueue(ctx, "t", []byte("other's payload"), &EnqueueOpts{ID: "x"})
+	require.NoError(t, err)
+	raw, err := q.rdb.Get(ctx, other.Keys("x").Job).Result()
+	require.NoError(t, err)
+	// Restored into q, with its index entry.
+	require.NoError(t, q.rdb.Set(ctx, q.Keys("x").Job, raw, 0).Err())
+	require.NoError(t, q.rdb.ZAdd(ctx, q.Keys("x").Ready, redis.Z{Score: float64(toMillis(j.RunAt)), Member: "x"}).Err())
+
+	_, err = q.Get(ctx, "x")
+	var ce *CorruptError
+	require.ErrorAs(t, err, &ce, "Get")
+	require.Equal(t, "Queue", ce.Field)
+	require.Equal(t, q.Keys("x").Job, ce.Key)
+	page, err := q.List(ctx, ListOpts{State: StatePending})
+	require.NoError(t, err)
+	require.Empty(t, page.Jobs)
+	require.Len(t, page.Unreadable, 1)
+	require.ErrorIs(t, page.Unreadable[0].Err, ErrCorrupt, "List")
+	rep, err := q.Verify(ctx, &VerifyOpts{Keys: true})
+	require.NoError(t, err)
+	require.Len(t, rep.Findings, 1)
+	require.Equal(t, Finding{ID: "x", Kind: "wrong-entry", Detail: "in ready, value says corrupt (the value cannot be read)"}, rep.Findings[0])
+
+	var runs atomic.Int32
+	stop := startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { runs.Add(1); return nil, nil }),
+		&WorkOpts{PollInterval: 10 * time.Millisecond})
+	waitFor(t, "a worker to set x aside", func() bool {
+		return q.rdb.ZScore(ctx, q.ks.index(0, idxCorrupt), "x").Err() == nil
+	})
+	stop()
+	require.Zero(t, runs.Load(), "Work ran the value of another queue")
+	_, err = q.Claim(ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "Claim")
+	page, err = q.List(ctx, ListOpts{Corrupt: true})
+	require.NoError(t, err)
+	require.Len(t, page.Unreadable, 1)
+	rep, err = q.Verify(ctx, &VerifyOpts{Keys: true})
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, "set aside where Verify expects it")
+	require.ErrorIs(t, q.Delete(ctx, "x"), ErrCorrupt)
+	require.Equal(t, raw, q.rdb.Get(ctx, q.Keys("x").Job).Val(), "the value is kept as it was")
+	mine, err := other.Get(ctx, "x")
+	require.NoError(t, err, "in its own queue the value is a job")
+	require.Equal(t, "other", mine.Queue)
 }

@@ -197,7 +197,7 @@ func (q *Queue) walkIndexes(ctx context.Context, node redis.Cmdable, shard int, 
 			}
 			rep.Entries += len(zs)
 			for i, z := range zs {
-				v := readValue(raws[i], ids[i])
+				v := readValue(raws[i], q.ks.jobKey(shard, ids[i]))
 				switch {
 				case v.missing:
 				case v.newer:
@@ -245,7 +245,7 @@ func (q *Queue) walkKeys(ctx context.Context, node redis.Cmdable, shard int, sus
 		_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, id := range page {
 				want := idxCorrupt
-				if v := readValue(raws[i], id); v.job != nil {
+				if v := readValue(raws[i], q.ks.jobKey(shard, id)); v.job != nil {
 					want = derive(v.job).index
 				} else if v.missing || v.newer {
 					continue

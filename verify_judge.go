@@ -17,8 +17,8 @@ type value struct {
 	// otherwise unreadable: it belongs in the corrupt index
 }
 
-// readValue reads the value stored for job id.
-func readValue(raw rawRead, id string) value {
+// readValue reads the value stored at key, a job's key.
+func readValue(raw rawRead, key string) value {
 	if raw.missing {
 		return value{missing: true}
 	}
@@ -27,10 +27,10 @@ func readValue(raw rawRead, id string) value {
 	}
 	var j Job
 	switch err := unmarshalString(raw.s, &j); {
-	case err == nil && j.ID == id:
+	case err == nil && storedAt(key, &j) == nil:
 		return value{job: &j}
 	case err == nil:
-		return value{} // the value of another job, copied or forged: corrupt
+		return value{} // the value of another job or queue, copied or forged: corrupt
 	case errors.Is(err, ErrUnsupportedFormat):
 		return value{newer: true}
 	}
@@ -87,7 +87,7 @@ func (q *Queue) recheck(ctx context.Context, shard int, now time.Time, ids []str
 						have = append(have, placed{allIndexes[k], int64(s)})
 					}
 				}
-				if f, bad := q.judge(id, readValue(fromGet(gets[i]), id), have, now); bad {
+				if f, bad := q.judge(id, readValue(fromGet(gets[i]), keys[i]), have, now); bad {
 					out = append(out, f)
 				}
 			}

@@ -87,7 +87,9 @@ type MigrateReport struct {
 	// in the source as they are.
 	Skipped []TaskNote
 	// Left lists the tasks that are running in the source: left to finish
-	// there.
+	// there. Moving to asynq, it lists too the pending jobkey jobs whose
+	// canceled run may still be stopping: left in jobkey until that run's
+	// lease ends.
 	Left []TaskNote
 	// Undone lists the tasks that the source started running, or ran,
 	// after they were listed and before their delete: the run deleted the

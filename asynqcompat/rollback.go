@@ -35,6 +35,8 @@ type RollbackOpts struct {
 	afterEnqueue func(id string) error
 	// lockTTL, in tests, replaces the migration lock's lifetime.
 	lockTTL time.Duration
+	// now, in tests, replaces this host's clock.
+	now func() time.Time
 }
 
 // MigrateToAsynq moves the pending jobs of one type from a jobkey queue
@@ -63,7 +65,12 @@ type RollbackOpts struct {
 // time, in either direction.
 //
 // Active jobs are left to finish in jobkey and listed in
-// MigrateReport.Left; finished jobs stay where they are. A job with a
+// MigrateReport.Left; finished jobs stay where they are. So is a pending
+// job whose run, canceled earlier, may still be stopping (it was retried
+// before that run's lease ended): jobkey keeps its ID until that lease
+// ends, so that no job enqueued again under it runs beside that handler.
+// It is listed in Left, with when the lease ends; a rerun after that moves
+// it. A job with a
 // ConcurrencyKey stays in jobkey and is listed in MigrateReport.Skipped:
 // asynq has no per-key limit to carry it to.
 func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts RollbackOpts) (rep MigrateReport, err error) {
@@ -179,6 +186,13 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 			Reason: fmt.Sprintf("concurrency key %q: asynq has no per-key limit, so the job stays in jobkey", j.ConcurrencyKey)})
 		return nil
 	}
+	if now := b.now(); j.LeaseUntil.After(now) {
+		// Judged again, by Redis's clock, by DeleteIn below: this host's
+		// clock only spares the asynq copy that would be deleted again.
+		b.m.note(&b.m.rep.Left, TaskNote{ID: j.ID, State: j.State.String(),
+			Reason: stopping(j.LeaseUntil) + ": left in jobkey, which keeps its ID until then; rerun after that to move it"})
+		return nil
+	}
 	if b.opts.DryRun {
 		b.m.count(&b.m.rep.WouldMove)
 		return nil
@@ -232,11 +246,14 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 	var se *jobkey.StateError
 	switch {
 	case err == nil:
+	case errors.As(err, &se) && !se.Running.IsZero():
+		// Still pending, but a canceled run of it may still be stopping.
+		return b.undo(j, se.State.String(), stopping(se.Running), &b.m.rep.Left)
 	case errors.As(err, &se):
-		return b.undo(j, se.State.String())
+		return b.undo(j, se.State.String(), left(se.State.String()), &b.m.rep.Undone)
 	case errors.Is(err, jobkey.ErrNotFound):
 		// It left jobkey by itself since it was listed.
-		return b.undo(j, "gone")
+		return b.undo(j, "gone", left("gone"), &b.m.rep.Undone)
 	default:
 		return fmt.Errorf("asynqcompat: migrate to asynq: job %q is in asynq; delete it from jobkey queue %q: %w (rerun to finish the move)", j.ID, b.opts.From.Name(), err)
 	}
@@ -248,16 +265,37 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 	return nil
 }
 
-// undo handles a job that left jobkey's pending state between its listing
-// and its delete (a jobkey worker took it, or it was canceled or deleted):
-// its asynq copy goes while it still waits in asynq, so the job runs once,
-// in jobkey. A copy asynq took already runs in both (MigrateReport.Twice).
-func (b *backMover) undo(j *jobkey.Job, st string) error {
-	q := b.opts.ToQueue
-	what := "jobkey started it during the move"
-	if st != jobkey.StateActive.String() {
-		what = fmt.Sprintf("it left jobkey's pending state during the move (now %s there)", st)
+func (b *backMover) now() time.Time {
+	if b.opts.now != nil {
+		return b.opts.now()
 	}
+	return time.Now()
+}
+
+// stopping says why a pending job whose canceled run may still be stopping
+// stays in jobkey.
+func stopping(until time.Time) string {
+	return fmt.Sprintf("a run of it canceled in jobkey may still be stopping until %s", until.Format(time.RFC3339Nano))
+}
+
+// left says how a job left jobkey's pending state during its move; st is
+// its state there now, or "gone".
+func left(st string) string {
+	if st == jobkey.StateActive.String() {
+		return "jobkey started it during the move"
+	}
+	return fmt.Sprintf("it left jobkey's pending state during the move (now %s there)", st)
+}
+
+// undo handles a job that jobkey would not delete after its asynq copy was
+// enqueued: it left jobkey's pending state between its listing and its
+// delete (a jobkey worker took it, or it was canceled or deleted), or a
+// canceled run of it may still be stopping. Its asynq copy goes while it
+// still waits in asynq, so the job runs once, in jobkey, and is noted in
+// into with what. A copy asynq took already runs in both
+// (MigrateReport.Twice).
+func (b *backMover) undo(j *jobkey.Job, st, what string, into *[]TaskNote) error {
+	q := b.opts.ToQueue
 	var ti *asynq.TaskInfo
 	err := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(q, j.ID); return err })
 	switch {
@@ -265,19 +303,19 @@ func (b *backMover) undo(j *jobkey.Job, st string) error {
 		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st, Reason: what + ", and its asynq copy is gone: asynq ran it too"})
 		return nil
 	case err != nil:
-		return fmt.Errorf("asynqcompat: migrate to asynq: job %q left jobkey's pending state during its move; read its asynq copy: %w", j.ID, err)
+		return fmt.Errorf("asynqcompat: migrate to asynq: job %q stays in jobkey (%s); read its asynq copy: %w", j.ID, what, err)
 	case !waiting(ti.State.String()):
 		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st, Reason: fmt.Sprintf("%s, and its asynq copy is %s: it runs in both", what, ti.State)})
 		return nil
 	}
 	err = safe(func() error { return b.ins.DeleteTask(q, j.ID) })
 	if err == nil {
-		b.m.note(&b.m.rep.Undone, TaskNote{ID: j.ID, State: st, Reason: what + "; its asynq copy was deleted again"})
+		b.m.note(into, TaskNote{ID: j.ID, State: st, Reason: what + "; its asynq copy was deleted again"})
 		return nil
 	}
 	if gerr := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(q, j.ID); return err }); errors.Is(gerr, asynq.ErrTaskNotFound) || (gerr == nil && !waiting(ti.State.String())) {
 		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st, Reason: what + ", and asynq took its copy too: it runs in both"})
 		return nil
 	}
-	return fmt.Errorf("asynqcompat: migrate to asynq: job %q left jobkey's pending state during its move; delete its asynq copy: %w", j.ID, err)
+	return fmt.Errorf("asynqcompat: migrate to asynq: job %q stays in jobkey (%s); delete its asynq copy: %w", j.ID, what, err)
 }

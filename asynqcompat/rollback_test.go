@@ -148,3 +148,57 @@ func TestMigrateToAsynqInterruptedAndRerun(t *testing.T) {
 	require.Contains(t, inJobkey, "running")
 	require.Equal(t, jobkey.StateActive, inJobkey["running"].State)
 }
+
+// A pending job whose canceled run may still be stopping (retried before
+// that run's lease ended) stays in jobkey, listed in Left, until the lease
+// ends: jobkey keeps its ID till then, so that no job enqueued again under
+// it runs beside that handler. This host's clock spares the asynq copy;
+// when it runs ahead of Redis's, jobkey's own refusal leaves the job, and
+// its asynq copy is deleted again. A rerun after the lease moves it.
+func TestMigrateToAsynqLeavesCanceledRunUntilItsLeaseEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		now  func() time.Time
+	}{
+		{"host clock agrees", nil},
+		{"host clock ahead", func() time.Time { return time.Now().Add(time.Minute) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			q := e.queue(t, "stopping", &jobkey.Config{Lease: 2 * time.Second})
+			_, err := q.Enqueue(e.ctx, moveType, []byte("x"), &jobkey.EnqueueOpts{ID: "x"})
+			require.NoError(t, err)
+			run, err := q.Claim(e.ctx, "w")
+			require.NoError(t, err)
+			_, err = q.Cancel(e.ctx, "x") // its handler may run until its lease ends
+			require.NoError(t, err)
+			_, err = q.Retry(e.ctx, "x")
+			require.NoError(t, err)
+			_, err = q.Enqueue(e.ctx, moveType, []byte("y"), &jobkey.EnqueueOpts{ID: "y"})
+			require.NoError(t, err)
+
+			rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, now: tc.now})
+			require.NoError(t, err)
+			t.Logf("moved %d, left %+v, undone %+v, twice %+v", rep.Moved, rep.Left, rep.Undone, rep.Twice)
+			require.Equal(t, 1, rep.Moved, "y")
+			require.Len(t, rep.Left, 1)
+			require.Equal(t, "x", rep.Left[0].ID)
+			require.Contains(t, rep.Left[0].Reason, "may still be stopping")
+			require.Empty(t, rep.Undone)
+			require.Empty(t, rep.Twice)
+			j, err := q.Get(e.ctx, "x")
+			require.NoError(t, err, "x stays in jobkey")
+			require.Equal(t, jobkey.StatePending, j.State)
+			ins := asynq.NewInspectorFromRedisClient(e.rdb)
+			inAsynq := allTasks(t, ins, "default")
+			require.NotContains(t, inAsynq, "x")
+			require.Contains(t, inAsynq, "y")
+
+			time.Sleep(time.Until(run.LeaseUntil) + 100*time.Millisecond)
+			rep, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
+			require.NoError(t, err)
+			require.Equal(t, 1, rep.Moved, "x, once the canceled run's lease ended")
+			require.Contains(t, allTasks(t, ins, "default"), "x")
+		})
+	}
+}

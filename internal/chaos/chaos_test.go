@@ -300,13 +300,26 @@ func keyOf(p, n int) string {
 // ways. jobkey decides by Redis's clock, so they must change nothing.
 var skews = []time.Duration{0, 7 * time.Second, -5 * time.Second, 3 * time.Second, -9 * time.Second}
 
+// canceledStop is how long a handler whose job was canceled takes to
+// return once its context ends (it cleans up): shorter than Work's
+// LeaseMargin (a fifth of the lease), so it stops before the lease the
+// canceled run held ends, which is all jobkey can wait for.
+const canceledStop = 120 * time.Millisecond
+
+// TestChaosJobkey runs the harness on a queue of one shard, then on one of
+// eight shards whose jobs have mixed priorities.
 func TestChaosJobkey(t *testing.T) {
+	t.Run("1 shard", func(t *testing.T) { chaosJobkey(t, 1, false) })
+	t.Run("8 shards, mixed priorities", func(t *testing.T) { chaosJobkey(t, 8, true) })
+}
+
+func chaosJobkey(t *testing.T, shards int, prios bool) {
 	e := newEnv(t)
 	ctx := context.Background()
 	const lease = time.Second
 	prefix := redistest.Prefix(t)
 	newQueue := func(rdb *redis.Client, skew time.Duration) *jobkey.Queue {
-		q, err := jobkey.NewQueue(rdb, "chaos", &jobkey.Config{Prefix: prefix, Lease: lease, Logger: quiet,
+		q, err := jobkey.NewQueue(rdb, "chaos", &jobkey.Config{Prefix: prefix, Lease: lease, Logger: quiet, Shards: shards,
 			Now: func() time.Time { return time.Now().Add(skew) }})
 		require.NoError(t, err)
 		return q
@@ -334,10 +347,15 @@ func TestChaosJobkey(t *testing.T) {
 	// and the lease within the key's slot: at no moment may more runs of a
 	// key be under way than its limit.
 	var keyRuns runLog
+	// running holds the runs under way, by job ID, for the canceler.
+	var running sync.Map // job ID -> *liveRun
 	handler := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
 		start := time.Now()
+		live := &liveRun{start: start}
+		running.Store(j.ID, live)
 		defer func() {
 			end := time.Now()
+			running.CompareAndDelete(j.ID, live)
 			runs.add(j.ID, start, end)
 			if j.ConcurrencyKey != "" {
 				keyRuns.add(j.ConcurrencyKey, start, end)
@@ -353,6 +371,10 @@ func TestChaosJobkey(t *testing.T) {
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), jobkey.ErrJobCanceled) {
+				live.stopping.Store(true)
+				time.Sleep(canceledStop)
+			}
 			return nil, ctx.Err()
 		}
 		return []byte(fmt.Sprintf("attempt %d by %s", j.Attempt, j.LeaseOwner)), nil
@@ -425,6 +447,7 @@ func TestChaosJobkey(t *testing.T) {
 	// backlog no drain can clear.
 	const maxBacklog = 2000
 	var backlog atomic.Int64
+	var prioritized atomic.Int64 // acknowledged jobs above priority 0
 	monitor := newQueue(e.admin, 0)
 	wg.Go(func() {
 		for chaosCtx.Err() == nil {
@@ -443,12 +466,19 @@ func TestChaosJobkey(t *testing.T) {
 				}
 				key := keyOf(p, n)
 				id := q.IDFor(key, fmt.Sprintf("p%d-%d", p, n))
+				prio := 0
+				if prios {
+					prio = rand.N(jobkey.MaxPriority + 1)
+				}
 				for chaosCtx.Err() == nil {
-					_, err := q.Enqueue(ctx, "chaos", []byte(id), &jobkey.EnqueueOpts{ID: id, ConcurrencyKey: key})
+					_, err := q.Enqueue(ctx, "chaos", []byte(id), &jobkey.EnqueueOpts{ID: id, ConcurrencyKey: key, Priority: prio})
 					if err == nil || errors.Is(err, jobkey.ErrJobExists) {
 						ack.add(id)
 						if key != "" {
 							keyed.Add(1)
+						}
+						if prio > 0 {
+							prioritized.Add(1)
 						}
 						break
 					}
@@ -505,6 +535,12 @@ func TestChaosJobkey(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
+	// An operator cancels running jobs and at once (while their handlers
+	// are still stopping) retries them, moves them to now with Update, or
+	// deletes them and enqueues them again under the same ID. None of it
+	// may start a run beside the canceled one.
+	adq := newQueue(e.admin, 0)
+	wg.Go(func() { cancelMidRun(chaosCtx, e, adq, &running) })
 	e.inject(chaosCtx)
 
 	// Faults are off. The Work consumers drain what is left; abandoned
@@ -531,12 +567,21 @@ func TestChaosJobkey(t *testing.T) {
 	r.faults["worker cut off for longer than a lease"] = partitions.Load()
 	r.faults["completion started late (1.5 leases)"] = slowCompletions.Load()
 	r.faults["worker shut down at a random moment"] = shutdowns.Load()
+	if prios {
+		r.faults["jobs enqueued above priority 0"] = prioritized.Load()
+	}
 	r.check(t, check, &ack, &successes, &runs, evicted)
-	t.Logf("jobkey: %v", r)
+	t.Logf("jobkey, %s: %v", t.Name(), r)
 	require.Positive(t, r.enqueued)
 	require.Positive(t, r.faults["EXEC sent, reply lost"]+r.faults["connection reset mid-stream"], "faults were injected")
 	require.Positive(t, partitions.Load(), "workers were cut off")
 	require.Positive(t, shutdowns.Load(), "workers were shut down mid-work")
+	for _, f := range []string{cancelRetry, cancelUpdate, cancelDelete, whileStopping} {
+		require.Positive(t, r.faults[f], "%s: the fault never happened", f)
+	}
+	if prios {
+		require.Positive(t, prioritized.Load(), "jobs above priority 0")
+	}
 	r.requireClean(t, len(evicted))
 	// Concurrency keys: never more runs of a key at once than its limit,
 	// and no slot left taken once the queue is drained, by the dying
@@ -553,6 +598,128 @@ func TestChaosJobkey(t *testing.T) {
 		require.Equal(t, n, info.Limit, "key %s", k)
 		require.Zero(t, info.Active, "key %s: slots taken after the drain", k)
 	}
+}
+
+// liveRun is a handler run under way.
+type liveRun struct {
+	start    time.Time
+	stopping atomic.Bool // its job was canceled, and it is stopping
+}
+
+// The operator's faults, as counted.
+const (
+	cancelRetry   = "job canceled mid-run, then Retry"
+	cancelUpdate  = "job canceled mid-run, then Retry and Update of RunAt to its enqueue time"
+	cancelDelete  = "job canceled mid-run, then Retry, Delete and Enqueue of its ID"
+	whileStopping = "write after a cancel that landed while the canceled handler still ran"
+	heldByLease   = "RunAt that Update moved to the canceled run's lease end"
+	deleteRefused = "Delete refused while the canceled run's lease held"
+	reenqueued    = "job deleted and enqueued again under its ID"
+)
+
+// cancelMidRun cancels, now and then until ctx ends, a job whose handler
+// has run for a while, and at once retries it, then either leaves it so,
+// moves its RunAt back to when it was enqueued with Update (due now, ahead
+// of the jobs that waited since), or deletes it and enqueues it again
+// under its ID, as due since then. Every job it cancels is made pending again (or deleted and
+// enqueued again), so that the drain finishes it.
+func cancelMidRun(ctx context.Context, e *env, q *jobkey.Queue, running *sync.Map) {
+	bg := context.Background()
+	for ctx.Err() == nil {
+		time.Sleep(time.Duration(100+rand.N(200)) * time.Millisecond)
+		var id string
+		var live *liveRun
+		running.Range(func(k, v any) bool {
+			if r := v.(*liveRun); time.Since(r.start) > 20*time.Millisecond && !r.stopping.Load() {
+				id, live = k.(string), r
+				return rand.N(4) != 0 // not always the first one found
+			}
+			return true
+		})
+		if id == "" {
+			continue
+		}
+		_, err := q.Cancel(bg, id)
+		var se *jobkey.StateError
+		if errors.As(err, &se) || errors.Is(err, jobkey.ErrNotFound) {
+			continue // it finished (or was evicted) first
+		}
+		// Whether an answer was lost or not, the stored job tells.
+		c, ok := settle(func() (*jobkey.Job, error) { return q.Get(bg, id) })
+		if !ok || c.State != jobkey.StateCanceled {
+			continue
+		}
+		midRun := c.LeaseUntil.After(c.UpdatedAt) // canceled while its lease held
+		if !midRun {
+			_, _ = settle(func() (*jobkey.Job, error) { return q.Retry(bg, id) })
+			continue
+		}
+		action := rand.N(3)
+		if _, ok := settle(func() (*jobkey.Job, error) { return q.Retry(bg, id) }); !ok {
+			continue
+		}
+		switch action {
+		case 0:
+			e.count(cancelRetry)
+		case 1:
+			// Due now, and ahead of the jobs that have waited since.
+			e.count(cancelUpdate)
+			u, ok := settle(func() (*jobkey.Job, error) {
+				return q.Update(bg, id, func(j *jobkey.Job) error { j.RunAt = c.CreatedAt; return nil })
+			})
+			if ok && u.RunAt.After(c.CreatedAt) {
+				e.count(heldByLease)
+			}
+		case 2:
+			e.count(cancelDelete)
+			err := q.Delete(bg, id)
+			for retriable(err) {
+				time.Sleep(10 * time.Millisecond)
+				err = q.Delete(bg, id)
+				if errors.Is(err, jobkey.ErrNotFound) {
+					err = nil // the first Delete landed; its answer was lost
+				}
+			}
+			if errors.As(err, &se) && !se.Running.IsZero() {
+				e.count(deleteRefused)
+			}
+			if err != nil {
+				break
+			}
+			e.count(reenqueued)
+			_, _ = settle(func() (*jobkey.Job, error) {
+				j, err := q.Enqueue(bg, c.Type, c.Payload, &jobkey.EnqueueOpts{ID: id, ConcurrencyKey: c.ConcurrencyKey,
+					Priority: c.Priority, RunAt: c.CreatedAt})
+				if errors.Is(err, jobkey.ErrJobExists) {
+					return j, nil
+				}
+				return j, err
+			})
+		}
+		if v, ok := running.Load(id); ok && v == live {
+			e.count(whileStopping) // the canceled run had not returned yet
+		}
+	}
+}
+
+// settle calls f until it answers for sure: not an error Redis being
+// restarted gives, and within half a minute.
+func settle(f func() (*jobkey.Job, error)) (*jobkey.Job, bool) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		j, err := f()
+		if !retriable(err) || time.Now().After(deadline) {
+			return j, err == nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// retriable says whether err leaves the outcome unknown: not a refusal.
+func retriable(err error) bool {
+	var se *jobkey.StateError
+	return err != nil && !errors.As(err, &se) && !errors.Is(err, jobkey.ErrNotFound) && !errors.Is(err, jobkey.ErrInvalid) &&
+		!errors.Is(err, jobkey.ErrJobExists)
 }
 
 // check reads every acknowledged job, the queue's counts and its indexes,
