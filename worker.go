@@ -89,6 +89,16 @@ type WorkOpts struct {
 // nil once every handler has returned and its outcome is recorded (or its
 // lease has run out, when Redis cannot be reached).
 //
+// A handler that ignores its context cannot be stopped: Go has no way to.
+// StuckAfter after its context ended, Work reports it stuck (a WARN log,
+// Queue.Metrics, Stats.StuckHandlers) until it returns, and its slot takes
+// no other job meanwhile, so Concurrency stays a true bound. Once its job
+// was canceled or its lease lost, another worker may run the job beside
+// it; jobkey fences its writes but cannot prevent that run. At shutdown,
+// once only stuck handlers are left, Work stops renewing their leases and
+// returns ErrHandlerStuck rather than wait for them forever (see
+// docs/design.md, "A handler that ignores its context").
+//
 // While a handler runs and until its outcome is recorded, its lease is
 // renewed every Lease/3, and the outcome write is retried with backoff
 // until it lands or the lease is gone. A handler whose lease could not be
