@@ -113,6 +113,7 @@ func TestStuckHandlerIsReportedAndKeepsItsSlot(t *testing.T) {
 			next, err := q.Enqueue(ctx, "next", nil, nil)
 			require.NoError(t, err)
 
+			asked := time.Now() // the context ends after this
 			c.end(t, q, stuck)
 			var cause error
 			select {
@@ -120,13 +121,12 @@ func TestStuckHandlerIsReportedAndKeepsItsSlot(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the handler's context did not end")
 			}
-			endedAt := time.Now()
 			require.ErrorIs(t, cause, c.cause)
 			n, _, _ := stuckCounts(t, q)
 			require.Zero(t, n, "not stuck before StuckAfter")
 
 			waitFor(t, "the stuck report", func() bool { n, _, _ := stuckCounts(t, q); return n == 1 })
-			require.GreaterOrEqual(t, time.Since(endedAt), stuckAfter-50*time.Millisecond, "reported only after StuckAfter")
+			require.GreaterOrEqual(t, time.Since(asked), stuckAfter, "reported only after StuckAfter")
 			waitFor(t, "Stats to count it", func() bool { _, _, s := stuckCounts(t, q); return s == 1 })
 			_, detected, _ := stuckCounts(t, q)
 			require.EqualValues(t, 1, detected)
@@ -191,6 +191,7 @@ func TestShutdownReturnsWithoutStuckHandler(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	returned := make(chan struct{})
+	recorded := make(chan error, 1)
 	t.Cleanup(func() {
 		select {
 		case <-release:
@@ -206,7 +207,8 @@ func TestShutdownReturnsWithoutStuckHandler(t *testing.T) {
 			<-release // ignores its context
 			close(returned)
 			return nil, nil
-		}), &WorkOpts{Concurrency: 2, ShutdownGrace: 200 * time.Millisecond, StuckAfter: 300 * time.Millisecond, Logger: quiet})
+		}), &WorkOpts{Concurrency: 2, ShutdownGrace: 200 * time.Millisecond, StuckAfter: 300 * time.Millisecond, Logger: quiet,
+			OnRecorded: func(_ *Job, err error) { recorded <- err }})
 	}()
 	<-started
 	t0 := time.Now()
@@ -231,13 +233,26 @@ func TestShutdownReturnsWithoutStuckHandler(t *testing.T) {
 	})
 	require.Equal(t, j.ID, c.ID)
 	require.Equal(t, 2, c.Attempt)
+	// Nor is its report: it lapses, though the handler still runs.
+	waitFor(t, "the report to lapse", func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.StuckHandlers == 0
+	})
+	require.EqualValues(t, 1, q.Metrics().StuckHandlers, "this process still counts it")
 	close(release)
 	<-returned
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case err = <-recorded:
+		require.ErrorIs(t, err, ErrLeaseLost, "the stuck run's late release is fenced off")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late release was never tried")
+	}
 	got, err := q.Get(ctx, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, StateActive, got.State)
 	require.Equal(t, c.LeaseToken, got.LeaseToken, "the stuck run's late release is fenced off")
+	require.Zero(t, q.Metrics().StuckHandlers)
 }
 
 // A report whose process stopped renewing it lapses: Stats does not count
@@ -262,4 +277,53 @@ func TestLapsedStuckReportIsNotCountedAndIsTrimmed(t *testing.T) {
 	left, err := rdb.ZRange(ctx, key, 0, -1).Result()
 	require.NoError(t, err)
 	require.Equal(t, []string{"2:live"}, left)
+}
+
+// Shutdown gives up on stuck handlers only once nothing else is left: a
+// handler that stops when told, beside one already stuck, still has its
+// job released before Work returns.
+func TestShutdownWaitsForHandlersThatStopBesideAStuckOne(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, nil)
+	ctx := context.Background()
+	stuck, err := q.Enqueue(ctx, "stubborn", nil, nil)
+	require.NoError(t, err)
+	polite, err := q.Enqueue(ctx, "polite", nil, nil)
+	require.NoError(t, err)
+	var started sync.WaitGroup
+	started.Add(2)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(wctx, HandlerFunc(func(hctx context.Context, j *Job) ([]byte, error) {
+			started.Done()
+			if j.ID == stuck.ID {
+				<-release // ignores its context
+				return nil, nil
+			}
+			<-hctx.Done()
+			time.Sleep(300 * time.Millisecond) // stops, in its own time
+			return nil, hctx.Err()
+		}), &WorkOpts{Concurrency: 2, ShutdownGrace: 100 * time.Millisecond, StuckAfter: 400 * time.Millisecond, Logger: quiet})
+	}()
+	started.Wait()
+	_, err = q.Cancel(ctx, stuck.ID)
+	require.NoError(t, err)
+	waitFor(t, "the stuck report", func() bool { return q.Metrics().StuckHandlers == 1 })
+
+	stop()
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Work did not return")
+	}
+	require.ErrorIs(t, err, ErrHandlerStuck)
+	require.ErrorContains(t, err, stuck.ID)
+	require.NotContains(t, err.Error(), polite.ID)
+	got, err := q.Get(ctx, polite.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatePending, got.State, "the handler that stopped had its job released before Work returned")
+	require.Zero(t, got.Attempt)
 }
