@@ -2,6 +2,7 @@ package jobkey
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -96,8 +97,11 @@ func (s *stuckWatch) expired() {
 	s.mu.Unlock()
 	s.w.changedNow()
 	j := s.r.job
-	s.w.o.Logger.Warn("jobkey: handler stuck: it has not returned since its context ended; its slot stays taken until it does, and another worker may be running the job beside it",
-		"queue", s.w.q.name, "job", j.ID, "type", j.Type, "attempt", j.Attempt, "worker", j.LeaseOwner,
+	msg := "jobkey: handler stuck: it has not returned since its context ended; its slot stays taken until it does"
+	if errors.Is(cause, ErrJobCanceled) || errors.Is(cause, ErrLeaseLost) || errors.Is(cause, ErrLeaseExpired) {
+		msg += ", and its lease is no longer kept: another worker may run the job beside it"
+	}
+	s.w.o.Logger.Warn(msg, "queue", s.w.q.name, "job", j.ID, "type", j.Type, "attempt", j.Attempt, "worker", j.LeaseOwner,
 		"cause", cause, "since", time.Since(since).Round(time.Millisecond))
 }
 
@@ -142,6 +146,7 @@ func (s *stuckWatch) report(quit, reported chan struct{}) {
 	every := q.cfg.Lease / 3
 	t := time.NewTimer(0)
 	defer t.Stop()
+	failing := false // warn once per run of failures, not at every renewal
 	for {
 		select {
 		case <-quit:
@@ -149,7 +154,7 @@ func (s *stuckWatch) report(quit, reported chan struct{}) {
 			err := q.rdb.ZRem(ctx, key, member).Err()
 			cancel()
 			if err != nil {
-				q.cfg.Logger.Warn("jobkey: could not take back a stuck handler's report; it lapses by itself",
+				s.w.o.Logger.Warn("jobkey: could not take back a stuck handler's report; it lapses by itself",
 					"queue", q.name, "job", j.ID, "lapses_within", q.cfg.Lease, "err", err)
 			}
 			return
@@ -164,10 +169,11 @@ func (s *stuckWatch) report(quit, reported chan struct{}) {
 			err = q.rdb.ZAdd(ctx, key, redis.Z{Score: float64(toMillis(now.Add(q.cfg.Lease))), Member: member}).Err()
 		}
 		cancel()
-		if err != nil {
-			q.cfg.Logger.Warn("jobkey: could not report a stuck handler in Redis; Stats may not count it",
+		if err != nil && !failing {
+			s.w.o.Logger.Warn("jobkey: could not report a stuck handler in Redis; Stats may not count it",
 				"queue", q.name, "job", j.ID, "err", err)
 		}
+		failing = err != nil
 	}
 }
 
