@@ -115,7 +115,8 @@ type casMetrics struct {
 	unwatches  atomic.Int64 // UNWATCHes sent on paths that did not reach EXEC
 }
 
-// MetricsSnapshot is a copy of the CAS engine's counters.
+// MetricsSnapshot is a copy of a Queue's counters in this process: the
+// CAS engine's, and the stuck handlers of its Works.
 type MetricsSnapshot struct {
 	Txns       int64 // compare-and-set transactions run
 	Attempts   int64 // attempts, including retries after conflicts
@@ -123,6 +124,12 @@ type MetricsSnapshot struct {
 	RoundTrips int64 // network round trips made by the engine
 	Commands   int64 // Redis commands sent, MULTI and EXEC included
 	Unwatches  int64 // UNWATCHes sent on paths that did not reach EXEC
+	// StuckHandlers is how many handlers of this process's Works on the
+	// Queue are stuck now: still running WorkOpts.StuckAfter after their
+	// contexts ended (a gauge).
+	StuckHandlers int64
+	// StuckDetected counts the handlers ever reported stuck.
+	StuckDetected int64
 }
 
 func (m *casMetrics) snapshot() MetricsSnapshot {

@@ -22,8 +22,10 @@
 // are fenced: they write only while the stored job is still active under
 // the caller's token, and otherwise return ErrLeaseLost. Work runs handlers
 // with lease renewal until the outcome is recorded, self-fencing (a handler
-// whose lease cannot be renewed is stopped before it can run out),
-// cancellation, panic recovery and graceful shutdown. Args, EnqueueArgs,
+// whose lease cannot be renewed is told to stop, by its context, before it
+// can run out), cancellation, panic recovery and graceful shutdown; a
+// handler that ignores its context is reported stuck and keeps its slot
+// (WorkOpts.StuckAfter). Args, EnqueueArgs,
 // DecodeArgs, HandleArgs and Mux give typed job types, so a team can move
 // one job type at a time.
 //

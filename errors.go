@@ -54,6 +54,12 @@ var (
 	// ErrSkipRetry, wrapped into a handler's error, fails the job for good
 	// whatever attempts it has left.
 	ErrSkipRetry = errors.New("jobkey: do not retry")
+	// ErrHandlerStuck is returned by Work when it shut down without
+	// handlers that had not returned WorkOpts.StuckAfter after their
+	// contexts ended: Go cannot stop them. The error names their jobs.
+	// Work no longer renews their leases, so once a lease runs out the job
+	// may run again elsewhere while its handler here still runs.
+	ErrHandlerStuck = errors.New("jobkey: handler stuck: it ignored its context")
 )
 
 // Causes of a handler's context being canceled, for context.Cause.

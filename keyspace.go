@@ -27,6 +27,10 @@ const (
 	// claimer found pointing at no value: a job deleted outside jobkey or
 	// evicted by Redis.
 	seenVanished = "vanished"
+	// seenStuck lists the handlers Work reports stuck (stuck.go), one entry
+	// per run ("<lease token>:<id>"), scored by when the report lapses
+	// unless renewed. Stats counts those not lapsed.
+	seenStuck = "stuck"
 )
 
 // readyIndex is the ready index of priority p: "ready" for priority 0 (the

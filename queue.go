@@ -46,6 +46,7 @@ type Queue struct {
 	finishes  *commitGroup[finishIn, finishOut] // Work's fused complete-and-claim
 	// afterBulkPage, in tests, runs after each page a bulk action acted on.
 	afterBulkPage func()
+	handlers      handlerMetrics // stuck handlers of this process's Works
 }
 
 // NewQueue returns the queue name on rdb. It never closes rdb, which stays
@@ -89,9 +90,14 @@ const enqueueLanes = 4
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// Metrics returns the queue's compare-and-set counters: attempts,
-// conflicts, round trips and commands since the Queue was made.
-func (q *Queue) Metrics() MetricsSnapshot { return q.cas.m.snapshot() }
+// Metrics returns the queue's counters in this process since the Queue
+// was made: the compare-and-set engine's attempts, conflicts, round trips
+// and commands, and the stuck handlers of its Works.
+func (q *Queue) Metrics() MetricsSnapshot {
+	m := q.cas.m.snapshot()
+	m.StuckHandlers, m.StuckDetected = q.handlers.stuck.Load(), q.handlers.detected.Load()
+	return m
+}
 
 // Get returns the job with the given ID in one round trip. It returns
 // ErrNotFound when there is none, and ErrCorrupt or ErrUnsupportedFormat

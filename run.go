@@ -121,6 +121,8 @@ func (r *run) keep() {
 			return
 		case <-r.expired:
 			return
+		case <-r.w.abandoned:
+			return // shutdown gave up on this run's stuck handler
 		case <-t.C:
 		}
 		t.Reset(r.nextRenewal())

@@ -40,6 +40,14 @@ type Stats struct {
 	// PausedShards says how far.
 	Paused       bool
 	PausedShards int
+	// StuckHandlers counts the handlers that Work reports stuck, in every
+	// process: still running WorkOpts.StuckAfter after their contexts
+	// ended (canceled job, lost lease, timeout, shutdown). Go cannot stop
+	// them; each holds its worker's slot until it returns, and may run
+	// beside a new run of its job. A worker renews its report every
+	// Lease/3; the report of a process that died or gave up on it at
+	// shutdown lapses within one Lease.
+	StuckHandlers int64
 	// DueByPriority counts the due jobs of each priority: DueByPriority[p]
 	// is those of priority p. Due jobs of a lower priority wait while a
 	// higher one has some (Job.Priority).
@@ -68,8 +76,8 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	since := func(d time.Duration) string { return strconv.FormatInt(toMillis(now.Add(-d)), 10) }
 	nowS := since(0)
 	type counts struct {
-		ready, due                                                              [MaxPriority + 1]*redis.IntCmd
-		leased, expired, ok, failed, canceled, corrupt, newer, vanished, paused *redis.IntCmd
+		ready, due                                                                     [MaxPriority + 1]*redis.IntCmd
+		leased, expired, ok, failed, canceled, corrupt, newer, vanished, stuck, paused *redis.IntCmd
 	}
 	per := make([]counts, q.ks.shards)
 	var clock *redis.TimeCmd
@@ -91,6 +99,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 			c.ok, c.failed = after(idxSucceeded, q.cfg.Retention), after(idxFailed, q.cfg.FailedRetention)
 			c.canceled, c.corrupt = after(idxCanceled, q.cfg.Retention), card(idxCorrupt)
 			c.newer, c.vanished = after(seenNewer, NewerWindow), after(seenVanished, q.cfg.Retention)
+			c.stuck = p.ZCount(ctx, key(seenStuck), "("+nowS, "+inf") // reports not lapsed
 			c.paused = p.Exists(ctx, q.pauseKey(s))
 		}
 		return nil
@@ -104,7 +113,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	missing := &ShardsError{Of: q.ks.shards}
 	for s, c := range per {
-		all := slices.Concat(c.ready[:], c.due[:], []*redis.IntCmd{c.leased, c.expired, c.ok, c.failed, c.canceled, c.corrupt, c.newer, c.vanished, c.paused})
+		all := slices.Concat(c.ready[:], c.due[:], []*redis.IntCmd{c.leased, c.expired, c.ok, c.failed, c.canceled, c.corrupt, c.newer, c.vanished, c.stuck, c.paused})
 		if i := slices.IndexFunc(all, func(c *redis.IntCmd) bool { return c.Err() != nil }); i >= 0 {
 			missing.add(s, readErr(all[i].Args()[1].(string), all[i].Err()))
 			continue
@@ -122,6 +131,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		st.Corrupt += c.corrupt.Val()
 		st.Newer += c.newer.Val()
 		st.Vanished += c.vanished.Val()
+		st.StuckHandlers += c.stuck.Val()
 		if c.paused.Val() > 0 {
 			st.PausedShards++
 		}

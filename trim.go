@@ -23,8 +23,9 @@ type trimTarget struct {
 }
 
 // Trim removes index entries that nothing needs any more: those of
-// finished jobs whose keys have expired with their retention, and old
-// sightings of newer-format and vanished jobs (Stats.Newer, Stats.Vanished).
+// finished jobs whose keys have expired with their retention, old
+// sightings of newer-format and vanished jobs (Stats.Newer, Stats.Vanished),
+// and reports of stuck handlers that lapsed (Stats.StuckHandlers).
 // It removes at most a thousand entries per command, so that no command
 // blocks Redis for more than a few milliseconds at any queue size, and up
 // to a hundred thousand per index per call. It returns how many it removed.
@@ -48,7 +49,8 @@ func (q *Queue) Trim(ctx context.Context) (int, error) {
 			trimTarget{q.ks.index(s, idxCanceled), q.cfg.Retention},
 			trimTarget{q.ks.index(s, idxFailed), q.cfg.FailedRetention},
 			trimTarget{q.ks.index(s, seenNewer), NewerWindow},
-			trimTarget{q.ks.index(s, seenVanished), q.cfg.Retention})
+			trimTarget{q.ks.index(s, seenVanished), q.cfg.Retention},
+			trimTarget{q.ks.index(s, seenStuck), 0}) // scored by when they lapse
 	}
 	removed := 0
 	for round := 0; round < maxTrimRounds && len(targets) > 0; round++ {

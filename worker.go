@@ -74,6 +74,13 @@ type WorkOpts struct {
 	// schedules (see PeriodicJob). Any number of processes may list the
 	// same ones: one job exists per tick (default: none).
 	Periodic []PeriodicJob
+	// StuckAfter is how long a handler may run on after its context ended
+	// before Work reports it stuck: logged once at WARN, counted in
+	// Queue.Metrics and in Stats.StuckHandlers until it returns. Its slot
+	// takes no other job meanwhile. At shutdown, Work returns without the
+	// handlers still stuck this long after ShutdownGrace, with
+	// ErrHandlerStuck (default: 10s).
+	StuckAfter time.Duration
 }
 
 // Work claims and runs jobs with h until ctx ends, then shuts down
@@ -81,6 +88,16 @@ type WorkOpts struct {
 // ShutdownGrace, then cancels the rest and releases their jobs. It returns
 // nil once every handler has returned and its outcome is recorded (or its
 // lease has run out, when Redis cannot be reached).
+//
+// A handler that ignores its context cannot be stopped: Go has no way to.
+// StuckAfter after its context ended, Work reports it stuck (a WARN log,
+// Queue.Metrics, Stats.StuckHandlers) until it returns, and its slot takes
+// no other job meanwhile, so Concurrency stays a true bound. Once its job
+// was canceled or its lease lost, another worker may run the job beside
+// it; jobkey fences its writes but cannot prevent that run. At shutdown,
+// once only stuck handlers are left, Work stops renewing their leases and
+// returns ErrHandlerStuck rather than wait for them forever (see
+// docs/design.md, "A handler that ignores its context").
 //
 // While a handler runs and until its outcome is recorded, its lease is
 // renewed every Lease/3, and the outcome write is retried with backoff
@@ -97,7 +114,8 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	if err != nil {
 		return err
 	}
-	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[*run]struct{}{}}
+	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[*run]struct{}{},
+		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{})}
 	// Handlers outlive ctx by the grace period, so they hang off a context
 	// that ctx's end does not cancel; it is canceled when the grace runs
 	// out, which reaches every handler, even one whose claim was still in
@@ -119,29 +137,49 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 		w.checks.Wait()
 	}()
 
-	var slots sync.WaitGroup
+	var slots, chores sync.WaitGroup
+	w.live = o.Concurrency
 	for i := range o.Concurrency {
-		slots.Go(func() { w.slot(ctx, o.Name+"/"+strconv.Itoa(i)) })
+		slots.Go(func() {
+			defer w.slotDone()
+			w.slot(ctx, o.Name+"/"+strconv.Itoa(i))
+		})
 	}
 	if o.TrimInterval > 0 {
-		slots.Go(func() { w.trimmer(ctx) })
+		chores.Go(func() { w.trimmer(ctx) })
 	}
 	for _, p := range o.Periodic {
-		slots.Go(func() { w.periodic(ctx, p) })
+		chores.Go(func() { w.periodic(ctx, p) })
 	}
 	<-ctx.Done()
-	// Slots stop claiming by themselves (they watch ctx). Now the grace.
+	// Slots stop claiming by themselves (they watch ctx); so do the chores.
+	defer chores.Wait()
 	finished := make(chan struct{})
 	go func() { slots.Wait(); close(finished) }()
-	grace := time.NewTimer(o.ShutdownGrace)
+	return w.drain(finished, stopRuns)
+}
+
+// drain waits for the slots to finish: in-flight handlers get
+// ShutdownGrace, then their contexts are canceled with ErrShutdown. Go
+// cannot stop a handler that ignores that, so once every slot still
+// running is held by a stuck handler (see WorkOpts.StuckAfter), drain
+// stops waiting: their leases are no longer renewed, and the error names
+// them.
+func (w *worker) drain(finished <-chan struct{}, stopRuns context.CancelCauseFunc) error {
+	grace := time.NewTimer(w.o.ShutdownGrace)
 	defer grace.Stop()
-	select {
-	case <-finished:
-	case <-grace.C:
-		stopRuns(ErrShutdown)
-		<-finished
+	for {
+		if err := w.giveUp(); err != nil {
+			return err
+		}
+		select {
+		case <-finished:
+			return nil
+		case <-grace.C:
+			stopRuns(ErrShutdown)
+		case <-w.changed:
+		}
 	}
-	return nil
 }
 
 // workOpts fills in the defaults and checks the options.
@@ -155,6 +193,7 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 	o.ShutdownGrace = cmp.Or(o.ShutdownGrace, 10*time.Second)
 	o.LeaseMargin = cmp.Or(o.LeaseMargin, q.cfg.Lease/5)
 	o.TrimInterval = cmp.Or(o.TrimInterval, time.Minute)
+	o.StuckAfter = cmp.Or(o.StuckAfter, 10*time.Second)
 	if o.Name == "" {
 		host, _ := os.Hostname()
 		o.Name = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), NewID()[20:])
@@ -163,9 +202,9 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 		o.Logger = q.cfg.Logger
 	}
 	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 || o.LeaseMargin < 0 || o.LeaseMargin > q.cfg.Lease/2 ||
-		o.TrimInterval < 0 && o.TrimInterval != -1 || o.Timeout < 0 {
-		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v), TrimInterval %v, Timeout %v",
-			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2, o.TrimInterval, o.Timeout)
+		o.TrimInterval < 0 && o.TrimInterval != -1 || o.Timeout < 0 || o.StuckAfter < 0 {
+		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v), TrimInterval %v, Timeout %v, StuckAfter %v",
+			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2, o.TrimInterval, o.Timeout, o.StuckAfter)
 	}
 	if err := validOwner(o.Name + "/" + strconv.Itoa(o.Concurrency)); err != nil {
 		return o, err
@@ -188,6 +227,15 @@ type worker struct {
 	mu      sync.Mutex
 	running map[*run]struct{}
 	checks  sync.WaitGroup // confirmations of cancel hints in flight
+	// live counts the slots that have not returned; stuck, the handlers
+	// reported stuck that have not returned. Both under mu; changed is
+	// poked when either changes, for drain.
+	live    int
+	stuck   map[*run]time.Time // when each one's context ended
+	changed chan struct{}
+	// abandoned is closed when shutdown gives up on the stuck handlers:
+	// their leases and reports are no longer renewed.
+	abandoned chan struct{}
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations. Anyone
@@ -321,7 +369,9 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 		hctx, stop = context.WithTimeoutCause(r.ctx, timeout, ErrTimeout)
 		defer stop()
 	}
+	watch := w.watch(r, hctx)
 	result, err := w.call(hctx, j)
+	watch.returned()
 	cause := context.Cause(r.ctx)
 	timedOut := err != nil && cause == nil && errors.Is(context.Cause(hctx), ErrTimeout)
 	switch {

@@ -345,6 +345,7 @@ func TestWorkRefusesBadOptions(t *testing.T) {
 	q := realQueue(t, nil)
 	require.Error(t, q.Work(context.Background(), nil, nil))
 	require.Error(t, q.Work(context.Background(), HandlerFunc(nil), &WorkOpts{Concurrency: -1}))
+	require.ErrorIs(t, q.Work(context.Background(), HandlerFunc(nil), &WorkOpts{StuckAfter: -time.Second}), ErrInvalid)
 }
 
 // Regression, found in review: a claim flush whose only caller gave up keeps going. claimAlone

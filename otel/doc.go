@@ -11,8 +11,9 @@
 //   - Workers wrap their handler in Middleware: each handled job gets a
 //     consumer span whose parent is the producer's span, and counts in the
 //     processed-jobs counter and the handler-duration histogram.
-//   - ObserveQueues reports queue depth from Queue.Stats and the
-//     compare-and-set counters from Queue.Metrics as observable
+//   - ObserveQueues reports queue depth and stuck handlers from
+//     Queue.Stats, and the compare-and-set counters and this process's
+//     stuck handlers from Queue.Metrics, as observable
 //     instruments; NewPrometheus serves them, and whatever else is recorded
 //     through its MeterProvider, as a Prometheus /metrics endpoint.
 //
@@ -22,12 +23,15 @@
 //	jobkey.job.duration         histogram, s    [jobkey_job_duration_seconds]   queue, type, outcome
 //	jobkey.queue.jobs           gauge, {job}    [jobkey_queue_jobs]             queue, state
 //	jobkey.queue.paused_shards  gauge, {shard}  [jobkey_queue_paused_shards]    queue
+//	jobkey.queue.stuck_handlers gauge, {handler} [jobkey_queue_stuck_handlers]  queue
 //	jobkey.cas.transactions     counter, {txn}  [jobkey_cas_transactions_total] queue
 //	jobkey.cas.attempts         counter         [jobkey_cas_attempts_total]     queue
 //	jobkey.cas.conflicts        counter         [jobkey_cas_conflicts_total]    queue
 //	jobkey.cas.round_trips      counter         [jobkey_cas_round_trips_total]  queue
 //	jobkey.cas.commands         counter         [jobkey_cas_commands_total]     queue
 //	jobkey.cas.unwatches        counter         [jobkey_cas_unwatches_total]    queue
+//	jobkey.work.stuck_handlers  gauge, {handler} [jobkey_work_stuck_handlers]   queue
+//	jobkey.work.stuck_detections counter, {handler} [jobkey_work_stuck_detections_total] queue
 //
 // The attribute keys are the Key* constants; outcomes are the Outcome*
 // constants.

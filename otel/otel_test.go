@@ -331,6 +331,86 @@ func TestMetrics(t *testing.T) {
 	require.GreaterOrEqual(t, snap.RoundTrips, 2*snap.Txns)
 }
 
+// A handler that ignores its canceled context shows in the stuck gauges,
+// of this process and of every process, and in the detections counter;
+// the gauges drop when it returns.
+func TestObserveQueuesReportsStuckHandlers(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, "stuck")
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	_, err := jobkeyotel.ObserveQueues(mp.Meter("test"), q)
+	require.NoError(t, err)
+	started, release := make(chan struct{}), make(chan struct{})
+	returned := make(chan struct{})
+	_, err = q.Enqueue(ctx, "stubborn", nil, &jobkey.EnqueueOpts{ID: "s"})
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(wctx, jobkey.HandlerFunc(func(context.Context, *jobkey.Job) ([]byte, error) {
+			close(started)
+			<-release // ignores its context
+			close(returned)
+			return nil, nil
+		}), &jobkey.WorkOpts{Concurrency: 1, StuckAfter: 100 * time.Millisecond, Logger: quiet, TrimInterval: -1})
+	}()
+	<-started
+	_, err = q.Cancel(ctx, "s")
+	require.NoError(t, err)
+
+	q1 := set(jobkeyotel.KeyQueue.String("stuck"))
+	// read returns the gauges of this process and of every process, and
+	// the detections; -1 for an instrument that is missing or not shaped
+	// as documented.
+	read := func() [3]int64 {
+		var rm metricdata.ResourceMetrics
+		if reader.Collect(context.Background(), &rm) != nil {
+			return [3]int64{-1, -1, -1}
+		}
+		m := map[string]metricdata.Metrics{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, x := range sm.Metrics {
+				m[x.Name] = x
+			}
+		}
+		value := func(name string) int64 {
+			var dps []metricdata.DataPoint[int64]
+			switch d := m[name].Data.(type) {
+			case metricdata.Gauge[int64]:
+				dps = d.DataPoints
+			case metricdata.Sum[int64]:
+				if d.IsMonotonic {
+					dps = d.DataPoints
+				}
+			}
+			if len(dps) != 1 || dps[0].Attributes != q1 {
+				return -1
+			}
+			return dps[0].Value
+		}
+		return [3]int64{value("jobkey.work.stuck_handlers"), value("jobkey.queue.stuck_handlers"), value("jobkey.work.stuck_detections")}
+	}
+	waitFor := func(want [3]int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		got := read()
+		for got != want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			got = read()
+		}
+		require.Equal(t, want, got, "stuck here, stuck everywhere, detections")
+	}
+	waitFor([3]int64{1, 1, 1})
+	close(release)
+	<-returned
+	waitFor([3]int64{0, 0, 1})
+	stop()
+	require.NoError(t, <-done)
+}
+
 // A canceled job's run is a cancellation, not a failure.
 func TestOutcomeCanceled(t *testing.T) {
 	t.Parallel()
@@ -399,6 +479,9 @@ func TestPrometheus(t *testing.T) {
 		`jobkey_cas_round_trips_total{jobkey_queue="prom"`,
 		`jobkey_cas_commands_total{jobkey_queue="prom"`,
 		`jobkey_queue_paused_shards{jobkey_queue="prom"`,
+		`jobkey_queue_stuck_handlers{jobkey_queue="prom"`,
+		`jobkey_work_stuck_handlers{jobkey_queue="prom"`,
+		`jobkey_work_stuck_detections_total{jobkey_queue="prom"`,
 	} {
 		require.Contains(t, text, want)
 	}

@@ -24,9 +24,15 @@ import (
 //     Queue.Pause, by queue: 0 when the queue runs, its shard count when
 //     it is paused, in between when a Pause or Resume did not reach every
 //     shard.
+//   - jobkey.queue.stuck_handlers, a gauge of the handlers reported stuck
+//     in every process (Stats.StuckHandlers), by queue: still running
+//     WorkOpts.StuckAfter after their contexts ended.
 //   - jobkey.cas.transactions, .attempts, .conflicts, .round_trips,
 //     .commands and .unwatches: counters of Queue.Metrics, the
 //     compare-and-set engine of this process's Queue, by queue.
+//   - jobkey.work.stuck_handlers, a gauge of the stuck handlers of this
+//     process's Works, and jobkey.work.stuck_detections, a counter of those
+//     ever reported stuck, by queue (Queue.Metrics).
 //
 // Unregister the returned registration to stop observing.
 func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registration, error) {
@@ -45,6 +51,21 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 	}
 	paused, err := meter.Int64ObservableGauge("jobkey.queue.paused_shards",
 		metric.WithDescription("Shards of the queue paused by Queue.Pause, by queue."), metric.WithUnit("{shard}"))
+	if err != nil {
+		return nil, err
+	}
+	stuck, err := meter.Int64ObservableGauge("jobkey.queue.stuck_handlers",
+		metric.WithDescription("Handlers still running after their contexts ended, in every process, from Queue.Stats, by queue."), metric.WithUnit("{handler}"))
+	if err != nil {
+		return nil, err
+	}
+	stuckHere, err := meter.Int64ObservableGauge("jobkey.work.stuck_handlers",
+		metric.WithDescription("Handlers still running after their contexts ended, in this process, by queue."), metric.WithUnit("{handler}"))
+	if err != nil {
+		return nil, err
+	}
+	detected, err := meter.Int64ObservableCounter("jobkey.work.stuck_detections",
+		metric.WithDescription("Handlers reported stuck, in this process, by queue."), metric.WithUnit("{handler}"))
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +91,7 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 		}
 		cas = append(cas, casCounter{inst, c.get})
 	}
-	insts := []metric.Observable{depth, paused}
+	insts := []metric.Observable{depth, paused, stuck, stuckHere, detected}
 	for _, c := range cas {
 		insts = append(insts, c.inst)
 	}
@@ -82,6 +103,8 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 			for _, c := range cas {
 				o.ObserveInt64(c.inst, c.get(m), metric.WithAttributes(queue))
 			}
+			o.ObserveInt64(stuckHere, m.StuckHandlers, metric.WithAttributes(queue))
+			o.ObserveInt64(detected, m.StuckDetected, metric.WithAttributes(queue))
 			st, err := q.Stats(ctx)
 			if err != nil {
 				otel.Handle(fmt.Errorf("jobkeyotel: depth of queue %q: %w", q.Name(), err))
@@ -91,6 +114,7 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 				o.ObserveInt64(depth, s.n, metric.WithAttributeSet(attribute.NewSet(queue, KeyState.String(s.state))))
 			}
 			o.ObserveInt64(paused, int64(st.PausedShards), metric.WithAttributes(queue))
+			o.ObserveInt64(stuck, st.StuckHandlers, metric.WithAttributes(queue))
 		}
 		return nil
 	}, insts...)

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobkey/jobkey"
 	"github.com/redis/go-redis/v9"
@@ -129,6 +130,80 @@ func TestQueuesPageCounts(t *testing.T) {
 	}
 	if strings.Contains(body, "paused") {
 		t.Error("no queue is paused, yet the page says paused")
+	}
+}
+
+// A handler that ignores its canceled context shows as stuck on the
+// queues page and on its queue's page, and no longer once it returns.
+func TestStuckHandlersShown(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "stuck", &jobkey.Config{Prefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := q.Enqueue(ctx, "stubborn", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(wctx, jobkey.HandlerFunc(func(context.Context, *jobkey.Job) ([]byte, error) {
+			close(started)
+			<-release // ignores its context
+			return nil, nil
+		}), &jobkey.WorkOpts{Concurrency: 1, StuckAfter: 100 * time.Millisecond, TrimInterval: -1,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-started
+	if _, err := q.Cancel(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	stuck := func() int64 {
+		st, err := q.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.StuckHandlers
+	}
+	for deadline := time.Now().Add(10 * time.Second); stuck() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the handler was never reported stuck")
+		}
+	}
+	c := f.client(t)
+	resp, body := f.fetch(t, c, "/")
+	wantStatus(t, resp, body, http.StatusOK)
+	if got := rowCounts(t, body, "stuck")["stuck"]; got != 1 {
+		t.Errorf("queues page: stuck = %d, want 1", got)
+	}
+	if _, ok := rowCounts(t, body, "mails")["stuck"]; ok {
+		t.Error("queues page: a queue with no stuck handler is marked stuck")
+	}
+	resp, body = f.fetch(t, c, "/queue?name=stuck")
+	wantStatus(t, resp, body, http.StatusOK)
+	if !regexp.MustCompile(`data-count="stuck"[^>]*>1 stuck handlers`).MatchString(body) {
+		t.Errorf("queue page does not show the stuck handler:\n%s", body)
+	}
+
+	close(release)
+	for deadline := time.Now().Add(10 * time.Second); stuck() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stuck count did not drop")
+		}
+	}
+	resp, body = f.fetch(t, c, "/queue?name=stuck")
+	wantStatus(t, resp, body, http.StatusOK)
+	if strings.Contains(body, `data-count="stuck"`) {
+		t.Error("queue page still shows a stuck handler after it returned")
 	}
 }
 
