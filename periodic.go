@@ -170,8 +170,11 @@ func (w *worker) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) bo
 	}
 	// A keyed job lives in its key's shard: IDFor places the tick's ID
 	// there, the same for every process.
-	o.ID, o.RunAt = w.q.IDFor(o.ConcurrencyKey, periodicID(p.Name, t)), t
-	_, err := w.q.Enqueue(ctx, p.Type, p.Payload, &o)
+	id, err := w.q.IDFor(o.ConcurrencyKey, periodicID(p.Name, t))
+	if err == nil {
+		o.ID, o.RunAt = id, t
+		_, err = w.q.Enqueue(ctx, p.Type, p.Payload, &o)
+	}
 	switch {
 	case err == nil:
 		w.o.Logger.Debug("jobkey: periodic job enqueued", "queue", w.q.name, "schedule", p.Name, "job", o.ID)

@@ -442,7 +442,11 @@ func TestChaosJobkey(t *testing.T) {
 					time.Sleep(50 * time.Millisecond)
 				}
 				key := keyOf(p, n)
-				id := q.IDFor(key, fmt.Sprintf("p%d-%d", p, n))
+				id, err := q.IDFor(key, fmt.Sprintf("p%d-%d", p, n))
+				if err != nil {
+					t.Errorf("IDFor: %v", err)
+					return
+				}
 				for chaosCtx.Err() == nil {
 					_, err := q.Enqueue(ctx, "chaos", []byte(id), &jobkey.EnqueueOpts{ID: id, ConcurrencyKey: key})
 					if err == nil || errors.Is(err, jobkey.ErrJobExists) {
