@@ -26,7 +26,9 @@ import (
 // that fails a job whose last lease ran out) rewrites the key's value in
 // the same EXEC. A lease entry carries the job's lease deadline, so a
 // lease that ran out frees its slot by itself: the next claim does not
-// count it, and no sweeper is needed.
+// count it, and no sweeper is needed. A value with no limit of its own
+// expires after its last lease (slotBook.linger), so one that no write
+// touches again does not stay behind.
 //
 // A claim that finds the key full leaves the job pending and moves its
 // ready entry to the time the first of the key's leases would run out, so
@@ -63,6 +65,12 @@ const (
 	unreadableWait = time.Minute
 	// slotFormat is the first element of a key's value.
 	slotFormat = 1
+	// slotLinger is how long a key's value with no limit of its own
+	// outlives the last of its leases before Redis expires it. Leases are judged by the TIME of the
+	// server that holds the value, the clock its expiry runs on, so the
+	// value is always there while one of them may be in force; the margin
+	// only absorbs rounding to milliseconds.
+	slotLinger = time.Second
 )
 
 // validConcurrencyKey refuses a key the value format does not hold.
@@ -481,8 +489,9 @@ func (b *slotBook) park(e *slotEntry, cur *Job) int64 {
 }
 
 // finish adds the writes of every changed value to the plan: the value
-// whole (or its deletion when nothing is left in it), the entries of the
-// jobs pulled forward moved back to their RunAt, and a wake-up.
+// whole (or its deletion when nothing is left in it), with its expiry
+// (linger), the entries of the jobs pulled forward moved back to their
+// RunAt, and a wake-up.
 func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
 	for _, e := range b.order {
 		if !e.dirty || e.err != nil {
@@ -491,7 +500,7 @@ func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
 		// Leases that ran out count for nothing: dropped here, once, for
 		// every change.
 		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now })
-		plan.aux = append(plan.aux, auxWrite{key: e.key, val: e.v.encode()})
+		plan.aux = append(plan.aux, auxWrite{key: e.key, val: e.v.encode(), ttl: b.linger(e)})
 		top := -1
 		for _, w := range e.pulls {
 			key := b.q.ks.index(e.shard, readyIndex(w.prio))
@@ -503,6 +512,28 @@ func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
 			ip.extra = append(ip.extra, []any{"publish", b.q.ks.wakeChannel(), wakeHint(top)})
 		}
 	}
+}
+
+// linger is how long e's value, as finish writes it, may live: for ever
+// when the key has a limit of its own (SetConcurrencyLimit stored it
+// there), else until its last lease would run out (and, while jobs wait,
+// at least pullGrace), plus slotLinger. A value no write touches again,
+// such as one whose only lease was a run canceled while it ran, so goes by
+// itself once nothing in it counts; a write before then sets its expiry
+// again. A value that expired held nothing a claim would count: a lost
+// waiting list only means its jobs come due by their parked entries.
+func (b *slotBook) linger(e *slotEntry) time.Duration {
+	if e.v.limit > 0 {
+		return 0
+	}
+	end := b.now
+	if len(e.v.waiting) > 0 {
+		end += pullGrace.Milliseconds()
+	}
+	for _, l := range e.v.leases {
+		end = max(end, l.until)
+	}
+	return time.Duration(end-b.now)*time.Millisecond + slotLinger
 }
 
 // blocked decides about cur, a keyed job a claim would take but whose key

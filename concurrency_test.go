@@ -668,3 +668,71 @@ func TestIDForReturnsOnlyIDsEnqueueAccepts(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalid, "key %q, base %q", bad.key, bad.base)
 	}
 }
+
+// ckKeys returns the concurrency values stored under prefix.
+func ckKeys(t *testing.T, rdb *redis.Client, prefix string) []string {
+	t.Helper()
+	var out []string
+	it := rdb.Scan(context.Background(), 0, prefix+":{*}:ck:*", 1000).Iterator()
+	for it.Next(context.Background()) {
+		out = append(out, it.Val())
+	}
+	require.NoError(t, it.Err())
+	return out
+}
+
+// A keyed job canceled while it runs keeps its lease in its key's value
+// until the lease would have ended, and nothing writes that value again.
+// Once every lease in it has ended, a value with no limit of its own goes
+// by itself, with no sweeper (after DeleteFinished and Trim left it
+// behind); a key with a limit set by SetConcurrencyLimit keeps its value
+// and its limit.
+func TestConcurrencyValueOfCanceledRunGoesWhenItsLeaseEnds(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.Prefix(t)
+	rdb := redistest.Client(t, nil)
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Lease: time.Second, Logger: quietLog()})
+	require.NoError(t, err)
+	require.NoError(t, q.SetConcurrencyLimit(ctx, "limited", 3))
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "limited"}
+	for _, k := range keys {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: k})
+		require.NoError(t, err)
+	}
+	for range keys {
+		j, err := q.Claim(ctx, "w")
+		require.NoError(t, err)
+		_, err = q.Cancel(ctx, j.ID)
+		require.NoError(t, err, "canceled while it runs")
+	}
+	for _, k := range keys {
+		info, err := q.Concurrency(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, 1, info.Active, "key %s: the canceled run's lease still counts", k)
+	}
+	require.Len(t, ckKeys(t, rdb, prefix), len(keys), "the leases have not ended yet")
+	// Delete waits for a canceled run's lease to end.
+	require.Eventually(t, func() bool {
+		res, err := q.DeleteFinished(ctx, StateCanceled, "")
+		require.NoError(t, err)
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return res.Unreadable == 0 && st.Canceled == 0
+	}, 10*time.Second, 50*time.Millisecond)
+	_, err = q.Trim(ctx)
+	require.NoError(t, err)
+
+	limited := q.ks.slotKey(q.ks.shardOf("limited"), "limited")
+	left := ckKeys(t, rdb, prefix)
+	for deadline := time.Now().Add(10 * time.Second); len(left) > 1 && time.Now().Before(deadline); left = ckKeys(t, rdb, prefix) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, []string{limited}, left, "only the key with a limit of its own keeps its value")
+	info, err := q.Concurrency(ctx, "limited")
+	require.NoError(t, err)
+	require.Equal(t, ConcurrencyInfo{Key: "limited", Limit: 3, Own: true}, info)
+	ttl, err := rdb.PTTL(ctx, limited).Result()
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(-1), ttl, "a stored limit does not expire")
+}
