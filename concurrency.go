@@ -66,10 +66,10 @@ const (
 	// slotFormat is the first element of a key's value.
 	slotFormat = 1
 	// slotLinger is how long a key's value with no limit of its own
-	// outlives the last of its leases before Redis expires it. Leases are judged by the TIME of the
-	// server that holds the value, the clock its expiry runs on, so the
-	// value is always there while one of them may be in force; the margin
-	// only absorbs rounding to milliseconds.
+	// outlives the last of its leases before Redis expires it. Leases are
+	// judged by the TIME of the server that holds the value, the clock its
+	// expiry runs on, so the value is always there while one of them may
+	// be in force; the margin only absorbs rounding to milliseconds.
 	slotLinger = time.Second
 )
 
