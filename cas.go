@@ -39,6 +39,7 @@ type casWrite struct {
 type auxWrite struct {
 	key string
 	val []byte
+	ttl time.Duration // > 0: the key expires (a concurrency value with no limit of its own)
 }
 
 // casPlan is what a decision asks the engine to apply in one MULTI/EXEC:

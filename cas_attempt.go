@@ -263,7 +263,7 @@ func (e *casEngine) exec(ctx context.Context, conn *redis.Conn, plan *casPlan, v
 			if w.val == nil {
 				p.Del(ctx, w.key)
 			} else {
-				p.Set(ctx, w.key, w.val, 0)
+				p.Set(ctx, w.key, w.val, w.ttl) // ttl 0: no expiry
 			}
 		}
 		for _, s := range plan.steps {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -25,7 +26,9 @@ import (
 // that fails a job whose last lease ran out) rewrites the key's value in
 // the same EXEC. A lease entry carries the job's lease deadline, so a
 // lease that ran out frees its slot by itself: the next claim does not
-// count it, and no sweeper is needed.
+// count it, and no sweeper is needed. A value with no limit of its own
+// expires after its last lease (slotBook.linger), so one that no write
+// touches again does not stay behind.
 //
 // A claim that finds the key full leaves the job pending and moves its
 // ready entry to the time the first of the key's leases would run out, so
@@ -62,6 +65,12 @@ const (
 	unreadableWait = time.Minute
 	// slotFormat is the first element of a key's value.
 	slotFormat = 1
+	// slotLinger is how long a key's value with no limit of its own
+	// outlives the last of its leases before Redis expires it. Leases are
+	// judged by the TIME of the server that holds the value, the clock its
+	// expiry runs on, so the value is always there while one of them may
+	// be in force; the margin only absorbs rounding to milliseconds.
+	slotLinger = time.Second
 )
 
 // validConcurrencyKey refuses a key the value format does not hold.
@@ -480,8 +489,9 @@ func (b *slotBook) park(e *slotEntry, cur *Job) int64 {
 }
 
 // finish adds the writes of every changed value to the plan: the value
-// whole (or its deletion when nothing is left in it), the entries of the
-// jobs pulled forward moved back to their RunAt, and a wake-up.
+// whole (or its deletion when nothing is left in it), with its expiry
+// (linger), the entries of the jobs pulled forward moved back to their
+// RunAt, and a wake-up.
 func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
 	for _, e := range b.order {
 		if !e.dirty || e.err != nil {
@@ -490,7 +500,7 @@ func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
 		// Leases that ran out count for nothing: dropped here, once, for
 		// every change.
 		e.v.leases = slices.DeleteFunc(e.v.leases, func(l slotLease) bool { return l.until <= b.now })
-		plan.aux = append(plan.aux, auxWrite{key: e.key, val: e.v.encode()})
+		plan.aux = append(plan.aux, auxWrite{key: e.key, val: e.v.encode(), ttl: b.linger(e)})
 		top := -1
 		for _, w := range e.pulls {
 			key := b.q.ks.index(e.shard, readyIndex(w.prio))
@@ -502,6 +512,28 @@ func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
 			ip.extra = append(ip.extra, []any{"publish", b.q.ks.wakeChannel(), wakeHint(top)})
 		}
 	}
+}
+
+// linger is how long e's value, as finish writes it, may live: for ever
+// when the key has a limit of its own (SetConcurrencyLimit stored it
+// there), else until its last lease would run out (and, while jobs wait,
+// at least pullGrace), plus slotLinger. A value no write touches again,
+// such as one whose only lease was a run canceled while it ran, so goes by
+// itself once nothing in it counts; a write before then sets its expiry
+// again. A value that expired held nothing a claim would count: a lost
+// waiting list only means its jobs come due by their parked entries.
+func (b *slotBook) linger(e *slotEntry) time.Duration {
+	if e.v.limit > 0 {
+		return 0
+	}
+	end := b.now
+	if len(e.v.waiting) > 0 {
+		end += pullGrace.Milliseconds()
+	}
+	for _, l := range e.v.leases {
+		end = max(end, l.until)
+	}
+	return time.Duration(end-b.now)*time.Millisecond + slotLinger
 }
 
 // blocked decides about cur, a keyed job a claim would take but whose key
@@ -607,24 +639,65 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 	return ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e), Waiting: len(e.v.waiting)}, nil
 }
 
-// IDFor returns an ID for a job of concurrency key key, made from base: on
-// a queue of one shard, base itself. On a queue of several shards a keyed
-// job must live in its key's shard, so that the job and its key's value
-// share a hash slot and one transaction changes both; Enqueue refuses a
-// caller's ID that is not there. IDFor returns base when it is, and else
-// base with the first suffix "~<n>" that is. The same key and base always
-// give the same ID, so it deduplicates as base would.
-func (q *Queue) IDFor(key, base string) string {
-	if q.ks.shards == 1 || key == "" {
-		return base
+// IDFor returns an ID for a job of concurrency key key, made from base. On
+// a queue of several shards a keyed job must live in its key's shard, so
+// that the job and its key's value share a hash slot and one transaction
+// changes both; Enqueue refuses a caller's ID that is not there. IDFor
+// returns base itself when it is there and does not end in "~<digits>",
+// and else base with the first suffix "~<n>" (n = 1, 2, ...) that is
+// there. On a queue of one shard, or for an empty key, it returns base.
+//
+// Distinct bases always give distinct IDs for one key: an ID that ends in
+// "~<digits>" came from the base before its last "~", and any other ID is
+// its own base. The same key and base always give the same ID, so it
+// deduplicates as base would. A base that is not a valid ID, or too long
+// to take its suffix within MaxIDLen, and a key Enqueue would refuse, are
+// refused with ErrInvalid.
+func (q *Queue) IDFor(key, base string) (string, error) {
+	if err := validID(base); err != nil {
+		return "", err
 	}
-	want := q.ks.shardOf(key)
-	if q.ks.shardOf(base) == want {
-		return base
-	}
-	for n := 1; ; n++ {
-		if id := fmt.Sprintf("%s~%d", base, n); q.ks.shardOf(id) == want {
-			return id
+	if key != "" {
+		if err := validConcurrencyKey(key); err != nil {
+			return "", err
 		}
 	}
+	if q.ks.shards == 1 || key == "" {
+		return base, nil
+	}
+	want := q.ks.shardOf(key)
+	if q.ks.shardOf(base) == want && !suffixed(base) {
+		return base, nil
+	}
+	for n := 1; n <= maxIDForTries; n++ {
+		id := base + "~" + strconv.Itoa(n)
+		if len(id) > MaxIDLen {
+			break
+		}
+		if q.ks.shardOf(id) == want {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("%w: job ID base %q (%d bytes) leaves no room within MaxIDLen (%d) for a suffix that places it in the shard of concurrency key %q",
+		ErrInvalid, base, len(base), MaxIDLen, key)
+}
+
+// maxIDForTries bounds IDFor's search. Each suffix lands in the key's shard
+// with a chance of one in the shard count, so the bound is never reached;
+// it only keeps a hash that misbehaved from looping forever.
+const maxIDForTries = 1 << 20
+
+// suffixed reports whether id ends in "~<digits>", the form of the IDs
+// IDFor makes by adding a suffix.
+func suffixed(id string) bool {
+	i := strings.LastIndexByte(id, '~')
+	if i < 0 || i == len(id)-1 {
+		return false
+	}
+	for _, c := range []byte(id[i+1:]) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

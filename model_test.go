@@ -593,7 +593,9 @@ func TestModel(t *testing.T) {
 		var ids []string
 		for _, b := range bases {
 			for _, k := range append([]string{""}, keys...) {
-				if id := q.IDFor(k, b); !slices.Contains(ids, id) {
+				id, err := q.IDFor(k, b)
+				require.NoError(rt, err)
+				if !slices.Contains(ids, id) {
 					ids = append(ids, id)
 				}
 			}
@@ -750,11 +752,12 @@ func TestModel(t *testing.T) {
 		enqueue := func(rt *rapid.T) {
 			for range rapid.IntRange(1, 3).Draw(rt, "jobs") {
 				key := rapid.SampledFrom([]string{"", "a", "a", "a", "b"}).Draw(rt, "key")
-				id := q.IDFor(key, rapid.SampledFrom(bases).Draw(rt, "id"))
+				id, err := q.IDFor(key, rapid.SampledFrom(bases).Draw(rt, "id"))
+				require.NoError(rt, err)
 				delay := rapid.SampledFrom([]time.Duration{0, 0, 20 * time.Second, 40 * time.Second}).Draw(rt, "delay")
 				max := rapid.IntRange(1, 3).Draw(rt, "max")
 				prio := rapid.IntRange(0, 2).Draw(rt, "priority")
-				_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, Delay: delay, MaxAttempts: max, Priority: prio, ConcurrencyKey: key})
+				_, err = q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, Delay: delay, MaxAttempts: max, Priority: prio, ConcurrencyKey: key})
 				if _, exists := m.jobs[id]; exists {
 					require.ErrorIs(rt, err, ErrJobExists)
 					continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 )
@@ -38,14 +39,21 @@ func (e every) Next(t time.Time) time.Time {
 // Every process whose Work has it runs the schedule, with no leader: each
 // enqueues the tick's job under the ID "periodic:<Name>:<tick>", where tick
 // is the tick's Unix time in seconds (with ".mmm" when it falls within a
-// second), and ErrJobExists makes every enqueue after the first a no-op. So
-// one job exists per tick however many processes run.
+// second), placed in its concurrency key's shard by Queue.IDFor when Opts
+// sets one. The enqueue also records the tick in a small marker of the
+// schedule, in the job's shard, in the same EXEC; a tick whose job exists,
+// or that its shard's marker says ran (or a later tick did), is not
+// enqueued again, even after its job was deleted or expired. So one job
+// exists per tick however many processes run.
 //
-// Ticks are judged by Redis's clock. A process that starts, or wakes from a
-// pause, after ticks went by enqueues the latest of them only, never a
-// backlog: at most one missed tick. A missed tick older than the queue's
-// Retention is left alone, since its job may have expired and the ID no
-// longer proves it ran: keep Retention longer than the schedule's period.
+// Ticks are judged by Redis's clock, at millisecond precision; a schedule
+// whose ticks come less than a millisecond apart is refused by Work, and
+// one that turns so later is logged and looked at once per PollInterval.
+// A process that starts, or wakes from a pause, after ticks went by
+// enqueues the latest of them only, never a backlog: at most one missed
+// tick. A missed tick older than the queue's Retention is left alone. The
+// same holds for Pause: while the tick's shard is paused its job is not
+// enqueued, and on Resume the latest tick missed is.
 type PeriodicJob struct {
 	// Name identifies the schedule within the queue: 1..64 bytes, no
 	// braces. Processes that share a Name share its ticks.
@@ -54,14 +62,23 @@ type PeriodicJob struct {
 	Type     string
 	Payload  []byte
 	// Opts set the jobs' other options; ID, RunAt and Delay must be unset
-	// (the tick sets them). Nil means defaults.
+	// (the tick sets them). Work refuses options Enqueue would refuse.
+	// Nil means defaults.
 	Opts *EnqueueOpts
 }
 
 // maxPeriodicName bounds PeriodicJob.Name, so the IDs stay within MaxIDLen.
 const maxPeriodicName = 64
 
-func validPeriodic(ps []PeriodicJob) error {
+// lastMilli is the latest tick a job value can hold: its ID is the
+// longest a tick's can be, so a job checked with it is checked for size.
+var lastMilli = time.UnixMilli(253402300799999).UTC() // 9999-12-31T23:59:59.999Z
+
+// validPeriodic refuses, before Work starts, a periodic job whose ticks
+// could never be enqueued: a bad name, a schedule that is missing, a nil
+// pointer, panics or ticks less than a millisecond apart, and options
+// Enqueue would refuse.
+func (q *Queue) validPeriodic(ps []PeriodicJob, now time.Time) error {
 	seen := map[string]bool{}
 	for _, p := range ps {
 		switch {
@@ -69,17 +86,50 @@ func validPeriodic(ps []PeriodicJob) error {
 			return fmt.Errorf("%w: PeriodicJob name %q: want 1..%d bytes, no braces", ErrInvalid, p.Name, maxPeriodicName)
 		case seen[p.Name]:
 			return fmt.Errorf("%w: two PeriodicJobs named %q", ErrInvalid, p.Name)
-		case p.Schedule == nil:
-			return fmt.Errorf("%w: PeriodicJob %q has no Schedule", ErrInvalid, p.Name)
+		case nilSchedule(p.Schedule):
+			return fmt.Errorf("%w: PeriodicJob %q has no Schedule (or a nil %T)", ErrInvalid, p.Name, p.Schedule)
 		case p.Opts != nil && (p.Opts.ID != "" || !p.Opts.RunAt.IsZero() || p.Opts.Delay != 0):
 			return fmt.Errorf("%w: PeriodicJob %q: Opts.ID, RunAt and Delay are the tick's", ErrInvalid, p.Name)
 		}
-		if p.Type == "" || len(p.Type) > MaxTypeLen {
-			return fmt.Errorf("%w: PeriodicJob %q: job type must be 1..%d bytes", ErrInvalid, p.Name, MaxTypeLen)
+		if _, _, _, err := look(p.Schedule, now); err != nil {
+			return fmt.Errorf("%w: PeriodicJob %q: %w", ErrInvalid, p.Name, err)
+		}
+		if _, err := q.tickJob(p, lastMilli); err != nil {
+			return fmt.Errorf("PeriodicJob %q: %w", p.Name, err)
 		}
 		seen[p.Name] = true
 	}
 	return nil
+}
+
+// nilSchedule reports a Schedule that is nil, or holds a nil pointer (or
+// map, func, ...): calling its Next would panic, or mean nothing.
+func nilSchedule(s Schedule) bool {
+	if s == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(s); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// tickJob is p's job of tick t, checked as Enqueue checks a job.
+func (q *Queue) tickJob(p PeriodicJob, t time.Time) (*enqueueIn, error) {
+	o := EnqueueOpts{}
+	if p.Opts != nil {
+		o = *p.Opts
+	}
+	// A keyed job lives in its key's shard: IDFor places the tick's ID
+	// there, the same for every process. A tick's ID never ends in
+	// "~<digits>", so it is the ID IDFor gave before it was injective.
+	id, err := q.IDFor(o.ConcurrencyKey, periodicID(p.Name, t))
+	if err != nil {
+		return nil, err
+	}
+	o.ID, o.RunAt = id, t
+	return q.newJob(JobSpec{Type: p.Type, Payload: p.Payload, Opts: &o})
 }
 
 // periodicID is the ID of p's job for tick t.
@@ -91,12 +141,24 @@ func periodicID(name string, t time.Time) string {
 	return id
 }
 
+// errTicksTooClose marks a schedule whose ticks come less than a
+// millisecond apart: tick IDs and markers are in milliseconds.
+var errTicksTooClose = errors.New("its ticks come less than a millisecond apart")
+
 // lastTick returns the latest tick of s at or before now, or the zero time
-// when there is none within the last 2^20 minutes (about two years). It
-// looks back over a window that doubles until it holds a tick, then walks
-// forward tick by tick, so its cost follows the ticks in one window, not
-// the schedule's age.
+// when there is none within the last 2^20 minutes (about two years), or
+// when s ticks less than a millisecond apart.
 func lastTick(s Schedule, now time.Time) time.Time {
+	t, _ := latestTick(s, now)
+	return t
+}
+
+// latestTick is lastTick, with ticks less than a millisecond apart
+// refused (errTicksTooClose), so that a walk is at most a million steps.
+// It looks back over a window that doubles until it holds a tick, then
+// walks forward tick by tick, so its cost follows the ticks in one window,
+// not the schedule's age.
+func latestTick(s Schedule, now time.Time) (time.Time, error) {
 	for w := time.Minute; w <= 1<<20*time.Minute; w *= 2 {
 		t := s.Next(now.Add(-w))
 		if t.IsZero() || t.After(now) {
@@ -107,41 +169,73 @@ func lastTick(s Schedule, now time.Time) time.Time {
 			if n.IsZero() || n.After(now) || !n.After(t) {
 				break
 			}
+			if n.Sub(t) < time.Millisecond {
+				return time.Time{}, fmt.Errorf("%w (%v, then %v)", errTicksTooClose, t, n)
+			}
 			t = n
 		}
-		return t
+		return t, nil
 	}
-	return time.Time{}
+	return time.Time{}, nil
+}
+
+// look asks s for the latest tick at or before now, the next tick after
+// now and the one after that, and checks that they are at least a
+// millisecond apart. A panic of s is returned as an error: it must not
+// take the process down.
+func look(s Schedule, now time.Time) (last, next, after time.Time, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("its Schedule.Next panicked: %v", r)
+		}
+	}()
+	if last, err = latestTick(s, now); err != nil {
+		return last, next, after, err
+	}
+	if next = s.Next(now); next.After(now) {
+		after = s.Next(next)
+		if after.After(next) && after.Sub(next) < time.Millisecond {
+			err = fmt.Errorf("%w (%v, then %v)", errTicksTooClose, next, after)
+		}
+	}
+	return last, next, after, err
 }
 
 // periodic runs one schedule for Work until ctx ends: at each tick (by
-// Redis's clock), it enqueues the tick's job, retrying until the job
-// exists or the next tick is due.
+// Redis's clock), it enqueues the tick's job, retrying until the tick is
+// settled or the next tick is due.
 func (w *worker) periodic(ctx context.Context, p PeriodicJob) {
-	var done time.Time // the latest tick whose job this process saw exist
+	var done time.Time // the latest tick this process saw settled
 	for ctx.Err() == nil {
 		now, err := w.q.clock.now(ctx, w.q.rdb)
 		if err != nil {
 			_ = sleepCtx(ctx, w.o.PollInterval)
 			continue
 		}
-		if t := lastTick(p.Schedule, now); !t.IsZero() && t.After(done) {
+		tick, next, _, err := look(p.Schedule, now)
+		if err != nil {
+			// A schedule that Work accepted turned bad: nothing of it is
+			// enqueued until it is sound again.
+			w.o.Logger.Error("jobkey: a periodic schedule cannot be followed; looking again at the poll interval",
+				"queue", w.q.name, "schedule", p.Name, "err", err)
+			_ = sleepCtx(ctx, w.o.PollInterval)
+			continue
+		}
+		if !tick.IsZero() && tick.After(done) {
 			switch {
-			case now.Sub(t) > w.q.cfg.Retention:
-				// Too old to tell whether it ran: its job may have expired,
-				// and its ID proves nothing any more. This holds after a
-				// long cut from Redis as much as at the start.
-				done = t
-			case w.enqueueTick(ctx, p, t):
-				done = t
+			case now.Sub(tick) > w.q.cfg.Retention:
+				// Left alone, as documented: a tick this old may have run
+				// under a build that wrote no marker, its job expired since.
+				done = tick
+			case w.enqueueTick(ctx, p, tick):
+				done = tick
 			default:
-				// Not written; try again shortly, unless the next tick
+				// Not settled; try again shortly, unless the next tick
 				// has come by then (it supersedes this one).
 				_ = sleepCtx(ctx, min(w.o.PollInterval, time.Second))
 				continue
 			}
 		}
-		next := p.Schedule.Next(now)
 		switch {
 		case next.IsZero():
 			return // the schedule has no more ticks
@@ -162,24 +256,103 @@ func (w *worker) periodic(ctx context.Context, p PeriodicJob) {
 	}
 }
 
-// enqueueTick enqueues p's job of tick t and reports whether it exists now.
+// tickOutcome is what one enqueue of a tick found.
+type tickOutcome int
+
+const (
+	tickWritten tickOutcome = iota + 1 // its job and its marker were written
+	tickRan                            // its job exists, or its marker says it (or a later tick) ran
+	tickPaused                         // its shard is paused: nothing was written
+)
+
+// enqueueTick enqueues p's job of tick t and reports whether the tick is
+// settled: its job written now or before, or its marker says it ran.
 func (w *worker) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) bool {
-	o := EnqueueOpts{}
-	if p.Opts != nil {
-		o = *p.Opts
-	}
-	// A keyed job lives in its key's shard: IDFor places the tick's ID
-	// there, the same for every process.
-	o.ID, o.RunAt = w.q.IDFor(o.ConcurrencyKey, periodicID(p.Name, t)), t
-	_, err := w.q.Enqueue(ctx, p.Type, p.Payload, &o)
+	out, id, err := w.q.enqueueTick(ctx, p, t)
 	switch {
-	case err == nil:
-		w.o.Logger.Debug("jobkey: periodic job enqueued", "queue", w.q.name, "schedule", p.Name, "job", o.ID)
-		return true
-	case errors.Is(err, ErrJobExists):
-		return true // another process, or this one before a restart, was first
-	case ctx.Err() == nil:
-		w.o.Logger.Warn("jobkey: could not enqueue a periodic job; retrying", "queue", w.q.name, "schedule", p.Name, "job", o.ID, "err", err)
+	case err != nil:
+		if ctx.Err() == nil {
+			w.o.Logger.Warn("jobkey: could not enqueue a periodic job; retrying", "queue", w.q.name, "schedule", p.Name, "job", id, "err", err)
+		}
+		return false
+	case out == tickPaused:
+		w.o.Logger.Debug("jobkey: periodic job not enqueued: its shard is paused", "queue", w.q.name, "schedule", p.Name, "job", id)
+		return false
+	case out == tickWritten:
+		w.o.Logger.Debug("jobkey: periodic job enqueued", "queue", w.q.name, "schedule", p.Name, "job", id)
 	}
-	return false
+	return true // or another process, or this one before a restart, was first
+}
+
+// enqueueTick writes p's job of tick t and the tick's marker in one
+// compare-and-set, unless the job exists, the marker of the job's shard
+// says the tick (or a later one) ran, or the shard is paused. The marker
+// lives in the job's shard, so that one EXEC writes both on a cluster too;
+// two round trips, as an Enqueue.
+func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (tickOutcome, string, error) {
+	in, err := q.tickJob(p, t)
+	if err != nil {
+		return 0, "", err
+	}
+	j := in.job
+	key, shard := q.ks.jobKeyOf(j.ID)
+	marker := q.ks.periodicKey(shard, p.Name)
+	tick := toMillis(t)
+	var out tickOutcome
+	_, _, err = q.cas.run(ctx, &casTxn{
+		keys: []string{key}, checks: q.checksFor(shard, readyIndex(j.Priority)),
+		guards: []string{q.pauseKey(shard)}, aux: []string{marker},
+		decide: func(r *casRead) (*casPlan, error) {
+			last, err := readMarker(marker, r.aux[marker])
+			switch {
+			case err != nil:
+				return nil, err
+			case last >= tick:
+				out = tickRan
+				return nil, nil
+			case r.errs[0] != nil:
+				return nil, fmt.Errorf("jobkey: enqueue %q: %w", j.ID, r.errs[0])
+			case r.jobs[0] != nil:
+				// It ran before markers were written, or its marker was
+				// lost: record it.
+				out = tickRan
+				return &casPlan{aux: []auxWrite{{key: marker, val: markerValue(tick)}}}, nil
+			case r.guarded[0]:
+				out = tickPaused
+				return nil, nil
+			}
+			out = tickWritten
+			j.CreatedAt, j.UpdatedAt = r.now, r.now
+			plan := &casPlan{writes: []casWrite{{key: key, job: j}}, aux: []auxWrite{{key: marker, val: markerValue(tick)}}}
+			var ip indexPlan
+			q.move(&ip, shard, j.ID, nil, j, "")
+			plan.steps, plan.checks = ip.steps(), ip.checks
+			plan.steps = append(plan.steps, []any{"publish", q.ks.wakeChannel(), wakeHint(j.Priority)})
+			return plan, nil
+		}})
+	if err != nil {
+		return 0, j.ID, err
+	}
+	return out, j.ID, nil
+}
+
+// markerValue is a periodic marker's value: the latest tick enqueued in
+// its shard, in unix milliseconds.
+func markerValue(tick int64) []byte { return strconv.AppendInt(nil, tick, 10) }
+
+// readMarker reads a periodic marker: 0 when there is none. One that
+// cannot be read is reported and kept: its schedule's ticks in that shard
+// wait until it is repaired or deleted.
+func readMarker(key string, raw rawRead) (int64, error) {
+	switch {
+	case raw.missing:
+		return 0, nil
+	case raw.err != nil:
+		return 0, &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
+	}
+	n, err := strconv.ParseInt(raw.s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, &CorruptError{Key: key, Field: "periodic marker", Reason: fmt.Sprintf("%q is not a tick in unix milliseconds", raw.s)}
+	}
+	return n, nil
 }

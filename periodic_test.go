@@ -3,7 +3,9 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,4 +194,356 @@ func TestPeriodicMissedTicksDoNotFlood(t *testing.T) {
 		}
 	}
 	require.Zero(t, gap)
+}
+
+// runPeriodic runs q.Work with periodic jobs ps until the returned stop is
+// called; stop returns Work's error.
+func runPeriodic(q *Queue, h Handler, ps []PeriodicJob) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, h, &WorkOpts{Concurrency: 2, Logger: quietLog(), PollInterval: 50 * time.Millisecond, Periodic: ps})
+	}()
+	return func() error { cancel(); return <-done }
+}
+
+// workErr runs Work with ps for at most 300 ms and returns its error: a
+// refused periodic job returns at once.
+func workErr(q *Queue, ps []PeriodicJob) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	return q.Work(ctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+		&WorkOpts{Concurrency: 1, Logger: quietLog(), Periodic: ps})
+}
+
+// Work refuses, before it starts, a periodic job whose options Enqueue
+// would refuse: every tick of it would be refused and retried for ever.
+func TestPeriodicRefusesOptionsEnqueueRefuses(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4, MaxValueBytes: 4096})
+	for _, c := range []struct {
+		opts    *EnqueueOpts
+		payload []byte
+		want    error
+	}{
+		{opts: &EnqueueOpts{Priority: MaxPriority + 1}, want: ErrInvalid},
+		{opts: &EnqueueOpts{ConcurrencyKey: "a{b}"}, want: ErrInvalid},
+		{opts: &EnqueueOpts{Timeout: -time.Second}, want: ErrInvalid},
+		{opts: &EnqueueOpts{Meta: map[string]string{"": "x"}}, want: ErrInvalid},
+		{opts: &EnqueueOpts{MaxAttempts: -1}, want: ErrInvalid},
+		{payload: make([]byte, 4096), want: ErrTooLarge},
+	} {
+		p := PeriodicJob{Name: "p", Schedule: Every(time.Second), Type: "t", Payload: c.payload, Opts: c.opts}
+		err := workErr(f.q, []PeriodicJob{p})
+		require.ErrorIs(t, err, c.want, "%+v", c.opts)
+		require.ErrorContains(t, err, `PeriodicJob "p"`)
+	}
+	// The same options, valid, are accepted (and a keyed tick placed by
+	// IDFor fits).
+	p := PeriodicJob{Name: "p", Schedule: Every(time.Hour), Type: "t", Payload: make([]byte, 3000),
+		Opts: &EnqueueOpts{Priority: MaxPriority, ConcurrencyKey: "k", Timeout: time.Second, Meta: map[string]string{"a": "b"}, MaxAttempts: 2}}
+	require.NoError(t, workErr(f.q, []PeriodicJob{p}))
+}
+
+// ptrSchedule is a schedule whose Next reads through its pointer.
+type ptrSchedule struct{ every time.Duration }
+
+func (s *ptrSchedule) Next(t time.Time) time.Time { return Every(s.every).Next(t) }
+
+// Work refuses a Schedule that holds a nil pointer, instead of running it
+// in a goroutine where its panic would take the process down.
+func TestPeriodicRefusesNilSchedulePointer(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	var s *ptrSchedule
+	err := workErr(f.q, []PeriodicJob{{Name: "p", Schedule: s, Type: "t"}})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "nil *jobkey.ptrSchedule")
+	require.NoError(t, workErr(f.q, []PeriodicJob{{Name: "p", Schedule: &ptrSchedule{every: time.Hour}, Type: "t"}}))
+}
+
+// toggled is a schedule that ticks every hour, and then, once bad is set,
+// panics or ticks 100 µs apart.
+type toggled struct {
+	bad   *atomic.Bool
+	panic bool
+	calls *atomic.Int64
+}
+
+func (s toggled) Next(t time.Time) time.Time {
+	s.calls.Add(1)
+	switch {
+	case !s.bad.Load():
+		return Every(time.Hour).Next(t)
+	case s.panic:
+		panic("schedule broke")
+	}
+	return t.Add(100 * time.Microsecond)
+}
+
+// A schedule whose ticks come less than a millisecond apart is refused by
+// Work (tick IDs are in milliseconds, and it would enqueue a job a
+// millisecond); one that turns so while Work runs enqueues nothing until
+// it ticks a millisecond apart again, and does not spin. A schedule that
+// panics while Work runs does not take the process down.
+func TestPeriodicScheduleFasterThanAMillisecondOrPanicking(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	var bad atomic.Bool
+	bad.Store(true)
+	var calls atomic.Int64
+	err := workErr(f.q, []PeriodicJob{{Name: "p", Schedule: toggled{bad: &bad, calls: &calls}, Type: "t"}})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "less than a millisecond apart")
+	err = workErr(f.q, []PeriodicJob{{Name: "p", Schedule: toggled{bad: &bad, panic: true, calls: &calls}, Type: "t"}})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "panicked")
+
+	for _, panics := range []bool{false, true} {
+		prefix := redistest.Prefix(t)
+		q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
+		require.NoError(t, err)
+		var bad atomic.Bool
+		var calls atomic.Int64
+		s := toggled{bad: &bad, panic: panics, calls: &calls}
+		stop := runPeriodic(q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+			[]PeriodicJob{{Name: "p", Schedule: s, Type: "t"}})
+		require.Eventually(t, func() bool {
+			st, err := q.Stats(context.Background())
+			require.NoError(t, err)
+			return st.Succeeded == 1
+		}, 5*time.Second, 10*time.Millisecond, "the hourly tick's job")
+		bad.Store(true)
+		time.Sleep(100 * time.Millisecond)
+		before := calls.Load()
+		time.Sleep(300 * time.Millisecond)
+		n := calls.Load() - before
+		require.NoError(t, stop())
+		require.Less(t, n, int64(100), "panics %v: Schedule.Next was called %d times in 300 ms", panics, n)
+		st, err := q.Stats(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, int64(0), st.Pending+st.Active)
+		require.Equal(t, int64(1), st.Succeeded, "panics %v: no tick enqueued once the schedule went bad", panics)
+	}
+}
+
+// Ticks that fall while the queue is paused are not enqueued (they would
+// all run at once on Resume); on Resume the latest tick missed is, as for
+// a process that was down.
+func TestPeriodicTicksWhilePausedGiveOneJobOnResume(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.Prefix(t)
+	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, q.Pause(ctx))
+	const every = 100 * time.Millisecond
+	sched := Every(every)
+	stop := runPeriodic(q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+		[]PeriodicJob{{Name: "tick", Schedule: sched, Type: "t"}})
+	paused := time.Now()
+	time.Sleep(10 * every)
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), st.Pending, "no tick is enqueued while the queue is paused")
+	require.NoError(t, q.Resume(ctx))
+	resumed := time.Now()
+	require.Eventually(t, func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.Succeeded > 0
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop())
+	// Every tick of the pause but the last two (the latest at Resume may
+	// have been superseded by the next before the loop looked) has no job.
+	for tick := sched.Next(paused); tick.Before(resumed.Add(-2 * every)); tick = sched.Next(tick) {
+		_, err := q.Get(ctx, periodicID("tick", tick))
+		require.ErrorIs(t, err, ErrNotFound, "tick %s fell while the queue was paused", periodicID("tick", tick))
+	}
+	st, err = q.Stats(ctx)
+	require.NoError(t, err)
+	require.LessOrEqual(t, st.Succeeded+st.Pending+st.Active, int64(1)+int64(time.Since(resumed)/every)+1,
+		"the latest missed tick, and the ticks after Resume")
+}
+
+// once is a schedule with one tick.
+type once struct{ at time.Time }
+
+func (o once) Next(t time.Time) time.Time {
+	if t.Before(o.at) {
+		return o.at
+	}
+	return time.Time{}
+}
+
+// A tick that ran stays ran once its job is gone: deleted by
+// DeleteFinished, or expired under a shorter Retention than the process
+// that looks at it again. The marker written with the tick's job in its
+// shard says so; with a concurrency key, in the key's shard.
+func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		key       string
+		retention time.Duration // of the process that runs the tick first
+		gone      func(t *testing.T, q *Queue)
+	}{
+		{name: "deleted", gone: func(t *testing.T, q *Queue) {
+			_, err := q.DeleteFinished(context.Background(), StateSucceeded, "")
+			require.NoError(t, err)
+		}},
+		{name: "deleted keyed", key: "k", gone: func(t *testing.T, q *Queue) {
+			_, err := q.DeleteFinished(context.Background(), StateSucceeded, "")
+			require.NoError(t, err)
+		}},
+		{name: "expired", retention: time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := redistest.Prefix(t)
+			ctx := context.Background()
+			var mu sync.Mutex
+			runs := map[string]int{}
+			h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+				mu.Lock()
+				runs[j.ID]++
+				mu.Unlock()
+				return nil, nil
+			})
+			sched := once{at: time.Now().Truncate(time.Millisecond)}
+			var opts *EnqueueOpts
+			if c.key != "" {
+				opts = &EnqueueOpts{ConcurrencyKey: c.key}
+			}
+			ps := []PeriodicJob{{Name: "tick", Schedule: sched, Type: "t", Opts: opts}}
+			first, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Shards: 4, Logger: quietLog(), Retention: c.retention})
+			require.NoError(t, err)
+			id, err := first.IDFor(c.key, periodicID("tick", sched.at))
+			require.NoError(t, err)
+			stop := runPeriodic(first, h, ps)
+			require.Eventually(t, func() bool {
+				j, err := first.Get(ctx, id)
+				return err == nil && j.State == StateSucceeded
+			}, 5*time.Second, 10*time.Millisecond)
+			require.NoError(t, stop())
+			if c.gone != nil {
+				c.gone(t, first)
+			}
+			require.Eventually(t, func() bool {
+				_, err := first.Get(ctx, id)
+				return errors.Is(err, ErrNotFound)
+			}, 5*time.Second, 10*time.Millisecond, "the tick's job is gone")
+
+			// Another process, of the default Retention, looks at the tick
+			// again.
+			again, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Shards: 4, Logger: quietLog()})
+			require.NoError(t, err)
+			stop = runPeriodic(again, h, ps)
+			time.Sleep(500 * time.Millisecond)
+			require.NoError(t, stop())
+			_, err = again.Get(ctx, id)
+			require.ErrorIs(t, err, ErrNotFound, "the tick ran: it is not enqueued again")
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, map[string]int{id: 1}, runs)
+			_, shard := first.ks.jobKeyOf(id)
+			if c.key != "" {
+				require.Equal(t, first.ks.shardOf(c.key), shard)
+			}
+			mark, err := first.rdb.Get(ctx, first.ks.periodicKey(shard, "tick")).Result()
+			require.NoError(t, err, "the tick's marker, in its job's shard")
+			require.Equal(t, strconv.FormatInt(sched.at.UnixMilli(), 10), mark)
+		})
+	}
+}
+
+// A periodic marker that cannot be read is reported and kept: its tick is
+// not enqueued (it cannot be told whether it ran) until the marker is
+// repaired or deleted.
+func TestPeriodicUnreadableMarkerIsKept(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
+	require.NoError(t, err)
+	sched := once{at: time.Now().Truncate(time.Millisecond)}
+	id := periodicID("tick", sched.at)
+	_, shard := q.ks.jobKeyOf(id)
+	marker := q.ks.periodicKey(shard, "tick")
+	require.NoError(t, q.rdb.Set(ctx, marker, "garbage", 0).Err())
+	stop := runPeriodic(q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+		[]PeriodicJob{{Name: "tick", Schedule: sched, Type: "t"}})
+	defer func() { require.NoError(t, stop()) }()
+	time.Sleep(300 * time.Millisecond)
+	_, err = q.Get(ctx, id)
+	require.ErrorIs(t, err, ErrNotFound)
+	v, err := q.rdb.Get(ctx, marker).Result()
+	require.NoError(t, err)
+	require.Equal(t, "garbage", v, "kept as it is")
+	require.NoError(t, q.rdb.Del(ctx, marker).Err())
+	require.Eventually(t, func() bool {
+		_, err := q.Get(ctx, id)
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond, "enqueued once the marker is deleted")
+}
+
+// On a Redis Cluster, each tick's job and its marker share a hash slot, so
+// one EXEC writes both: for an unkeyed schedule, whose ticks land in any
+// shard, and a keyed one, whose ticks live in the key's shard. A tick
+// whose job was deleted is not enqueued again by another process.
+func TestClusterPeriodicTickStaysRan(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		mu.Lock()
+		runs[j.ID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	at := time.Now().Truncate(time.Millisecond)
+	ps := []PeriodicJob{
+		{Name: "plain", Schedule: once{at: at}, Type: "t"},
+		{Name: "keyed", Schedule: once{at: at}, Type: "t", Opts: &EnqueueOpts{ConcurrencyKey: "tenant-a"}},
+	}
+	newQ := func() *Queue {
+		q, err := NewQueue(cl.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
+		require.NoError(t, err)
+		return q
+	}
+	q := newQ()
+	var ids []string
+	for _, p := range ps {
+		key := ""
+		if p.Opts != nil {
+			key = p.Opts.ConcurrencyKey
+		}
+		id, err := q.IDFor(key, periodicID(p.Name, at))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	stop := runPeriodic(q, h, ps)
+	require.Eventually(t, func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.Succeeded == 2
+	}, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, stop())
+	res, err := q.DeleteFinished(ctx, StateSucceeded, "")
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Done)
+
+	again := newQ()
+	stop = runPeriodic(again, h, ps)
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, stop())
+	st, err := again.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Stats{}, st, "no tick enqueued again")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{ids[0]: 1, ids[1]: 1}, runs)
 }

@@ -465,7 +465,11 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 					time.Sleep(50 * time.Millisecond)
 				}
 				key := keyOf(p, n)
-				id := q.IDFor(key, fmt.Sprintf("p%d-%d", p, n))
+				id, err := q.IDFor(key, fmt.Sprintf("p%d-%d", p, n))
+				if err != nil {
+					t.Errorf("IDFor: %v", err)
+					return
+				}
 				prio := 0
 				if prios {
 					prio = rand.N(jobkey.MaxPriority + 1)
