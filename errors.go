@@ -51,6 +51,13 @@ var (
 	// such as canceling a job that already succeeded. Nothing was written.
 	// The error is a *StateError that names the state.
 	ErrState = errors.New("jobkey: not allowed in the job's state")
+	// ErrOutcomeUnknown reports a write that may or may not have been
+	// applied: its EXEC was sent and no reply came back (the connection
+	// broke, or Redis was too slow), or the caller's context ended while a
+	// group commit carried it. Calling again resolves it: an Enqueue with
+	// the same ID gets ErrJobExists if the first one landed, and a
+	// Complete, Fail or Release recognises its own write.
+	ErrOutcomeUnknown = errors.New("jobkey: outcome unknown")
 	// ErrSkipRetry, wrapped into a handler's error, fails the job for good
 	// whatever attempts it has left.
 	ErrSkipRetry = errors.New("jobkey: do not retry")
@@ -74,6 +81,22 @@ var (
 	// a cause that says "timeout", and the job is retried under backoff.
 	ErrTimeout = errors.New("jobkey: timeout: the handler ran past the job's timeout")
 )
+
+// outcomeUnknown is the error of a call whose context ended while the
+// group commit that carries it was in flight. It matches ErrOutcomeUnknown
+// and ctxErr, and says what the caller should do.
+func outcomeUnknown(op, id string, ctxErr error) error {
+	var what string
+	switch op {
+	case "enqueue":
+		what = fmt.Sprintf("enqueue %q: the context ended while its transaction was in flight, so the job may or may not be written: enqueue it again with the same ID (ErrJobExists then says it was)", id)
+	case "claim":
+		what = fmt.Sprintf("claim for worker %q: the context ended while its transaction was in flight; a job it claimed is given back", id)
+	default:
+		what = fmt.Sprintf("%s %q: the context ended while its transaction was in flight, so it may or may not be written: call %s again", op, id, op)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrOutcomeUnknown, what, ctxErr)
+}
 
 // BatchError is the error of a batch call (EnqueueMany, CompleteMany) in
 // which some jobs did not get the outcome asked for. Errs has one entry
