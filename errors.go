@@ -92,6 +92,8 @@ func outcomeUnknown(op, id string, ctxErr error) error {
 		what = fmt.Sprintf("enqueue %q: the context ended while its transaction was in flight, so the job may or may not be written: enqueue it again with the same ID (ErrJobExists then says it was)", id)
 	case "claim":
 		what = fmt.Sprintf("claim for worker %q: the context ended while its transaction was in flight; a job it claimed is given back", id)
+	case "":
+		what = "the context ended while the call was in flight, so it may or may not be written"
 	default:
 		what = fmt.Sprintf("%s %q: the context ended while its transaction was in flight, so it may or may not be written: call %s again", op, id, op)
 	}

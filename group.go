@@ -133,7 +133,7 @@ func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) {
 	if g.unknown != nil {
 		c.finish(zero, g.unknown(c.in, ctx.Err()))
 	} else {
-		c.finish(zero, outcomeUnknown("call", "", ctx.Err()))
+		c.finish(zero, outcomeUnknown("", "", ctx.Err()))
 	}
 	return c.out, c.err
 }

@@ -427,3 +427,44 @@ func TestGroupAnswersAtDeadlineWhileRedisStalls(t *testing.T) {
 		}
 	}
 }
+
+// Work's fused complete-and-claim, whose caller's deadline passes while
+// its EXEC stalls, answers at the deadline; the next job that EXEC claimed
+// for it is given back, its attempt unspent, and the completion is
+// resolved by completing again.
+func TestGroupGivesBackFusedClaimOfCallerThatLeft(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	rig := &stallRig{release: make(chan struct{}), held: make(chan struct{}, 1), execOnly: true}
+	rdb := redistest.Client(t, nil)
+	rdb.AddHook(rig)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{})
+	bg := context.Background()
+	for _, id := range []string{"a", "b"} {
+		_, err := q.Enqueue(bg, "t", nil, &EnqueueOpts{ID: id})
+		require.NoError(t, err)
+	}
+	first, err := q.Claim(bg, "w") // reads both; the other waits in the pool
+	require.NoError(t, err)
+	other := "b"
+	if first.ID == "b" {
+		other = "a"
+	}
+	ctx, cancel := context.WithTimeout(context.WithValue(bg, stallTag{}, "stall"), 100*time.Millisecond)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	_, err = q.completeAndClaim(ctx, first, []byte("r"), "w")
+	require.Less(t, time.Since(deadline), 150*time.Millisecond, "answered %v after its deadline", time.Since(deadline))
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		j, err := q.Get(bg, other)
+		require.NoError(c, err)
+		require.Equal(c, StatePending, j.State, "given back")
+		require.Zero(c, j.Attempt)
+		require.NotZero(c, j.LeaseToken, "claimed by the stalled EXEC, then given back")
+	}, 5*time.Second, 10*time.Millisecond)
+	done, err := q.Complete(bg, first, []byte("r"))
+	require.NoError(t, err, "the completion is resolved by completing again")
+	require.Equal(t, StateSucceeded, done.State)
+}
