@@ -127,8 +127,9 @@ func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) {
 	}
 	g.mu.Unlock()
 	// Taken by a flush, whose EXEC may be on the wire and may take as long
-	// as Redis stalls (go-redis does not cut a read short at a deadline):
-	// the caller is answered now, unless the flush answered first.
+	// as Redis stalls (go-redis cuts a read short at a deadline only with
+	// ContextTimeoutEnabled): the caller is answered now, unless the flush
+	// answered first.
 	c.left.Store(true)
 	if g.unknown != nil {
 		c.finish(zero, g.unknown(c.in, ctx.Err()))
