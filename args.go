@@ -1,9 +1,12 @@
 package jobkey
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -32,15 +35,18 @@ func EnqueueArgs[T Args](ctx context.Context, q *Queue, args T, opts *EnqueueOpt
 
 // DecodeArgs decodes a job's payload into T. It refuses a job of another
 // type, and payloads that are not one well-formed msgpack value whose every
-// length fits in the bytes present, before the reflective decoder sees
-// them: a hostile length header cannot make it allocate gigabytes. Nor can a
-// payload of many tiny elements that each decode into something large: it
-// refuses a payload whose array elements and map entries, counted and each
-// charged the most one element of T can allocate, would exceed 64 MiB, so a
-// T with a large element type accepts proportionally fewer elements. The
-// estimate cannot see inside types that decode themselves (implementing
-// msgpack.CustomDecoder or msgpack.Unmarshaler); their allocations are
-// their own to bound.
+// length fits in the bytes present (ErrCorrupt), before the reflective
+// decoder sees them: a hostile length header cannot make it allocate
+// gigabytes. Nor can a payload of many tiny elements that each decode into
+// something large: it refuses a payload whose array elements and map
+// entries, counted and each charged the most one element of T can
+// allocate, would exceed 64 MiB, so a T with a large element type accepts
+// proportionally fewer elements. The estimate cannot see inside types that
+// decode themselves (implementing msgpack.CustomDecoder or
+// msgpack.Unmarshaler); their allocations are their own to bound.
+//
+// A well-formed payload that does not decode into T, such as a field whose
+// type changed between deploys, is an *ArgsError that names the field.
 func DecodeArgs[T Args](j *Job) (T, error) {
 	var args T
 	if j == nil {
@@ -49,33 +55,72 @@ func DecodeArgs[T Args](j *Job) (T, error) {
 	if j.Type != args.Kind() {
 		return args, fmt.Errorf("jobkey: job %q is of type %q, not %q", j.ID, j.Type, args.Kind())
 	}
+	// The checks name the payload as the field of the job value they are in.
+	where := fmt.Sprintf("args of %s job %q", args.Kind(), j.ID)
 	d := decoder{b: j.Payload}
-	if err := d.skipDepth("args", 0, maxArgsDepth); err != nil {
-		return args, fmt.Errorf("jobkey: %s args of job %q: %w", args.Kind(), j.ID, err)
+	if err := d.skipDepth(where, 0, maxArgsDepth); err != nil {
+		return args, err
 	}
 	if d.off != len(d.b) {
-		return args, fmt.Errorf("jobkey: %s args of job %q: %w", args.Kind(), j.ID,
-			corruptAt(d.off, "args", fmt.Sprintf("%d trailing bytes", len(d.b)-d.off)))
+		return args, corruptAt(d.off, where, fmt.Sprintf("%d trailing bytes", len(d.b)-d.off))
 	}
 	if cost := elemCost(reflect.TypeFor[T]()); d.elems > argsDecodeBudget/cost {
-		return args, fmt.Errorf("jobkey: %s args of job %q: %w", args.Kind(), j.ID,
-			corruptAt(0, "args", fmt.Sprintf("%d elements at up to %d bytes each could make the decoder allocate %d bytes, over the %d-byte budget",
-				d.elems, cost, d.elems*cost, argsDecodeBudget)))
+		return args, corruptAt(0, where, fmt.Sprintf("%d elements at up to %d bytes each could make the decoder allocate %d bytes, over the %d-byte budget",
+			d.elems, cost, d.elems*cost, argsDecodeBudget))
 	}
 	if err := msgpack.Unmarshal(j.Payload, &args); err != nil {
-		return args, fmt.Errorf("jobkey: %w: %s args of job %q: %v", ErrCorrupt, args.Kind(), j.ID, err)
+		return args, &ArgsError{ID: j.ID, Kind: args.Kind(), Type: reflect.TypeFor[T]().String(),
+			Field: argsField[T](j.Payload), Err: err}
 	}
 	return args, nil
 }
 
-// HandleArgs makes a Handler from a function of typed arguments. A payload
-// that does not decode fails the job for good (ErrSkipRetry): retrying
-// cannot fix it.
+// argsField names the entry of a payload, a msgpack map with string keys
+// already checked well-formed and within the decode budget, that does not
+// decode into T on its own; "" when the payload is not such a map or no
+// entry fails alone. Each entry is decoded once, so this costs about one
+// more decode of the payload, and only when decoding it failed.
+func argsField[T Args](payload []byte) string {
+	d := msgpack.NewDecoder(bytes.NewReader(payload))
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return ""
+	}
+	for range n {
+		key, err := d.DecodeString()
+		if err != nil {
+			return ""
+		}
+		raw, err := d.DecodeRaw()
+		if err != nil {
+			return ""
+		}
+		k, err := msgpack.Marshal(key)
+		if err != nil {
+			return ""
+		}
+		var probe T
+		if msgpack.Unmarshal(slices.Concat([]byte{0x81}, k, raw), &probe) != nil { // fixmap of one entry
+			return key
+		}
+	}
+	return ""
+}
+
+// HandleArgs makes a Handler from a function of typed arguments. Arguments
+// that do not decode into T (an *ArgsError) fail the attempt, retried under
+// Config.Backoff: during a rolling deploy, a worker of the other deploy may
+// decode them. A payload that is not well-formed msgpack fails the job for
+// good (ErrSkipRetry): retrying cannot fix it.
 func HandleArgs[T Args](fn func(ctx context.Context, j *Job, args T) ([]byte, error)) Handler {
 	return HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
 		args, err := DecodeArgs[T](j)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrSkipRetry, err)
+		var ae *ArgsError
+		switch {
+		case errors.As(err, &ae):
+			return nil, err
+		case err != nil:
+			return nil, skipRetry(err)
 		}
 		return fn(ctx, j, args)
 	})

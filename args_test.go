@@ -9,8 +9,11 @@ import (
 	"math"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -244,4 +247,119 @@ func TestDecodeArgsRecursiveTypes(t *testing.T) {
 	out, err := DecodeArgs[*node](&Job{Type: "node", Payload: p})
 	require.NoError(t, err)
 	require.Equal(t, in, out)
+}
+
+// imageV1 and imageV2 are one job type's arguments in two deploys: Size
+// was an int, and became a string.
+type imageV1 struct {
+	Image string
+	Size  int
+}
+
+func (imageV1) Kind() string { return "image" }
+
+type imageV2 struct {
+	Image string
+	Size  string
+}
+
+func (imageV2) Kind() string { return "image" }
+
+// Well-formed arguments that do not decode into the handler's type are an
+// *ArgsError naming the job type, the Go type and the field, not a corrupt
+// value, and the message says "jobkey: " once.
+func TestDecodeArgsNamesTheFieldThatDoesNotDecode(t *testing.T) {
+	t.Parallel()
+	payload, err := msgpack.Marshal(imageV1{Image: "cat.png", Size: 64})
+	require.NoError(t, err)
+	_, err = DecodeArgs[imageV2](&Job{ID: "x", Type: "image", Payload: payload})
+	var ae *ArgsError
+	require.ErrorAs(t, err, &ae)
+	require.ErrorIs(t, err, ErrArgs)
+	require.NotErrorIs(t, err, ErrCorrupt, "the value is well-formed")
+	require.Equal(t, "x", ae.ID)
+	require.Equal(t, "image", ae.Kind)
+	require.Equal(t, "jobkey.imageV2", ae.Type)
+	require.Equal(t, "Size", ae.Field)
+	require.ErrorContains(t, err, `field "Size"`)
+	require.Equal(t, 1, strings.Count(err.Error(), "jobkey: "), err.Error())
+
+	// A handler of the older deploy decodes it.
+	v1, err := DecodeArgs[imageV1](&Job{ID: "x", Type: "image", Payload: payload})
+	require.NoError(t, err)
+	require.Equal(t, 64, v1.Size)
+
+	// Bytes that are not msgpack at all stay corrupt and fail for good, and
+	// say "jobkey: " once too.
+	_, err = HandleArgs(func(context.Context, *Job, resize) ([]byte, error) { return nil, nil }).
+		Work(context.Background(), &Job{ID: "h", Type: "resize", Payload: []byte{0xc1}})
+	require.True(t, errors.Is(err, ErrSkipRetry) && errors.Is(err, ErrCorrupt))
+	require.Equal(t, 1, strings.Count(err.Error(), "jobkey: "), err.Error())
+}
+
+// A job whose arguments a worker cannot decode, as in a rolling deploy
+// that changed a field's type, is retried under backoff with its payload
+// untouched, and a worker that decodes it runs it.
+func TestArgsThatDoNotDecodeAreRetried(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	rdb := redistest.Client(t, nil)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Backoff: func(int) time.Duration { return 50 * time.Millisecond }})
+	ctx := context.Background()
+	j, err := EnqueueArgs(ctx, q, imageV1{Image: "cat.png", Size: 64}, &EnqueueOpts{ID: "img"})
+	require.NoError(t, err)
+	payload := bytes.Clone(j.Payload)
+
+	// The newer deploy cannot decode it.
+	recorded := make(chan *Job, 1)
+	newer, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(newer, Mux{"image": HandleArgs(func(context.Context, *Job, imageV2) ([]byte, error) {
+			return nil, errors.New("ran with arguments it could not decode")
+		})}, &WorkOpts{Concurrency: 1, PollInterval: 10 * time.Millisecond, Logger: quietLog(),
+			OnRecorded: func(j *Job, err error) {
+				if err == nil {
+					select {
+					case recorded <- j:
+					default:
+					}
+				}
+			}})
+	}()
+	var failed *Job
+	select {
+	case failed = <-recorded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no outcome recorded")
+	}
+	stop()
+	require.NoError(t, <-done)
+	require.Equal(t, StatePending, failed.State, "retried under backoff, not failed for good: %s", failed.LastError)
+	require.Equal(t, 1, failed.Attempt)
+	require.Contains(t, failed.LastError, `field "Size"`)
+	require.NotContains(t, failed.LastError, "corrupt")
+	require.Equal(t, 1, strings.Count(failed.LastError, "jobkey: "), failed.LastError)
+	stored, err := q.Get(ctx, "img")
+	require.NoError(t, err)
+	require.Equal(t, payload, stored.Payload, "the payload is untouched")
+
+	// The older deploy runs it.
+	ran := make(chan imageV1, 1)
+	older, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		done <- q.Work(older, Mux{"image": HandleArgs(func(_ context.Context, _ *Job, a imageV1) ([]byte, error) {
+			ran <- a
+			return nil, nil
+		})}, &WorkOpts{Concurrency: 1, PollInterval: 10 * time.Millisecond, Logger: quietLog()})
+	}()
+	select {
+	case a := <-ran:
+		require.Equal(t, imageV1{Image: "cat.png", Size: 64}, a)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the older deploy never ran it")
+	}
+	stop()
+	require.NoError(t, <-done)
 }

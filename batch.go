@@ -128,10 +128,6 @@ func refusedWhole(err error) bool {
 		errors.Is(err, ErrTooLarge) || errors.Is(err, ErrConflict)
 }
 
-// errOutcomeUnknown marks an EXEC that may or may not have run: it was
-// sent, and its reply was lost.
-var errOutcomeUnknown = errors.New("outcome unknown")
-
 // errLeftOut is the placeholder of a batched call whose caller gave up: it
 // was already answered with its context's error, and nothing was written.
 var errLeftOut = errors.New("jobkey: left out: the caller gave up")

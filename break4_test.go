@@ -92,7 +92,7 @@ func TestSlowFusedReplyDoesNotFailUnrunJob(t *testing.T) {
 	asked := time.Now()
 	out, err := q.completeAndClaim(ctx, first, []byte("r"), "w")
 	slowExec.Store(false)
-	require.ErrorIs(t, err, errOutcomeUnknown, "the EXEC was sent; its reply came too late")
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "the EXEC was sent; its reply came too late")
 	require.NotNil(t, out.unsure)
 	found := make(chan *Job, 1)
 	go func() { found <- (&worker{q: q}).findClaim(ctx, out.unsure, asked) }() // as the slot does

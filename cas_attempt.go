@@ -280,7 +280,7 @@ func classify(route string, cmds []redis.Cmder, err error) (armed bool, _ error)
 	case err == nil:
 		return false, nil
 	case unanswered(cmds, err) != nil:
-		return true, fmt.Errorf("jobkey: exec %s: %w: %w", route, errOutcomeUnknown, err)
+		return true, fmt.Errorf("%w: exec %s: %w", ErrOutcomeUnknown, route, err)
 	case errors.Is(err, redis.TxFailedErr):
 		return false, &retry{err: err} // EXEC ran, found a watched key changed, and cleared the watch
 	case redis.IsExecAbortError(err):
@@ -299,7 +299,7 @@ func classify(route string, cmds []redis.Cmder, err error) (armed bool, _ error)
 	}
 	// A network or context error: EXEC may or may not have run. The
 	// deferred UNWATCH is harmless if it did.
-	return true, fmt.Errorf("jobkey: exec %s: %w: %w", route, errOutcomeUnknown, err)
+	return true, fmt.Errorf("%w: exec %s: %w", ErrOutcomeUnknown, route, err)
 }
 
 // verifyTypes refuses the transaction if any checked key holds a type other

@@ -231,6 +231,27 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 	return got, nil
 }
 
+// giveBack releases j, claimed for a caller that left before the claim's
+// answer reached it, so that it is not leased to nobody until its lease
+// ends, spending an attempt it never ran. It runs on its own goroutine,
+// bounded by the lease: the flush that claimed it goes on meanwhile. The
+// release is fenced on j's lease token, so it writes nothing if the claim
+// did not land, or if the lease has already passed to someone else; if it
+// cannot land at all, the job is claimed again once its lease runs out.
+func (q *Queue) giveBack(j *Job) {
+	if j == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Lease)
+		defer cancel()
+		if _, err := q.Release(ctx, j); err != nil && !errors.Is(err, ErrLeaseLost) {
+			q.cfg.Logger.Warn("jobkey: could not give back a job claimed for a caller that left; it is claimed again when its lease ends",
+				"queue", q.name, "job", j.ID, "err", err)
+		}
+	}()
+}
+
 func validOwner(worker string) error {
 	if worker == "" || len(worker) > 256 {
 		return fmt.Errorf("%w: worker name must be 1..256 bytes, got %d", ErrInvalid, len(worker))

@@ -72,7 +72,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, batch []JobSpec) ([]*Job, error
 		in, err := q.newJob(spec)
 		if err != nil {
 			if len(batch) > 1 {
-				err = fmt.Errorf("jobkey: batch job %d: %w", i, err)
+				err = wrapf(err, "batch job %d", i)
 			}
 			return nil, err
 		}
@@ -295,7 +295,7 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 			case gone != nil && gone(i):
 				errs[i] = errLeftOut
 			case r.errs[k] != nil:
-				errs[i] = fmt.Errorf("jobkey: enqueue %q: %w", in.job.ID, r.errs[k])
+				errs[i] = wrapf(r.errs[k], "enqueue %q", in.job.ID)
 			case r.jobs[k] != nil:
 				errs[i] = &JobExistsError{Index: i, Job: r.jobs[k]}
 			default:

@@ -254,3 +254,26 @@ func TestMaxAttemptsIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, j.ID, c.ID)
 }
+
+// An enqueue's errors say "jobkey: " once, however many jobkey errors they
+// wrap.
+func TestEnqueueErrorsSayJobkeyOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, err := f.q.EnqueueMany(f.ctx, []JobSpec{{Type: "t"}, {Type: ""}})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "jobkey: batch job 1: invalid argument")
+	require.Equal(t, 1, strings.Count(err.Error(), "jobkey: "), err.Error())
+
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys("bad").Job, "garbage", 0).Err())
+	for _, many := range []bool{false, true} {
+		if many {
+			_, err = f.q.EnqueueMany(f.ctx, []JobSpec{{Type: "t", Opts: &EnqueueOpts{ID: "bad"}}})
+		} else {
+			_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "bad"})
+		}
+		require.ErrorIs(t, err, ErrCorrupt)
+		require.ErrorContains(t, err, `enqueue "bad": corrupt job value`)
+		require.Equal(t, 1, strings.Count(err.Error(), "jobkey: "), err.Error())
+	}
+}

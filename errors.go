@@ -51,6 +51,17 @@ var (
 	// such as canceling a job that already succeeded. Nothing was written.
 	// The error is a *StateError that names the state.
 	ErrState = errors.New("jobkey: not allowed in the job's state")
+	// ErrOutcomeUnknown reports a write that may or may not have been
+	// applied: its EXEC was sent and no reply came back (the connection
+	// broke, or Redis was too slow), or the caller's context ended while a
+	// group commit carried it. Calling again resolves it: an Enqueue with
+	// the same ID gets ErrJobExists if the first one landed, and a
+	// Complete, Fail or Release recognises its own write.
+	ErrOutcomeUnknown = errors.New("jobkey: outcome unknown")
+	// ErrArgs reports a job whose payload is well-formed msgpack that does
+	// not decode into its handler's argument type. The error is an
+	// *ArgsError.
+	ErrArgs = errors.New("jobkey: job arguments do not decode")
 	// ErrSkipRetry, wrapped into a handler's error, fails the job for good
 	// whatever attempts it has left.
 	ErrSkipRetry = errors.New("jobkey: do not retry")
@@ -81,6 +92,53 @@ var (
 	ErrTimeout = errors.New("jobkey: timeout: the handler ran past the job's timeout")
 )
 
+// outcomeUnknown is the error of a call whose context ended while the
+// group commit that carries it was in flight. It matches ErrOutcomeUnknown
+// and ctxErr, and says what the caller should do.
+func outcomeUnknown(op, id string, ctxErr error) error {
+	var what string
+	switch op {
+	case "enqueue":
+		what = fmt.Sprintf("enqueue %q: the context ended while its transaction was in flight, so the job may or may not be written: enqueue it again with the same ID (ErrJobExists then says it was)", id)
+	case "claim":
+		what = fmt.Sprintf("claim for worker %q: the context ended while its transaction was in flight; a job it claimed is given back", id)
+	case "":
+		what = "the context ended while the call was in flight, so it may or may not be written"
+	default:
+		what = fmt.Sprintf("%s %q: the context ended while its transaction was in flight, so it may or may not be written: call %s again", op, id, op)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrOutcomeUnknown, what, ctxErr)
+}
+
+// wrapped is an error whose message says "jobkey: " once, however many
+// jobkey errors it wraps: msg, then the wrapped error's message without
+// its own "jobkey: ". errors.Is and errors.As see every error of errs.
+type wrapped struct {
+	msg  string // begins with "jobkey: "
+	errs []error
+}
+
+func (e *wrapped) Error() string { return e.msg + ": " + bare(e.errs[len(e.errs)-1]) }
+
+// bare is err's message without its "jobkey: ", for a message that wraps
+// it and already says "jobkey: ".
+func bare(err error) string { return strings.TrimPrefix(err.Error(), "jobkey: ") }
+
+// Unwrap returns the wrapped errors, for errors.Is and errors.As.
+func (e *wrapped) Unwrap() []error { return e.errs }
+
+// wrapf is fmt.Errorf("jobkey: "+format+": %w", args..., err), with
+// "jobkey: " said once.
+func wrapf(err error, format string, args ...any) error {
+	return &wrapped{msg: "jobkey: " + fmt.Sprintf(format, args...), errs: []error{err}}
+}
+
+// skipRetry wraps err so that it fails the job for good: "jobkey: do not
+// retry: <err without its jobkey: prefix>".
+func skipRetry(err error) error {
+	return &wrapped{msg: ErrSkipRetry.Error(), errs: []error{ErrSkipRetry, err}}
+}
+
 // BatchError is the error of a batch call (EnqueueMany, CompleteMany) in
 // which some jobs did not get the outcome asked for. Errs has one entry
 // per job of the batch, in order: nil for the jobs that got it, else that
@@ -106,7 +164,7 @@ func (e *BatchError) Error() string {
 	if failed == 0 {
 		return "jobkey: batch: no errors"
 	}
-	return fmt.Sprintf("jobkey: %d of %d jobs in the batch failed; the first, job %d: %v", failed, len(e.Errs), first, e.Errs[first])
+	return fmt.Sprintf("jobkey: %d of %d jobs in the batch failed; the first, job %d: %s", failed, len(e.Errs), first, bare(e.Errs[first]))
 }
 
 // Unwrap returns the jobs' errors, for errors.Is and errors.As.
@@ -233,7 +291,7 @@ type ShardsError struct {
 }
 
 func (e *ShardsError) Error() string {
-	return fmt.Sprintf("jobkey: %d of %d shards could not be read (%v); the first: %v", len(e.Shards), e.Of, e.Shards, e.Errs[0])
+	return fmt.Sprintf("jobkey: %d of %d shards could not be read (%v); the first: %s", len(e.Shards), e.Of, e.Shards, bare(e.Errs[0]))
 }
 
 // Unwrap returns the shards' errors, for errors.Is and errors.As.
@@ -271,6 +329,35 @@ func (e *CorruptError) Error() string {
 
 // Is makes errors.Is(err, ErrCorrupt) hold for every CorruptError.
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// ArgsError reports a job whose arguments, well-formed msgpack, do not
+// decode into the handler's type: typically a field whose type changed
+// between deploys. During a rolling deploy a worker of the other deploy may
+// decode them, so HandleArgs returns it as an ordinary failure, retried
+// under Config.Backoff; the payload is left as it is.
+type ArgsError struct {
+	ID   string // the job
+	Kind string // its type, Args.Kind()
+	Type string // the Go type decoded into, e.g. "main.ResizeArgs"
+	// Field is the top-level field whose value does not decode, when the
+	// arguments are a map and one entry fails on its own; else "".
+	Field string
+	Err   error // the decoder's error
+}
+
+func (e *ArgsError) Error() string {
+	field := ""
+	if e.Field != "" {
+		field = fmt.Sprintf(": field %q", e.Field)
+	}
+	return fmt.Sprintf("jobkey: arguments of %s job %q do not decode into %s%s: %v", e.Kind, e.ID, e.Type, field, e.Err)
+}
+
+// Unwrap returns the decoder's error.
+func (e *ArgsError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrArgs) hold.
+func (e *ArgsError) Is(target error) bool { return target == ErrArgs }
 
 // JobExistsError reports an enqueued ID that was already taken. Job is the
 // stored job; nothing was written for it.

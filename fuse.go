@@ -153,7 +153,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 		aux: q.slotPredict(mine, shards), follow: q.slotFollow(all),
 		decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
 	out, errs, vanished := fs.out, fs.errs, fs.vanished
-	if errors.Is(err, errOutcomeUnknown) {
+	if errors.Is(err, ErrOutcomeUnknown) {
 		q.recoverClaims(fs, err)
 	}
 	if err != nil {

@@ -125,7 +125,7 @@ func TestLostFusedReplyDoesNotFailUnrunJob(t *testing.T) {
 	proxy.Set(faultproxy.Faults{ExecCutProb: 1})
 	out, err := q.completeAndClaim(ctx, first, []byte("r"), "w")
 	proxy.Set(faultproxy.Faults{})
-	require.ErrorIs(t, err, errOutcomeUnknown, "the EXEC was sent; its reply was lost")
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "the EXEC was sent; its reply was lost")
 	_, err = q.Complete(ctx, first, []byte("r")) // as Work's record does
 	require.NoError(t, err, "the retried completion recognises its own write")
 	// The claim made by the lost EXEC is found by its lease token and

@@ -66,7 +66,7 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 		proxy.Set(faultproxy.Faults{ExecCutProb: 1})
 		out, err := q.completeAndClaim(ctx, first, []byte("r"), "w")
 		proxy.Set(faultproxy.Faults{})
-		require.ErrorIs(t, err, errOutcomeUnknown, "the EXEC ran; its reply was lost")
+		require.ErrorIs(t, err, ErrOutcomeUnknown, "the EXEC ran; its reply was lost")
 		done, err := q.Complete(ctx, first, []byte("r"))
 		require.NoError(t, err, "the retried completion finds its own write")
 		require.Equal(t, StateSucceeded, done.State)

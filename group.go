@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,15 +17,26 @@ type call[T, R any] struct {
 	err  error
 	once sync.Once
 	done chan struct{} // closed when out and err are set
+	// left is set once the caller was answered because its ctx ended.
+	left atomic.Bool
+	// orphan, when not nil, is given an answer that came after the caller
+	// left: a claim made for it is given back.
+	orphan func(R)
 }
 
 // finish answers the caller. The first answer stands; later ones are
-// ignored, so a flush may answer a call early and again at its end.
+// ignored, so a flush may answer a call early and again at its end. An
+// answer that comes after the caller left goes to orphan.
 func (c *call[T, R]) finish(out R, err error) {
+	answered := false
 	c.once.Do(func() {
 		c.out, c.err = out, err
 		close(c.done)
+		answered = true
 	})
+	if !answered && c.left.Load() && c.orphan != nil {
+		c.orphan(out)
+	}
 }
 
 // gone reports a caller whose ctx has ended, and answers it with ctx's
@@ -35,6 +47,7 @@ func (c *call[T, R]) gone() bool {
 	if err == nil {
 		return false
 	}
+	c.left.Store(true)
 	var zero R
 	c.finish(zero, err)
 	return true
@@ -52,12 +65,13 @@ var errUnanswered = errors.New("jobkey: internal error: a batched call got no an
 // shared.
 //
 // Deadlines: a caller whose ctx ends while it waits in the queue leaves it
-// and gets ctx's error. One whose ctx ends while its batch is in flight is
-// left out of the next decision of that batch and answered with ctx's
-// error then (nothing is written for it), unless the EXEC that carries it
-// has already been sent, in which case it gets that EXEC's real outcome:
-// the answer comes at most one round trip (or one retry backoff) after the
-// deadline, and an answer that says written is true.
+// and gets ctx's error: nothing was sent for it, nor will be. One whose
+// ctx ends once a flush has taken its call is answered at once, with an
+// error that matches both ErrOutcomeUnknown and ctx's error: the EXEC that
+// carries it may be on the wire, and Redis may be too slow to say. The
+// flush goes on for the others and leaves the call out of its next
+// decision; a job claimed for it by an EXEC that was already sent is given
+// back (orphan).
 type commitGroup[T, R any] struct {
 	max   int // largest batch
 	flush func(ctx context.Context, calls []*call[T, R])
@@ -68,6 +82,13 @@ type commitGroup[T, R any] struct {
 	// more lanes cut batches and cause conflicts (measured: the burn-down
 	// ran slower with 2 and 3 than with 1).
 	lanes int
+	// unknown, when not nil, is the error of a caller whose ctx ended
+	// while its call was in flight; it must match ErrOutcomeUnknown and
+	// err (see outcomeUnknown).
+	unknown func(in T, err error) error
+	// orphan, when not nil, takes a call's answer that came after its
+	// caller left (see call.orphan).
+	orphan func(R)
 
 	mu      sync.Mutex
 	running int // flushes running
@@ -80,7 +101,7 @@ func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) {
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	c := &call[T, R]{ctx: ctx, in: in, done: make(chan struct{})}
+	c := &call[T, R]{ctx: ctx, in: in, done: make(chan struct{}), orphan: g.orphan}
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
 	if g.running < max(g.lanes, 1) {
@@ -102,10 +123,19 @@ func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) {
 	if i := slices.Index(g.queue, c); i >= 0 {
 		g.queue = slices.Delete(g.queue, i, i+1)
 		g.mu.Unlock()
-		return zero, ctx.Err()
+		return zero, ctx.Err() // never sent
 	}
 	g.mu.Unlock()
-	<-c.done // in a batch being flushed: answered at its next decision
+	// Taken by a flush, whose EXEC may be on the wire and may take as long
+	// as Redis stalls (go-redis cuts a read short at a deadline only with
+	// ContextTimeoutEnabled): the caller is answered now, unless the flush
+	// answered first.
+	c.left.Store(true)
+	if g.unknown != nil {
+		c.finish(zero, g.unknown(c.in, ctx.Err()))
+	} else {
+		c.finish(zero, outcomeUnknown("", "", ctx.Err()))
+	}
 	return c.out, c.err
 }
 

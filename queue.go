@@ -73,11 +73,21 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 		newer: &expiring[string]{ttl: skipFor, max: maxSkip}, down: &expiring[int]{ttl: downFor, max: maxShards}}
 	engine.check = func(ctx context.Context) error { return q.check(ctx, true) }
 	if !c.DisableGroupCommit {
-		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims}
-		q.enqueues = &commitGroup[*enqueueIn, *Job]{max: c.MaxBatch, flush: q.flushEnqueues, lanes: enqueueLanes}
-		q.completes = &commitGroup[completeIn, *Job]{max: c.MaxBatch, flush: q.flushCompletes}
-		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, flush: q.flushExtends}
-		q.finishes = &commitGroup[finishIn, finishOut]{max: c.MaxBatch, flush: q.flushFinishes}
+		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims,
+			unknown: func(w string, err error) error { return outcomeUnknown("claim", w, err) },
+			orphan:  q.giveBack}
+		q.enqueues = &commitGroup[*enqueueIn, *Job]{max: c.MaxBatch, flush: q.flushEnqueues, lanes: enqueueLanes,
+			unknown: func(in *enqueueIn, err error) error { return outcomeUnknown("enqueue", in.job.ID, err) }}
+		q.completes = &commitGroup[completeIn, *Job]{max: c.MaxBatch, flush: q.flushCompletes,
+			unknown: func(in completeIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) }}
+		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, flush: q.flushExtends,
+			unknown: func(j *Job, err error) error { return outcomeUnknown("extend", j.ID, err) }}
+		q.finishes = &commitGroup[finishIn, finishOut]{max: c.MaxBatch, flush: q.flushFinishes,
+			unknown: func(in finishIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) },
+			orphan: func(out finishOut) {
+				q.giveBack(out.next)
+				q.giveBack(out.unsure)
+			}}
 	}
 	return q, nil
 }

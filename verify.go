@@ -161,7 +161,7 @@ func (q *Queue) verifyShard(ctx context.Context, shard int, o VerifyOpts, now ti
 		for _, f := range found {
 			if o.Fix {
 				if err := q.rederive(ctx, shard, f.ID); err != nil {
-					return fmt.Errorf("jobkey: verify: fix %q: %w", f.ID, err)
+					return wrapf(err, "verify: fix %q", f.ID)
 				}
 				f.Fixed = true
 			}

@@ -397,7 +397,7 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 			// broken index): fail the job for good with the reason, rather
 			// than leave it leased to nobody, to run again and again.
 			w.record(r, func(ctx context.Context, j *Job) (*Job, error) {
-				return w.q.Fail(ctx, j, fmt.Errorf("%w: the handler succeeded, but its outcome could not be recorded: %w", ErrSkipRetry, werr))
+				return w.q.Fail(ctx, j, skipRetry(wrapf(werr, "the handler succeeded, but its outcome could not be recorded")))
 			})
 		}
 	case errors.Is(cause, ErrLeaseExpired):
