@@ -23,9 +23,11 @@ type trimTarget struct {
 }
 
 // Trim removes index entries that nothing needs any more: those of
-// finished jobs whose keys have expired with their retention, old
-// sightings of newer-format and vanished jobs (Stats.Newer, Stats.Vanished),
-// and reports of stuck handlers that lapsed (Stats.StuckHandlers).
+// finished jobs whose keys have expired with their retention (a canceled
+// job's a Config.Lease later: a run canceled while it ran keeps its key
+// until its lease ends), old sightings of newer-format and vanished jobs
+// (Stats.Newer, Stats.Vanished), and reports of stuck handlers that lapsed
+// (Stats.StuckHandlers).
 // It removes at most a thousand entries per command, so that no command
 // blocks Redis for more than a few milliseconds at any queue size, and up
 // to a hundred thousand per index per call. It returns how many it removed.
@@ -46,7 +48,10 @@ func (q *Queue) Trim(ctx context.Context) (int, error) {
 	for s := range q.ks.shards {
 		targets = append(targets,
 			trimTarget{q.ks.index(s, idxSucceeded), q.cfg.Retention},
-			trimTarget{q.ks.index(s, idxCanceled), q.cfg.Retention},
+			// A run canceled while it ran keeps its key until its lease
+			// ends (lastrun.go), at most a Lease after the cancel: its
+			// entry stays as long, so the job stays listed.
+			trimTarget{q.ks.index(s, idxCanceled), q.cfg.Retention + q.cfg.Lease},
 			trimTarget{q.ks.index(s, idxFailed), q.cfg.FailedRetention},
 			trimTarget{q.ks.index(s, seenNewer), NewerWindow},
 			trimTarget{q.ks.index(s, seenVanished), q.cfg.Retention},

@@ -149,3 +149,29 @@ func TestTrimOfOneMillisecondIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// A job canceled while it ran keeps its key past a Retention shorter than
+// the run's lease (its ID stays taken until the lease ends): Trim leaves its
+// canceled entry as long as the key lives, so the job stays listed and
+// Verify finds nothing amiss.
+func TestTrimKeepsEntryOfCanceledRunWhileItsKeyLives(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute, Retention: time.Second})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "ran"})
+	require.NoError(t, err)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	_, err = f.q.Cancel(f.ctx, "ran")
+	require.NoError(t, err)
+	f.clock.Advance(5 * time.Second) // past the retention, well inside the lease
+	_, err = f.q.Trim(f.ctx)
+	require.NoError(t, err)
+	_, err = f.q.Get(f.ctx, "ran")
+	require.NoError(t, err, "the key lives until the lease ends")
+	page, err := f.q.List(f.ctx, ListOpts{State: StateCanceled})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 1, "listed as canceled while its key lives")
+	rep, err := f.q.Verify(f.ctx, &VerifyOpts{Keys: true})
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+}
