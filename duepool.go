@@ -36,6 +36,8 @@ type duePool struct {
 	mu     sync.Mutex
 	shards []poolShard
 	skip   func(shard int) bool // shards no read reaches now (their node is down)
+	// refreshing says a read of every shard is under way (refreshDue).
+	refreshing bool
 	// taken remembers the IDs handed out in the last poolTTL, so a read
 	// ahead made while their claims were in flight does not hand them out
 	// again: two transactions watching one candidate would both be retried.
@@ -308,6 +310,29 @@ func (p *duePool) dropBelow(prio int) {
 			ps.need, ps.needAt = max(ps.need, prio), now
 		}
 	}
+}
+
+// refreshDue reports whether a read of every shard is due, as stale
+// would name some, and none is under way; if so, one is under way from now
+// until refreshed is called.
+func (p *duePool) refreshDue() bool {
+	if len(p.stale(nil, 1)) == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refreshing {
+		return false
+	}
+	p.refreshing = true
+	return true
+}
+
+// refreshed notes that the read refreshDue announced is over.
+func (p *duePool) refreshed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refreshing = false
 }
 
 // stale returns up to k shards, other than own, that a read ahead should

@@ -59,6 +59,13 @@ func TestDuePoolServesOnlyWhileEveryShardIsFresh(t *testing.T) {
 	require.False(t, p.complete())
 	p.fill(read([]int{1}))
 	require.Equal(t, []candidate{{id: "a", shard: 0}}, p.take(1, anyShard))
+	// A read of every shard is announced once, while one is due.
+	p.shards[1].read = time.Now().Add(-poolFresh/2 - time.Millisecond)
+	require.True(t, p.refreshDue())
+	require.False(t, p.refreshDue(), "one is under way")
+	p.fill(read([]int{0, 1}))
+	p.refreshed()
+	require.False(t, p.refreshDue(), "every shard was read just now")
 	// A shard no read reaches (its node is down) does not hold it up.
 	q := newDuePool(2, func(s int) bool { return s == 1 })
 	q.fill(read([]int{0}, candidate{id: "a", shard: 0}))

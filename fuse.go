@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,6 +80,19 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 	sets := q.txnSets(pos, func(i int) string { return batch[i].in.job.ID })
 	for _, i := range again {
 		sets = append(sets, []int{i})
+	}
+	if q.cluster() && q.pool.refreshDue() {
+		// A cluster's transaction reads ahead only its own shard: every
+		// shard is read beside it, before the pool stops serving.
+		var refresh sync.WaitGroup
+		defer refresh.Wait()
+		refresh.Go(func() {
+			v, err := q.dueIn(ctx, aheadN, nil)
+			if err == nil {
+				q.pool.fill(v)
+			}
+			q.pool.refreshed()
+		})
 	}
 	for _, set := range sets {
 		err := q.finishTxn(ctx, batch, set)
