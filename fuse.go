@@ -78,9 +78,6 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 		pos = append(pos, i)
 	}
 	sets := q.txnSets(pos, func(i int) string { return batch[i].in.job.ID })
-	for _, i := range again {
-		sets = append(sets, []int{i})
-	}
 	if q.cluster() && q.pool.refreshDue() {
 		// A cluster's transaction reads ahead only its own shard: every
 		// shard is read beside it, before the pool stops serving.
@@ -94,20 +91,45 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 			q.pool.refreshed()
 		})
 	}
-	for _, set := range sets {
-		err := q.finishTxn(ctx, batch, set)
-		switch {
-		case err == nil:
-		case len(set) > 1 && refusedWhole(err):
-			for _, i := range set { // each on its own, so one broken job does not refuse the others
-				if err := q.finishTxn(ctx, batch, []int{i}); err != nil {
-					batch[i].finish(finishOut{}, err)
-				}
-			}
-		default:
-			for _, i := range set {
+	if q.cluster() && len(sets) > 1 {
+		// A cluster's shards: their transactions run at once, each on a
+		// connection of its own, since Work's slots spread over the
+		// shards (duePool serves them in turn).
+		var txns sync.WaitGroup
+		for _, set := range sets[1:] {
+			txns.Go(func() {
+				ctx, release := withConnCache(ctx)
+				defer release()
+				q.finishSet(ctx, batch, set)
+			})
+		}
+		q.finishSet(ctx, batch, sets[0])
+		txns.Wait()
+	} else {
+		for _, set := range sets {
+			q.finishSet(ctx, batch, set)
+		}
+	}
+	for _, i := range again {
+		q.finishSet(ctx, batch, []int{i})
+	}
+}
+
+// finishSet runs the transaction of one set of a batch of finishes, and
+// answers the callers it could not serve.
+func (q *Queue) finishSet(ctx context.Context, batch []*call[finishIn, finishOut], set []int) {
+	err := q.finishTxn(ctx, batch, set)
+	switch {
+	case err == nil:
+	case len(set) > 1 && refusedWhole(err):
+		for _, i := range set { // each on its own, so one broken job does not refuse the others
+			if err := q.finishTxn(ctx, batch, []int{i}); err != nil {
 				batch[i].finish(finishOut{}, err)
 			}
+		}
+	default:
+		for _, i := range set {
+			batch[i].finish(finishOut{}, err)
 		}
 	}
 }
