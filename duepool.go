@@ -81,6 +81,8 @@ const (
 // maxTaken bounds duePool.taken.
 const maxTaken = 4096
 
+// newDuePool returns an empty pool of a queue of shards shards; skip says
+// which shards no read reaches now.
 func newDuePool(shards int, skip func(int) bool) *duePool {
 	p := &duePool{shards: make([]poolShard, shards), skip: skip}
 	p.drop()

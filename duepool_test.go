@@ -46,6 +46,7 @@ func TestDuePoolForgetsNothingTakenLately(t *testing.T) {
 // The pool hands out nothing while one shard's read is older than
 // poolFresh, or was never made: a job due there would be passed over.
 func TestDuePoolServesOnlyWhileEveryShardIsFresh(t *testing.T) {
+	require.LessOrEqual(t, poolFresh+poolStarve, claimBound, "the bound docs/design.md states")
 	p := newDuePool(2, nil)
 	p.fill(read([]int{0}, candidate{id: "a", shard: 0}))
 	require.Empty(t, p.take(1, anyShard), "shard 1 was never read")
