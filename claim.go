@@ -92,14 +92,17 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 		if left() {
 			return nil, ErrNoJob
 		}
-		cands, pooled, err := q.candidates(ctx, round, q.cfg.ClaimWindow)
+		v, pooled, err := q.candidates(ctx, round, q.cfg.ClaimWindow, anyShard)
 		if err != nil {
 			return nil, err
 		}
+		cands := v.cands
 		if len(cands) == 0 {
 			break
 		}
-		byPriority(cands)
+		if !pooled {
+			byPriority(cands) // the pool's order serves the shards in turn
+		}
 		cleared = false
 		for k, c := range cands {
 			if left() {
@@ -108,7 +111,8 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 			j, wrote, err := q.tryClaim(ctx, c, worker, gone)
 			switch {
 			case err == nil && j != nil:
-				q.leftOver(cands[k+1:], pooled) // not tried: for the claims that follow
+				q.leftOver(v, cands[k+1:], pooled) // not tried: for the claims that follow
+				q.pool.served(cands[:k+1])
 				return j, nil
 			case errors.Is(err, ErrConflict):
 				// Someone else changed it first.
@@ -183,22 +187,38 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 				break
 			}
 		}
-		cands, pooled, err := q.candidates(ctx, round, max(q.cfg.ClaimWindow, 8*len(waiting)))
+		mode := anyShard
+		if q.cluster() {
+			mode = oneShard // one transaction stays in one slot
+		}
+		v, pooled, err := q.candidates(ctx, round, max(q.cfg.ClaimWindow, 8*len(waiting)), mode)
 		if err != nil {
 			return got, err
 		}
+		cands := v.cands
 		if q.cluster() && len(cands) > 0 {
 			// One transaction stays in one slot: the shard of the highest
-			// priority's candidate.
-			byPriority(cands)
+			// priority's candidate, or the pool's choice.
+			if !pooled {
+				byPriority(cands)
+			}
 			cands = sameShard(cands)
 		}
 		if len(cands) == 0 {
 			break
 		}
 		n := min(len(cands), len(waiting))
-		block, rest := pickBlock(cands, n)
-		q.leftOver(rest, pooled) // not tried: for the claims that follow
+		var block []candidate
+		if pooled {
+			block = cands[:n] // in the pool's order, which serves the shards in turn
+		} else {
+			block, _ = pickBlock(cands, n)
+		}
+		// Not tried, of every shard read: for the claims that follow.
+		q.leftOver(v, slices.DeleteFunc(slices.Clone(v.cands), func(c candidate) bool {
+			return slices.ContainsFunc(block, func(b candidate) bool { return b.id == c.id })
+		}), pooled)
+		q.pool.served(block)
 		names := make([]string, n)
 		for k := range block {
 			names[k] = workers[waiting[k]]
@@ -259,27 +279,37 @@ func validOwner(worker string) error {
 	return nil
 }
 
-// candidates returns due entries to try: on a single Redis, in the first
-// round, those read ahead (see duePool), when there are some; else a read
-// of the indexes, n entries per index.
-func (q *Queue) candidates(ctx context.Context, round, n int) (_ []candidate, pooled bool, _ error) {
-	if round == 0 && !q.cluster() && q.listeners.Load() > 0 {
-		if cands := q.pool.take(n, -1); len(cands) > 0 {
-			return cands, true, nil
+// candidates returns due entries to try: in the first round of a process
+// whose Work runs, those the pool holds (see duePool), taken by mode
+// (anyShard, oneShard), when it has some; else a read of the indexes, n
+// entries per index, of every shard when the pool cannot vouch for some.
+func (q *Queue) candidates(ctx context.Context, round, n, mode int) (_ dueView, pooled bool, _ error) {
+	work := q.listeners.Load() > 0
+	if round == 0 && work {
+		if cands := q.pool.take(n, mode); len(cands) > 0 {
+			return dueView{cands: cands}, true, nil
 		}
 	}
-	cands, err := q.dueCandidatesN(ctx, n)
-	return cands, false, err
+	if work && !q.pool.complete() {
+		// A read of a few shards would refill the pool without a job due
+		// on another, or a higher priority a hint announced.
+		v, err := q.dueIn(ctx, n, nil)
+		return v, false, err
+	}
+	v, err := q.dueCandidatesN(ctx, n)
+	return v, false, err
 }
 
-// leftOver gives the candidates a claim did not try to the claims that
-// follow: back to the pool if they came from it, else as a fresh read.
-func (q *Queue) leftOver(cands []candidate, pooled bool) {
+// leftOver gives the candidates of v a claim did not try to the claims
+// that follow: back to the pool if they came from it, else as the fresh
+// read of v's shards.
+func (q *Queue) leftOver(v dueView, rest []candidate, pooled bool) {
 	if pooled {
-		q.pool.putBack(cands)
-	} else {
-		q.pool.fill(cands)
+		q.pool.putBack(rest)
+		return
 	}
+	v.cands = rest
+	q.pool.fill(v)
 }
 
 // tryClaim decides on one candidate from its value under WATCH. It returns

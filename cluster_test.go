@@ -764,3 +764,47 @@ func TestClusterConcurrencyKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
 }
+
+// On a Redis Cluster of 3 masters and 16 shards, with 600 jobs of priority
+// 0 in one shard and 2 slots finishing them, a job due on a shard of
+// another master is claimed within the bound: a priority-9 job that comes
+// due later (no hint then), a priority-0 job due at once, and a priority-0
+// job that comes due later. A fused slot used to take candidates only of
+// the shard of the job it finished, and to read ahead only that shard, so
+// it claimed elsewhere only once that shard had nothing due.
+func TestClusterWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	cfg := &Config{Prefix: redistest.Prefix(t), Logger: quietLog()}
+	q, err := NewQueue(cl.Client(t, nil), "q", cfg)
+	require.NoError(t, err)
+	require.Equal(t, defaultClusterShards, q.cfg.Shards)
+	producer, err := NewQueue(cl.Client(t, nil), "q", cfg) // another process
+	require.NoError(t, err)
+	master := func(shard int) int {
+		return nodeOf(t, q.rdb.(*redis.ClusterClient), cl, q.ks.jobKey(shard, "x"))
+	}
+	busy := 0
+	others := []int{} // shards on the other masters
+	for s := 1; s < q.ks.shards; s++ {
+		if master(s) != master(busy) {
+			others = append(others, s)
+		}
+	}
+	require.GreaterOrEqual(t, len(others), 3)
+	specs := make([]JobSpec, 600)
+	for i := range specs {
+		specs[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: idOnShard(q, fmt.Sprintf("b%d-", i), busy)}}
+	}
+	_, err = q.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	jobs := []dueJob{
+		{id: idOnShard(q, "hi-", others[0]), prio: MaxPriority, delay: 300 * time.Millisecond},
+		{id: idOnShard(q, "lo-", others[len(others)-1]), prio: 0},
+		{id: idOnShard(q, "late-", others[len(others)/2]), prio: 0, delay: 300 * time.Millisecond},
+	}
+	for id, d := range dueLatencies(t, q, producer, jobs) {
+		require.LessOrEqual(t, d, claimBound+250*time.Millisecond, "job %s started %v after coming due", id, d)
+	}
+}

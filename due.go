@@ -94,23 +94,19 @@ func (q *Queue) readPrioFlags(ctx context.Context, p redis.Pipeliner, shards []i
 	}
 }
 
-// dueCandidates reads the first ClaimWindow due entries of ready and the
-// first expired entries of leased, of every shard, in one round trip per
-// node. Reading them also shows the two indexes hold sorted sets.
-func (q *Queue) dueCandidates(ctx context.Context) ([]candidate, error) {
-	return q.dueCandidatesN(ctx, q.cfg.ClaimWindow)
-}
-
-// dueCandidatesN is dueCandidates with a window of n entries per index.
-func (q *Queue) dueCandidatesN(ctx context.Context, n int) ([]candidate, error) {
+// dueCandidatesN reads the first n due entries of each ready index and of
+// leased, of every shard, in one round trip per node; on more than
+// claimShards shards, of a random few first. Reading them also shows the
+// indexes hold sorted sets.
+func (q *Queue) dueCandidatesN(ctx context.Context, n int) (dueView, error) {
 	if q.ks.shards <= claimShards {
 		return q.dueIn(ctx, n, nil)
 	}
 	// Many shards: look in a random few first, and in all of them only when
 	// those few have nothing due, so a claim does not read every shard.
 	pick := rand.Perm(q.ks.shards)[:claimShards]
-	if out, err := q.dueIn(ctx, n, pick); len(out) > 0 {
-		return out, err
+	if v, err := q.dueIn(ctx, n, pick); len(v.cands) > 0 {
+		return v, err
 	}
 	return q.dueIn(ctx, n, nil)
 }
@@ -119,14 +115,15 @@ func (q *Queue) dueCandidatesN(ctx context.Context, n int) ([]candidate, error) 
 const claimShards = 4
 
 // dueIn reads the due entries of the given shards (nil: all of them).
-func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, error) {
+func (q *Queue) dueIn(ctx context.Context, n int, shards []int) (dueView, error) {
 	shards = q.upShards(shards)
 	if err := q.check(ctx, true); err != nil {
-		return nil, err
+		return dueView{}, err
 	}
+	sent := time.Now()
 	t, err := q.clock.now(ctx, q.rdb)
 	if err != nil {
-		return nil, err
+		return dueView{}, err
 	}
 	knew := q.prios.Load()
 	idx := q.dueIdx() // once: every shard reads the same indexes
@@ -136,9 +133,9 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 			pending = append(pending, &dueRead{shard: s, index: d.index, prio: d.prio})
 		}
 	}
-	out, broken, firstErr, err := q.duePages(ctx, pending, strconv.FormatInt(toMillis(t), 10), n)
+	out, full, broken, firstErr, err := q.duePages(ctx, pending, strconv.FormatInt(toMillis(t), 10), n)
 	if err != nil {
-		return nil, err
+		return dueView{}, err
 	}
 	if !knew && q.prios.Load() {
 		// The read found that the queue uses priorities, whose indexes it
@@ -149,9 +146,11 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) ([]candidate, er
 		out = slices.DeleteFunc(out, func(c candidate) bool { return broken[c.shard] })
 	}
 	if len(out) == 0 && firstErr != nil {
-		return nil, firstErr
+		return dueView{}, firstErr
 	}
-	return out, nil
+	// A shard that could not be read counts as read: a claim cannot take
+	// anything of it either.
+	return dueView{cands: out, shards: shards, full: full, at: sent}, nil
 }
 
 // upShards returns shards (nil: all of them) less those whose node could
@@ -193,10 +192,10 @@ type dueRead struct {
 // else is due. An ID found in two indexes (a stray entry) is a candidate
 // once: one transaction must not decide about one job twice. err is a
 // pipeline that got no answer.
-func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n int) (out []candidate, broken map[int]bool, firstErr, err error) {
+func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n int) (out []candidate, full int, broken map[int]bool, firstErr, err error) {
 	window := int64(n + min(q.newer.size(), 1000))
 	broken = map[int]bool{}
-	full := -1 // the highest priority whose read filled its window
+	full = -1 // the highest priority whose read filled its window
 	seen := map[string]bool{}
 	var paused func(s int) bool
 	prios := func() bool { return false }
@@ -222,13 +221,13 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 			return nil
 		})
 		if err := unanswered(cmds, err); err != nil {
-			return nil, nil, nil, fmt.Errorf("jobkey: read due jobs: %w", err)
+			return nil, -1, nil, nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 		}
 		var more []*dueRead
 		if page == 0 {
 			q.paused.Store(!slices.ContainsFunc(pending, func(r *dueRead) bool { return !paused(r.shard) }))
 			if prios() {
-				return nil, nil, nil, nil // the caller reads again, every priority
+				return nil, -1, nil, nil, nil // the caller reads again, every priority
 			}
 		}
 		for _, r := range pending {
@@ -268,7 +267,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 		pending = more
 	}
 	q.sawPriorities(out)
-	return keepTopPriorities(out, full), broken, firstErr, nil
+	return keepTopPriorities(out, full), full, broken, firstErr, nil
 }
 
 // keepTopPriorities drops the candidates whose priority is below full, the

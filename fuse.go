@@ -78,23 +78,58 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 		pos = append(pos, i)
 	}
 	sets := q.txnSets(pos, func(i int) string { return batch[i].in.job.ID })
-	for _, i := range again {
-		sets = append(sets, []int{i})
-	}
-	for _, set := range sets {
-		err := q.finishTxn(ctx, batch, set)
-		switch {
-		case err == nil:
-		case len(set) > 1 && refusedWhole(err):
-			for _, i := range set { // each on its own, so one broken job does not refuse the others
-				if err := q.finishTxn(ctx, batch, []int{i}); err != nil {
-					batch[i].finish(finishOut{}, err)
-				}
+	if q.cluster() && q.pool.refreshDue() {
+		// A cluster's transaction reads ahead only its own shard: every
+		// shard is read beside it, before the pool stops serving.
+		var refresh sync.WaitGroup
+		defer refresh.Wait()
+		refresh.Go(func() {
+			v, err := q.dueIn(ctx, aheadN, nil)
+			if err == nil {
+				q.pool.fill(v)
 			}
-		default:
-			for _, i := range set {
+			q.pool.refreshed()
+		})
+	}
+	if q.cluster() && len(sets) > 1 {
+		// A cluster's shards: their transactions run at once, each on a
+		// connection of its own, since Work's slots spread over the
+		// shards (duePool serves them in turn).
+		var txns sync.WaitGroup
+		for _, set := range sets[1:] {
+			txns.Go(func() {
+				ctx, release := withConnCache(ctx)
+				defer release()
+				q.finishSet(ctx, batch, set)
+			})
+		}
+		q.finishSet(ctx, batch, sets[0])
+		txns.Wait()
+	} else {
+		for _, set := range sets {
+			q.finishSet(ctx, batch, set)
+		}
+	}
+	for _, i := range again {
+		q.finishSet(ctx, batch, []int{i})
+	}
+}
+
+// finishSet runs the transaction of one set of a batch of finishes, and
+// answers the callers it could not serve.
+func (q *Queue) finishSet(ctx context.Context, batch []*call[finishIn, finishOut], set []int) {
+	err := q.finishTxn(ctx, batch, set)
+	switch {
+	case err == nil:
+	case len(set) > 1 && refusedWhole(err):
+		for _, i := range set { // each on its own, so one broken job does not refuse the others
+			if err := q.finishTxn(ctx, batch, []int{i}); err != nil {
 				batch[i].finish(finishOut{}, err)
 			}
+		}
+	default:
+		for _, i := range set {
+			batch[i].finish(finishOut{}, err)
 		}
 	}
 }
@@ -112,9 +147,9 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 		}
 	}
 	keys, shards, checks := q.txnKeys(ids, idxLeased, idxSucceeded)
-	shard := -1 // any: a single Redis takes candidates of every shard
+	shard := anyShard // a single Redis takes candidates of every shard
 	if q.cluster() {
-		shard = shards[0]
+		shard = shards[0] // one slot: while no other shard's turn has come (duePool.take)
 	}
 	var cands []candidate
 	for _, c := range q.pool.take(len(wanting), shard) {
@@ -123,15 +158,11 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 			keys = append(keys, key)
 		}
 	}
-	var ahead []candidate
-	aheadOf := shards
-	if !q.cluster() && q.ks.shards <= claimShards {
-		// On one Redis, every shard: a read ahead of only the completed
-		// jobs' shards would refill the pool without a higher priority
-		// that is due on another.
-		aheadOf = q.upShards(nil)
+	q.pool.served(cands)
+	var ahead dueView
+	read := func(ctx context.Context, p redis.Pipeliner) func() {
+		return q.readAhead(ctx, p, q.aheadOf(shards), &ahead)
 	}
-	read := func(ctx context.Context, p redis.Pipeliner) func() { return q.readAhead(ctx, p, aheadOf, &ahead) }
 	guards, guardOf := q.shardGuards(cands)
 	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting, guardOf: guardOf,
 		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
@@ -173,7 +204,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	}
 	// Shuffled, so processes that read the same head of the queue do not
 	// all try the same candidates first.
-	ahead = slices.DeleteFunc(ahead, func(c candidate) bool { return used[c.id] })
+	ahead.cands = slices.DeleteFunc(ahead.cands, func(c candidate) bool { return used[c.id] })
 	q.pool.fill(ahead)
 	for k, i := range set {
 		if errs[k] != errLeftOut {
@@ -272,10 +303,33 @@ func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
 	return out
 }
 
+// aheadOf returns the shards a fused transaction that completes jobs of
+// shards reads ahead. On a cluster, theirs: the read rides the connection
+// of their slot's node. On a single Redis, every shard when there are at
+// most claimShards; else theirs and up to claimShards more whose read in
+// the pool is getting old, so the pool goes on serving with a fresh read
+// of every shard (see duePool).
+func (q *Queue) aheadOf(shards []int) []int {
+	switch {
+	case q.cluster():
+		return shards
+	case q.ks.shards <= claimShards:
+		return q.upShards(nil)
+	}
+	var own []int
+	for _, s := range shards {
+		if !slices.Contains(own, s) {
+			own = append(own, s)
+		}
+	}
+	return append(own, q.pool.stale(own, claimShards)...)
+}
+
 // readAhead adds to a pipeline the reads of the due entries of shards
-// (ready and leased, up to ClaimWindow each), and returns what turns their
-// replies into candidates in *into.
-func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, into *[]candidate) func() {
+// (ready and leased, up to aheadN each), and returns what turns their
+// replies into a view in *into, for the pool.
+func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, into *dueView) func() {
+	sent := time.Now()
 	now, _ := q.clock.estimate()
 	upTo := strconv.FormatInt(toMillis(now), 10)
 	type read struct {
@@ -285,139 +339,44 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, 
 		cmd   *redis.StringSliceCmd
 	}
 	var reads []read
+	var covered []int
 	paused := q.readPaused(ctx, p, shards)
 	prios := q.readPrioFlags(ctx, p, shards)
 	idx := q.dueIdx() // once: every shard reads the same indexes
 	for _, s := range shards {
-		if slices.ContainsFunc(reads, func(r read) bool { return r.shard == s }) {
+		if slices.Contains(covered, s) {
 			continue
 		}
+		covered = append(covered, s)
 		for _, d := range idx {
 			by := &redis.ZRangeBy{Min: "-inf", Max: upTo, Count: int64(aheadN)}
 			reads = append(reads, read{s, d.index, d.prio, p.ZRangeByScore(ctx, q.ks.index(s, d.index), by)})
 		}
 	}
 	return func() {
-		// An ID in two indexes (a stray entry) is a candidate once: one
-		// transaction must not decide about one job twice.
-		*into = (*into)[:0]
+		*into = dueView{full: -1, at: sent}
 		if prios() {
 			return // the queue uses priorities this read did not look at: nothing to pool
 		}
+		into.shards = covered
+		// An ID in two indexes (a stray entry) is a candidate once: one
+		// transaction must not decide about one job twice.
 		seen := map[string]bool{}
-		full := -1 // the highest priority whose read filled its window
 		for _, r := range reads {
 			if paused(r.shard) {
 				continue
 			}
 			if len(r.cmd.Val()) == aheadN {
-				full = max(full, r.prio)
+				into.full = max(into.full, r.prio)
 			}
 			for _, id := range r.cmd.Val() {
 				if !seen[id] && !q.newer.has(id) {
 					seen[id] = true
-					*into = append(*into, candidate{shard: r.shard, id: id, index: r.index, prio: r.prio})
+					into.cands = append(into.cands, candidate{shard: r.shard, id: id, index: r.index, prio: r.prio})
 				}
 			}
 		}
-		q.sawPriorities(*into)
-		*into = keepTopPriorities(*into, full)
+		q.sawPriorities(into.cands)
+		into.cands = keepTopPriorities(into.cands, into.full)
 	}
 }
-
-// duePool holds due entries read ahead of need: the claims that follow
-// take candidates from it instead of reading the indexes in a round trip
-// of their own. A candidate is a hint like any index entry: the
-// compare-and-set that takes it decides from its value. The pool forgets
-// what it holds after poolTTL, since others claim from the same indexes.
-type duePool struct {
-	mu    sync.Mutex
-	cands []candidate
-	until time.Time
-	// taken remembers the IDs handed out in the last poolTTL, so a read
-	// ahead made while their claims were in flight does not hand them out
-	// again: two transactions watching one candidate would both be retried.
-	taken map[string]time.Time
-}
-
-const poolTTL = 500 * time.Millisecond
-
-// aheadN is how many entries of each due index a read ahead takes: enough
-// to get past the head of the queue, which the claims in flight are taking.
-const aheadN = 32
-
-// fill replaces what the pool holds, less the candidates handed out lately,
-// in the order claims take them: highest priority first, at random within
-// one.
-func (p *duePool) fill(cands []candidate) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	p.cands = p.cands[:0]
-	for _, c := range cands {
-		if at, ok := p.taken[c.id]; ok && now.Sub(at) <= poolTTL {
-			continue
-		}
-		if !slices.ContainsFunc(p.cands, func(o candidate) bool { return o.id == c.id }) { // once each
-			p.cands = append(p.cands, c)
-		}
-	}
-	byPriority(p.cands)
-	p.until = now.Add(poolTTL)
-}
-
-// drop forgets what the pool holds.
-func (p *duePool) drop() { p.dropBelow(leasedPrio + 1) }
-
-// dropBelow forgets the candidates of a priority below prio: a job of
-// priority prio became due, and must not be passed over for them. Those
-// of prio and above may still go first.
-func (p *duePool) dropBelow(prio int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cands = slices.DeleteFunc(p.cands, func(c candidate) bool { return c.prio < prio })
-}
-
-// putBack returns candidates taken from the pool and not tried: they are
-// handed out again.
-func (p *duePool) putBack(cands []candidate) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cands {
-		delete(p.taken, c.id)
-		if !slices.ContainsFunc(p.cands, func(o candidate) bool { return o.id == c.id }) {
-			p.cands = append(p.cands, c)
-		}
-	}
-	slices.SortStableFunc(p.cands, func(a, b candidate) int { return b.prio - a.prio })
-}
-
-// take removes up to n candidates of shard (-1: any) and returns them.
-func (p *duePool) take(n int, shard int) []candidate {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n <= 0 || time.Now().After(p.until) {
-		return nil
-	}
-	var out []candidate
-	now := time.Now()
-	p.cands = slices.DeleteFunc(p.cands, func(c candidate) bool {
-		if len(out) < n && (shard < 0 || c.shard == shard) {
-			out = append(out, c)
-			return true
-		}
-		return false
-	})
-	if len(out) > 0 {
-		if p.taken == nil || len(p.taken) > maxTaken {
-			p.taken = map[string]time.Time{} // forget: at worst a candidate is tried twice
-		}
-		for _, c := range out {
-			p.taken[c.id] = now
-		}
-	}
-	return out
-}
-
-// maxTaken bounds duePool.taken.
-const maxTaken = 4096

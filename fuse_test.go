@@ -198,35 +198,6 @@ func TestWorkRoundTripsPerJob(t *testing.T) {
 	require.EqualValues(t, n, st.Succeeded, "the last success is recorded at shutdown too")
 }
 
-// A read ahead made while claims were in flight does not hand their
-// candidates out again: two transactions watching one candidate would
-// both be retried.
-func TestDuePoolForgetsNothingTakenLately(t *testing.T) {
-	var p duePool
-	a, b, c := candidate{id: "a"}, candidate{id: "b"}, candidate{id: "c"}
-	p.fill([]candidate{a, b})
-	first := p.take(1, -1) // at random within a priority
-	require.Len(t, first, 1)
-	p.fill([]candidate{a, b, c}) // read while the first's claim was in flight
-	rest := []candidate{a, b, c}
-	rest = slices.DeleteFunc(rest, func(x candidate) bool { return x == first[0] })
-	require.ElementsMatch(t, rest, p.take(5, -1))
-	require.Empty(t, p.take(5, -1))
-	p.fill([]candidate{{id: "d", shard: 1}, {id: "e", shard: 2}})
-	require.Equal(t, []candidate{{id: "e", shard: 2}}, p.take(5, 2), "only the shard asked for")
-	// Candidates taken and not tried go back, and are handed out again.
-	got := p.take(5, -1)
-	require.Equal(t, []candidate{{id: "d", shard: 1}}, got)
-	p.putBack(got)
-	require.Equal(t, got, p.take(5, -1))
-	// Higher priorities are handed out first.
-	lo, hi := candidate{id: "lo", prio: 0}, candidate{id: "hi", prio: 3}
-	p.fill([]candidate{lo, hi})
-	require.Equal(t, []candidate{hi}, p.take(1, -1))
-	p.drop()
-	require.Empty(t, p.take(5, -1), "dropped")
-}
-
 // One job finished twice in one batch (two slots holding it, one of them
 // stale) gets a transaction of its own; the other callers' completions and
 // next jobs are not refused for it.
@@ -276,9 +247,104 @@ func TestClaimSkipsPooledCandidateOfBrokenShard(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// The pool holds a shard-0 job, read ahead a moment ago.
-	f.q.pool.fill([]candidate{{shard: 0, id: ids[0][0], index: idxReady}})
+	f.q.pool.fill(dueView{shards: []int{0, 1}, cands: []candidate{{shard: 0, id: ids[0][0], index: idxReady}}, at: time.Now()})
 	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.index(0, idxReady), "not a zset", 0).Err())
 	j, err := f.q.Claim(f.ctx, "w")
 	require.NoError(t, err, "shard 1 still has a due job")
 	require.Equal(t, 1, f.q.ks.shardOf(j.ID))
+}
+
+// dueJob is a job enqueued while a backlog of one shard runs: on its own
+// shard, of its priority, due after its delay.
+type dueJob struct {
+	id    string
+	prio  int
+	delay time.Duration
+}
+
+// claimBound is how soon after it comes due a job is claimed while Work's
+// slots keep finishing jobs (docs/design.md, "Priorities"): every shard's
+// due entries are read again within 250 ms, and on a cluster a shard whose
+// candidates waited 250 ms more is served by the next slot to finish.
+const claimBound = 500 * time.Millisecond
+
+// dueLatencies runs Work with 2 slots on q, whose backlog lies in one
+// shard, with a handler of 10 ms; once the backlog flows, producer
+// enqueues jobs, and dueLatencies returns how long after coming due each
+// of them started.
+func dueLatencies(t *testing.T, q, producer *Queue, jobs []dueJob) map[string]time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	runs := 0
+	started := map[string]time.Time{}
+	due := map[string]time.Time{}
+	all := make(chan struct{})
+	stop := startWork(t, q, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		now := time.Now()
+		mu.Lock()
+		runs++
+		if slices.ContainsFunc(jobs, func(d dueJob) bool { return d.id == j.ID }) {
+			started[j.ID] = now
+			if len(started) == len(jobs) {
+				close(all)
+			}
+		}
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+		return nil, nil
+	}), &WorkOpts{Concurrency: 2, TrimInterval: -1})
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return runs >= 20 }, 10*time.Second, time.Millisecond,
+		"the backlog flows")
+	for _, d := range jobs {
+		j, err := producer.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: d.id, Priority: d.prio, Delay: d.delay})
+		require.NoError(t, err)
+		mu.Lock()
+		due[d.id] = j.RunAt
+		mu.Unlock()
+	}
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+	}
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	out := map[string]time.Duration{}
+	for _, d := range jobs {
+		at, ok := started[d.id]
+		require.True(t, ok, "job %s never ran", d.id)
+		out[d.id] = at.Sub(due[d.id])
+	}
+	t.Logf("after %d runs; started after coming due: %v", runs, out)
+	return out
+}
+
+// On a single Redis of 8 shards, with 300 jobs of priority 0 in one shard
+// and 2 slots finishing them, a job due on any other shard, of any
+// priority, is claimed within the bound: a priority-9 job that comes due
+// later (no hint then), a priority-0 job due at once, and a priority-0 job
+// that comes due later. The fused read ahead used to read only the
+// finished job's shard, and the pool then fed every claim from it until
+// the backlog was gone.
+func TestWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 8, Logger: quietLog()})
+	f.q.clock.fake = nil
+	producer, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process
+	require.NoError(t, err)
+	specs := make([]JobSpec, 300)
+	for i := range specs {
+		specs[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: idOnShard(f.q, fmt.Sprintf("b%d-", i), 0)}}
+	}
+	_, err = f.q.EnqueueMany(f.ctx, specs)
+	require.NoError(t, err)
+	jobs := []dueJob{
+		{id: idOnShard(f.q, "hi-", 3), prio: MaxPriority, delay: 300 * time.Millisecond},
+		{id: idOnShard(f.q, "lo-", 5), prio: 0},
+		{id: idOnShard(f.q, "late-", 6), prio: 0, delay: 300 * time.Millisecond},
+	}
+	for id, d := range dueLatencies(t, f.q, producer, jobs) {
+		require.LessOrEqual(t, d, claimBound+250*time.Millisecond, "job %s started %v after coming due", id, d)
+	}
 }

@@ -24,7 +24,7 @@ type Queue struct {
 	newer *expiring[string] // jobs of a newer format that claimers look past
 	down  *expiring[int]    // shards whose node could not be reached
 	srv   serverCheck       // what the first call checks about Redis
-	pool  duePool           // due entries read ahead, for the claims that follow
+	pool  *duePool          // due entries read ahead, for the claims that follow
 	// listeners counts the Works of this Queue subscribed to the wake-up
 	// hints: only then do claims take entries from the pool, since only
 	// then do other processes' hints drop what a higher priority passes.
@@ -72,6 +72,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine, clock: clock,
 		newer: &expiring[string]{ttl: skipFor, max: maxSkip}, down: &expiring[int]{ttl: downFor, max: maxShards}}
 	engine.check = func(ctx context.Context) error { return q.check(ctx, true) }
+	q.pool = newDuePool(c.Shards, q.down.has)
 	if !c.DisableGroupCommit {
 		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims,
 			unknown: func(w string, err error) error { return outcomeUnknown("claim", w, err) },

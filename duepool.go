@@ -1,0 +1,365 @@
+package jobkey
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// dueView is one read of due entries: the candidates it found, the shards
+// it read (every due entry of theirs within the read's window is among
+// the candidates), the highest priority whose window it filled (-1: none),
+// and when it was sent.
+type dueView struct {
+	cands  []candidate
+	shards []int
+	full   int
+	at     time.Time
+}
+
+// duePool holds due entries read ahead of need, shard by shard: the claims
+// that follow take candidates from it instead of reading the indexes in a
+// round trip of their own. A candidate is a hint like any index entry: the
+// compare-and-set that takes it decides from its value.
+//
+// The pool must not hide a job that is due on a shard it holds nothing of,
+// since every claim of a busy process takes from it. So it hands out
+// nothing while some shard's read is older than poolFresh (the claim then
+// reads every shard, see Queue.candidates), nothing below a priority that
+// a hint announced after a shard was read, until that shard is read again,
+// and it serves the shards in turn: within a priority, the shard whose
+// candidates have waited longest goes first. A taker bound to one shard (a
+// transaction stays in one hash slot on a cluster) gets nothing while
+// another shard holds a higher priority, or has waited past poolStarve.
+type duePool struct {
+	mu     sync.Mutex
+	shards []poolShard
+	skip   func(shard int) bool // shards no read reaches now (their node is down)
+	// refreshing says a read of every shard is under way (refreshDue).
+	refreshing bool
+	// taken remembers the IDs handed out in the last poolTTL, so a read
+	// ahead made while their claims were in flight does not hand them out
+	// again: two transactions watching one candidate would both be retried.
+	taken map[string]time.Time
+}
+
+// poolShard is what the pool holds of one shard.
+type poolShard struct {
+	cands []candidate // highest priority first, at random within one
+	read  time.Time   // when the read that filled cands was sent; zero: never, or forgotten
+	full  int         // the highest priority whose window that read filled: none below it goes
+	// need is the highest priority a hint announced since read (0: none):
+	// none below it goes until the shard is read again.
+	need    int
+	needAt  time.Time
+	waiting time.Time // since when its candidates have waited, none served; zero: it has none
+}
+
+const (
+	// poolFresh is how long a shard's read serves claims: a job that comes
+	// due is seen by them within it.
+	poolFresh = 250 * time.Millisecond
+	// poolStarve is how long a shard's candidates may wait while takers
+	// bound to other shards serve theirs.
+	poolStarve = 250 * time.Millisecond
+	// poolTTL is how long the pool remembers a candidate it handed out.
+	poolTTL = 500 * time.Millisecond
+)
+
+// aheadN is how many entries of each due index a read ahead takes: enough
+// to get past the head of the queue, which the claims in flight are taking.
+const aheadN = 32
+
+// Takers of candidates not bound to one shard: anyShard takes them in
+// turn from every shard, oneShard from the one whose turn it is.
+const (
+	anyShard = -1
+	oneShard = -2
+)
+
+// maxTaken bounds duePool.taken.
+const maxTaken = 4096
+
+// newDuePool returns an empty pool of a queue of shards shards; skip says
+// which shards no read reaches now.
+func newDuePool(shards int, skip func(int) bool) *duePool {
+	p := &duePool{shards: make([]poolShard, shards), skip: skip}
+	p.drop()
+	return p
+}
+
+// skipped reports a shard no read reaches now.
+func (p *duePool) skipped(s int) bool { return p.skip != nil && p.skip(s) }
+
+// fresh reports whether every shard a read reaches was read within
+// poolFresh. p.mu is held.
+func (p *duePool) fresh(now time.Time) bool {
+	for s := range p.shards {
+		if r := p.shards[s].read; (r.IsZero() || now.Sub(r) > poolFresh) && !p.skipped(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// complete reports whether the pool vouches for every shard a read
+// reaches: each was read within poolFresh, and after the last hint of a
+// priority. When it does not, a claim reads every shard.
+func (p *duePool) complete() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.fresh(time.Now()) {
+		return false
+	}
+	for s := range p.shards {
+		if p.shards[s].need > 0 && !p.skipped(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// floor returns the lowest priority the pool may hand out now. p.mu is
+// held.
+func (p *duePool) floor() int {
+	f := 0
+	for s := range p.shards {
+		if !p.skipped(s) {
+			f = max(f, p.shards[s].full, p.shards[s].need)
+		}
+	}
+	return f
+}
+
+// fill replaces what the pool holds of the shards v read, less the
+// candidates handed out lately.
+func (p *duePool) fill(v dueView) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	by := map[int][]candidate{}
+	seen := map[string]bool{}
+	for _, c := range v.cands {
+		if at, ok := p.taken[c.id]; ok && now.Sub(at) <= poolTTL || seen[c.id] {
+			continue
+		}
+		seen[c.id] = true // once each
+		by[c.shard] = append(by[c.shard], c)
+	}
+	for _, s := range v.shards {
+		if s < 0 || s >= len(p.shards) {
+			continue
+		}
+		ps := &p.shards[s]
+		if v.at.Before(ps.read) {
+			continue // a later read filled it already
+		}
+		cands := by[s]
+		delete(by, s) // a shard listed twice is filled once
+		byPriority(cands)
+		had := len(ps.cands) > 0
+		ps.cands, ps.read, ps.full = cands, v.at, v.full
+		if ps.need > 0 && v.at.After(ps.needAt) {
+			ps.need = 0
+		}
+		switch {
+		case len(cands) == 0:
+			ps.waiting = time.Time{}
+		case !had:
+			ps.waiting = now
+		}
+	}
+}
+
+// take removes up to n candidates and returns them: highest priority
+// first, and within one, the shards in turn, the one whose candidates
+// have waited longest first, each shard's as many as it has, so that a
+// transaction touches few shards. shard names the only shard they may
+// come from, or is anyShard or oneShard (the shard whose turn it is, and
+// no other). A bound taker gets its shard's candidates only while no
+// other shard's rank above them, nor, at the same priority, have waited
+// past poolStarve.
+func (p *duePool) take(n int, shard int) []candidate {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if n <= 0 || !p.fresh(now) {
+		return nil
+	}
+	floor := p.floor()
+	out := make([]bool, len(p.shards)) // no read reaches it now
+	for s := range p.shards {
+		out[s] = p.skipped(s)
+	}
+	head := func(s int) int {
+		if c := p.shards[s].cands; len(c) > 0 && c[0].prio >= floor && !out[s] {
+			return c[0].prio
+		}
+		return -1
+	}
+	start := rand.N(len(p.shards)) // ties go to a shard at random
+	cur := max(shard, -1)          // the shard taken from
+	var got []candidate
+taking:
+	for len(got) < n {
+		best := -1
+		for k := range p.shards {
+			s := (start + k) % len(p.shards)
+			switch h := head(s); {
+			case h < 0:
+			case best < 0, h > head(best), h == head(best) && p.shards[s].waiting.Before(p.shards[best].waiting):
+				best = s
+			}
+		}
+		switch {
+		case best < 0:
+			break taking
+		case cur < 0:
+			cur = best // its turn: drained before another's
+		case head(cur) < head(best): // cur has none left, or a higher priority is elsewhere
+			if shard != anyShard {
+				break taking
+			}
+			cur = best
+		case shard >= 0 && best != cur && now.Sub(p.shards[best].waiting) > poolStarve:
+			break taking // another shard's turn is overdue
+		}
+		ps := &p.shards[cur]
+		got = append(got, ps.cands[0])
+		ps.cands = ps.cands[1:]
+	}
+	if len(got) > 0 {
+		if p.taken == nil || len(p.taken) > maxTaken {
+			p.taken = map[string]time.Time{} // forget: at worst a candidate is tried twice
+		}
+		for _, c := range got {
+			p.taken[c.id] = now
+		}
+	}
+	return got
+}
+
+// served notes that a claim tried cands: their shards had their turn.
+func (p *duePool) served(cands []candidate) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for _, c := range cands {
+		if c.shard < 0 || c.shard >= len(p.shards) {
+			continue
+		}
+		if ps := &p.shards[c.shard]; len(ps.cands) > 0 {
+			ps.waiting = now
+		} else {
+			ps.waiting = time.Time{}
+		}
+	}
+}
+
+// putBack returns candidates taken from the pool and not tried: they are
+// handed out again, first within their priority.
+func (p *duePool) putBack(cands []candidate) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	by := map[int][]candidate{}
+	for _, c := range cands {
+		if c.shard < 0 || c.shard >= len(p.shards) {
+			continue
+		}
+		delete(p.taken, c.id)
+		ps := &p.shards[c.shard]
+		if !slices.ContainsFunc(ps.cands, func(o candidate) bool { return o.id == c.id }) &&
+			!slices.ContainsFunc(by[c.shard], func(o candidate) bool { return o.id == c.id }) {
+			by[c.shard] = append(by[c.shard], c)
+		}
+	}
+	for s, back := range by {
+		ps := &p.shards[s]
+		ps.cands = append(back, ps.cands...)
+		slices.SortStableFunc(ps.cands, func(a, b candidate) int { return b.prio - a.prio })
+		if ps.waiting.IsZero() {
+			ps.waiting = now
+		}
+	}
+}
+
+// drop forgets what the pool holds, and that any shard was read.
+func (p *duePool) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.shards {
+		p.shards[s] = poolShard{full: -1}
+	}
+}
+
+// dropBelow forgets the candidates of a priority below prio: a job of
+// priority prio became due on some shard, and must not be passed over for
+// them. Those of prio and above may still go first; lower ones go again
+// once every shard has been read since.
+func (p *duePool) dropBelow(prio int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for s := range p.shards {
+		ps := &p.shards[s]
+		ps.cands = slices.DeleteFunc(ps.cands, func(c candidate) bool { return c.prio < prio })
+		if len(ps.cands) == 0 {
+			ps.waiting = time.Time{}
+		}
+		if prio > 0 {
+			ps.need, ps.needAt = max(ps.need, prio), now
+		}
+	}
+}
+
+// refreshDue reports whether a read of every shard is due, as stale
+// would name some, and none is under way; if so, one is under way from now
+// until refreshed is called.
+func (p *duePool) refreshDue() bool {
+	if len(p.stale(nil, 1)) == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refreshing {
+		return false
+	}
+	p.refreshing = true
+	return true
+}
+
+// refreshed notes that the read refreshDue announced is over.
+func (p *duePool) refreshed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refreshing = false
+}
+
+// stale returns up to k shards, other than own, that a read ahead should
+// refresh before the pool stops serving: those a hint made wait first,
+// then those read longest ago, of those read more than poolFresh/2 ago.
+func (p *duePool) stale(own []int, k int) []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	var out []int
+	for s := range p.shards {
+		ps := &p.shards[s]
+		if !slices.Contains(own, s) && !p.skipped(s) && (ps.need > 0 || now.Sub(ps.read) > poolFresh/2) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b int) int {
+		pa, pb := &p.shards[a], &p.shards[b]
+		if (pa.need > 0) != (pb.need > 0) {
+			if pa.need > 0 {
+				return -1
+			}
+			return 1
+		}
+		return pa.read.Compare(pb.read)
+	})
+	return out[:min(k, len(out))]
+}
