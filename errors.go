@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,7 +27,8 @@ var (
 	// *ConflictError that says how many attempts were made.
 	ErrConflict = errors.New("jobkey: too many conflicting writes")
 	// ErrWrongType reports a key that holds a Redis type jobkey did not put
-	// there. Nothing was written. The error is a *WrongTypeError.
+	// there. The call that met it wrote nothing, except a bulk action, whose
+	// *BulkError counts what it did before. The error is a *WrongTypeError.
 	ErrWrongType = errors.New("jobkey: key holds the wrong Redis type")
 	// ErrStep reports that a step of an EXEC errored; the error is a
 	// *StepError with every step's result.
@@ -51,6 +53,10 @@ var (
 	// such as canceling a job that already succeeded. Nothing was written.
 	// The error is a *StateError that names the state.
 	ErrState = errors.New("jobkey: not allowed in the job's state")
+	// ErrUnreachable reports that Redis could not be reached: a connection
+	// could not be made, or broke. The error is an *UnreachableError that
+	// names the address.
+	ErrUnreachable = errors.New("jobkey: Redis could not be reached")
 	// ErrSkipRetry, wrapped into a handler's error, fails the job for good
 	// whatever attempts it has left.
 	ErrSkipRetry = errors.New("jobkey: do not retry")
@@ -146,7 +152,9 @@ type WrongTypeError struct {
 }
 
 func (e *WrongTypeError) Error() string {
-	return fmt.Sprintf("jobkey: key %q holds a %s, want %s (or no key); nothing was written", e.Key, e.Got, e.Want)
+	// What was written is the call's to say (a bulk action may have done
+	// work before it met the key), not the key's.
+	return fmt.Sprintf("jobkey: key %q holds a %s, want %s (or no key)", e.Key, e.Got, e.Want)
 }
 
 // Is makes errors.Is(err, ErrWrongType) hold.
@@ -245,6 +253,49 @@ func (e *ShardsError) orNil() error {
 	}
 	return e
 }
+
+// BulkError is the error of a bulk action (RetryFailed, DeleteFinished,
+// CancelPending) that did not act on every job it was asked to: Result
+// counts what it did all the same, as the BulkResult returned beside it
+// does, and Err says why the rest was not done. When Err is a
+// *ShardsError, the action went through every shard it could read and
+// left the jobs of the others as they are; otherwise it stopped at Err.
+// errors.Is and errors.As see Err.
+type BulkError struct {
+	Op     string     // the action: "retry", "delete" or "cancel"
+	Result BulkResult // what it did
+	Err    error      // why it did not do the rest
+}
+
+func (e *BulkError) Error() string {
+	r := e.Result
+	done := fmt.Sprintf("jobkey: %s: %d done, %d skipped, %d unreadable", e.Op, r.Done, r.Skipped, r.Unreadable)
+	var se *ShardsError
+	if errors.As(e.Err, &se) {
+		return fmt.Sprintf("%s in the shards it could read; the jobs of the others were left as they are: %v", done, e.Err)
+	}
+	return fmt.Sprintf("%s before it stopped; the rest was not done: %v", done, e.Err)
+}
+
+// Unwrap returns Err, for errors.Is and errors.As.
+func (e *BulkError) Unwrap() error { return e.Err }
+
+// UnreachableError is the detail behind ErrUnreachable: where Redis was
+// looked for, and the network's error.
+type UnreachableError struct {
+	Addr string // host:port (for a cluster, its seed addresses); never a password
+	Err  error  // the network's error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("jobkey: Redis at %s could not be reached: %v", cmp.Or(e.Addr, "(unknown address)"), e.Err)
+}
+
+// Unwrap returns Err.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrUnreachable) hold.
+func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }
 
 // CorruptError is the detail behind ErrCorrupt: which field was malformed,
 // at which byte offset, and how.

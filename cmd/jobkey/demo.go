@@ -127,6 +127,9 @@ func demoJobkey(ctx context.Context, w io.Writer, rdb *redis.Client, prefix stri
 	})
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "returned to caller: %v\n", err)
+	if !recordThere {
+		fmt.Fprintln(w, "  -> the call refused as a whole: nothing was written")
+	}
 
 	// Every other job keeps flowing on the healthy shards.
 	flowed := 0
