@@ -103,6 +103,11 @@ type bulkOutcome struct {
 	Done       int    `json:"done"`
 	Skipped    int    `json:"skipped"`
 	Unreadable int    `json:"unreadable"`
+	// MissingShards are the shards that could not be read, whose jobs
+	// were left as they are; Error says why the action did not do
+	// everything.
+	MissingShards []int  `json:"missing_shards,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // run is the command: act on the job IDs given, or with -all on every
@@ -230,18 +235,25 @@ func (a action) runAll(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ
 		}
 		return fmt.Errorf("%s: would %s %d %s in queue %q; %w", a.name, a.name, n, what, q.Name(), errNotConfirmed)
 	}
+	// What was done is printed whatever happened, then the error: a
+	// bulk action that left out a shard, or stopped, did the rest.
 	res, err := a.bulk(ctx, q, s, typ)
-	if err != nil {
-		return err
-	}
 	if asJSON {
-		return writeJSON(stdout, bulkOutcome{Action: a.name, State: s.String(), Type: typ,
-			Done: res.Done, Skipped: res.Skipped, Unreadable: res.Unreadable})
+		out := bulkOutcome{Action: a.name, State: s.String(), Type: typ,
+			Done: res.Done, Skipped: res.Skipped, Unreadable: res.Unreadable, Error: errText(err)}
+		var missing *jobkey.ShardsError
+		if errors.As(err, &missing) {
+			out.MissingShards = missing.Shards
+		}
+		if jerr := writeJSON(stdout, out); jerr != nil {
+			return jerr
+		}
+	} else {
+		fmt.Fprintln(stdout, "| action | state | type | done | skipped | unreadable |")
+		fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
+		fmt.Fprintf(stdout, "| %s | %s | %s | %d | %d | %d |\n", a.name, s, orDash(cell(typ, 0)), res.Done, res.Skipped, res.Unreadable)
 	}
-	fmt.Fprintln(stdout, "| action | state | type | done | skipped | unreadable |")
-	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
-	fmt.Fprintf(stdout, "| %s | %s | %s | %d | %d | %d |\n", a.name, s, orDash(cell(typ, 0)), res.Done, res.Skipped, res.Unreadable)
-	return nil
+	return err
 }
 
 // count returns how many jobs of state s (and type typ) a bulk action
