@@ -227,15 +227,22 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
 // ShardsError reports the shards of a queue that a call could not read:
 // their cluster node is down, or an index holds the wrong type. What the
-// call returned covers the other shards.
+// call returned covers the other shards. For a call that writes every
+// shard (Pause, Resume), Write is set: the shards named were not written,
+// the others were.
 type ShardsError struct {
 	Shards []int   // the shards left out, in order
 	Of     int     // how many shards the queue has
 	Errs   []error // why, one per shard in Shards
+	Write  bool    // the shards could not be written (else: read)
 }
 
 func (e *ShardsError) Error() string {
-	return fmt.Sprintf("jobkey: %d of %d shards could not be read (%v); the first: %v", len(e.Shards), e.Of, e.Shards, e.Errs[0])
+	verb := "read"
+	if e.Write {
+		verb = "written"
+	}
+	return fmt.Sprintf("jobkey: %d of %d shards could not be %s (%v); the first: %v", len(e.Shards), e.Of, verb, e.Shards, e.Errs[0])
 }
 
 // Unwrap returns the shards' errors, for errors.Is and errors.As.

@@ -51,6 +51,16 @@ func bulkNote(verb string, n jobkey.BulkResult) string {
 	return s
 }
 
+// shardsDone says on how many shards a Pause or Resume that failed on
+// some (a *ShardsError) did its work; "" when err names no shard.
+func shardsDone(what string, err error) string {
+	var se *jobkey.ShardsError
+	if !errors.As(err, &se) {
+		return ""
+	}
+	return fmt.Sprintf("%s on %d of %d shards.", what, se.Of-len(se.Shards), se.Of)
+}
+
 // actions are the handler's POST endpoints, by path under "action/".
 func (h *Handler) actions() map[string]http.Handler {
 	byPath := map[string]action{
@@ -80,13 +90,13 @@ func (h *Handler) actions() map[string]http.Handler {
 		},
 		"pause": func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			if err := q.Pause(ctx); err != nil {
-				return "", "", err
+				return shardsDone("Queue paused", err), f.queuePage(f.state), err
 			}
 			return "Queue paused: workers take no new jobs; enqueues still land.", f.queuePage(f.state), nil
 		},
 		"resume": func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			if err := q.Resume(ctx); err != nil {
-				return "", "", err
+				return shardsDone("Queue resumed", err), f.queuePage(f.state), err
 			}
 			return "Queue resumed.", f.queuePage(f.state), nil
 		},

@@ -171,8 +171,11 @@ func (h *Handler) failPartial(w http.ResponseWriter, r *http.Request, err error,
 	h.render(w, r, h.pages.errPage, code, p)
 }
 
-// missingNote names the shards a call could not read.
+// missingNote names the shards a call could not read, or write.
 func missingNote(e *jobkey.ShardsError) string {
+	if e.Write {
+		return fmt.Sprintf("%d of %d shards could not be written: %v.", len(e.Shards), e.Of, e.Shards)
+	}
 	return fmt.Sprintf("%d of %d shards could not be read: %v. Their jobs were left out, as they are.", len(e.Shards), e.Of, e.Shards)
 }
 

@@ -931,3 +931,49 @@ func TestReadOnlyACLUserSeesEveryPage(t *testing.T) {
 	require.Empty(t, refused, "Redis refused the reader nothing")
 	require.ErrorContains(t, reader.Set(ctx, "jobkey:{mails}:meta", "shards=1", 0).Err(), "NOPERM", "and it cannot write")
 }
+
+// dropKey leaves out of every pipeline the commands on key, answering
+// them with a connection error, as a cluster node that is down would.
+type dropKey string
+
+func (h dropKey) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h dropKey) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h dropKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var keep []redis.Cmder
+		for _, c := range cmds {
+			if a := c.Args(); len(a) > 1 && a[1] == string(h) {
+				c.SetErr(errors.New("dial tcp 10.0.0.9:6379: connect: connection refused"))
+				continue
+			}
+			keep = append(keep, c)
+		}
+		return next(ctx, keep)
+	}
+}
+
+// A Pause that could not write one shard says on how many it did, and
+// which it could not write.
+func TestPauseOnSomeShardsSaysWhichItDid(t *testing.T) {
+	f := newFixture(t, Options{Logger: discardLogger()})
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "four", &jobkey.Config{Prefix: f.prefix, Shards: 4})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	c := f.client(t)
+	tok := f.token(t, c)
+	// The shard of an ID on shard 2 names its pause flag: same tag.
+	flag := ""
+	for i := 0; flag == ""; i++ {
+		ready := q.Keys("id" + strconv.Itoa(i)).Ready
+		if strings.Contains(ready, "{four/2}") || strings.Contains(ready, "{four/2.") {
+			flag = strings.TrimSuffix(ready, ":ready") + ":paused"
+		}
+	}
+	f.rdb.AddHook(dropKey(flag))
+	resp, body := f.post(t, c, "pause", url.Values{"csrf": {tok}, "queue": {"four"}})
+	wantStatus(t, resp, body, http.StatusInternalServerError)
+	require.Contains(t, body, `<p class="flash" id="done">Done in part: Queue paused on 3 of 4 shards.</p>`)
+	require.Contains(t, body, `<p class="error" id="missing">1 of 4 shards could not be written: [2].</p>`)
+}
