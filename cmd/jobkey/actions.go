@@ -230,7 +230,12 @@ func (a action) runAll(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ
 	}
 	if !yes {
 		n, err := count(ctx, q, s, typ)
-		if err != nil {
+		var missing *jobkey.ShardsError
+		switch {
+		case errors.As(err, &missing):
+			return fmt.Errorf("%s: would %s %d %s in queue %q in the shards that could be read (%v); %w",
+				a.name, a.name, n, what, q.Name(), missing, errNotConfirmed)
+		case err != nil:
 			return err
 		}
 		return fmt.Errorf("%s: would %s %d %s in queue %q; %w", a.name, a.name, n, what, q.Name(), errNotConfirmed)
@@ -258,35 +263,41 @@ func (a action) runAll(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ
 
 // count returns how many jobs of state s (and type typ) a bulk action
 // would take: from Stats for every type (one round trip per node), else
-// by paging through List.
+// by paging through List. Shards that cannot be read are left out of the
+// count and named by a *ShardsError beside it.
 func count(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ string) (int64, error) {
+	var missing *jobkey.ShardsError
 	if typ == "" {
 		st, err := q.Stats(ctx)
-		if err != nil {
+		if err != nil && !errors.As(err, &missing) {
 			return 0, err
 		}
 		switch s {
 		case jobkey.StatePending:
-			return st.Pending, nil
+			return st.Pending, err
 		case jobkey.StateSucceeded:
-			return st.Succeeded, nil
+			return st.Succeeded, err
 		case jobkey.StateFailed:
-			return st.Failed, nil
+			return st.Failed, err
 		case jobkey.StateCanceled:
-			return st.Canceled, nil
+			return st.Canceled, err
 		}
-		return st.Active, nil
+		return st.Active, err
 	}
 	var n int64
+	var partial error
 	o := jobkey.ListOpts{State: s, Type: typ, Limit: jobkey.MaxListLimit}
 	for {
 		page, err := q.List(ctx, o)
-		if err != nil {
+		switch {
+		case errors.As(err, &missing):
+			partial = err
+		case err != nil:
 			return 0, err
 		}
 		n += int64(len(page.Jobs))
 		if page.Next == "" {
-			return n, nil
+			return n, partial
 		}
 		o.Cursor = page.Next
 	}

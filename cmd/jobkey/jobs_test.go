@@ -626,6 +626,15 @@ func TestBulkActionPrintsWhatItDidBeforeTheError(t *testing.T) {
 	on := f.breakShard(1, ids)
 	done := len(ids) - len(on)
 
+	// Without -yes, the count of the shards it can read, and which not.
+	for _, args := range [][]string{{"cancel", "-all"}, {"cancel", "-all", "-type", "t"}} {
+		out, err := f.run(args[0], args[1:]...)
+		require.ErrorIs(t, err, errNotConfirmed)
+		require.ErrorContains(t, err, fmt.Sprintf(`would cancel %d pending jobs`, done))
+		require.ErrorContains(t, err, "1 of 4 shards could not be read ([1])")
+		require.Empty(t, out)
+	}
+
 	out, err := f.run("cancel", "-all", "-yes")
 	var be *jobkey.BulkError
 	require.ErrorAs(t, err, &be)
