@@ -180,7 +180,8 @@ func TestInspectRefusesWhatWouldLookClear(t *testing.T) {
 
 	t0 := time.Now()
 	err = run(ctx, []string{"stats", "-redis", "redis://127.0.0.1:1", "-queue", "mail"}, &out, &errOut)
-	require.ErrorContains(t, err, "cannot reach Redis at 127.0.0.1:1")
+	require.ErrorContains(t, err, "Redis at 127.0.0.1:1 could not be reached")
+	require.ErrorIs(t, err, jobkey.ErrUnreachable)
 	require.Less(t, time.Since(t0), 5*time.Second)
 	require.NotContains(t, oneLine(errors.New("a\nb")), "\n")
 	require.Equal(t, "jobkey: x", oneLine(errors.New("jobkey: x")), "prefixed once")
