@@ -49,14 +49,14 @@ var (
 	// allkeys-random): jobs it acknowledged could vanish without a trace.
 	// Nothing was written.
 	ErrEvictionPolicy = errors.New("jobkey: Redis may evict acknowledged jobs")
-	// ErrState reports an operation that the job's state does not allow,
-	// such as canceling a job that already succeeded. Nothing was written.
-	// The error is a *StateError that names the state.
-	ErrState = errors.New("jobkey: not allowed in the job's state")
 	// ErrUnreachable reports that Redis could not be reached: a connection
 	// could not be made, or broke. The error is an *UnreachableError that
 	// names the address.
 	ErrUnreachable = errors.New("jobkey: Redis could not be reached")
+	// ErrState reports an operation that the job's state does not allow,
+	// such as canceling a job that already succeeded. Nothing was written.
+	// The error is a *StateError that names the state.
+	ErrState = errors.New("jobkey: not allowed in the job's state")
 	// ErrSkipRetry, wrapped into a handler's error, fails the job for good
 	// whatever attempts it has left.
 	ErrSkipRetry = errors.New("jobkey: do not retry")
