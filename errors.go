@@ -277,11 +277,12 @@ type BulkError struct {
 func (e *BulkError) Error() string {
 	r := e.Result
 	done := fmt.Sprintf("jobkey: %s: %d done, %d skipped, %d unreadable", e.Op, r.Done, r.Skipped, r.Unreadable)
+	why := strings.TrimPrefix(e.Err.Error(), "jobkey: ") // "jobkey: " once
 	var se *ShardsError
 	if errors.As(e.Err, &se) {
-		return fmt.Sprintf("%s in the shards it could read; the jobs of the others were left as they are: %v", done, e.Err)
+		return fmt.Sprintf("%s in the shards it could read; the jobs of the others were left as they are: %s", done, why)
 	}
-	return fmt.Sprintf("%s before it stopped; the rest was not done: %v", done, e.Err)
+	return fmt.Sprintf("%s before it stopped; the rest was not done: %s", done, why)
 }
 
 // Unwrap returns Err, for errors.Is and errors.As.
