@@ -40,6 +40,12 @@ const (
 	aclAdmin = "ACL SETUSER jobkey-admin on >PASSWORD resetkeys ~jobkey:* resetchannels &jobkey:* -@all " +
 		"+watch +unwatch +multi +exec +get +mget +exists +type +set +zadd +zrem +zremrangebyscore +zrange +zrangebyscore +zcard +zcount +zscore +del +publish +subscribe +ping +scan +time +info"
 
+	// A reader sees everything and changes nothing: Get, Stats, List,
+	// Verify without Fix, Queues and LookupShards, as a read-only UI does.
+	// Its keys are read-only (%R~), so no grant can make it write.
+	aclReader = "ACL SETUSER jobkey-reader on >PASSWORD resetkeys %R~jobkey:* resetchannels -@all " +
+		"+get +mget +exists +type +zrange +zrangebyscore +zcard +zcount +zscore +scan +time +info"
+
 	// Appended to every line on a Redis Cluster: go-redis's ClusterClient
 	// loads the slot map with CLUSTER SLOTS, reads the command table
 	// (COMMAND) once for the first command it routes by itself, and sends
@@ -424,6 +430,55 @@ func TestLeastPrivilegeAdmin(t *testing.T) {
 	require.ErrorContains(t, rdb.ConfigGet(ctx, "*").Err(), "NOPERM")
 }
 
+// A reader opens a queue that exists and reads all of it, and Redis
+// refuses it nothing: opening a queue reads its stored shard count, and
+// writes it only when it is missing. It writes nothing, even when it
+// tries.
+func TestLeastPrivilegeReader(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	plain := redistest.ClientFor(t, srv.URL(), nil)
+	admin, err := NewQueue(plain, "q", &Config{Shards: 4})
+	require.NoError(t, err)
+	produce(t, admin, "r")
+	createUser(t, aclReader, "", srv.Addr)
+	rdb := asUser(t, srv.URL(), aclReader)
+
+	n, err := LookupShards(ctx, rdb, "jobkey", "q")
+	require.NoError(t, err)
+	q, err := NewQueue(rdb, "q", &Config{Shards: n})
+	require.NoError(t, err)
+	j, err := q.Get(ctx, "r-a")
+	require.NoError(t, err)
+	require.Equal(t, StatePending, j.State)
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, st.Pending)
+	page, err := q.List(ctx, ListOpts{State: StatePending})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 5)
+	rep, err := q.Verify(ctx, &VerifyOpts{Keys: true})
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+	names, err := Queues(ctx, rdb, "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"q"}, names)
+	requireTime(t, rdb)
+	requireNothingRefused(t, srv.Addr)
+
+	before, err := plain.Get(ctx, q.Keys("r-a").Job).Result()
+	require.NoError(t, err)
+	_, err = q.Cancel(ctx, "r-a")
+	require.ErrorContains(t, err, "NOPERM")
+	_, err = q.Enqueue(ctx, "t", nil, nil)
+	require.ErrorContains(t, err, "NOPERM")
+	after, err := plain.Get(ctx, q.Keys("r-a").Job).Result()
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing was written")
+	require.ErrorContains(t, rdb.Set(ctx, "jobkey:{q}:meta", "shards=2", 0).Err(), "NOPERM")
+}
+
 // On a 3-master cluster the lines need aclCluster, on every node: without
 // it the slot map cannot be loaded, and without COMMAND go-redis logs and
 // retries its command-table read. With it, producers, workers and an admin
@@ -648,7 +703,7 @@ func TestACLLinesInREADME(t *testing.T) {
 	b, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	readme := string(b)
-	for _, line := range []string{aclProducer, aclWorker, aclAdmin} {
+	for _, line := range []string{aclProducer, aclWorker, aclAdmin, aclReader} {
 		require.True(t, strings.Contains(readme, "\n"+line+"\n"), "README.md lacks the line\n%s", line)
 	}
 	for _, extra := range []string{aclCluster, aclSelect} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -139,18 +140,29 @@ func canceled(cur *Job, _ time.Time) *Job {
 // goes on are due now, behind the walk once it passed now, so a walk ends
 // however fast producers enqueue. Finished jobs are walked newest first
 // for the same reason. Shards that cannot be read are left out, and a
-// *ShardsError names them once the others are done.
+// *ShardsError names them once the others are done. Every error is a
+// *BulkError that counts what was done.
 func (q *Queue) bulk(ctx context.Context, op string, o ListOpts, to func(*Job, time.Time) *Job, notify string) (BulkResult, error) {
+	res, err := q.bulkAll(ctx, op, o, to, notify)
+	if err != nil {
+		return res, &BulkError{Op: op, Result: res, Err: err}
+	}
+	return res, nil
+}
+
+// bulkAll is bulk, whose errors it wraps.
+func (q *Queue) bulkAll(ctx context.Context, op string, o ListOpts, to func(*Job, time.Time) *Job, notify string) (BulkResult, error) {
 	var start time.Time
 	if o.State == StatePending {
 		var err error
 		if start, err = q.clock.now(ctx, q.rdb); err != nil {
-			return BulkResult{}, fmt.Errorf("jobkey: %s: %w", op, err)
+			return BulkResult{}, err
 		}
 	}
-	res, err := q.bulkWalk(ctx, op, o, to, notify, nil)
-	if err != nil || o.State != StatePending {
-		return res, err
+	res, missing := q.bulkWalk(ctx, o, to, notify, nil)
+	var se *ShardsError
+	if missing != nil && !errors.As(missing, &se) || o.State != StatePending {
+		return res, missing
 	}
 	// A claim that finds a keyed job's key full moves the job's entry to
 	// when the key's first lease would end (concurrency.go): past the
@@ -166,23 +178,52 @@ func (q *Queue) bulk(ctx context.Context, op string, o ListOpts, to func(*Job, t
 	// before this walk reaches it (TestBreakRev2ParkedThenPulledBack). A
 	// job moved during this pass too is tried by another, up to three.
 	for range 3 {
-		more, err := q.bulkWalk(ctx, op, o, to, notify, func(j *Job) bool {
+		more, err := q.bulkWalk(ctx, o, to, notify, func(j *Job) bool {
 			return j.ConcurrencyKey != "" && !j.RunAt.After(start) && !j.CreatedAt.After(start)
 		})
 		// The unreadable entries it lists were counted by the first walk
 		// (TestBreakRev2UnreadableCountedOnce).
 		res.Done += more.Done
 		res.Skipped += more.Skipped
-		if err != nil || more.Done == 0 {
+		switch {
+		case err != nil && !errors.As(err, &se):
 			return res, err
+		case err != nil:
+			missing = unionShards(missing, err)
+		}
+		if more.Done == 0 {
+			break
 		}
 	}
-	return res, nil
+	return res, missing
+}
+
+// unionShards returns the *ShardsError that names the shards of both: prev
+// (nil or a *ShardsError) and next, which a later walk left out.
+func unionShards(prev, next error) error {
+	var a, b *ShardsError
+	switch {
+	case !errors.As(prev, &a):
+		return next
+	case !errors.As(next, &b):
+		return prev
+	}
+	why := map[int]error{}
+	for _, e := range []*ShardsError{b, a} { // a's reason wins
+		for i, s := range e.Shards {
+			why[s] = e.Errs[i]
+		}
+	}
+	out := &ShardsError{Of: a.Of}
+	for _, s := range slices.Sorted(maps.Keys(why)) {
+		out.add(s, why[s])
+	}
+	return out
 }
 
 // bulkWalk is one walk of bulk over o's listing. When keep is set, it
 // acts only on the jobs keep accepts.
-func (q *Queue) bulkWalk(ctx context.Context, op string, o ListOpts, to func(*Job, time.Time) *Job, notify string,
+func (q *Queue) bulkWalk(ctx context.Context, o ListOpts, to func(*Job, time.Time) *Job, notify string,
 	keep func(j *Job) bool) (BulkResult, error) {
 	var res BulkResult
 	var missing error
@@ -194,7 +235,7 @@ func (q *Queue) bulkWalk(ctx context.Context, op string, o ListOpts, to func(*Jo
 		case errors.As(err, &se):
 			missing = err
 		case err != nil:
-			return res, fmt.Errorf("jobkey: %s: %w (after %d done)", op, err, res.Done)
+			return res, err
 		}
 		res.Unreadable += len(page.Unreadable)
 		byShard := map[int][]string{}
@@ -211,7 +252,7 @@ func (q *Queue) bulkWalk(ctx context.Context, op string, o ListOpts, to func(*Jo
 				res.Done += done
 				res.Skipped += skipped
 				if err != nil {
-					return res, fmt.Errorf("jobkey: %s: %w (after %d done)", op, err, res.Done)
+					return res, err
 				}
 			}
 		}
@@ -219,10 +260,7 @@ func (q *Queue) bulkWalk(ctx context.Context, op string, o ListOpts, to func(*Jo
 			q.afterBulkPage()
 		}
 		if page.Next == "" {
-			if missing != nil {
-				return res, fmt.Errorf("jobkey: %s: %w", op, missing)
-			}
-			return res, nil
+			return res, missing
 		}
 		o.Cursor = page.Next
 	}

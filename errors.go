@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,7 +27,8 @@ var (
 	// *ConflictError that says how many attempts were made.
 	ErrConflict = errors.New("jobkey: too many conflicting writes")
 	// ErrWrongType reports a key that holds a Redis type jobkey did not put
-	// there. Nothing was written. The error is a *WrongTypeError.
+	// there. The call that met it wrote nothing, except a bulk action, whose
+	// *BulkError counts what it did before. The error is a *WrongTypeError.
 	ErrWrongType = errors.New("jobkey: key holds the wrong Redis type")
 	// ErrStep reports that a step of an EXEC errored; the error is a
 	// *StepError with every step's result.
@@ -47,6 +49,10 @@ var (
 	// allkeys-random): jobs it acknowledged could vanish without a trace.
 	// Nothing was written.
 	ErrEvictionPolicy = errors.New("jobkey: Redis may evict acknowledged jobs")
+	// ErrUnreachable reports that Redis could not be reached: a connection
+	// could not be made, or broke. The error is an *UnreachableError that
+	// names the address.
+	ErrUnreachable = errors.New("jobkey: Redis could not be reached")
 	// ErrState reports an operation that the job's state does not allow,
 	// such as canceling a job that already succeeded. Nothing was written.
 	// The error is a *StateError that names the state.
@@ -210,7 +216,9 @@ type WrongTypeError struct {
 }
 
 func (e *WrongTypeError) Error() string {
-	return fmt.Sprintf("jobkey: key %q holds a %s, want %s (or no key); nothing was written", e.Key, e.Got, e.Want)
+	// What was written is the call's to say (a bulk action may have done
+	// work before it met the key), not the key's.
+	return fmt.Sprintf("jobkey: key %q holds a %s, want %s (or no key)", e.Key, e.Got, e.Want)
 }
 
 // Is makes errors.Is(err, ErrWrongType) hold.
@@ -283,15 +291,22 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
 // ShardsError reports the shards of a queue that a call could not read:
 // their cluster node is down, or an index holds the wrong type. What the
-// call returned covers the other shards.
+// call returned covers the other shards. For a call that writes every
+// shard (Pause, Resume), Write is set: the shards named were not written,
+// the others were.
 type ShardsError struct {
 	Shards []int   // the shards left out, in order
 	Of     int     // how many shards the queue has
 	Errs   []error // why, one per shard in Shards
+	Write  bool    // the shards could not be written (else: read)
 }
 
 func (e *ShardsError) Error() string {
-	return fmt.Sprintf("jobkey: %d of %d shards could not be read (%v); the first: %s", len(e.Shards), e.Of, e.Shards, bare(e.Errs[0]))
+	verb := "read"
+	if e.Write {
+		verb = "written"
+	}
+	return fmt.Sprintf("jobkey: %d of %d shards could not be %s (%v); the first: %s", len(e.Shards), e.Of, verb, e.Shards, bare(e.Errs[0]))
 }
 
 // Unwrap returns the shards' errors, for errors.Is and errors.As.
@@ -309,6 +324,50 @@ func (e *ShardsError) orNil() error {
 	}
 	return e
 }
+
+// BulkError is the error of a bulk action (RetryFailed, DeleteFinished,
+// CancelPending) that did not act on every job it was asked to: Result
+// counts what it did all the same, as the BulkResult returned beside it
+// does, and Err says why the rest was not done. When Err is a
+// *ShardsError, the action went through every shard it could read and
+// left the jobs of the others as they are; otherwise it stopped at Err.
+// errors.Is and errors.As see Err.
+type BulkError struct {
+	Op     string     // the action: "retry", "delete" or "cancel"
+	Result BulkResult // what it did
+	Err    error      // why it did not do the rest
+}
+
+func (e *BulkError) Error() string {
+	r := e.Result
+	done := fmt.Sprintf("jobkey: %s: %d done, %d skipped, %d unreadable", e.Op, r.Done, r.Skipped, r.Unreadable)
+	why := strings.TrimPrefix(e.Err.Error(), "jobkey: ") // "jobkey: " once
+	var se *ShardsError
+	if errors.As(e.Err, &se) {
+		return fmt.Sprintf("%s in the shards it could read; the jobs of the others were left as they are: %s", done, why)
+	}
+	return fmt.Sprintf("%s before it stopped; the rest was not done: %s", done, why)
+}
+
+// Unwrap returns Err, for errors.Is and errors.As.
+func (e *BulkError) Unwrap() error { return e.Err }
+
+// UnreachableError is the detail behind ErrUnreachable: where Redis was
+// looked for, and the network's error.
+type UnreachableError struct {
+	Addr string // host:port (for a cluster, its seed addresses); never a password
+	Err  error  // the network's error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("jobkey: Redis at %s could not be reached: %v", cmp.Or(e.Addr, "(unknown address)"), e.Err)
+}
+
+// Unwrap returns Err.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrUnreachable) hold.
+func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }
 
 // CorruptError is the detail behind ErrCorrupt: which field was malformed,
 // at which byte offset, and how.

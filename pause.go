@@ -56,7 +56,7 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 	if err := unanswered(cmds, err); err != nil {
 		return fmt.Errorf("jobkey: pause %q: %w", q.name, err)
 	}
-	failed := &ShardsError{Of: q.ks.shards}
+	failed := &ShardsError{Of: q.ks.shards, Write: true}
 	for s, c := range cmds {
 		if err := c.Err(); err != nil {
 			failed.add(s, fmt.Errorf("jobkey: write %s: %w", q.pauseKey(s), err))

@@ -125,3 +125,43 @@ func TestPauseWork(t *testing.T) {
 	_, err = f.q.Get(f.ctx, late.ID)
 	require.False(t, errors.Is(err, ErrNotFound))
 }
+
+// dropKey is a hook that leaves out of every pipeline the commands on key,
+// answering them with a connection error, as a node that is down would.
+type dropKey string
+
+func (h dropKey) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h dropKey) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h dropKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var keep []redis.Cmder
+		for _, c := range cmds {
+			if a := c.Args(); len(a) > 1 && a[1] == string(h) {
+				c.SetErr(errors.New("dial tcp 10.0.0.9:6379: connect: connection refused"))
+				continue
+			}
+			keep = append(keep, c)
+		}
+		return next(ctx, keep)
+	}
+}
+
+// A Pause that could not write a shard's flag says it could not be
+// written (not read), names it, and the other shards are paused.
+func TestPauseNamesTheShardsItCouldNotWrite(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	f.rdb.AddHook(dropKey(f.q.pauseKey(2)))
+	err := f.q.Pause(f.ctx)
+	var se *ShardsError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, []int{2}, se.Shards)
+	require.True(t, se.Write)
+	require.ErrorContains(t, err, "1 of 4 shards could not be written ([2])")
+	plain := redistest.Client(t, nil)
+	for s := range 4 {
+		n, err := plain.Exists(f.ctx, f.q.pauseKey(s)).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(map[bool]int{true: 0, false: 1}[s == 2]), n, "shard %d's flag", s)
+	}
+}

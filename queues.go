@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -36,7 +37,7 @@ func Queues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]st
 			}
 		}
 		if err := it.Err(); err != nil {
-			return fmt.Errorf("jobkey: scan %s: %w", pattern, err)
+			return cmp.Or(unreachable(c, err), fmt.Errorf("jobkey: scan %s: %w", pattern, err))
 		}
 		mu.Lock()
 		names = append(names, found...)
@@ -52,7 +53,7 @@ func Queues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]st
 		return nil, fmt.Errorf("%w: Queues needs a *redis.Client or a *redis.ClusterClient, got %T", ErrInvalid, rdb)
 	}
 	if err != nil {
-		return nil, err
+		return nil, cmp.Or(unreachable(rdb, err), err)
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil

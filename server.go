@@ -1,9 +1,12 @@
 package jobkey
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,7 +49,7 @@ func LookupShards(ctx context.Context, rdb redis.UniversalClient, prefix, name s
 	case errors.Is(err, redis.Nil):
 		return 0, fmt.Errorf("%w: no queue %q under prefix %q", ErrNotFound, name, prefix)
 	case err != nil:
-		return 0, fmt.Errorf("jobkey: read %s: %w", key, err)
+		return 0, cmp.Or(unreachable(rdb, err), fmt.Errorf("jobkey: read %s: %w", key, err))
 	}
 	return parseShards(key, s)
 }
@@ -105,15 +108,20 @@ func (q *Queue) runChecks(ctx context.Context) error {
 	c := &q.srv
 	key := q.ks.metaKey()
 	want := "shards=" + strconv.Itoa(q.ks.shards)
-	sent := q.clock.local()
-	prev, err := q.rdb.SetArgs(ctx, key, want, redis.SetArgs{Mode: "NX", Get: true}).Result()
-	recv := q.clock.local()
+	// The count of a queue that exists is read, not written: a user whose
+	// ACL allows reads only (a read-only UI) can then open it. SET NX GET
+	// stores it when it is missing, and still reads it if another process
+	// stored it in between.
+	prev, err := q.rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		prev, err = q.rdb.SetArgs(ctx, key, want, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	}
 	switch {
 	case errors.Is(err, redis.Nil): // stored now
 	case isWrongType(err):
 		c.shardsErr = &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
 	case err != nil:
-		return fmt.Errorf("jobkey: store the shard count in %s: %w", key, err)
+		return cmp.Or(unreachable(q.rdb, err), fmt.Errorf("jobkey: store the shard count in %s: %w", key, err))
 	case prev != want:
 		n, err := parseShards(key, prev)
 		if err != nil {
@@ -124,7 +132,9 @@ func (q *Queue) runChecks(ctx context.Context) error {
 			"a job's shard comes from its ID, so every process must use the count the queue was created with",
 			ErrInvalid, q.name, n, q.ks.shards)
 	}
-	if t, err := q.rdb.Time(ctx).Result(); err == nil {
+	sent := q.clock.local()
+	t, err := q.rdb.Time(ctx).Result()
+	if recv := q.clock.local(); err == nil {
 		q.clock.observe(t, sent, recv)
 	}
 	if q.cfg.SkipEvictionCheck {
@@ -145,7 +155,7 @@ func (q *Queue) runChecks(ctx context.Context) error {
 			"(set Config.SkipEvictionCheck to silence this)", "queue", q.name, "err", err)
 		return nil
 	case err != nil:
-		return fmt.Errorf("jobkey: read maxmemory-policy: %w", err)
+		return cmp.Or(unreachable(q.rdb, err), fmt.Errorf("jobkey: read maxmemory-policy: %w", err))
 	}
 	for addr, p := range policies {
 		switch {
@@ -201,4 +211,35 @@ func (q *Queue) evictionPolicies(ctx context.Context) (map[string]string, error)
 		q.cfg.Logger.Warn("jobkey: could not read maxmemory-policy of every master", "queue", q.name, "err", errors.Join(failed...))
 	}
 	return out, nil
+}
+
+// unreachable returns err as an *UnreachableError when it is the
+// network's (a connection refused, broken or timed out, a name that does
+// not resolve), naming the address rdb tried; else nil. The caller's own
+// deadline or cancellation is not the network's.
+func unreachable(rdb redis.UniversalClient, err error) error {
+	var ne net.Error
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return nil
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, redis.ErrClosed):
+	default:
+		return nil
+	}
+	var ue *UnreachableError
+	if errors.As(err, &ue) {
+		return ue
+	}
+	addr := ""
+	var oe *net.OpError
+	switch c := rdb.(type) {
+	case *redis.Client:
+		addr = c.Options().Addr
+	case *redis.ClusterClient:
+		addr = strings.Join(c.Options().Addrs, ",")
+	}
+	if errors.As(err, &oe) && oe.Addr != nil {
+		addr = oe.Addr.String() // on a cluster, the node that failed
+	}
+	return &UnreachableError{Addr: addr, Err: err}
 }

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -205,4 +208,44 @@ func TestMetaKeyOfWrongTypeIsRefused(t *testing.T) {
 	require.NoError(t, rdb.HSet(ctx, q.ks.metaKey(), "shards", "4").Err())
 	_, err = q.Enqueue(ctx, "t", nil, nil)
 	require.ErrorIs(t, err, ErrWrongType, "the meta key holds a hash")
+}
+
+// deadAddr returns a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// A Redis that cannot be reached is said to be so, with its address, as
+// an *UnreachableError: not as the write of a key the caller never named.
+func TestUnreachableRedisIsNamed(t *testing.T) {
+	t.Parallel()
+	addr := deadAddr(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: "S3cret", MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "x", &Config{Logger: quietLog()})
+	require.NoError(t, err)
+	_, qerr := q.Enqueue(ctx, "t", nil, nil)
+	_, lerr := LookupShards(ctx, rdb, "jobkey", "x")
+	_, serr := Queues(ctx, rdb, "jobkey")
+	for _, err := range []error{qerr, lerr, serr} {
+		require.ErrorIs(t, err, ErrUnreachable)
+		var ue *UnreachableError
+		require.ErrorAs(t, err, &ue)
+		require.Equal(t, addr, ue.Addr)
+		require.ErrorContains(t, err, "Redis at "+addr+" could not be reached")
+		require.NotContains(t, err.Error(), "meta")
+		require.NotContains(t, err.Error(), "S3cret")
+	}
+	// The caller's own deadline is not the network's.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = q.Get(gone, "a")
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ErrUnreachable)
 }

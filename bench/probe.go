@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redact"
 	"github.com/jobkey/jobkey/internal/rttcount"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -53,7 +55,7 @@ func (c countingConn) Write(b []byte) (int, error) {
 func ClusterClient(url string, p *Probe, poolSize int) (*redis.ClusterClient, error) {
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: Redis URL %s: %w", redact.URL(url), redact.Error(err, url))
 	}
 	c := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
@@ -81,7 +83,7 @@ func (p *Probe) dial(ctx context.Context, network, addr string) (net.Conn, error
 func Client(url string, p *Probe, poolSize int) (*redis.Client, error) {
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: Redis URL %s: %w", redact.URL(url), redact.Error(err, url))
 	}
 	if poolSize > 0 {
 		o.PoolSize = poolSize

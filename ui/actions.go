@@ -11,6 +11,8 @@ import (
 
 // action is one POST endpoint: it does its work on the queue named by the
 // form's "queue" and returns the flash message and the page to go back to.
+// An action that did part of its work before its error returns the
+// message that says what it did with the error, and the page to go back to.
 type action func(ctx context.Context, q *jobkey.Queue, f form) (msg, back string, err error)
 
 // form is a posted form's fields.
@@ -43,7 +45,20 @@ func bulkNote(verb string, n jobkey.BulkResult) string {
 	if n.Skipped > 0 {
 		s += fmt.Sprintf("; %d skipped (changed state in between, or unreadable)", n.Skipped)
 	}
+	if n.Unreadable > 0 {
+		s += fmt.Sprintf("; %d listed but unreadable, left as they are", n.Unreadable)
+	}
 	return s
+}
+
+// shardsDone says on how many shards a Pause or Resume that failed on
+// some (a *ShardsError) did its work; "" when err names no shard.
+func shardsDone(what string, err error) string {
+	var se *jobkey.ShardsError
+	if !errors.As(err, &se) {
+		return ""
+	}
+	return fmt.Sprintf("%s on %d of %d shards.", what, se.Of-len(se.Shards), se.Of)
 }
 
 // actions are the handler's POST endpoints, by path under "action/".
@@ -75,22 +90,19 @@ func (h *Handler) actions() map[string]http.Handler {
 		},
 		"pause": func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			if err := q.Pause(ctx); err != nil {
-				return "", "", err
+				return shardsDone("Queue paused", err), f.queuePage(f.state), err
 			}
 			return "Queue paused: workers take no new jobs; enqueues still land.", f.queuePage(f.state), nil
 		},
 		"resume": func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			if err := q.Resume(ctx); err != nil {
-				return "", "", err
+				return shardsDone("Queue resumed", err), f.queuePage(f.state), err
 			}
 			return "Queue resumed.", f.queuePage(f.state), nil
 		},
 		"retry-failed": bulk(func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			n, err := q.RetryFailed(ctx, f.typ)
-			if err != nil {
-				return "", "", err
-			}
-			return bulkNote("Retried failed jobs"+typeNote(f.typ)+":", n) + ".", f.queuePage("failed"), nil
+			return bulkNote("Retried failed jobs"+typeNote(f.typ)+":", n) + ".", f.queuePage("failed"), err
 		}),
 		"delete-finished": bulk(func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			s, ok := parseState(f.state)
@@ -98,17 +110,11 @@ func (h *Handler) actions() map[string]http.Handler {
 				return "", "", fmt.Errorf("%w: delete-finished needs state succeeded, failed or canceled, not %q", jobkey.ErrInvalid, f.state)
 			}
 			n, err := q.DeleteFinished(ctx, s, f.typ)
-			if err != nil {
-				return "", "", err
-			}
-			return bulkNote("Deleted "+s.String()+" jobs"+typeNote(f.typ)+":", n) + ".", f.queuePage(s.String()), nil
+			return bulkNote("Deleted "+s.String()+" jobs"+typeNote(f.typ)+":", n) + ".", f.queuePage(s.String()), err
 		}),
 		"cancel-pending": bulk(func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			n, err := q.CancelPending(ctx, f.typ)
-			if err != nil {
-				return "", "", err
-			}
-			return bulkNote("Canceled pending jobs"+typeNote(f.typ)+":", n) + ".", f.queuePage("pending"), nil
+			return bulkNote("Canceled pending jobs"+typeNote(f.typ)+":", n) + ".", f.queuePage("pending"), err
 		}),
 	}
 	out := make(map[string]http.Handler, len(byPath))
@@ -164,7 +170,11 @@ func (h *Handler) post(a action) http.Handler {
 			return
 		}
 		msg, back, err := a(r.Context(), q, f)
-		if err != nil {
+		switch {
+		case err != nil && msg != "":
+			h.failPartial(w, r, err, msg, back)
+			return
+		case err != nil:
 			h.failErr(w, r, err)
 			return
 		}

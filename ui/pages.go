@@ -140,6 +140,9 @@ type errorData struct {
 	Code    int
 	Status  string
 	Message string
+	// Done says what an action did before its error; Missing names the
+	// shards it could not read; Back is the page to go back to.
+	Done, Missing, Back string
 }
 
 // fail answers with the error page: code and one line saying why.
@@ -150,6 +153,30 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err err
 	p := &page{Title: http.StatusText(code), Base: h.base, Prefix: h.prefix, ReadOnly: h.readOnly, Now: time.Now()}
 	p.Data = errorData{Code: code, Status: http.StatusText(code), Message: oneLine(err)}
 	h.render(w, r, h.pages.errPage, code, p)
+}
+
+// failPartial answers an action that did part of its work: what it did
+// (done), the shards it could not read, why it did not do the rest, and
+// the way back, with the status err maps to.
+func (h *Handler) failPartial(w http.ResponseWriter, r *http.Request, err error, done, back string) {
+	code := status(err)
+	h.log.Error("jobkeyui: action done in part", "method", r.Method, "path", r.URL.Path, "done", done, "err", err)
+	p := &page{Title: "Done in part", Base: h.base, Prefix: h.prefix, ReadOnly: h.readOnly, Now: time.Now()}
+	d := errorData{Code: code, Status: http.StatusText(code), Message: oneLine(err), Done: done, Back: back}
+	var missing *jobkey.ShardsError
+	if errors.As(err, &missing) {
+		d.Missing = missingNote(missing)
+	}
+	p.Data = d
+	h.render(w, r, h.pages.errPage, code, p)
+}
+
+// missingNote names the shards a call could not read, or write.
+func missingNote(e *jobkey.ShardsError) string {
+	if e.Write {
+		return fmt.Sprintf("%d of %d shards could not be written: %v.", len(e.Shards), e.Of, e.Shards)
+	}
+	return fmt.Sprintf("%d of %d shards could not be read: %v. Their jobs were left out, as they are.", len(e.Shards), e.Of, e.Shards)
 }
 
 // failErr answers with the status err maps to.
@@ -176,12 +203,16 @@ type counts struct {
 }
 
 func (h *Handler) counts(ctx context.Context, name string) counts {
-	c := counts{Name: name}
 	q, err := h.queue(ctx, name)
 	if err != nil {
-		c.Err = oneLine(err)
-		return c
+		return counts{Name: name, Err: oneLine(err)}
 	}
+	return countsOf(ctx, q)
+}
+
+// countsOf reads the counts of q.
+func countsOf(ctx context.Context, q *jobkey.Queue) counts {
+	c := counts{Name: q.Name()}
 	st, err := q.Stats(ctx)
 	var partial *jobkey.ShardsError
 	switch {
@@ -230,6 +261,9 @@ type queueData struct {
 	Unreadable []unreadableRow
 	Next       string // the next page's link; "" on the last page
 	First      string // the first page's link, when this is not it
+	// Missing names the shards the listing could not read, whose jobs
+	// the page leaves out.
+	Missing string
 }
 
 type stateTab struct {
@@ -290,7 +324,8 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	}
 	typ, cursor := qv.Get("type"), qv.Get("cursor")
 	jp, err := q.List(ctx, jobkey.ListOpts{State: st, Corrupt: stName == corruptTab, Type: typ, Limit: h.pageSize, Cursor: cursor})
-	if err != nil {
+	var missing *jobkey.ShardsError
+	if err != nil && !errors.As(err, &missing) {
 		h.failErr(w, r, err)
 		return
 	}
@@ -299,7 +334,11 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	if p.Refresh > 0 {
 		refresh = strconv.Itoa(p.Refresh)
 	}
-	d := queueData{counts: h.counts(ctx, name), State: stName, Type: typ, Cursor: cursor}
+	d := queueData{counts: countsOf(ctx, q), State: stName, Type: typ, Cursor: cursor}
+	if missing != nil {
+		d.Missing = fmt.Sprintf("This page leaves out the jobs of %d of %d shards, which could not be read (%v): %s",
+			len(missing.Shards), missing.Of, missing.Shards, oneLine(missing))
+	}
 	p.self("queue", "name", name, "state", d.State, "type", typ, "cursor", cursor)
 	for _, s := range listStates {
 		d.States = append(d.States, stateTab{Name: s.String(), Active: s.String() == stName, Count: stateCount(d.Stats, s),

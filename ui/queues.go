@@ -9,31 +9,38 @@ import (
 	"github.com/jobkey/jobkey"
 )
 
-// queue returns the open Queue of name, opening it with the shard count
-// stored in Redis on first use. A queue that does not exist is
-// ErrNotFound, and is not cached.
+// queue returns the open Queue of name, opened with the shard count stored
+// in Redis. The count is read again on every call (one GET): a queue
+// deleted and created again with another count is opened anew, never read
+// with the count it had. A queue that does not exist is ErrNotFound.
 func (h *Handler) queue(ctx context.Context, name string) (*jobkey.Queue, error) {
-	h.mu.Lock()
-	q, ok := h.queues[name]
-	h.mu.Unlock()
-	if ok {
-		return q, nil
-	}
 	shards, err := jobkey.LookupShards(ctx, h.rdb, h.prefix, name)
 	if err != nil {
-		return nil, err
-	}
-	q, err = jobkey.NewQueue(h.rdb, name, &jobkey.Config{Prefix: h.prefix, Shards: shards})
-	if err != nil {
+		if errors.Is(err, jobkey.ErrNotFound) {
+			h.mu.Lock()
+			delete(h.queues, name)
+			h.mu.Unlock()
+		}
 		return nil, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if prev, ok := h.queues[name]; ok {
-		return prev, nil // another request opened it first
+	if o, ok := h.queues[name]; ok && o.shards == shards {
+		return o.q, nil
 	}
-	h.queues[name] = q
+	q, err := jobkey.NewQueue(h.rdb, name, &jobkey.Config{Prefix: h.prefix, Shards: shards})
+	if err != nil {
+		return nil, err
+	}
+	h.queues[name] = openQueue{q: q, shards: shards}
 	return q, nil
+}
+
+// openQueue is a Queue the handler opened, with the shard count it was
+// opened with.
+type openQueue struct {
+	q      *jobkey.Queue
+	shards int
 }
 
 // status maps an error of jobkey to the HTTP status that answers it.
@@ -42,6 +49,8 @@ func status(err error) int {
 	switch {
 	case errors.Is(err, jobkey.ErrNotFound):
 		return http.StatusNotFound
+	case errors.Is(err, jobkey.ErrUnreachable):
+		return http.StatusServiceUnavailable
 	case errors.As(err, &se):
 		return http.StatusConflict
 	case errors.Is(err, jobkey.ErrInvalid):

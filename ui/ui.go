@@ -65,7 +65,7 @@ type Handler struct {
 	pages    *pages
 
 	mu     sync.Mutex
-	queues map[string]*jobkey.Queue // opened queues, by name
+	queues map[string]openQueue // opened queues, by name
 }
 
 // New returns the web UI over the queues that rdb holds under o.Prefix.
@@ -76,7 +76,7 @@ func New(rdb redis.UniversalClient, o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		rdb: rdb, prefix: o.Prefix, readOnly: o.ReadOnly, pageSize: o.PageSize,
-		log: o.Logger, queues: map[string]*jobkey.Queue{},
+		log: o.Logger, queues: map[string]openQueue{},
 	}
 	if h.prefix == "" {
 		h.prefix = "jobkey"

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -17,7 +18,9 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 )
 
 // fetch GETs a path of the fixture's UI and returns the status and body.
@@ -382,7 +385,7 @@ func TestErrorStatuses(t *testing.T) {
 			t.Errorf("%s: no one-line message", tc.path)
 		}
 	}
-	// A Redis that cannot be reached: 500, one line.
+	// A Redis that cannot be reached: 503, one line that says so.
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { down.Close() })
 	h, err := New(down, Options{Logger: discardLogger()})
@@ -391,7 +394,7 @@ func TestErrorStatuses(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "connection refused") {
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "Redis at 127.0.0.1:1 could not be reached") {
 		t.Errorf("unreachable Redis: %d\n%s", rec.Code, rec.Body.String())
 	}
 }
@@ -404,6 +407,7 @@ func TestStatusOf(t *testing.T) {
 		{jobkey.ErrNotFound, 404},
 		{&jobkey.StateError{ID: "x", Op: "delete", State: jobkey.StateActive}, 409},
 		{errors.Join(errors.New("wrapped"), jobkey.ErrInvalid), 400},
+		{&jobkey.UnreachableError{Addr: "h:1", Err: errors.New("refused")}, 503},
 		{errors.New("anything else"), 500},
 	} {
 		if got := status(tc.err); got != tc.code {
@@ -790,4 +794,261 @@ func TestShow(t *testing.T) {
 	if !s.Cut || len(s.Text) > showLimit || s.Kind != "text" || !strings.HasSuffix(s.Text, "é") {
 		t.Errorf("big text: cut %v, %d bytes, kind %s", s.Cut, len(s.Text), s.Kind)
 	}
+}
+
+// queueForms reads the queue every form of a page posts.
+var queueFieldRE = regexp.MustCompile(`<input type="hidden" name="queue" value="([^"]*)">`)
+
+func formQueues(body string) []string {
+	var out []string
+	for _, m := range queueFieldRE.FindAllStringSubmatch(body, -1) {
+		out = append(out, html.UnescapeString(m[1]))
+	}
+	return out
+}
+
+// A value copied from queue "other" into queue mails' key names "other"
+// as its queue. The job page of mails shows it, and its forms act on
+// mails, the page's queue: Delete there used to delete other's job.
+func TestJobPageFormsActOnThePagesQueue(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	other, err := jobkey.NewQueue(f.rdb, "other", &jobkey.Config{Prefix: f.prefix})
+	require.NoError(t, err)
+	_, err = other.Enqueue(ctx, "x", []byte("other's"), &jobkey.EnqueueOpts{ID: "same"})
+	require.NoError(t, err)
+	_, err = f.q.Enqueue(ctx, "x", []byte("mails'"), &jobkey.EnqueueOpts{ID: "same"})
+	require.NoError(t, err)
+	copied, err := f.rdb.Get(ctx, other.Keys("same").Job).Result()
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(ctx, f.q.Keys("same").Job, copied, 0).Err())
+
+	c := f.client(t)
+	tok := f.token(t, c)
+	resp, body := f.fetch(t, c, "/job?queue=mails&id=same")
+	wantStatus(t, resp, body, http.StatusOK)
+	queues := formQueues(body)
+	for _, q := range queues {
+		require.Equal(t, "mails", q, "a form of mails' job page acts on queue %q", q)
+	}
+	if len(queues) == 0 {
+		// A value that names another queue may be shown as unreadable,
+		// without forms; then nothing can be posted from it.
+		require.Contains(t, body, "unreadable")
+	} else {
+		resp, body = f.post(t, c, "delete", url.Values{"csrf": {tok}, "queue": {queues[len(queues)-1]}, "id": {"same"}, "state": {"pending"}})
+		require.NotEqual(t, http.StatusInternalServerError, resp.StatusCode, body)
+	}
+	j, err := other.Get(ctx, "same")
+	require.NoError(t, err, "queue other's job is still there")
+	require.Equal(t, []byte("other's"), j.Payload)
+
+	// Every form of every page names the page's queue.
+	for _, p := range []string{"/queue?name=mails&state=failed", "/queue?name=mails&state=pending", "/job?queue=mails&id=f1", "/job?queue=mails&id=p1"} {
+		_, body := f.fetch(t, c, p)
+		qs := formQueues(body)
+		require.NotEmpty(t, qs, p)
+		for _, q := range qs {
+			require.Equal(t, "mails", q, p)
+		}
+	}
+}
+
+// brokenQueue makes queue "wide" of 4 shards with 12 pending jobs under
+// f's prefix, and makes shard 1's pending listing unreadable (one of its
+// ready indexes holds a string). It returns the jobs on the other shards.
+func brokenQueue(t *testing.T, f *fixture) (q *jobkey.Queue, readable []string) {
+	t.Helper()
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "wide", &jobkey.Config{Prefix: f.prefix, Shards: 4})
+	require.NoError(t, err)
+	bad := ""
+	for i := range 12 {
+		id := "w" + strconv.Itoa(i)
+		_, err := q.Enqueue(ctx, "t", nil, &jobkey.EnqueueOpts{ID: id})
+		require.NoError(t, err)
+		ready := q.Keys(id).Ready
+		if strings.Contains(ready, "{wide/1}") || strings.Contains(ready, "{wide/1.") {
+			bad = ready + ".5"
+		} else {
+			readable = append(readable, id)
+		}
+	}
+	require.NotEmpty(t, bad, "some jobs on shard 1")
+	require.NotEmpty(t, readable)
+	require.NoError(t, f.rdb.Set(ctx, bad, "not a zset", 0).Err())
+	return q, readable
+}
+
+// A bulk action that left out a shard it could not read answers with
+// what it did and the shard, not a bare 500.
+func TestBulkActionAnswersWithWhatItDid(t *testing.T) {
+	f := newFixture(t, Options{Logger: discardLogger()})
+	q, readable := brokenQueue(t, f)
+	c := f.client(t)
+	tok := f.token(t, c)
+	resp, body := f.post(t, c, "cancel-pending", url.Values{"csrf": {tok}, "queue": {"wide"}, "confirm": {"yes"}})
+	wantStatus(t, resp, body, http.StatusInternalServerError)
+	require.Contains(t, body, `<p class="flash" id="done">Done in part: Canceled pending jobs: `+strconv.Itoa(len(readable))+`.</p>`)
+	require.Contains(t, body, `<p class="error" id="missing">1 of 4 shards could not be read: [1].`)
+	require.Contains(t, body, `<a href="/queue?name=wide&amp;state=pending" id="back">`)
+	require.NotContains(t, body, "nothing was written")
+	st, err := q.Stats(context.Background())
+	var se *jobkey.ShardsError
+	require.ErrorAs(t, err, &se)
+	require.EqualValues(t, len(readable), st.Canceled, "the page says what was done")
+}
+
+// The queue page lists the shards it could read, and names the others.
+func TestQueuePageShowsTheReadableShards(t *testing.T) {
+	f := newFixture(t, Options{})
+	_, readable := brokenQueue(t, f)
+	c := f.client(t)
+	resp, body := f.fetch(t, c, "/queue?name=wide&state=pending")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.ElementsMatch(t, readable, listedIDs(body))
+	require.Contains(t, body, `<p class="error" id="list-missing">This page leaves out the jobs of 1 of 4 shards, which could not be read ([1])`)
+}
+
+// A queue deleted and created again with another shard count is read
+// with its new count, without a restart.
+func TestQueueCreatedAgainIsReadWithItsNewShardCount(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	c := f.client(t)
+	two, err := jobkey.NewQueue(f.rdb, "again", &jobkey.Config{Prefix: f.prefix, Shards: 2})
+	require.NoError(t, err)
+	_, err = two.Enqueue(ctx, "t", nil, &jobkey.EnqueueOpts{ID: "old"})
+	require.NoError(t, err)
+	resp, body := f.fetch(t, c, "/queue?name=again&state=pending")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Equal(t, []string{"old"}, listedIDs(body))
+
+	keys, err := f.rdb.Keys(ctx, f.prefix+":{again*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	require.NoError(t, f.rdb.Del(ctx, keys...).Err())
+	resp, body = f.fetch(t, c, "/queue?name=again&state=pending")
+	wantStatus(t, resp, body, http.StatusNotFound)
+
+	eight, err := jobkey.NewQueue(f.rdb, "again", &jobkey.Config{Prefix: f.prefix, Shards: 8})
+	require.NoError(t, err)
+	var ids []string
+	for i := range 16 {
+		j, err := eight.Enqueue(ctx, "t", nil, &jobkey.EnqueueOpts{ID: "new" + strconv.Itoa(i)})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	resp, body = f.fetch(t, c, "/queue?name=again&state=pending")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.ElementsMatch(t, ids, listedIDs(body), "every shard of the new count is read")
+	for _, id := range ids {
+		resp, body := f.fetch(t, c, "/job?queue=again&id="+id)
+		wantStatus(t, resp, body, http.StatusOK)
+	}
+}
+
+// readerLine is the README's ACL line of a user that can only read.
+func readerLine(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, "ACL SETUSER jobkey-reader ") {
+			return strings.TrimSpace(line)
+		}
+	}
+	t.Fatal("README.md has no jobkey-reader line")
+	return ""
+}
+
+// A read-only UI whose Redis user may only read (the README's reader
+// line) serves every page, and Redis refuses it nothing: opening a queue
+// reads its shard count instead of writing it.
+func TestReadOnlyACLUserSeesEveryPage(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	root := redistest.ClientFor(t, srv.URL(), nil)
+	q, err := jobkey.NewQueue(root, "mails", &jobkey.Config{Shards: 4})
+	require.NoError(t, err)
+	for _, id := range []string{"p1", "p2"} {
+		_, err := q.Enqueue(ctx, "welcome", []byte(`{"n":1}`), &jobkey.EnqueueOpts{ID: id})
+		require.NoError(t, err)
+	}
+	j, err := q.Claim(ctx, "w")
+	require.NoError(t, err)
+	_, err = q.Fail(ctx, j, errors.Join(errors.New("boom"), jobkey.ErrSkipRetry))
+	require.NoError(t, err)
+
+	var cmd []any
+	for _, w := range strings.Fields(readerLine(t)) {
+		cmd = append(cmd, w)
+	}
+	require.NoError(t, root.Do(ctx, cmd...).Err())
+	require.NoError(t, root.Do(ctx, "acl", "log", "reset").Err())
+	reader := redistest.ClientFor(t, srv.URL(), func(o *redis.Options) { o.Username, o.Password = "jobkey-reader", "PASSWORD" })
+
+	h, err := New(reader, Options{ReadOnly: true})
+	require.NoError(t, err)
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	for _, p := range []string{"/", "/queue?name=mails", "/queue?name=mails&state=failed", "/queue?name=mails&state=active",
+		"/queue?name=mails&state=succeeded", "/queue?name=mails&state=canceled", "/queue?name=mails&state=corrupt",
+		"/job?queue=mails&id=p1", "/job?queue=mails&id=" + j.ID} {
+		resp, err := http.Get(s.URL + p)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s:\n%s", p, b)
+	}
+	refused, err := root.Do(ctx, "acl", "log").Slice()
+	require.NoError(t, err)
+	require.Empty(t, refused, "Redis refused the reader nothing")
+	require.ErrorContains(t, reader.Set(ctx, "jobkey:{mails}:meta", "shards=1", 0).Err(), "NOPERM", "and it cannot write")
+}
+
+// dropKey leaves out of every pipeline the commands on key, answering
+// them with a connection error, as a cluster node that is down would.
+type dropKey string
+
+func (h dropKey) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h dropKey) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h dropKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var keep []redis.Cmder
+		for _, c := range cmds {
+			if a := c.Args(); len(a) > 1 && a[1] == string(h) {
+				c.SetErr(errors.New("dial tcp 10.0.0.9:6379: connect: connection refused"))
+				continue
+			}
+			keep = append(keep, c)
+		}
+		return next(ctx, keep)
+	}
+}
+
+// A Pause that could not write one shard says on how many it did, and
+// which it could not write.
+func TestPauseOnSomeShardsSaysWhichItDid(t *testing.T) {
+	f := newFixture(t, Options{Logger: discardLogger()})
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "four", &jobkey.Config{Prefix: f.prefix, Shards: 4})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	c := f.client(t)
+	tok := f.token(t, c)
+	// The shard of an ID on shard 2 names its pause flag: same tag.
+	flag := ""
+	for i := 0; flag == ""; i++ {
+		ready := q.Keys("id" + strconv.Itoa(i)).Ready
+		if strings.Contains(ready, "{four/2}") || strings.Contains(ready, "{four/2.") {
+			flag = strings.TrimSuffix(ready, ":ready") + ":paused"
+		}
+	}
+	f.rdb.AddHook(dropKey(flag))
+	resp, body := f.post(t, c, "pause", url.Values{"csrf": {tok}, "queue": {"four"}})
+	wantStatus(t, resp, body, http.StatusInternalServerError)
+	require.Contains(t, body, `<p class="flash" id="done">Done in part: Queue paused on 3 of 4 shards.</p>`)
+	require.Contains(t, body, `<p class="error" id="missing">1 of 4 shards could not be written: [2].</p>`)
 }

@@ -103,6 +103,11 @@ type bulkOutcome struct {
 	Done       int    `json:"done"`
 	Skipped    int    `json:"skipped"`
 	Unreadable int    `json:"unreadable"`
+	// MissingShards are the shards that could not be read, whose jobs
+	// were left as they are; Error says why the action did not do
+	// everything.
+	MissingShards []int  `json:"missing_shards,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // run is the command: act on the job IDs given, or with -all on every
@@ -225,56 +230,74 @@ func (a action) runAll(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ
 	}
 	if !yes {
 		n, err := count(ctx, q, s, typ)
-		if err != nil {
+		var missing *jobkey.ShardsError
+		switch {
+		case errors.As(err, &missing):
+			return fmt.Errorf("%s: would %s %d %s in queue %q in the shards that could be read (%v); %w",
+				a.name, a.name, n, what, q.Name(), missing, errNotConfirmed)
+		case err != nil:
 			return err
 		}
 		return fmt.Errorf("%s: would %s %d %s in queue %q; %w", a.name, a.name, n, what, q.Name(), errNotConfirmed)
 	}
+	// What was done is printed whatever happened, then the error: a
+	// bulk action that left out a shard, or stopped, did the rest.
 	res, err := a.bulk(ctx, q, s, typ)
-	if err != nil {
-		return err
-	}
 	if asJSON {
-		return writeJSON(stdout, bulkOutcome{Action: a.name, State: s.String(), Type: typ,
-			Done: res.Done, Skipped: res.Skipped, Unreadable: res.Unreadable})
+		out := bulkOutcome{Action: a.name, State: s.String(), Type: typ,
+			Done: res.Done, Skipped: res.Skipped, Unreadable: res.Unreadable, Error: errText(err)}
+		var missing *jobkey.ShardsError
+		if errors.As(err, &missing) {
+			out.MissingShards = missing.Shards
+		}
+		if jerr := writeJSON(stdout, out); jerr != nil {
+			return jerr
+		}
+	} else {
+		fmt.Fprintln(stdout, "| action | state | type | done | skipped | unreadable |")
+		fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
+		fmt.Fprintf(stdout, "| %s | %s | %s | %d | %d | %d |\n", a.name, s, orDash(cell(typ, 0)), res.Done, res.Skipped, res.Unreadable)
 	}
-	fmt.Fprintln(stdout, "| action | state | type | done | skipped | unreadable |")
-	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
-	fmt.Fprintf(stdout, "| %s | %s | %s | %d | %d | %d |\n", a.name, s, orDash(cell(typ, 0)), res.Done, res.Skipped, res.Unreadable)
-	return nil
+	return err
 }
 
 // count returns how many jobs of state s (and type typ) a bulk action
 // would take: from Stats for every type (one round trip per node), else
-// by paging through List.
+// by paging through List. Shards that cannot be read are left out of the
+// count and named by a *ShardsError beside it.
 func count(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ string) (int64, error) {
+	var missing *jobkey.ShardsError
 	if typ == "" {
 		st, err := q.Stats(ctx)
-		if err != nil {
+		if err != nil && !errors.As(err, &missing) {
 			return 0, err
 		}
 		switch s {
 		case jobkey.StatePending:
-			return st.Pending, nil
+			return st.Pending, err
 		case jobkey.StateSucceeded:
-			return st.Succeeded, nil
+			return st.Succeeded, err
 		case jobkey.StateFailed:
-			return st.Failed, nil
+			return st.Failed, err
 		case jobkey.StateCanceled:
-			return st.Canceled, nil
+			return st.Canceled, err
 		}
-		return st.Active, nil
+		return st.Active, err
 	}
 	var n int64
+	var partial error
 	o := jobkey.ListOpts{State: s, Type: typ, Limit: jobkey.MaxListLimit}
 	for {
 		page, err := q.List(ctx, o)
-		if err != nil {
+		switch {
+		case errors.As(err, &missing):
+			partial = err
+		case err != nil:
 			return 0, err
 		}
 		n += int64(len(page.Jobs))
 		if page.Next == "" {
-			return n, nil
+			return n, partial
 		}
 		o.Cursor = page.Next
 	}

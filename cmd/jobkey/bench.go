@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/bench"
+	"github.com/jobkey/jobkey/internal/redact"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -61,7 +62,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&f.cluster, "cluster", false, "-redis names a node of a Redis Cluster: report each master's share of keys and commands")
 	fs.BoolVar(&f.workers, "workers", false, "also run each design's own worker (jobkey Work, the multi-key worker loop, asynq's Server): burn-down and produce-and-work")
 	fs.IntVar(&f.workerJobs, "worker-jobs", 20000, "jobs per worker run (-workers)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	fs.Visit(func(fl *flag.Flag) {
@@ -95,6 +96,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.cluster && embedded {
 		return fmt.Errorf("-cluster needs -redis: the embedded server is not a cluster")
 	}
+	if err := reachable(ctx, url, embedded); err != nil {
+		return err
+	}
 	for i := range specs {
 		specs[i].params.Cluster = f.cluster
 	}
@@ -114,7 +118,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rep := report{
 		Machine:  machine(),
 		Server:   serverName(ctx, url, embedded),
-		Command:  "jobkey bench " + strings.Join(args, " "),
+		Command:  "jobkey bench " + redact.Text(strings.Join(args, " "), secretURLs(args)...),
 		Embedded: embedded,
 		Started:  time.Now().UTC().Format(time.RFC3339),
 		Results:  results,

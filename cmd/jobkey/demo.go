@@ -19,7 +19,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	redisURL := fs.String("redis", "", "Redis URL (default: $REDIS_URL, else an embedded miniredis)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	url, embedded, stop, err := server(*redisURL, stderr)
@@ -27,6 +27,9 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer stop()
+	if err := reachable(ctx, url, embedded); err != nil {
+		return err
+	}
 	rdb, err := bench.Client(url, &bench.Probe{}, 4)
 	if err != nil {
 		return err
@@ -127,6 +130,9 @@ func demoJobkey(ctx context.Context, w io.Writer, rdb *redis.Client, prefix stri
 	})
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "returned to caller: %v\n", err)
+	if !recordThere {
+		fmt.Fprintln(w, "  -> the call refused as a whole: nothing was written")
+	}
 
 	// Every other job keeps flowing on the healthy shards.
 	flowed := 0

@@ -19,6 +19,10 @@ type lsPage struct {
 	Jobs       []jobView        `json:"jobs"`
 	Unreadable []unreadableView `json:"unreadable"`
 	Next       string           `json:"next"`
+	// MissingShards are the shards that could not be read, whose jobs the
+	// page leaves out; Error says why.
+	MissingShards []int  `json:"missing_shards,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // unreadableView is an index entry whose value cannot be read.
@@ -62,7 +66,8 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeQ()
 	page, err := q.List(ctx, jobkey.ListOpts{State: state, Corrupt: stateName == "corrupt", Type: typ, Limit: limit, Cursor: cursor})
-	if err != nil {
+	var missing *jobkey.ShardsError
+	if err != nil && !errors.As(err, &missing) {
 		return err
 	}
 	if asJSON {
@@ -73,8 +78,29 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, u := range page.Unreadable {
 			doc.Unreadable = append(doc.Unreadable, unreadableView{ID: u.ID, Error: errText(u.Err)})
 		}
-		return writeJSON(stdout, doc)
+		if missing != nil {
+			doc.MissingShards, doc.Error = missing.Shards, missing.Error()
+		}
+		if err := writeJSON(stdout, doc); err != nil {
+			return err
+		}
+	} else {
+		printPage(stdout, q.Name(), page, state, stateName, typ)
 	}
+	if missing != nil {
+		if !asJSON {
+			fmt.Fprintf(stdout, "\n%v\n", missing)
+		}
+		return errPartialPage
+	}
+	return nil
+}
+
+// errPartialPage makes ls exit non-zero when some shards were not read.
+var errPartialPage = errors.New("some shards could not be read: the page above leaves their jobs out")
+
+// printPage prints ls's table of page.
+func printPage(stdout io.Writer, queue string, page *jobkey.JobPage, state jobkey.State, stateName, typ string) {
 	label := state.String()
 	if stateName == "corrupt" {
 		label = "corrupt"
@@ -86,11 +112,11 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			of = fmt.Sprintf(" of type %q", typ)
 		}
 		if page.Next == "" {
-			fmt.Fprintf(stdout, "no %s jobs%s in queue %q\n", label, of, q.Name())
-			return nil
+			fmt.Fprintf(stdout, "no %s jobs%s in queue %q\n", label, of, queue)
+			return
 		}
-		fmt.Fprintf(stdout, "no %s jobs%s on this page of queue %q\n\nnext: %s\n", label, of, q.Name(), page.Next)
-		return nil
+		fmt.Fprintf(stdout, "no %s jobs%s on this page of queue %q\n\nnext: %s\n", label, of, queue, page.Next)
+		return
 	}
 	fmt.Fprintf(stdout, "| id | type | state | attempt | %s | last error |\n", stateTimeHeader(state))
 	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
@@ -104,7 +130,6 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if page.Next != "" {
 		fmt.Fprintf(stdout, "\nnext: %s\n", page.Next)
 	}
-	return nil
 }
 
 // errText is err's text, "" for nil.
@@ -169,7 +194,7 @@ func queuesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	redisURL := fs.String("redis", "", "Redis URL, required (default: $REDIS_URL; rediss:// for TLS; a cluster node opens the cluster)")
 	prefix := fs.String("prefix", "jobkey", "key prefix of the queues")
 	asJSON := fs.Bool("json", false, "print one JSON document instead of a table")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -539,7 +542,7 @@ func TestJobCommandsRefuseBadFlags(t *testing.T) {
 		err := run(context.Background(), args, &out, &errOut)
 		require.Error(t, err, "%v", c.args)
 		require.Contains(t, err.Error()+errOut.String(), c.says, "%v", c.args)
-		require.NotContains(t, err.Error(), "cannot reach", "%v: judged before connecting", c.args)
+		require.NotContains(t, err.Error(), "could not be reached", "%v: judged before connecting", c.args)
 		require.NotContains(t, oneLine(err), "\n")
 	}
 	t.Setenv("REDIS_URL", "")
@@ -588,4 +591,103 @@ func TestJobCommandsExitNonZeroWithOneLine(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "state:        active")
+}
+
+// breakShard makes one priority's ready index of shard s a string, so
+// that pending listings cannot read the shard, and returns which of ids
+// sit on it.
+func (f *fixture) breakShard(s int, ids []string) (on []string) {
+	f.t.Helper()
+	bad := ""
+	for _, id := range ids {
+		// The ready key is <prefix>:{mail/<shard>[.<k>]}:ready.
+		k := f.q.Keys(id).Ready
+		tag := k[strings.Index(k, "{")+1 : strings.Index(k, "}")]
+		if n, _, _ := strings.Cut(strings.TrimPrefix(tag, "mail/"), "."); n == strconv.Itoa(s) {
+			bad = k + ".5" // priority 5's ready index, of that shard
+			on = append(on, id)
+		}
+	}
+	require.NotEmpty(f.t, on, "some jobs on shard %d", s)
+	require.Less(f.t, len(on), len(ids), "and some elsewhere")
+	require.NoError(f.t, f.rdb.Set(f.ctx, bad, "not a zset", 0).Err())
+	return on
+}
+
+// cancel -all -yes with a shard that cannot be read prints the counts of
+// what it did, then fails with an error that says so, and -json carries
+// the missing shards.
+func TestBulkActionPrintsWhatItDidBeforeTheError(t *testing.T) {
+	f := newFixture(t, 4)
+	var ids []string
+	for range 12 {
+		ids = append(ids, f.enqueue("t", nil).ID)
+	}
+	on := f.breakShard(1, ids)
+	done := len(ids) - len(on)
+
+	// Without -yes, the count of the shards it can read, and which not.
+	for _, args := range [][]string{{"cancel", "-all"}, {"cancel", "-all", "-type", "t"}} {
+		out, err := f.run(args[0], args[1:]...)
+		require.ErrorIs(t, err, errNotConfirmed)
+		require.ErrorContains(t, err, fmt.Sprintf(`would cancel %d pending jobs`, done))
+		require.ErrorContains(t, err, "1 of 4 shards could not be read ([1])")
+		require.Empty(t, out)
+	}
+
+	out, err := f.run("cancel", "-all", "-yes")
+	var be *jobkey.BulkError
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, done, be.Result.Done)
+	require.Contains(t, out, fmt.Sprintf("| cancel | pending | - | %d | 0 | 0 |", done))
+	require.Contains(t, oneLine(err), fmt.Sprintf("cancel: %d done", done))
+	require.Contains(t, oneLine(err), "1 of 4 shards could not be read ([1])")
+	require.NotContains(t, oneLine(err), "nothing was written")
+	for _, id := range on {
+		require.Equal(t, jobkey.StatePending, f.state(id))
+	}
+
+	for _, id := range ids {
+		if !slices.Contains(on, id) {
+			_, err := f.q.Retry(f.ctx, id)
+			require.NoError(t, err)
+		}
+	}
+	out, err = f.run("cancel", "-all", "-yes", "-json")
+	require.ErrorAs(t, err, &be)
+	var res bulkOutcome
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, done, res.Done)
+	require.Equal(t, []int{1}, res.MissingShards)
+	require.Contains(t, res.Error, "could not be read")
+}
+
+// ls with a shard that cannot be read lists the others' jobs, names the
+// shard, and exits non-zero; -json carries the missing shards.
+func TestLsShowsTheReadableShards(t *testing.T) {
+	f := newFixture(t, 4)
+	var ids []string
+	for range 12 {
+		ids = append(ids, f.enqueue("t", nil).ID)
+	}
+	on := f.breakShard(2, ids)
+
+	out, err := f.run("ls", "-state", "pending")
+	require.ErrorIs(t, err, errPartialPage)
+	for _, id := range ids {
+		if slices.Contains(on, id) {
+			require.NotContains(t, out, id)
+		} else {
+			require.Contains(t, out, id)
+		}
+	}
+	require.Contains(t, out, "1 of 4 shards could not be read ([2])")
+
+	out, err = f.run("ls", "-state", "pending", "-json")
+	require.ErrorIs(t, err, errPartialPage)
+	var page lsPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	require.Len(t, page.Jobs, len(ids)-len(on))
+	require.Equal(t, []int{2}, page.MissingShards)
+	require.Contains(t, page.Error, "could not be read")
 }

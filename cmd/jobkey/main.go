@@ -27,6 +27,7 @@ import (
 	"syscall"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/jobkey/jobkey/internal/redact"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -88,10 +89,23 @@ adopting jobkey beside asynq (docs/adopting.md):
   migrate-asynq     move a type's waiting asynq tasks into a jobkey queue
   migrate-to-asynq  move a type's pending jobkey jobs back into asynq
 
+Each flag may be given once: a flag given twice is refused (the flag
+package would let the last one win). Passwords in Redis URLs are never
+printed: messages, logs and reports show them as xxxxx.
+
 Run "jobkey <command> -h" for a command's flags.
 `
 
+// run runs the command of args. No password of a Redis URL it was given
+// reaches stdout, stderr or the error it returns.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	urls := secretURLs(args)
+	stdout, stderr = redactingWriter{stdout, urls}, redactingWriter{stderr, urls}
+	return redact.Error(dispatch(ctx, args, stdout, stderr), urls...)
+}
+
+// dispatch runs the command named by args[0].
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return flag.ErrHelp

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,7 +180,8 @@ func TestInspectRefusesWhatWouldLookClear(t *testing.T) {
 
 	t0 := time.Now()
 	err = run(ctx, []string{"stats", "-redis", "redis://127.0.0.1:1", "-queue", "mail"}, &out, &errOut)
-	require.ErrorContains(t, err, "cannot reach Redis at 127.0.0.1:1")
+	require.ErrorContains(t, err, "Redis at 127.0.0.1:1 could not be reached")
+	require.ErrorIs(t, err, jobkey.ErrUnreachable)
 	require.Less(t, time.Since(t0), 5*time.Second)
 	require.NotContains(t, oneLine(errors.New("a\nb")), "\n")
 	require.Equal(t, "jobkey: x", oneLine(errors.New("jobkey: x")), "prefixed once")
@@ -264,4 +266,93 @@ func TestVerifyIgnoresExpiredJobsWhateverTheRetention(t *testing.T) {
 	var out, errOut bytes.Buffer
 	err = run(ctx, []string{"verify", "-redis", url, "-queue", "mail", "-prefix", prefix}, &out, &errOut)
 	require.NoError(t, err, "verify of a healthy queue must exit 0:\n%s", out.String())
+}
+
+// secret is the password of the URLs below; it must never be printed.
+const secret = "S3cret"
+
+// requireNoSecret fails when secret appears in what a command printed or
+// returned.
+func requireNoSecret(t *testing.T, what string, err error, outs ...string) {
+	t.Helper()
+	all := strings.Join(outs, "\n")
+	if err != nil {
+		all += "\n" + err.Error() + "\n" + oneLine(err)
+	}
+	require.NotContains(t, all, secret, what)
+}
+
+// No command prints the password of a Redis URL: not when the URL does
+// not parse, nor when Redis cannot be reached, nor when -redis is given
+// twice.
+func TestPasswordIsNeverPrinted(t *testing.T) {
+	dead := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer l.Close()
+		return l.Addr().String()
+	}()
+	unparsable := []string{
+		"redis://admin:" + secret + "@host:port/",     // bad port
+		"redis://admin:" + secret + "@" + dead + "/x", // bad database
+		"redsi://admin:" + secret + "@" + dead,        // bad scheme
+		"redis://admin:S3%zcret@" + dead,              // bad escape, echoed in part
+	}
+	for cmd, args := range commandArgs {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			try := func(what string, all ...string) {
+				t.Helper()
+				var out, errOut bytes.Buffer
+				err := run(context.Background(), append(append([]string{cmd}, all...), args...), &out, &errOut)
+				require.Error(t, err, what)
+				requireNoSecret(t, what, err, out.String(), errOut.String())
+				require.NotContains(t, err.Error()+errOut.String(), "%zc", what)
+			}
+			for _, u := range unparsable {
+				try(u, "-redis", u)
+				try("-redis="+u, "-redis="+u)
+				try(u+" twice", "-redis", u, "-redis", u)
+			}
+			// Parsed, and nobody listens: the address is named, not the password.
+			var out, errOut bytes.Buffer
+			u := "redis://admin:" + secret + "@" + dead + "/0"
+			err := run(context.Background(), append([]string{cmd, "-redis", u}, args...), &out, &errOut)
+			require.ErrorIs(t, err, jobkey.ErrUnreachable, cmd)
+			require.ErrorContains(t, err, "Redis at "+dead+" could not be reached")
+			requireNoSecret(t, "unreachable", err, out.String(), errOut.String())
+		})
+	}
+}
+
+// Nor when the URL comes from REDIS_URL.
+func TestPasswordInREDIS_URLIsNeverPrinted(t *testing.T) {
+	t.Setenv("REDIS_URL", "redis://admin:"+secret+"@host:port/")
+	for cmd, args := range commandArgs {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), append([]string{cmd}, args...), &out, &errOut)
+		require.Error(t, err, cmd)
+		requireNoSecret(t, cmd+" with REDIS_URL", err, out.String(), errOut.String())
+	}
+}
+
+// The bench report's header names the server and the command line with
+// the password masked, in report.md, results.json and on stdout.
+func TestBenchReportHidesThePassword(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	root := redistest.ClientFor(t, srv.URL(), nil)
+	require.NoError(t, root.Do(context.Background(), "acl", "setuser", "bencher", "on", ">"+secret, "~*", "&*", "+@all").Err())
+	url := "redis://bencher:" + secret + "@" + srv.Addr + "/0"
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"bench", "-redis", url, "-scenarios", "lifecycle", "-payloads", "64",
+		"-duration", "100ms", "-out", dir}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	js, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	requireNoSecret(t, "bench report", nil, out.String(), errOut.String(), string(md), string(js))
+	require.Contains(t, string(md), "-redis redis://bencher:xxxxx@"+srv.Addr+"/0", "the command line is kept, masked")
+	require.Contains(t, string(md), "at "+srv.Addr)
 }

@@ -38,7 +38,7 @@ func (m *migrateFlags) parse(name string, args []string, stderr io.Writer, asynq
 	if extra != nil {
 		extra(fs)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if m.redisURL == "" {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/bench"
+	"github.com/jobkey/jobkey/internal/redact"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,7 +28,7 @@ func serverName(ctx context.Context, url string, embedded bool) string {
 	}
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		return url
+		return redact.URL(url)
 	}
 	c := redis.NewClient(o)
 	defer c.Close()

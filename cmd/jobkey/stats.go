@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/redact"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -21,15 +22,23 @@ import (
 func connect(ctx context.Context, url string) (redis.UniversalClient, error) {
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("-redis %q: %w", url, err)
+		return nil, fmt.Errorf("-redis %s: not a Redis URL: %w", redact.URL(url), redact.Error(err, url))
 	}
 	o.DialTimeout, o.MaxRetries = 2*time.Second, 1
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	c := redis.NewClient(o)
 	info, err := c.Info(ctx, "cluster").Result()
-	if err != nil {
+	var answered redis.Error // Redis answered, with an error (a wrong password, an ACL)
+	switch {
+	case err != nil && errors.As(err, &answered):
 		c.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w", o.Addr, err)
+		return nil, fmt.Errorf("connect to Redis at %s: %w", o.Addr, err)
+	case err != nil && ctx.Err() == nil:
+		c.Close()
+		return nil, &jobkey.UnreachableError{Addr: o.Addr, Err: err}
+	case err != nil:
+		c.Close()
+		return nil, err
 	}
 	if !strings.Contains(info, "cluster_enabled:1") {
 		return c, nil
@@ -44,6 +53,19 @@ func connect(ctx context.Context, url string) (redis.UniversalClient, error) {
 		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
 		DialTimeout: o.DialTimeout, MaxRetries: o.MaxRetries, MaintNotificationsConfig: o.MaintNotificationsConfig,
 	}), nil
+}
+
+// reachable says, at once and in one line, when the Redis at url cannot
+// be reached, instead of a run that counts every call as an error.
+func reachable(ctx context.Context, url string, embedded bool) error {
+	if embedded {
+		return nil
+	}
+	rdb, err := connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	return rdb.Close()
 }
 
 // liveQueue parses the flags that name a live queue and opens it with the
@@ -125,6 +147,7 @@ func openQueue(ctx context.Context, rdb redis.UniversalClient, prefix, name stri
 // parseInterleaved parses args with fs, taking flags that follow operands
 // too (`show ID -json`). Everything after "--" is an operand.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	refuseRepeats(fs)
 	var operands []string
 	for {
 		if err := fs.Parse(args); err != nil {

@@ -27,7 +27,7 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	prefix := fs.String("prefix", "jobkey", "key prefix of the queues to show")
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on (loopback by default: the UI has no login of its own)")
 	readOnly := fs.Bool("readonly", false, "hide and refuse every action (retry, cancel, delete, pause, resume)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	url := *redisURL
