@@ -57,7 +57,7 @@ var readyIndexes = func() []string {
 //	<prefix>:{<shard tag>}:job:<id>   the job value, the only truth
 //	<prefix>:{<shard tag>}:<index>    derived sorted sets of job IDs
 //	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrency.go)
-//	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued in the shard
+//	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued (periodic.go)
 //	<prefix>:{<queue>}:meta           the queue's shard count
 //	<prefix>:{<queue>}:wake           pub/sub hint that work arrived
 //	<prefix>:{<queue>}:cancel         pub/sub: a running job was canceled
@@ -139,8 +139,7 @@ func (ks *keyspace) shardOf(id string) int {
 func (ks *keyspace) jobKey(shard int, id string) string { return ks.tags[shard] + ":job:" + id }
 
 // periodicKey is the marker of periodic job name in shard: the latest tick
-// whose job was enqueued there, in the job's slot so that one EXEC writes
-// both.
+// whose job was enqueued (Queue.markerShard says which shard).
 func (ks *keyspace) periodicKey(shard int, name string) string {
 	return ks.tags[shard] + ":periodic:" + name
 }

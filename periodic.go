@@ -41,10 +41,13 @@ func (e every) Next(t time.Time) time.Time {
 // is the tick's Unix time in seconds (with ".mmm" when it falls within a
 // second), placed in its concurrency key's shard by Queue.IDFor when Opts
 // sets one. The enqueue also records the tick in a small marker of the
-// schedule, in the job's shard, in the same EXEC; a tick whose job exists,
-// or that its shard's marker says ran (or a later tick did), is not
-// enqueued again, even after its job was deleted or expired. So one job
-// exists per tick however many processes run.
+// schedule in the same EXEC (on a cluster, one per shard, beside the
+// job); a tick whose job exists, or that its marker says ran (or a later
+// tick did), is not enqueued again, even after its job was deleted or
+// expired. So one job exists per tick however many processes run. On a
+// cluster, a ConcurrencyKey changed between deploys moves the ticks to
+// another shard, whose marker does not know them: the tick current at the
+// change may be enqueued once more.
 //
 // Ticks are judged by Redis's clock, at millisecond precision; a schedule
 // whose ticks come less than a millisecond apart is refused by Work, and
@@ -285,10 +288,9 @@ func (w *worker) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) bo
 }
 
 // enqueueTick writes p's job of tick t and the tick's marker in one
-// compare-and-set, unless the job exists, the marker of the job's shard
-// says the tick (or a later one) ran, or the shard is paused. The marker
-// lives in the job's shard, so that one EXEC writes both on a cluster too;
-// two round trips, as an Enqueue.
+// compare-and-set, unless the job exists, the schedule's marker
+// (markerShard) says the tick (or a later one) ran, or the job's shard is
+// paused. Two round trips, as an Enqueue.
 func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (tickOutcome, string, error) {
 	in, err := q.tickJob(p, t)
 	if err != nil {
@@ -296,7 +298,7 @@ func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (ti
 	}
 	j := in.job
 	key, shard := q.ks.jobKeyOf(j.ID)
-	marker := q.ks.periodicKey(shard, p.Name)
+	marker := q.ks.periodicKey(q.markerShard(p.Name, shard), p.Name)
 	tick := toMillis(t)
 	var out tickOutcome
 	_, _, err = q.cas.run(ctx, &casTxn{
@@ -334,6 +336,19 @@ func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (ti
 		return 0, j.ID, err
 	}
 	return out, j.ID, nil
+}
+
+// markerShard is the shard of schedule name's marker for a tick whose job
+// lives in shard. On one Redis, where one EXEC may write any shard, it is
+// the name's own shard, the same whatever the options: a ConcurrencyKey
+// changed between deploys moves the ticks' jobs to another shard, and a
+// marker beside them would not know the tick ran under the old key. On a
+// cluster the marker must share the job's hash slot.
+func (q *Queue) markerShard(name string, shard int) int {
+	if q.cluster() {
+		return shard
+	}
+	return q.ks.shardOf(name)
 }
 
 // markerValue is a periodic marker's value: the latest tick enqueued in

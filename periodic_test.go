@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -378,8 +379,8 @@ func (o once) Next(t time.Time) time.Time {
 
 // A tick that ran stays ran once its job is gone: deleted by
 // DeleteFinished, or expired under a shorter Retention than the process
-// that looks at it again. The marker written with the tick's job in its
-// shard says so; with a concurrency key, in the key's shard.
+// that looks at it again. The marker written with the tick's job says so;
+// with a concurrency key, the job lives in the key's shard.
 func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -450,8 +451,8 @@ func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
 			if c.key != "" {
 				require.Equal(t, first.ks.shardOf(c.key), shard)
 			}
-			mark, err := first.rdb.Get(ctx, first.ks.periodicKey(shard, "tick")).Result()
-			require.NoError(t, err, "the tick's marker, in its job's shard")
+			mark, err := first.rdb.Get(ctx, first.ks.periodicKey(first.ks.shardOf("tick"), "tick")).Result()
+			require.NoError(t, err, "the tick's marker, in its name's shard on one Redis")
 			require.Equal(t, strconv.FormatInt(sched.at.UnixMilli(), 10), mark)
 		})
 	}
@@ -469,7 +470,7 @@ func TestPeriodicUnreadableMarkerIsKept(t *testing.T) {
 	sched := once{at: time.Now().Truncate(time.Millisecond)}
 	id := periodicID("tick", sched.at)
 	_, shard := q.ks.jobKeyOf(id)
-	marker := q.ks.periodicKey(shard, "tick")
+	marker := q.ks.periodicKey(q.markerShard("tick", shard), "tick")
 	require.NoError(t, q.rdb.Set(ctx, marker, "garbage", 0).Err())
 	stop := runPeriodic(q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
 		[]PeriodicJob{{Name: "tick", Schedule: sched, Type: "t"}})
@@ -546,4 +547,72 @@ func TestClusterPeriodicTickStaysRan(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, map[string]int{ids[0]: 1, ids[1]: 1}, runs)
+}
+
+// A periodic job whose ConcurrencyKey changes between deploys moves its
+// ticks to another shard. On a queue of several shards on one Redis, the
+// tick that ran under the old options is not enqueued again under the
+// new ones: neither while old and new processes run side by side, nor
+// after the old ones are gone and its job was deleted.
+func TestPeriodicTickRunsOnceWhenItsConcurrencyKeyChanges(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	newQ := func() *Queue {
+		q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Shards: 8, Logger: quietLog()})
+		require.NoError(t, err)
+		return q
+	}
+	var mu sync.Mutex
+	runs := map[string]int{}
+	h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		mu.Lock()
+		runs[j.ID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	at := time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)
+	old := newQ()
+	base := periodicID("tick", at)
+	// Keys whose shards differ from each other and from the unkeyed tick's.
+	var keys []string
+	used := map[int]bool{old.ks.shardOf(base): true}
+	for k := 0; len(keys) < 2; k++ {
+		key := fmt.Sprintf("k%d", k)
+		if s := old.ks.shardOf(key); !used[s] {
+			used[s] = true
+			keys = append(keys, key)
+		}
+	}
+	deploy := func(key string) []PeriodicJob {
+		p := PeriodicJob{Name: "tick", Schedule: once{at: at}, Type: "t"}
+		if key != "" {
+			p.Opts = &EnqueueOpts{ConcurrencyKey: key}
+		}
+		return []PeriodicJob{p}
+	}
+	// A rolling deploy: the old options and the new run at the tick.
+	stopOld := runPeriodic(old, h, deploy(""))
+	stopNew := runPeriodic(newQ(), h, deploy(keys[0]))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) > 0
+	}, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, stopOld())
+	require.NoError(t, stopNew())
+	_, err := old.DeleteFinished(ctx, StateSucceeded, "")
+	require.NoError(t, err)
+	// The next deploy changes the key again.
+	stop := runPeriodic(newQ(), h, deploy(keys[1]))
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, stop())
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, n := range runs {
+		total += n
+	}
+	require.Equal(t, 1, total, "one job per tick: %v", runs)
 }
