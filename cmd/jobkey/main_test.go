@@ -356,3 +356,43 @@ func TestBenchReportHidesThePassword(t *testing.T) {
 	require.Contains(t, string(md), "-redis redis://bencher:xxxxx@"+srv.Addr+"/0", "the command line is kept, masked")
 	require.Contains(t, string(md), "at "+srv.Addr)
 }
+
+// stats counts the handlers Work reports stuck: still running after their
+// context ended.
+func TestStatsShowsStuckHandlers(t *testing.T) {
+	url := redistest.RequireReal(t).URL
+	ctx := context.Background()
+	rdb := redistest.Client(t, nil)
+	prefix := redistest.Prefix(t)
+	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix, Lease: time.Second})
+	require.NoError(t, err)
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	started, release := make(chan struct{}), make(chan struct{})
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(wctx, jobkey.HandlerFunc(func(context.Context, *jobkey.Job) ([]byte, error) {
+			close(started)
+			<-release // ignores its context
+			return nil, nil
+		}), &jobkey.WorkOpts{Concurrency: 1, StuckAfter: 100 * time.Millisecond})
+	}()
+	t.Cleanup(func() {
+		close(release)
+		stop()
+		<-done
+	})
+	<-started
+	_, err = q.Cancel(ctx, j.ID)
+	require.NoError(t, err)
+
+	args := []string{"stats", "-redis", url, "-queue", "mail", "-prefix", prefix}
+	require.Eventually(t, func() bool {
+		var out, errOut bytes.Buffer
+		require.NoError(t, run(ctx, args, &out, &errOut))
+		require.Contains(t, out.String(), "| active | stuck handlers |")
+		return strings.Contains(out.String(), "| mail | 0 | 0 | 0 | 0 | 1 |")
+	}, 10*time.Second, 50*time.Millisecond, "stats shows the stuck handler")
+}

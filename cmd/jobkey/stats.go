@@ -179,10 +179,10 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil && !errors.As(err, &missing) {
 		return err
 	}
-	fmt.Fprintf(stdout, "| queue | pending | due | scheduled | active | expired leases | succeeded | failed | canceled | corrupt | newer format | vanished | paused |\n")
-	fmt.Fprintf(stdout, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(stdout, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", q.Name(),
-		st.Pending, st.Due, st.Scheduled, st.Active, st.ExpiredLeases, st.Succeeded, st.Failed, st.Canceled, st.Corrupt,
+	fmt.Fprintf(stdout, "| queue | pending | due | scheduled | active | stuck handlers | expired leases | succeeded | failed | canceled | corrupt | newer format | vanished | paused |\n")
+	fmt.Fprintf(stdout, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(stdout, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", q.Name(),
+		st.Pending, st.Due, st.Scheduled, st.Active, st.StuckHandlers, st.ExpiredLeases, st.Succeeded, st.Failed, st.Canceled, st.Corrupt,
 		st.Newer, st.Vanished, yesNo(st.Paused))
 	if missing != nil {
 		fmt.Fprintf(stdout, "\n%v\n", missing)
