@@ -82,6 +82,21 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
 	return q.claims.do(ctx, worker)
 }
 
+// workClaim is Claim for a Work slot. A claim whose call a flush has
+// taken is waited for even once ctx has ended: the slot then gives back
+// the job it claimed before Work returns (execute), where an answer at
+// ctx's end would leave that to a give-back that may outlive the process,
+// and the job leased to nobody, its attempt spent.
+func (q *Queue) workClaim(ctx context.Context, worker string) (*Job, error) {
+	if q.claims == nil {
+		return q.Claim(ctx, worker)
+	}
+	if err := validOwner(worker); err != nil {
+		return nil, err
+	}
+	return q.claims.await(ctx, worker)
+}
+
 // claimAlone is one caller's claim: the due entries, then one candidate at
 // a time under WATCH until one is taken. gone, when not nil, says that the
 // caller gave up: no job is taken for it then.

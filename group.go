@@ -96,7 +96,16 @@ type commitGroup[T, R any] struct {
 }
 
 // do runs in through the group and returns its own outcome.
-func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) {
+func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) { return g.run(ctx, in, false) }
+
+// await is do for a caller that must learn what was written for it, as a
+// Work slot must of its claim at shutdown, to give the job back before
+// Work returns: once a flush has taken its call, it waits for the flush's
+// answer rather than being answered when ctx ends. The flush still leaves
+// the call out of every decision made after ctx ended.
+func (g *commitGroup[T, R]) await(ctx context.Context, in T) (R, error) { return g.run(ctx, in, true) }
+
+func (g *commitGroup[T, R]) run(ctx context.Context, in T, await bool) (R, error) {
 	var zero R
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -126,6 +135,10 @@ func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) {
 		return zero, ctx.Err() // never sent
 	}
 	g.mu.Unlock()
+	if await {
+		<-c.done
+		return c.out, c.err
+	}
 	// Taken by a flush, whose EXEC may be on the wire and may take as long
 	// as Redis stalls (go-redis cuts a read short at a deadline only with
 	// ContextTimeoutEnabled): the caller is answered now, unless the flush

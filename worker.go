@@ -295,7 +295,7 @@ func (w *worker) slot(ctx context.Context, name string) {
 			return
 		}
 		asked := time.Now() // the lease is measured from before the claim
-		j, err := w.q.Claim(ctx, name)
+		j, err := w.q.workClaim(ctx, name)
 		switch {
 		case err == nil:
 			errDelay = 10 * time.Millisecond

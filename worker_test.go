@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -427,4 +428,75 @@ func TestWorkDoesNotSpinBehindNewerMajorJob(t *testing.T) {
 	rtt := hook.RTT.Load()
 	t.Logf("one idle slot made %d round trips in 2s (PollInterval 1s)", rtt)
 	require.Less(t, rtt, int64(40), "an idle worker must not busy-poll a queue holding only a job it cannot read")
+}
+
+// A claim whose EXEC is on the wire when shutdown begins is still Work's
+// to give back: Work returns once the job is pending again, its attempt
+// unspent, and nothing of it talks to Redis after Work returned (a
+// process that exits then would leave the job leased to nobody, its
+// attempt spent).
+func TestWorkGivesBackClaimInFlightAtShutdownBeforeReturning(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	rdb := redistest.Client(t, nil)
+	var armed, returned atomic.Bool
+	var after atomic.Int32
+	inExec := make(chan struct{}, 1)
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		if returned.Load() {
+			after.Add(1)
+		}
+		return nil
+	}))
+	rdb.AddHook(&replyDelay{armed: &armed, delay: 300 * time.Millisecond, seen: inExec})
+	prefix := redistest.Prefix(t)
+	q := queueOn(t, rdb, prefix, Config{})
+	clean := queueOn(t, redistest.Client(t, nil), prefix, Config{})
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	armed.Store(true)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var ran atomic.Int32
+	go func() {
+		done <- q.Work(wctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { ran.Add(1); return nil, nil }),
+			&WorkOpts{Concurrency: 1, Logger: quiet})
+	}()
+	<-inExec // the claim's EXEC has run; its reply is late
+	stop()
+	require.NoError(t, <-done)
+	returned.Store(true)
+	got, err := clean.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatePending, got.State, "Work returned with the job it claimed still leased to it")
+	require.Zero(t, got.Attempt)
+	require.Zero(t, ran.Load())
+	time.Sleep(500 * time.Millisecond)
+	require.Zero(t, after.Load(), "Work's claim talked to Redis after Work returned")
+}
+
+// replyDelay holds back the reply of every MULTI/EXEC while armed: the
+// EXEC runs in Redis at once, and its caller hears of it delay later.
+type replyDelay struct {
+	armed *atomic.Bool
+	delay time.Duration
+	seen  chan struct{}
+}
+
+func (h *replyDelay) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *replyDelay) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *replyDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.armed.Load() && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "exec" }) {
+			select {
+			case h.seen <- struct{}{}:
+			default:
+			}
+			time.Sleep(h.delay)
+		}
+		return err
+	}
 }
