@@ -409,6 +409,7 @@ func TestClusterVerifyAfterSlotMove(t *testing.T) {
 			if slow.Load() {
 				time.Sleep(300 * time.Millisecond)
 			}
+			//lint:ignore SA1019 ClusterOptions.ClusterSlots takes CLUSTER SLOTS' shape
 			return plain.ClusterSlots(ctx).Result()
 		}
 	})

@@ -114,11 +114,7 @@ type futureFields struct {
 	raw   []byte // their encoding; never modified
 }
 
-// minor is the minor version to write: this build's, or the newer one
-// whose fields the job carries.
-func (j *Job) minor() uint64 { return j.minorAs(knownFields) }
-
-// minorAs is minor for a build that knows the first known fields (tests
+// minorAs is the minor version to write for a build that knows the first known fields: that build's, or the newer one whose fields the job carries (tests
 // use it to play an older build: see decodeJobAs).
 func (j *Job) minorAs(known int) uint64 { return max(uint64(known-v1Fields), j.future.minor) }
 
@@ -179,11 +175,4 @@ func cloneMeta(m map[string]string) map[string]string {
 func cloneJob(j *Job) *Job {
 	c := *j
 	return &c
-}
-
-func orEmpty(j *Job) *Job {
-	if j == nil {
-		return &Job{}
-	}
-	return j
 }

@@ -538,7 +538,7 @@ func observe(rt *rapid.T, f *fixture, m *model, ids, keys []string) view {
 			}
 		}
 		for _, w := range sv.waiting {
-			x.Waiting = append(x.Waiting, mwait{id: w.id, prio: w.prio, runAt: w.runAt, pulled: w.pulled})
+			x.Waiting = append(x.Waiting, mwait(w))
 		}
 		if x.Limit == 0 && len(x.Leases) == 0 && len(x.Waiting) == 0 {
 			continue

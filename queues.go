@@ -31,8 +31,8 @@ func Queues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]st
 		var found []string
 		for it.Next(ctx) {
 			k := it.Val()
-			name, ok := strings.CutPrefix(k, prefix+":{")
-			if name, ok = strings.CutSuffix(name, "}:meta"); ok && validName("queue name", name, false) == nil {
+			name, okPrefix := strings.CutPrefix(k, prefix+":{")
+			if name, ok := strings.CutSuffix(name, "}:meta"); okPrefix && ok && validName("queue name", name, false) == nil {
 				found = append(found, name)
 			}
 		}

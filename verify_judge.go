@@ -124,7 +124,7 @@ func (q *Queue) judge(id string, v value, have []placed, now time.Time) (Finding
 	want := placed{index: idxCorrupt}
 	if v.job != nil {
 		e := derive(v.job)
-		want = placed{e.index, e.score}
+		want = placed(e)
 	}
 	switch {
 	case len(have) == 0:
