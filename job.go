@@ -114,8 +114,9 @@ type futureFields struct {
 	raw   []byte // their encoding; never modified
 }
 
-// minorAs is the minor version to write for a build that knows the first known fields: that build's, or the newer one whose fields the job carries (tests
-// use it to play an older build: see decodeJobAs).
+// minorAs is the minor version to write for a build that knows the first
+// known fields: that build's, or the newer one whose fields the job
+// carries (tests use it to play an older build: see decodeJobAs).
 func (j *Job) minorAs(known int) uint64 { return max(uint64(known-v1Fields), j.future.minor) }
 
 // Limits of Job.Meta, checked by Enqueue, EnqueueMany, Update, Marshal and
