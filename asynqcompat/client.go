@@ -115,8 +115,10 @@ func (c *Client) Enqueue(task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInf
 }
 
 // EnqueueContext enqueues task to the jobkey queue its type is routed to,
-// or else to asynq, as asynq.Client.EnqueueContext does. For a task routed
-// to jobkey it returns a TaskInfo with ID, Queue, Type, Payload, State
+// or else to asynq, as asynq.Client.EnqueueContext does. A routed task
+// keeps the asynq queue name it was enqueued to ("default" without
+// asynq.Queue) in Meta[MetaQueue]. For a task routed to jobkey it returns a
+// TaskInfo with ID, Queue (that asynq name, as asynq returns it), Type, Payload, State
 // (asynq.TaskStatePending or asynq.TaskStateScheduled), MaxRetry
 // (MaxAttempts-1), Timeout and NextProcessAt filled from the stored job.
 func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
@@ -153,9 +155,10 @@ func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...a
 	return TaskInfo(j), nil
 }
 
-// TaskInfo describes a jobkey job as an asynq.TaskInfo: ID, Queue, Type,
-// Payload, State, MaxRetry (MaxAttempts-1), Retried (Attempt, less the
-// attempt running while active), LastErr, Timeout (the job's own; 0 when
+// TaskInfo describes a jobkey job as an asynq.TaskInfo: ID, Queue (the
+// asynq queue the task was enqueued to, see QueueName), Type, Payload,
+// State, MaxRetry (see MaxRetry), Retried (the retries spent before a move,
+// plus Attempt, less the attempt running while active), LastErr, Timeout (the job's own; 0 when
 // it has none), NextProcessAt (RunAt while pending), CompletedAt and
 // Result. A pending job due later is
 // TaskStateScheduled, one due now TaskStatePending; a failed job is
@@ -164,8 +167,8 @@ func TaskInfo(j *jobkey.Job) *asynq.TaskInfo {
 	if j == nil {
 		return nil
 	}
-	ti := &asynq.TaskInfo{ID: j.ID, Queue: j.Queue, Type: j.Type, Payload: j.Payload,
-		MaxRetry: max(j.MaxAttempts-1, 0), Retried: j.Attempt, LastErr: j.LastError, Timeout: j.Timeout, Result: j.Result}
+	ti := &asynq.TaskInfo{ID: j.ID, Queue: QueueName(j), Type: j.Type, Payload: j.Payload,
+		MaxRetry: MaxRetry(j), Retried: retriedBefore(j) + j.Attempt, LastErr: j.LastError, Timeout: j.Timeout, Result: j.Result}
 	switch j.State {
 	case jobkey.StatePending:
 		ti.NextProcessAt = j.RunAt
@@ -175,7 +178,7 @@ func TaskInfo(j *jobkey.Job) *asynq.TaskInfo {
 		}
 	case jobkey.StateActive:
 		ti.State = asynq.TaskStateActive
-		ti.Retried = max(j.Attempt-1, 0)
+		ti.Retried = RetryCount(j)
 	case jobkey.StateSucceeded:
 		ti.State = asynq.TaskStateCompleted
 		ti.CompletedAt = j.UpdatedAt
@@ -207,6 +210,7 @@ var ErrUnsupportedOption = errors.New("asynqcompat: asynq option not supported b
 // mapOptions turns asynq options into jobkey's, picking the queue.
 func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*jobkey.EnqueueOpts, *jobkey.Queue, error) {
 	eo := &jobkey.EnqueueOpts{}
+	asynqQueue := "default" // asynq's, without Queue
 	bad := func(o asynq.Option, reason string) error {
 		return &OptionError{Type: typ, Option: o.String(), Reason: reason}
 	}
@@ -251,6 +255,7 @@ func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*
 			if !ok {
 				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want string", v))
 			}
+			asynqQueue = name
 			picked, ok := c.queues[name]
 			if !ok {
 				return nil, nil, bad(o, fmt.Sprintf("no jobkey queue named %q was given to NewClient (the route's is %q)", name, q.Name()))
@@ -279,6 +284,7 @@ func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*
 			return nil, nil, bad(o, "unknown option type")
 		}
 	}
+	eo.Meta = map[string]string{MetaQueue: asynqQueue}
 	return eo, q, nil
 }
 

@@ -112,3 +112,19 @@ type strangeOption struct{}
 func (strangeOption) String() string         { return "Strange()" }
 func (strangeOption) Type() asynq.OptionType { return asynq.OptionType(99) }
 func (strangeOption) Value() any             { return nil }
+
+// A routed task reports the asynq queue it was enqueued to, as asynq does:
+// "default" without asynq.Queue, whatever the jobkey queue is named.
+func TestClientTaskInfoQueueIsTheAsynqQueue(t *testing.T) {
+	e := newEnv(t)
+	emails := e.queue(t, "emails", nil)
+	c := NewClient(nil, []Route{{Type: "email:welcome", To: emails}})
+	info, err := c.Enqueue(asynq.NewTask("email:welcome", []byte("ada")), asynq.TaskID("a"))
+	require.NoError(t, err)
+	require.Equal(t, "default", info.Queue)
+	j, err := emails.Get(e.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, "emails", j.Queue)
+	require.Equal(t, "default", TaskInfo(j).Queue)
+	require.Equal(t, "default", QueueName(j), "what asynq.GetQueueName reports to the handler")
+}
