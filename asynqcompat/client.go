@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"time"
 	"unsafe"
@@ -24,6 +25,11 @@ type Route struct {
 	// To is the jobkey queue the tasks go to. A nil To routes the tasks to
 	// asynq (useful before a broader Match).
 	To *jobkey.Queue
+	// Queues maps the asynq queue names that call sites pass with
+	// asynq.Queue(name) to the jobkey queue the route's tasks then go to.
+	// "default", asynq's queue when none is given, goes to To unless
+	// Queues names it.
+	Queues map[string]*jobkey.Queue
 }
 
 func (r Route) matches(typ string) bool {
@@ -47,8 +53,10 @@ func (r Route) matches(typ string) bool {
 //   - MaxRetry(n) → EnqueueOpts.MaxAttempts n+1 (asynq counts retries after
 //     the first run; without it the jobkey queue's Config.MaxAttempts
 //     applies);
-//   - Queue(name) must name the route's queue, or one of the queues given
-//     to NewClient, which it then picks;
+//   - Queue(name) picks the jobkey queue the route's Queues maps name to;
+//     else "default" (asynq's queue when none is given) picks the route's
+//     To; else name must be the name of a jobkey queue of the routes or
+//     given to NewClient, which it then picks; any other name is refused;
 //   - Timeout(d) → EnqueueOpts.Timeout d, kept to the millisecond (asynq
 //     truncates it to whole seconds): Work ends each run's context after d
 //     and the attempt fails and is retried, as in asynq. Timeout(0) is no
@@ -85,7 +93,8 @@ type Client struct {
 // jobkey queues that asynq.Queue(name) may pick, besides the routes' own.
 func NewClient(ac *asynq.Client, routes []Route, extra ...*jobkey.Queue) *Client {
 	c := &Client{asynq: ac, routes: append([]Route(nil), routes...), queues: map[string]*jobkey.Queue{}}
-	for _, r := range routes {
+	for i, r := range c.routes {
+		c.routes[i].Queues = maps.Clone(r.Queues) // the caller's map may change later
 		if r.To != nil {
 			c.queues[r.To.Name()] = r.To
 		}
@@ -101,12 +110,16 @@ func NewClient(ac *asynq.Client, routes []Route, extra ...*jobkey.Queue) *Client
 // Route returns the jobkey queue that tasks of type typ go to, or nil when
 // they go to asynq.
 func (c *Client) Route(typ string) *jobkey.Queue {
+	return c.route(typ).To
+}
+
+func (c *Client) route(typ string) Route {
 	for _, r := range c.routes {
 		if r.matches(typ) {
-			return r.To
+			return r
 		}
 	}
-	return nil
+	return Route{}
 }
 
 // Enqueue enqueues task as EnqueueContext does, with context.Background.
@@ -125,8 +138,8 @@ func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...a
 	if task == nil {
 		return nil, errors.New("asynqcompat: task cannot be nil")
 	}
-	q := c.Route(task.Type())
-	if q == nil {
+	r := c.route(task.Type())
+	if r.To == nil {
 		if c.asynq == nil {
 			return nil, fmt.Errorf("asynqcompat: task type %q is routed to asynq, but the Client has no asynq client", task.Type())
 		}
@@ -137,7 +150,7 @@ func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...a
 		return nil, err
 	}
 	all = append(all, opts...)
-	eo, q, err := c.mapOptions(task.Type(), q, all)
+	eo, q, err := c.mapOptions(task.Type(), r, all)
 	if err != nil {
 		return nil, err
 	}
@@ -208,8 +221,9 @@ func (e *OptionError) Is(target error) bool { return target == ErrUnsupportedOpt
 var ErrUnsupportedOption = errors.New("asynqcompat: asynq option not supported by jobkey")
 
 // mapOptions turns asynq options into jobkey's, picking the queue.
-func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*jobkey.EnqueueOpts, *jobkey.Queue, error) {
+func (c *Client) mapOptions(typ string, r Route, opts []asynq.Option) (*jobkey.EnqueueOpts, *jobkey.Queue, error) {
 	eo := &jobkey.EnqueueOpts{}
+	q := r.To
 	asynqQueue := "default" // asynq's, without Queue
 	bad := func(o asynq.Option, reason string) error {
 		return &OptionError{Type: typ, Option: o.String(), Reason: reason}
@@ -256,9 +270,15 @@ func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*
 				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want string", v))
 			}
 			asynqQueue = name
-			picked, ok := c.queues[name]
-			if !ok {
-				return nil, nil, bad(o, fmt.Sprintf("no jobkey queue named %q was given to NewClient (the route's is %q)", name, q.Name()))
+			picked, ok := r.Queues[name]
+			switch {
+			case ok && picked != nil:
+			case name == "default":
+				picked = r.To
+			default:
+				if picked, ok = c.queues[name]; !ok {
+					return nil, nil, bad(o, fmt.Sprintf("the route maps no asynq queue %q in Route.Queues, and no jobkey queue of that name was given to NewClient (the route's is %q)", name, r.To.Name()))
+				}
 			}
 			q = picked
 		case asynq.TimeoutOpt:

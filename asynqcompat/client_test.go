@@ -128,3 +128,30 @@ func TestClientTaskInfoQueueIsTheAsynqQueue(t *testing.T) {
 	require.Equal(t, "default", TaskInfo(j).Queue)
 	require.Equal(t, "default", QueueName(j), "what asynq.GetQueueName reports to the handler")
 }
+
+// Call sites that pass asynq queue names keep their code: "default" goes
+// to the route's queue, as it is asynq's queue when none is given, and
+// Route.Queues maps other asynq names to jobkey queues.
+func TestClientMapsAsynqQueueNames(t *testing.T) {
+	e := newEnv(t)
+	emails := e.queue(t, "emails", nil)
+	urgent := e.queue(t, "emails-urgent", nil)
+	c := NewClient(nil, []Route{{Type: "email:welcome", To: emails,
+		Queues: map[string]*jobkey.Queue{"critical": urgent}}})
+	info, err := c.Enqueue(asynq.NewTask("email:welcome", nil), asynq.Queue("default"), asynq.TaskID("d"))
+	require.NoError(t, err)
+	require.Equal(t, "default", info.Queue)
+	_, err = emails.Get(e.ctx, "d")
+	require.NoError(t, err)
+
+	info, err = c.Enqueue(asynq.NewTask("email:welcome", nil, asynq.Queue("critical")), asynq.TaskID("c"))
+	require.NoError(t, err)
+	require.Equal(t, "critical", info.Queue)
+	j, err := urgent.Get(e.ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, "critical", QueueName(j))
+
+	// A name neither mapped nor a jobkey queue's is still refused.
+	_, err = c.Enqueue(asynq.NewTask("email:welcome", nil), asynq.Queue("low"), asynq.TaskID("l"))
+	require.ErrorIs(t, err, ErrUnsupportedOption)
+}
