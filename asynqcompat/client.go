@@ -51,8 +51,9 @@ func (r Route) matches(typ string) bool {
 //   - TaskID(id) → EnqueueOpts.ID; a taken ID is an error matching both
 //     asynq.ErrTaskIDConflict and jobkey.ErrJobExists;
 //   - MaxRetry(n) → EnqueueOpts.MaxAttempts n+1 (asynq counts retries after
-//     the first run; without it the jobkey queue's Config.MaxAttempts
-//     applies);
+//     the first run); without it MaxAttempts is DefaultMaxRetry+1, 26, as
+//     asynq retries 25 times (the jobkey queue's Config.MaxAttempts does not
+//     apply to routed tasks);
 //   - Queue(name) picks the jobkey queue the route's Queues maps name to;
 //     else "default" (asynq's queue when none is given) picks the route's
 //     To; else name must be the name of a jobkey queue of the routes or
@@ -303,6 +304,9 @@ func (c *Client) mapOptions(typ string, r Route, opts []asynq.Option) (*jobkey.E
 		default:
 			return nil, nil, bad(o, "unknown option type")
 		}
+	}
+	if eo.MaxAttempts == 0 {
+		eo.MaxAttempts = DefaultMaxRetry + 1 // asynq.Client's default
 	}
 	eo.Meta = map[string]string{MetaQueue: asynqQueue}
 	return eo, q, nil
