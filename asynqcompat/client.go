@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"time"
 	"unsafe"
@@ -24,6 +25,11 @@ type Route struct {
 	// To is the jobkey queue the tasks go to. A nil To routes the tasks to
 	// asynq (useful before a broader Match).
 	To *jobkey.Queue
+	// Queues maps the asynq queue names that call sites pass with
+	// asynq.Queue(name) to the jobkey queue the route's tasks then go to.
+	// "default", asynq's queue when none is given, goes to To unless
+	// Queues names it.
+	Queues map[string]*jobkey.Queue
 }
 
 func (r Route) matches(typ string) bool {
@@ -45,10 +51,13 @@ func (r Route) matches(typ string) bool {
 //   - TaskID(id) → EnqueueOpts.ID; a taken ID is an error matching both
 //     asynq.ErrTaskIDConflict and jobkey.ErrJobExists;
 //   - MaxRetry(n) → EnqueueOpts.MaxAttempts n+1 (asynq counts retries after
-//     the first run; without it the jobkey queue's Config.MaxAttempts
-//     applies);
-//   - Queue(name) must name the route's queue, or one of the queues given
-//     to NewClient, which it then picks;
+//     the first run); without it MaxAttempts is DefaultMaxRetry+1, 26, as
+//     asynq retries 25 times (the jobkey queue's Config.MaxAttempts does not
+//     apply to routed tasks);
+//   - Queue(name) picks the jobkey queue the route's Queues maps name to;
+//     else "default" (asynq's queue when none is given) picks the route's
+//     To; else name must be the name of a jobkey queue of the routes or
+//     given to NewClient, which it then picks; any other name is refused;
 //   - Timeout(d) → EnqueueOpts.Timeout d, kept to the millisecond (asynq
 //     truncates it to whole seconds): Work ends each run's context after d
 //     and the attempt fails and is retried, as in asynq. Timeout(0) is no
@@ -85,7 +94,8 @@ type Client struct {
 // jobkey queues that asynq.Queue(name) may pick, besides the routes' own.
 func NewClient(ac *asynq.Client, routes []Route, extra ...*jobkey.Queue) *Client {
 	c := &Client{asynq: ac, routes: append([]Route(nil), routes...), queues: map[string]*jobkey.Queue{}}
-	for _, r := range routes {
+	for i, r := range c.routes {
+		c.routes[i].Queues = maps.Clone(r.Queues) // the caller's map may change later
 		if r.To != nil {
 			c.queues[r.To.Name()] = r.To
 		}
@@ -101,12 +111,16 @@ func NewClient(ac *asynq.Client, routes []Route, extra ...*jobkey.Queue) *Client
 // Route returns the jobkey queue that tasks of type typ go to, or nil when
 // they go to asynq.
 func (c *Client) Route(typ string) *jobkey.Queue {
+	return c.route(typ).To
+}
+
+func (c *Client) route(typ string) Route {
 	for _, r := range c.routes {
 		if r.matches(typ) {
-			return r.To
+			return r
 		}
 	}
-	return nil
+	return Route{}
 }
 
 // Enqueue enqueues task as EnqueueContext does, with context.Background.
@@ -115,16 +129,18 @@ func (c *Client) Enqueue(task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInf
 }
 
 // EnqueueContext enqueues task to the jobkey queue its type is routed to,
-// or else to asynq, as asynq.Client.EnqueueContext does. For a task routed
-// to jobkey it returns a TaskInfo with ID, Queue, Type, Payload, State
+// or else to asynq, as asynq.Client.EnqueueContext does. A routed task
+// keeps the asynq queue name it was enqueued to ("default" without
+// asynq.Queue) in Meta[MetaQueue]. For a task routed to jobkey it returns a
+// TaskInfo with ID, Queue (that asynq name, as asynq returns it), Type, Payload, State
 // (asynq.TaskStatePending or asynq.TaskStateScheduled), MaxRetry
 // (MaxAttempts-1), Timeout and NextProcessAt filled from the stored job.
 func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
 	if task == nil {
 		return nil, errors.New("asynqcompat: task cannot be nil")
 	}
-	q := c.Route(task.Type())
-	if q == nil {
+	r := c.route(task.Type())
+	if r.To == nil {
 		if c.asynq == nil {
 			return nil, fmt.Errorf("asynqcompat: task type %q is routed to asynq, but the Client has no asynq client", task.Type())
 		}
@@ -135,7 +151,7 @@ func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...a
 		return nil, err
 	}
 	all = append(all, opts...)
-	eo, q, err := c.mapOptions(task.Type(), q, all)
+	eo, q, err := c.mapOptions(task.Type(), r, all)
 	if err != nil {
 		return nil, err
 	}
@@ -153,9 +169,10 @@ func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...a
 	return TaskInfo(j), nil
 }
 
-// TaskInfo describes a jobkey job as an asynq.TaskInfo: ID, Queue, Type,
-// Payload, State, MaxRetry (MaxAttempts-1), Retried (Attempt, less the
-// attempt running while active), LastErr, Timeout (the job's own; 0 when
+// TaskInfo describes a jobkey job as an asynq.TaskInfo: ID, Queue (the
+// asynq queue the task was enqueued to, see QueueName), Type, Payload,
+// State, MaxRetry (see MaxRetry), Retried (the retries spent before a move,
+// plus Attempt, less the attempt running while active), LastErr, Timeout (the job's own; 0 when
 // it has none), NextProcessAt (RunAt while pending), CompletedAt and
 // Result. A pending job due later is
 // TaskStateScheduled, one due now TaskStatePending; a failed job is
@@ -164,8 +181,8 @@ func TaskInfo(j *jobkey.Job) *asynq.TaskInfo {
 	if j == nil {
 		return nil
 	}
-	ti := &asynq.TaskInfo{ID: j.ID, Queue: j.Queue, Type: j.Type, Payload: j.Payload,
-		MaxRetry: max(j.MaxAttempts-1, 0), Retried: j.Attempt, LastErr: j.LastError, Timeout: j.Timeout, Result: j.Result}
+	ti := &asynq.TaskInfo{ID: j.ID, Queue: QueueName(j), Type: j.Type, Payload: j.Payload,
+		MaxRetry: MaxRetry(j), Retried: retriedBefore(j) + j.Attempt, LastErr: j.LastError, Timeout: j.Timeout, Result: j.Result}
 	switch j.State {
 	case jobkey.StatePending:
 		ti.NextProcessAt = j.RunAt
@@ -175,7 +192,7 @@ func TaskInfo(j *jobkey.Job) *asynq.TaskInfo {
 		}
 	case jobkey.StateActive:
 		ti.State = asynq.TaskStateActive
-		ti.Retried = max(j.Attempt-1, 0)
+		ti.Retried = RetryCount(j)
 	case jobkey.StateSucceeded:
 		ti.State = asynq.TaskStateCompleted
 		ti.CompletedAt = j.UpdatedAt
@@ -205,8 +222,10 @@ func (e *OptionError) Is(target error) bool { return target == ErrUnsupportedOpt
 var ErrUnsupportedOption = errors.New("asynqcompat: asynq option not supported by jobkey")
 
 // mapOptions turns asynq options into jobkey's, picking the queue.
-func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*jobkey.EnqueueOpts, *jobkey.Queue, error) {
+func (c *Client) mapOptions(typ string, r Route, opts []asynq.Option) (*jobkey.EnqueueOpts, *jobkey.Queue, error) {
 	eo := &jobkey.EnqueueOpts{}
+	q := r.To
+	asynqQueue := "default" // asynq's, without Queue
 	bad := func(o asynq.Option, reason string) error {
 		return &OptionError{Type: typ, Option: o.String(), Reason: reason}
 	}
@@ -251,9 +270,16 @@ func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*
 			if !ok {
 				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want string", v))
 			}
-			picked, ok := c.queues[name]
-			if !ok {
-				return nil, nil, bad(o, fmt.Sprintf("no jobkey queue named %q was given to NewClient (the route's is %q)", name, q.Name()))
+			asynqQueue = name
+			picked, ok := r.Queues[name]
+			switch {
+			case ok && picked != nil:
+			case name == "default":
+				picked = r.To
+			default:
+				if picked, ok = c.queues[name]; !ok {
+					return nil, nil, bad(o, fmt.Sprintf("the route maps no asynq queue %q in Route.Queues, and no jobkey queue of that name was given to NewClient (the route's is %q)", name, r.To.Name()))
+				}
 			}
 			q = picked
 		case asynq.TimeoutOpt:
@@ -279,6 +305,10 @@ func (c *Client) mapOptions(typ string, q *jobkey.Queue, opts []asynq.Option) (*
 			return nil, nil, bad(o, "unknown option type")
 		}
 	}
+	if eo.MaxAttempts == 0 {
+		eo.MaxAttempts = DefaultMaxRetry + 1 // asynq.Client's default
+	}
+	eo.Meta = map[string]string{MetaQueue: asynqQueue}
 	return eo, q, nil
 }
 

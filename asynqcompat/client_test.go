@@ -112,3 +112,46 @@ type strangeOption struct{}
 func (strangeOption) String() string         { return "Strange()" }
 func (strangeOption) Type() asynq.OptionType { return asynq.OptionType(99) }
 func (strangeOption) Value() any             { return nil }
+
+// A routed task reports the asynq queue it was enqueued to, as asynq does:
+// "default" without asynq.Queue, whatever the jobkey queue is named.
+func TestClientTaskInfoQueueIsTheAsynqQueue(t *testing.T) {
+	e := newEnv(t)
+	emails := e.queue(t, "emails", nil)
+	c := NewClient(nil, []Route{{Type: "email:welcome", To: emails}})
+	info, err := c.Enqueue(asynq.NewTask("email:welcome", []byte("ada")), asynq.TaskID("a"))
+	require.NoError(t, err)
+	require.Equal(t, "default", info.Queue)
+	j, err := emails.Get(e.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, "emails", j.Queue)
+	require.Equal(t, "default", TaskInfo(j).Queue)
+	require.Equal(t, "default", QueueName(j), "what asynq.GetQueueName reports to the handler")
+}
+
+// Call sites that pass asynq queue names keep their code: "default" goes
+// to the route's queue, as it is asynq's queue when none is given, and
+// Route.Queues maps other asynq names to jobkey queues.
+func TestClientMapsAsynqQueueNames(t *testing.T) {
+	e := newEnv(t)
+	emails := e.queue(t, "emails", nil)
+	urgent := e.queue(t, "emails-urgent", nil)
+	c := NewClient(nil, []Route{{Type: "email:welcome", To: emails,
+		Queues: map[string]*jobkey.Queue{"critical": urgent}}})
+	info, err := c.Enqueue(asynq.NewTask("email:welcome", nil), asynq.Queue("default"), asynq.TaskID("d"))
+	require.NoError(t, err)
+	require.Equal(t, "default", info.Queue)
+	_, err = emails.Get(e.ctx, "d")
+	require.NoError(t, err)
+
+	info, err = c.Enqueue(asynq.NewTask("email:welcome", nil, asynq.Queue("critical")), asynq.TaskID("c"))
+	require.NoError(t, err)
+	require.Equal(t, "critical", info.Queue)
+	j, err := urgent.Get(e.ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, "critical", QueueName(j))
+
+	// A name neither mapped nor a jobkey queue's is still refused.
+	_, err = c.Enqueue(asynq.NewTask("email:welcome", nil), asynq.Queue("low"), asynq.TaskID("l"))
+	require.ErrorIs(t, err, ErrUnsupportedOption)
+}

@@ -41,25 +41,38 @@ import (
 // Deadline has no jobkey equivalent (Client refuses it, Migrate skips the
 // tasks that have one).
 //
-// What asynq serves only from inside its own server, and jobkey cannot:
+// What asynq serves only from inside its own server is served here too,
+// with asynq v0.26.0 (the version whose unexported layout this package
+// checks; with another, these fall back as described below):
 //
-//   - task.ResultWriter() is nil: asynq's ResultWriter has no exported
-//     constructor. A handler that calls task.ResultWriter().Write panics,
-//     and the attempt fails. Call SetResult(ctx, data) instead; the data
-//     becomes jobkey's Job.Result.
-//   - asynq.GetTaskID, asynq.GetRetryCount, asynq.GetMaxRetry and
-//     asynq.GetQueueName return ok == false: they read a context key of
-//     asynq's internal/context package, unexported, which no other package
-//     can set. Use JobFrom(ctx) instead: Job.ID is the task ID (a task moved
-//     by Migrate keeps its asynq ID), Job.Attempt-1 the retry count,
-//     Job.MaxAttempts-1 the max retry, and Job.Queue the queue's name.
+//   - task.ResultWriter() is a working *asynq.ResultWriter: Write keeps the
+//     data, and the last data written (or passed to SetResult) becomes
+//     Job.Result when the run succeeds. asynq writes a result at once, and
+//     keeps it even if the run then fails; jobkey records a result only
+//     with a success. After the run's context ends, Write fails, as in
+//     asynq. TaskID() is the job's ID.
+//   - asynq.GetTaskID (Job.ID), asynq.GetRetryCount (RetryCount),
+//     asynq.GetMaxRetry (MaxRetry) and asynq.GetQueueName (QueueName)
+//     report what asynq would: counts go on from the retries a task had
+//     spent in asynq before a move (Meta[MetaRetried]), and the queue is
+//     the asynq queue the task was enqueued to (Meta[MetaQueue]).
+//
+// Both need asynq internals that no exported API reaches: the Task's
+// unexported ResultWriter field, and the context key and value type of
+// asynq's internal/context package (built here by that package's own New,
+// linked by name). With an asynq other than v0.26.0, or a replaced one,
+// task.ResultWriter() is nil and the helpers return ok == false; use
+// SetResult and JobFrom(ctx) with RetryCount, MaxRetry and QueueName then.
 func Handler(h asynq.Handler) jobkey.Handler {
 	return jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
 		var res resultBox
-		ctx = context.WithValue(ctx, jobCtxKey{}, j)
-		ctx = context.WithValue(ctx, resultCtxKey{}, &res)
-		task := asynq.NewTask(j.Type, j.Payload)
-		err := h.ProcessTask(ctx, task)
+		in := loadInternals()
+		hctx := context.WithValue(ctx, jobCtxKey{}, j)
+		hctx = context.WithValue(hctx, resultCtxKey{}, &res)
+		if in.ok {
+			hctx = in.withMetadata(hctx, j.ID, QueueName(j), MaxRetry(j), RetryCount(j))
+		}
+		err := h.ProcessTask(hctx, in.newTask(hctx, j, &res))
 		switch {
 		case err == nil && errors.Is(context.Cause(ctx), jobkey.ErrTimeout):
 			// asynq's server fails the run at the timeout and does not wait
@@ -95,6 +108,14 @@ type resultBox struct {
 	data []byte
 }
 
+func (b *resultBox) set(data []byte) {
+	b.mu.Lock()
+	b.data = append([]byte(nil), data...)
+	b.mu.Unlock()
+}
+
+var errUnexpectedWrite = errors.New("asynqcompat: the adapted task's ResultWriter was asked for a write other than a result")
+
 func (b *resultBox) get() []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -102,9 +123,9 @@ func (b *resultBox) get() []byte {
 }
 
 // JobFrom returns the jobkey job that a handler run by Handler or
-// HandlerFunc is working on: jobkey's answer to asynq.GetTaskID (Job.ID),
-// asynq.GetRetryCount (Job.Attempt-1), asynq.GetMaxRetry (Job.MaxAttempts-1)
-// and asynq.GetQueueName (Job.Queue). ok is false outside such a handler.
+// HandlerFunc is working on; RetryCount, MaxRetry and QueueName read
+// asynq's counts and queue name from it. ok is false outside such a
+// handler.
 // The job is the worker's: read it, do not change it.
 func JobFrom(ctx context.Context) (j *jobkey.Job, ok bool) {
 	j, ok = ctx.Value(jobCtxKey{}).(*jobkey.Job)
@@ -112,8 +133,8 @@ func JobFrom(ctx context.Context) (j *jobkey.Job, ok bool) {
 }
 
 // SetResult sets the result that a handler run by Handler or HandlerFunc
-// returns to jobkey on success (Job.Result), in place of asynq's
-// task.ResultWriter().Write, which cannot be served outside asynq. A later
+// returns to jobkey on success (Job.Result), as task.ResultWriter().Write
+// does. A later
 // call replaces an earlier one. It reports false, and keeps nothing,
 // outside such a handler.
 func SetResult(ctx context.Context, data []byte) bool {
@@ -121,8 +142,6 @@ func SetResult(ctx context.Context, data []byte) bool {
 	if !ok || box == nil {
 		return false
 	}
-	box.mu.Lock()
-	box.data = append([]byte(nil), data...)
-	box.mu.Unlock()
+	box.set(data)
 	return true
 }

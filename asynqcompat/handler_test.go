@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -50,23 +51,6 @@ func TestHandlerOutcomes(t *testing.T) {
 		mu.Lock()
 		seen[j.ID] = append(seen[j.ID], fmt.Sprintf("%s:%s:%d/%d:%s", task.Type(), task.Payload(), j.Attempt, j.MaxAttempts, j.Queue))
 		mu.Unlock()
-		// What asynq serves only inside its server is absent here, as
-		// documented.
-		if _, ok := asynq.GetTaskID(ctx); ok {
-			return errors.New("GetTaskID served outside asynq")
-		}
-		if _, ok := asynq.GetRetryCount(ctx); ok {
-			return errors.New("GetRetryCount served outside asynq")
-		}
-		if _, ok := asynq.GetMaxRetry(ctx); ok {
-			return errors.New("GetMaxRetry served outside asynq")
-		}
-		if _, ok := asynq.GetQueueName(ctx); ok {
-			return errors.New("GetQueueName served outside asynq")
-		}
-		if task.ResultWriter() != nil {
-			return errors.New("a ResultWriter outside asynq")
-		}
 		switch string(task.Payload()) {
 		case "ok":
 			SetResult(ctx, []byte("result of "+j.ID))
@@ -82,7 +66,7 @@ func TestHandlerOutcomes(t *testing.T) {
 			return nil
 		case "panic":
 			var w *asynq.ResultWriter
-			_, err := w.Write([]byte("x")) // what task.ResultWriter().Write does outside asynq
+			_, err := w.Write([]byte("x")) // a handler that panics
 			return err
 		}
 		return errors.New("unexpected payload")
@@ -166,4 +150,73 @@ func TestJobFromAndSetResultOutsideAHandler(t *testing.T) {
 	_, ok := JobFrom(context.Background())
 	require.False(t, ok)
 	require.False(t, SetResult(context.Background(), []byte("x")))
+}
+
+// A handler that reads asynq's context helpers and writes its result with
+// task.ResultWriter() runs unchanged: the helpers report what asynq would,
+// the counts going on from the retries spent in asynq before a move, and
+// the last write becomes the job's result.
+func TestHandlerServesAsynqHelpersAndResultWriter(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue(t, "jk", &jobkey.Config{Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	h := HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, ok1 := asynq.GetTaskID(ctx)
+		n, ok2 := asynq.GetRetryCount(ctx)
+		m, ok3 := asynq.GetMaxRetry(ctx)
+		qn, ok4 := asynq.GetQueueName(ctx)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return fmt.Errorf("asynq helpers not served: %v %v %v %v", ok1, ok2, ok3, ok4)
+		}
+		mu.Lock()
+		seen[id] = append(seen[id], fmt.Sprintf("%d/%d %s", n, m, qn))
+		mu.Unlock()
+		w := task.ResultWriter()
+		if w == nil {
+			return errors.New("no ResultWriter")
+		}
+		if w.TaskID() != id {
+			return fmt.Errorf("ResultWriter.TaskID %q, want %q", w.TaskID(), id)
+		}
+		if _, err := w.Write([]byte("first")); err != nil {
+			return err
+		}
+		if n == 5 || id == "fresh" && n == 0 {
+			return errors.New("fail once")
+		}
+		_, err := w.Write([]byte("done at " + strconv.Itoa(n)))
+		return err
+	})
+	_, err := q.Enqueue(e.ctx, "t", nil, &jobkey.EnqueueOpts{ID: "moved", MaxAttempts: 3,
+		Meta: map[string]string{MetaRetried: "5", MetaQueue: "critical"}})
+	require.NoError(t, err)
+	_, err = q.Enqueue(e.ctx, "t", nil, &jobkey.EnqueueOpts{ID: "fresh", MaxAttempts: 4})
+	require.NoError(t, err)
+	jobs := work(t, e, q, h, "moved", "fresh")
+
+	require.Equal(t, jobkey.StateSucceeded, jobs["moved"].State, jobs["moved"].LastError)
+	require.Equal(t, []string{"5/7 critical", "6/7 critical"}, seen["moved"])
+	require.Equal(t, "done at 6", string(jobs["moved"].Result))
+	require.Equal(t, jobkey.StateSucceeded, jobs["fresh"].State, jobs["fresh"].LastError)
+	require.Equal(t, []string{"0/3 jk", "1/3 jk"}, seen["fresh"])
+	require.Equal(t, "done at 1", string(jobs["fresh"].Result))
+}
+
+// As in asynq, the ResultWriter refuses a write once the run's context has
+// ended.
+func TestHandlerResultWriterRefusesAfterTheRunEnds(t *testing.T) {
+	t.Parallel()
+	var werr error
+	h := HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		<-ctx.Done()
+		_, werr = task.ResultWriter().Write([]byte("late"))
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := h.Work(ctx, &jobkey.Job{ID: "x", Queue: "q", Type: "t", Attempt: 1, MaxAttempts: 1})
+	require.NoError(t, err)
+	require.Nil(t, res)
+	require.ErrorIs(t, werr, context.Canceled)
 }
