@@ -300,6 +300,7 @@ func validOwner(worker string) error {
 // entries per index, of every shard when the pool cannot vouch for some.
 func (q *Queue) candidates(ctx context.Context, round, n, mode int) (_ dueView, pooled bool, _ error) {
 	work := q.listeners.Load() > 0
+	q.probeGone()
 	if round == 0 && work {
 		if cands := q.pool.take(n, mode); len(cands) > 0 {
 			return dueView{cands: cands}, true, nil

@@ -114,9 +114,14 @@ func (q *Queue) dueCandidatesN(ctx context.Context, n int) (dueView, error) {
 // claimShards is how many shards a claim reads first.
 const claimShards = 4
 
-// dueIn reads the due entries of the given shards (nil: all of them).
+// dueIn reads the due entries of the given shards (nil: all of them),
+// less those whose node could not be reached lately (upShards).
 func (q *Queue) dueIn(ctx context.Context, n int, shards []int) (dueView, error) {
-	shards = q.upShards(shards)
+	return q.dueOf(ctx, n, q.upShards(shards))
+}
+
+// dueOf reads the due entries of shards.
+func (q *Queue) dueOf(ctx context.Context, n int, shards []int) (dueView, error) {
 	if err := q.check(ctx, true); err != nil {
 		return dueView{}, err
 	}
@@ -140,7 +145,7 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) (dueView, error)
 	if !knew && q.prios.Load() {
 		// The read found that the queue uses priorities, whose indexes it
 		// did not read: read again, every priority's (once per process).
-		return q.dueIn(ctx, n, shards)
+		return q.dueOf(ctx, n, shards)
 	}
 	if len(broken) > 0 {
 		out = slices.DeleteFunc(out, func(c candidate) bool { return broken[c.shard] })
@@ -149,14 +154,22 @@ func (q *Queue) dueIn(ctx context.Context, n int, shards []int) (dueView, error)
 		return dueView{}, firstErr
 	}
 	// A shard that could not be read counts as read: a claim cannot take
-	// anything of it either.
-	return dueView{cands: out, shards: shards, full: full, at: sent}, nil
+	// anything of it either. Those whose node could not be reached are
+	// named, for the pool to leave out until a read reaches them.
+	var down []int
+	for s := range broken {
+		if q.down.has(s) {
+			down = append(down, s)
+		}
+	}
+	return dueView{cands: out, shards: shards, down: down, full: full, at: sent}, nil
 }
 
 // upShards returns shards (nil: all of them) less those whose node could
-// not be reached a moment ago: claims on a cluster with a dead master do
-// not wait on its dial timeout every time. When every shard is out, all
-// are tried.
+// not be reached a moment ago, or at the last read of them: claims on a
+// cluster with a dead master do not wait on its dial timeout (which may
+// be seconds of dial retries) every time; a read apart looks at them
+// again (probeGone). When every shard is out, all are tried.
 func (q *Queue) upShards(shards []int) []int {
 	if shards == nil {
 		shards = make([]int, q.ks.shards)
@@ -164,7 +177,8 @@ func (q *Queue) upShards(shards []int) []int {
 			shards[i] = i
 		}
 	}
-	if up := slices.DeleteFunc(slices.Clone(shards), q.down.has); len(up) > 0 {
+	out := func(s int) bool { return q.down.has(s) || q.pool.isGone(s) }
+	if up := slices.DeleteFunc(slices.Clone(shards), out); len(up) > 0 {
 		return up
 	}
 	return shards

@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -9,11 +10,13 @@ import (
 
 // dueView is one read of due entries: the candidates it found, the shards
 // it read (every due entry of theirs within the read's window is among
-// the candidates), the highest priority whose window it filled (-1: none),
-// and when it was sent.
+// the candidates), those of them whose node it could not reach, the
+// highest priority whose window it filled (-1: none), and when it was
+// sent.
 type dueView struct {
 	cands  []candidate
 	shards []int
+	down   []int
 	full   int
 	at     time.Time
 }
@@ -32,12 +35,22 @@ type dueView struct {
 // candidates have waited longest goes first. A taker bound to one shard (a
 // transaction stays in one hash slot on a cluster) gets nothing while
 // another shard holds a higher priority, or has waited past poolStarve.
+//
+// A shard whose node the last read of it could not reach is left out until
+// a read reaches it again: a read of a dead node may take seconds (the
+// client's dial retries), and the pool must not stop every claim for it.
+// Once downFor has passed, they are read again apart (Queue.probeGone), so
+// a node that is back is seen again.
 type duePool struct {
 	mu     sync.Mutex
 	shards []poolShard
 	skip   func(shard int) bool // shards no read reaches now (their node is down)
 	// refreshing says a read of every shard is under way (refreshDue).
 	refreshing bool
+	// probing says a read of the shards whose node could not be reached
+	// is under way; probeAt, when the last began.
+	probing bool
+	probeAt time.Time
 	// taken remembers the IDs handed out in the last poolTTL, so a read
 	// ahead made while their claims were in flight does not hand them out
 	// again: two transactions watching one candidate would both be retried.
@@ -54,6 +67,7 @@ type poolShard struct {
 	need    int
 	needAt  time.Time
 	waiting time.Time // since when its candidates have waited, none served; zero: it has none
+	gone    bool      // the last read of it could not reach its node
 }
 
 const (
@@ -89,8 +103,83 @@ func newDuePool(shards int, skip func(int) bool) *duePool {
 	return p
 }
 
-// skipped reports a shard no read reaches now.
-func (p *duePool) skipped(s int) bool { return p.skip != nil && p.skip(s) }
+// skipped reports a shard no read reaches now, or none reached last.
+// p.mu is held.
+func (p *duePool) skipped(s int) bool {
+	return p.shards[s].gone || p.skip != nil && p.skip(s)
+}
+
+// probeDue returns the shards whose node the last read could not reach
+// and that are due to be read again (downFor after the last such read),
+// when no such read is under way; if it names some, one is under way from
+// now until probed is called.
+func (p *duePool) probeDue() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.probing || now.Sub(p.probeAt) <= downFor {
+		return nil
+	}
+	var out []int
+	for s := range p.shards {
+		if p.shards[s].gone && (p.skip == nil || !p.skip(s)) {
+			out = append(out, s)
+		}
+	}
+	if len(out) > 0 {
+		p.probing, p.probeAt = true, now
+	}
+	return out
+}
+
+// isGone reports a shard whose node the last read of it could not reach.
+func (p *duePool) isGone(s int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return s >= 0 && s < len(p.shards) && p.shards[s].gone
+}
+
+// probeFor bounds a read of the shards whose node could not be reached.
+const probeFor = 5 * downFor
+
+// probeGone reads again, apart from the claims, the shards whose node the
+// last read could not reach, once downFor has passed: the pool and the
+// claims leave them out meanwhile, since a read of a dead node may take
+// the client's dial retries. It returns at once; the read fills the pool.
+func (q *Queue) probeGone() {
+	shards := q.pool.probeDue()
+	if len(shards) == 0 {
+		return
+	}
+	go func() {
+		defer q.pool.probed()
+		ctx, cancel := context.WithTimeout(context.Background(), probeFor)
+		defer cancel()
+		if v, err := q.dueOf(ctx, aheadN, shards); err == nil {
+			q.pool.fill(v)
+		}
+	}()
+}
+
+// probed notes that the read probeDue announced is over.
+func (p *duePool) probed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.probing = false
+}
+
+// reachable returns the shards a read reached last.
+func (p *duePool) reachable() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := []int{}
+	for s := range p.shards {
+		if !p.skipped(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // fresh reports whether every shard a read reaches was read within
 // poolFresh. p.mu is held.
@@ -160,6 +249,7 @@ func (p *duePool) fill(v dueView) {
 		byPriority(cands)
 		had := len(ps.cands) > 0
 		ps.cands, ps.read, ps.full = cands, v.at, v.full
+		ps.gone = slices.Contains(v.down, s)
 		if ps.need > 0 && v.at.After(ps.needAt) {
 			ps.need = 0
 		}

@@ -78,13 +78,18 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 		pos = append(pos, i)
 	}
 	sets := q.txnSets(pos, func(i int) string { return batch[i].in.job.ID })
+	if q.cluster() {
+		q.probeGone()
+	}
 	if q.cluster() && q.pool.refreshDue() {
 		// A cluster's transaction reads ahead only its own shard: every
-		// shard is read beside it, before the pool stops serving.
+		// shard is read beside it, before the pool stops serving. Not
+		// those whose node could not be reached: the flush waits for this
+		// read, and probeGone looks at them again.
 		var refresh sync.WaitGroup
 		defer refresh.Wait()
 		refresh.Go(func() {
-			v, err := q.dueIn(ctx, aheadN, nil)
+			v, err := q.dueIn(ctx, aheadN, q.pool.reachable())
 			if err == nil {
 				q.pool.fill(v)
 			}
