@@ -2,6 +2,7 @@ package jobkey
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -244,7 +245,12 @@ func TestShutdownReturnsWithoutStuckHandler(t *testing.T) {
 	<-returned
 	select {
 	case err = <-recorded:
-		require.ErrorIs(t, err, ErrLeaseLost, "the stuck run's late release is fenced off")
+		// Its lease is long over, so the write gets one short try: it is
+		// refused (ErrLeaseLost), or, on a loaded machine, that try's
+		// deadline ends while it is in flight (ErrOutcomeUnknown). Either
+		// way the value below shows it was fenced off.
+		require.True(t, errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrOutcomeUnknown),
+			"the stuck run's late write is refused or unknown, got %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the late release was never tried")
 	}
