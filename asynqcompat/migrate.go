@@ -99,10 +99,11 @@ type MigrateReport struct {
 	// lease ends.
 	Left []TaskNote
 	// Undone lists the tasks that the source started running, or ran,
-	// after they were listed and before their delete: the run deleted the
-	// target's copy, still pending, again (or found none), so the task runs
-	// once, in the source. State is where the source held it then ("gone"
-	// when the source no longer had it).
+	// after they were listed and before their move switched them over:
+	// they stay in the source and run once there. Moving into jobkey, the
+	// held jobkey copy was deleted (or none was made); moving into asynq,
+	// nothing was put into asynq. State is where the source held it then
+	// ("gone" when the source no longer had it).
 	Undone []TaskNote
 	// Twice lists the tasks that run in both systems. Moves never make one
 	// (the target's copy is held until the source is gone); it lists a

@@ -136,6 +136,10 @@ func held(j *jobkey.Job, rec *moveRec) bool {
 
 var errNotHeld = errors.New("not held")
 
+// errHeldElsewhere says a jobkey job is the held copy of another
+// migration's move.
+var errHeldElsewhere = errors.New("held by another migration's move")
+
 // toJobkey runs a move into jobkey from its recorded step. ti and eo are
 // the task and its job options for a fresh move; nil for one recovered
 // from the state.
@@ -157,9 +161,16 @@ func (s *shifter) toJobkey(ctx context.Context, id string, rec *moveRec, ti *asy
 						Reason: fmt.Sprintf("jobkey queue %q holds another job under this ID", s.q.Name())})
 					return s.st.forget(ctx, id)
 				}
+				if j.RunAt.Equal(holdUntil) {
+					// Held by another migration's move under way (recover
+					// finished this queue's own): it is that move's to end.
+					s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: state,
+						Reason: fmt.Sprintf("jobkey queue %q holds this job, held by another migration's move under way", s.q.Name())})
+					return s.st.forget(ctx, id)
+				}
 				// The same task, enqueued due by an older run: the delete
 				// below decides, as for a held copy.
-				recovered = !j.RunAt.Equal(holdUntil)
+				recovered = true
 			case errors.Is(err, jobkey.ErrTooLarge), errors.Is(err, jobkey.ErrInvalid):
 				s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: state, Reason: err.Error()})
 				return s.st.forget(ctx, id)
@@ -281,12 +292,20 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 					return &errNotPending{state: c.State.String(), running: c.LeaseUntil}
 				case c.Type != j.Type || !bytes.Equal(c.Payload, j.Payload):
 					return &errNotPending{state: "changed since it was listed"}
+				case c.RunAt.Equal(holdUntil):
+					// The held copy of a move into jobkey under way, from
+					// another asynq queue: that move decides where it runs.
+					return errHeldElsewhere
 				}
 				c.RunAt = holdUntil
 				return nil
 			})
 			var np *errNotPending
 			switch {
+			case errors.Is(err, errHeldElsewhere):
+				s.m.note(&s.m.rep.Left, TaskNote{ID: id, State: "pending",
+					Reason: "held by a migration into jobkey under way (from another asynq queue): left to it; rerun after it to move the job"})
+				return s.st.forget(ctx, id)
 			case errors.As(err, &np) && !np.running.IsZero():
 				s.m.note(&s.m.rep.Left, TaskNote{ID: id, State: np.state,
 					Reason: stopping(np.running) + ": left in jobkey, which keeps its ID until then; rerun after that to move it"})

@@ -224,3 +224,24 @@ func TestMigrateRerunWaitsForADeadRunsLock(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, errors.Is(err, jobkey.ErrNotFound))
 }
+
+// A task whose ID jobkey holds as another migration's held copy (a move
+// into asynq under way, from this jobkey queue to another asynq queue) is
+// left where it is: making that copy due would run the task in both.
+func TestMigrateLeavesATaskHeldByAnotherMove(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	_, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("x")), asynq.TaskID("x"))
+	require.NoError(t, err)
+	_, err = q.Enqueue(e.ctx, moveType, []byte("x"), &jobkey.EnqueueOpts{ID: "x", RunAt: holdUntil})
+	require.NoError(t, err)
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+	require.Zero(t, rep.Moved+rep.AlreadyMoved)
+	require.Len(t, rep.Skipped, 1)
+	j, err := q.Get(e.ctx, "x")
+	require.NoError(t, err)
+	require.True(t, j.RunAt.Equal(holdUntil), "the other move's held copy stays held")
+	require.Contains(t, allTasks(t, asynq.NewInspectorFromRedisClient(e.rdb), "default"), "x")
+}
