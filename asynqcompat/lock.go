@@ -34,19 +34,23 @@ type MigrationRunningError struct {
 
 func (e *MigrationRunningError) Error() string {
 	return fmt.Sprintf("asynqcompat: another migration of asynq queue %q is running (lock %q held by %s, expires in %v unless renewed); "+
-		"wait for it to finish, or, if it crashed, for the lock to expire", e.Queue, lockKey(e.Queue), e.Holder, e.TTL.Round(time.Millisecond))
+		"wait for it to finish, or, if it crashed, for the lock to expire (or rerun with a wait longer than that)", e.Queue, lockKey(e.Queue), e.Holder, e.TTL.Round(time.Millisecond))
 }
 
 // Is makes errors.Is(err, ErrMigrationRunning) true.
 func (e *MigrationRunningError) Is(target error) bool { return target == ErrMigrationRunning }
 
 // defaultLockTTL is how long a migration lock lives without a renewal; its
-// holder renews it every third of that.
-const defaultLockTTL = 15 * time.Second
+// holder renews it every third of that. A crashed holder's lock ends that
+// long after its last renewal: a rerun with a wait at least that long
+// (MigrateOpts.Wait) takes it over then.
+const defaultLockTTL = 6 * time.Second
 
 // lockKey is the Redis key of the migration lock of an asynq queue. It is
-// outside asynq's "asynq:" keys, which asynq may delete with a queue.
-func lockKey(queue string) string { return "asynqcompat:migrate-lock:" + queue }
+// outside asynq's "asynq:" keys, which asynq may delete with a queue, and in
+// the queue's hash tag, with the migration state: every write of the state
+// checks the lock in its WATCH.
+func lockKey(queue string) string { return "asynqcompat:{" + queue + "}:migrate-lock" }
 
 // queueLock is a held migration lock: a key set with NX and PX to a
 // random token, renewed while held, and released only by its holder.
@@ -62,10 +66,11 @@ type queueLock struct {
 	lost error // set once the lock is found lost
 }
 
-// acquireLock takes the migration lock of an asynq queue, or returns a
-// *MigrationRunningError. While held, it is renewed; when a renewal finds
-// it lost, onLost is called (once) with an error wrapping ErrLockLost.
-func acquireLock(ctx context.Context, rdb redis.UniversalClient, queue string, ttl time.Duration, onLost func(error)) (*queueLock, error) {
+// acquireLock takes the migration lock of an asynq queue, waiting up to
+// wait for it to be free, or returns a *MigrationRunningError. While held,
+// it is renewed; when a renewal finds it lost, onLost is called (once) with
+// an error wrapping ErrLockLost.
+func acquireLock(ctx context.Context, rdb redis.UniversalClient, queue string, ttl, wait time.Duration, onLost func(error)) (*queueLock, error) {
 	if ttl <= 0 {
 		ttl = defaultLockTTL
 	}
@@ -74,9 +79,22 @@ func acquireLock(ctx context.Context, rdb redis.UniversalClient, queue string, t
 	host, _ := os.Hostname()
 	token := fmt.Sprintf("%s pid %d since %s (%s)", host, os.Getpid(), time.Now().UTC().Format(time.RFC3339), hex.EncodeToString(rnd[:]))
 	key := lockKey(queue)
-	ok, err := rdb.SetNX(ctx, key, token, ttl).Result()
-	if err != nil {
-		return nil, fmt.Errorf("asynqcompat: take the migration lock of asynq queue %q: %w", queue, err)
+	deadline := time.Now().Add(wait)
+	var ok bool
+	for {
+		var err error
+		ok, err = rdb.SetNX(ctx, key, token, ttl).Result()
+		if err != nil {
+			return nil, fmt.Errorf("asynqcompat: take the migration lock of asynq queue %q: %w", queue, err)
+		}
+		if ok || !time.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("asynqcompat: wait for the migration lock of asynq queue %q: %w", queue, context.Cause(ctx))
+		case <-time.After(min(100*time.Millisecond, time.Until(deadline))):
+		}
 	}
 	if !ok {
 		holder, _ := rdb.Get(ctx, key).Result()
@@ -157,6 +175,13 @@ func (l *queueLock) Lost() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lost
+}
+
+// abandon stops the renewals and leaves the key to expire: what a crashed
+// holder leaves (tests stand in for a SIGKILL with it).
+func (l *queueLock) abandon() {
+	close(l.stop)
+	<-l.done
 }
 
 // release stops the renewals and deletes the key if it still holds this

@@ -1,7 +1,6 @@
 package asynqcompat
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,18 +24,16 @@ type MigrateOpts struct {
 	To *jobkey.Queue
 	// DryRun lists and classifies the tasks without writing anything.
 	DryRun bool
-	// PauseQueue pauses the asynq queue (Inspector.PauseQueue) while tasks
-	// move, so no asynq server starts a task during the move, and resumes
-	// it afterwards unless it was paused before. Pausing holds back every
-	// type of the queue for the run. Without it, each move reads the task
-	// in asynq again between its enqueue into jobkey and its delete from
-	// asynq, and a task asynq took or finished since the listing has its
-	// jobkey copy deleted again while still pending (MigrateReport.Undone);
-	// see MigrateReport.Twice for when that is too late. One window stays
-	// open without it: asynq taking and completing a task between that
-	// read and the delete, in a queue whose Retention keeps completed
-	// tasks, is not seen, and the task is counted as moved and runs in
-	// jobkey too.
+	// PauseQueue pauses the asynq queue (as Inspector.PauseQueue does)
+	// while tasks move, and the run resumes it when done. The migration
+	// state records that a migration paused it, in the same transaction: a
+	// rerun after a crash resumes it (with or without PauseQueue), and a
+	// queue an operator paused is never resumed. Pausing holds back every
+	// type of the queue for the run. Moves do not need it to run each task
+	// once (the jobkey copy is held until the asynq task is deleted, and
+	// that delete happens only while the task waits, under WATCH); it keeps
+	// asynq from taking tasks of the type while they move, which would then
+	// stay in asynq (MigrateReport.Undone).
 	PauseQueue bool
 	// Concurrency is how many tasks move at once (default 8).
 	Concurrency int
@@ -46,9 +43,18 @@ type MigrateOpts struct {
 	// goroutine at a time.
 	Progress func(MigrateProgress)
 
+	// Wait is how long a run waits for the queue's migration lock when
+	// another run holds it (default 0: refuse at once). A crashed run's
+	// lock ends at most 6 seconds after it died.
+	Wait time.Duration
+
 	// afterEnqueue, in tests, runs between a task's enqueue and its delete;
-	// an error stops the run there, as a crash would.
+	// an error stops the run there.
 	afterEnqueue func(id string) error
+	// crashAt, in tests, runs at each named step of each move (the at*
+	// constants); an error wrapping errCrash stops the run there as a
+	// SIGKILL would.
+	crashAt func(point, id string) error
 	// lockTTL, in tests, replaces the migration lock's lifetime.
 	lockTTL time.Duration
 }
@@ -77,9 +83,10 @@ type MigrateReport struct {
 	// Moved counts the tasks this run enqueued and then deleted from the
 	// source.
 	Moved int
-	// AlreadyMoved counts tasks found in the target already, with the same
-	// type and payload (an earlier run stopped between enqueue and delete),
-	// that this run deleted from the source.
+	// AlreadyMoved counts the moves an earlier run began and stopped
+	// before their end (recorded in the migration state), that this run
+	// finished; and tasks found in the target already, with the same type
+	// and payload, that this run deleted from the source.
 	AlreadyMoved int
 	// WouldMove counts, in a dry run, the tasks a run would move.
 	WouldMove int
@@ -92,15 +99,16 @@ type MigrateReport struct {
 	// lease ends.
 	Left []TaskNote
 	// Undone lists the tasks that the source started running, or ran,
-	// after they were listed and before their delete: the run deleted the
-	// target's copy, still pending, again (or found none), so the task runs
-	// once, in the source. State is where the source held it then ("gone"
-	// when the source no longer had it).
+	// after they were listed and before their move switched them over:
+	// they stay in the source and run once there. Moving into jobkey, the
+	// held jobkey copy was deleted (or none was made); moving into asynq,
+	// nothing was put into asynq. State is where the source held it then
+	// ("gone" when the source no longer had it).
 	Undone []TaskNote
-	// Twice lists the tasks that the source started running, or ran,
-	// after they were listed, and whose copy the target had already claimed
-	// too: they run in both. Run with PauseQueue (or with the type's
-	// workers stopped in the source) to rule this out.
+	// Twice lists the tasks that run in both systems. Moves never make one
+	// (the target's copy is held until the source is gone); it lists a
+	// task found in the target already, due, and taken there, while the
+	// source ran it too.
 	Twice []TaskNote
 	// Passes is how many listing passes the run made.
 	Passes int
@@ -138,11 +146,19 @@ func (o *MigrateOpts) defaults() error {
 // stores none (a Timeout under a second, which asynq truncates to 0) gets
 // those 30 minutes too, as asynq's server would apply them.
 //
-// Each move enqueues into jobkey first and only then deletes the task from
-// asynq. A run stopped anywhere (ctx canceled, the process killed, Redis
-// unreachable) is rerun safely: a task whose ID jobkey already holds with
-// the same type and payload was moved by the earlier run, and is deleted
-// from asynq (MigrateReport.AlreadyMoved). A jobkey job under that ID with
+// Each move is recorded in the asynq queue's migration state (one Redis
+// value, written by WATCH/MULTI/EXEC) before it writes anything, and goes
+// in steps: enqueue into jobkey a held copy (not due before the year 9999),
+// delete the task from asynq only while it still waits there, in one
+// transaction under WATCH of the task that also records the step, then
+// make the jobkey copy due at the task's own run time. A task that asynq
+// took or ran before that delete stays in asynq, and its held copy, which
+// nothing could claim, is deleted (MigrateReport.Undone). No task can run
+// in both systems, whenever the run stops. A run stopped anywhere (ctx
+// canceled, the process killed, Redis unreachable) is finished by the next
+// run of the same asynq queue, in either direction: it reads the state
+// first and finishes each recorded move from its step
+// (MigrateReport.AlreadyMoved). A jobkey job under the task's ID with
 // another type or payload is never overwritten: the task is skipped.
 //
 // Tasks that cannot move are skipped with a reason and stay in asynq: an ID
@@ -154,20 +170,16 @@ func (o *MigrateOpts) defaults() error {
 // listed in MigrateReport.Left; archived, completed and aggregating tasks
 // are not read.
 //
-// The listing a pass works from may be stale when a task's turn comes: a
-// task is deleted from asynq only if asynq still holds it pending,
-// scheduled or retry after its enqueue into jobkey, and a task asynq took
-// or ran since (or that asynq's delete no longer finds) has its jobkey
-// copy deleted again with Queue.DeleteIn(StatePending) and is listed in
-// MigrateReport.Undone, never counted as moved. See PauseQueue for the
-// window that stays.
+// The listing a pass works from may be stale when a task's turn comes: the
+// delete from asynq is what decides, as above.
 //
 // A run (but a dry run) holds the asynq queue's migration lock, a Redis
 // key, for its whole length, renewed while it runs: a second Migrate or
 // MigrateToAsynq of the same asynq queue refuses to start with a
-// *MigrationRunningError (errors.Is ErrMigrationRunning). A run that loses
+// *MigrationRunningError (errors.Is ErrMigrationRunning), or waits up to
+// Wait for it. A killed run's lock ends within 6 seconds. A run that loses
 // the lock stops with an error that wraps ErrLockLost, and leaves a queue
-// it paused paused.
+// it paused paused, for the next run to resume.
 //
 // rdb is the Redis asynq uses (asynq keeps its keys under "asynq:"). The
 // report tells what was done so far even when err is not nil.
@@ -181,19 +193,22 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 	}
 	m := &mover{ins: asynq.NewInspectorFromRedisClient(rdb), opts: opts, rep: &rep}
 	if !opts.DryRun {
-		var lock *queueLock
-		var unlock func(*error)
-		ctx, lock, unlock, err = lockQueue(ctx, rdb, opts.FromQueue, opts.lockTTL)
+		var ses *session
+		var finish func(*error)
+		ctx, ses, finish, err = startSession(ctx, rdb, opts.FromQueue, opts.lockTTL, opts.Wait)
 		if err != nil {
 			return rep, fmt.Errorf("asynqcompat: migrate: %w", err)
 		}
-		defer unlock(&err)
+		defer finish(&err)
+		m.sh = &shifter{st: ses.st, q: opts.To, ins: m.ins, cli: asynq.NewClientFromRedisClient(rdb), m: m,
+			hook: opts.crashAt, after: opts.afterEnqueue}
+		if err := m.sh.recoverMoves(ctx); err != nil {
+			return rep, err
+		}
 		if opts.PauseQueue {
-			resume, perr := m.pause()
-			if perr != nil {
-				return rep, perr
+			if err := ses.st.pause(ctx); err != nil {
+				return rep, fmt.Errorf("asynqcompat: migrate: pause asynq queue %q: %w", opts.FromQueue, err)
 			}
-			defer resume(lock, &err)
 		}
 	}
 	for pass := 1; ; pass++ {
@@ -218,33 +233,11 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 	}
 }
 
-// lockQueue takes the migration lock of an asynq queue for one run. The
-// returned context is canceled when the lock is lost; unlock releases the
-// lock and, when it was lost, makes the run's error wrap ErrLockLost.
-func lockQueue(ctx context.Context, rdb redis.UniversalClient, queue string, ttl time.Duration) (context.Context, *queueLock, func(*error), error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	l, err := acquireLock(ctx, rdb, queue, ttl, cancel)
-	if err != nil {
-		cancel(nil)
-		return nil, nil, nil, err
-	}
-	return ctx, l, func(errp *error) {
-		l.release()
-		cancel(nil)
-		switch lost := l.Lost(); {
-		case lost == nil, errors.Is(*errp, ErrLockLost):
-		case *errp == nil:
-			*errp = lost
-		default:
-			*errp = fmt.Errorf("%w; the run stopped: %w", lost, *errp)
-		}
-	}, nil
-}
-
 // mover carries one Migrate run.
 type mover struct {
 	ins  *asynq.Inspector
 	opts MigrateOpts
+	sh   *shifter // the moves; nil in a dry run
 
 	mu   sync.Mutex
 	rep  *MigrateReport
@@ -280,30 +273,6 @@ func (m *mover) progress(p MigrateProgress, step int) {
 		p.Done = m.done
 		m.opts.Progress(p)
 	}
-}
-
-// pause pauses the asynq queue; resume unpauses it unless it was paused
-// already, and only while the run holds the queue's migration lock: a run
-// that lost it leaves the queue paused (another run may rely on the pause)
-// and says so in *errp.
-func (m *mover) pause() (resume func(l *queueLock, errp *error), err error) {
-	var info *asynq.QueueInfo
-	if err := safe(func() (err error) { info, err = m.ins.GetQueueInfo(m.opts.FromQueue); return err }); err != nil {
-		return nil, fmt.Errorf("asynqcompat: migrate: asynq queue %q: %w", m.opts.FromQueue, err)
-	}
-	if info.Paused {
-		return func(*queueLock, *error) {}, nil
-	}
-	if err := safe(func() error { return m.ins.PauseQueue(m.opts.FromQueue) }); err != nil {
-		return nil, fmt.Errorf("asynqcompat: migrate: pause asynq queue %q: %w", m.opts.FromQueue, err)
-	}
-	return func(l *queueLock, errp *error) {
-		if lost := l.Lost(); lost != nil {
-			*errp = errors.Join(*errp, fmt.Errorf("%w; asynq queue %q is left paused: unpause it (asynq queue unpause %s) once no migration of it runs", lost, m.opts.FromQueue, m.opts.FromQueue))
-			return
-		}
-		_ = safe(func() error { return m.ins.UnpauseQueue(m.opts.FromQueue) })
-	}, nil
 }
 
 // list reads the waiting tasks of the type, each once, and notes the
@@ -395,7 +364,7 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	eo := &jobkey.EnqueueOpts{ID: ti.ID, RunAt: ti.NextProcessAt, MaxAttempts: max(ti.MaxRetry-ti.Retried+1, 1), Timeout: ti.Timeout}
+	eo := &jobkey.EnqueueOpts{ID: ti.ID, MaxAttempts: max(ti.MaxRetry-ti.Retried+1, 1), Timeout: ti.Timeout}
 	if eo.Timeout == 0 {
 		// Neither Timeout nor Deadline stored: asynq's server applies its
 		// default (why skipped the tasks with a Deadline).
@@ -404,76 +373,15 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 	if eo.MaxAttempts > jobkey.MaxAttemptsLimit {
 		eo.MaxAttempts = jobkey.MaxAttemptsLimit
 	}
-	j, err := m.opts.To.Enqueue(ctx, ti.Type, ti.Payload, eo)
-	already := false
-	switch {
-	case errors.Is(err, jobkey.ErrJobExists):
-		if j == nil || j.Type != ti.Type || !bytes.Equal(j.Payload, ti.Payload) {
-			m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: state,
-				Reason: fmt.Sprintf("jobkey queue %q holds another job under this ID", m.opts.To.Name())})
-			return nil
-		}
-		already = true
-	case errors.Is(err, jobkey.ErrTooLarge), errors.Is(err, jobkey.ErrInvalid):
-		m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: state, Reason: err.Error()})
-		return nil
-	case err != nil:
-		return fmt.Errorf("asynqcompat: migrate: enqueue task %q into jobkey: %w", ti.ID, err)
+	runAt := ti.NextProcessAt
+	if runAt.IsZero() {
+		runAt = time.Now()
 	}
-	if m.opts.afterEnqueue != nil {
-		if err := m.opts.afterEnqueue(ti.ID); err != nil {
-			return err
-		}
+	rec := &moveRec{Dir: dirToJobkey, Step: stepEnqueue, JobkeyQueue: m.opts.To.Name(), Type: ti.Type, RunAt: runAt.UTC().Truncate(time.Millisecond)}
+	if err := m.sh.st.begin(ctx, ti.ID, *rec); err != nil {
+		return fmt.Errorf("asynqcompat: migrate: task %q: %w", ti.ID, err)
 	}
-	// A run stopped here leaves the task in both; the rerun finds it in
-	// jobkey and deletes it from asynq.
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	// The listing may be stale: asynq may have run the task since, and
-	// even finished it (and, without retention, deleted it). Delete it
-	// from asynq only while it still waits there; else the jobkey copy
-	// goes again.
-	st, err := m.asynqState(ti.ID)
-	switch {
-	case err != nil:
-		return fmt.Errorf("asynqcompat: migrate: task %q is in jobkey; read it in asynq queue %q: %w (rerun to finish the move)", ti.ID, m.opts.FromQueue, err)
-	case !waiting(st):
-		return m.undo(ctx, ti, st)
-	}
-	err = safe(func() error { return m.ins.DeleteTask(m.opts.FromQueue, ti.ID) })
-	switch {
-	case err == nil:
-	case errors.Is(err, asynq.ErrTaskNotFound):
-		// It left asynq by itself since it was read: asynq ran it.
-		return m.undo(ctx, ti, "gone")
-	default:
-		if st, gerr := m.asynqState(ti.ID); gerr == nil && !waiting(st) {
-			return m.undo(ctx, ti, st)
-		}
-		return fmt.Errorf("asynqcompat: migrate: task %q is in jobkey; delete it from asynq queue %q: %w (rerun to finish the move)", ti.ID, m.opts.FromQueue, err)
-	}
-	if already {
-		m.count(&m.rep.AlreadyMoved)
-	} else {
-		m.count(&m.rep.Moved)
-	}
-	return nil
-}
-
-// asynqState reads the state of a task in the asynq queue: asynq's state
-// name, or "gone" when asynq no longer has it (it ran it and, keeping no
-// completed tasks, deleted it).
-func (m *mover) asynqState(id string) (string, error) {
-	var ti *asynq.TaskInfo
-	err := safe(func() (err error) { ti, err = m.ins.GetTaskInfo(m.opts.FromQueue, id); return err })
-	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), err == nil && ti == nil:
-		return "gone", nil
-	case err != nil:
-		return "", err
-	}
-	return ti.State.String(), nil
+	return m.sh.toJobkey(ctx, ti.ID, rec, ti, eo)
 }
 
 // waiting says whether an asynq state is one a task waits in to run.
@@ -483,35 +391,6 @@ func waiting(state string) bool {
 		return true
 	}
 	return false
-}
-
-// undo handles a task that left asynq's waiting states between its
-// listing and its delete (asynq is running it, or ran it): its jobkey
-// copy goes while still pending, so the task runs once, in asynq. A copy
-// a jobkey worker took already runs in both (MigrateReport.Twice).
-func (m *mover) undo(ctx context.Context, ti *asynq.TaskInfo, st string) error {
-	what := "asynq started it during the move"
-	if st != asynq.TaskStateActive.String() {
-		what = fmt.Sprintf("asynq ran it during the move (now %s there)", st)
-	}
-	err := m.opts.To.DeleteIn(ctx, ti.ID, jobkey.StatePending)
-	var se *jobkey.StateError
-	switch {
-	case err == nil:
-		m.note(&m.rep.Undone, TaskNote{ID: ti.ID, State: st, Reason: what + "; its jobkey copy was deleted again"})
-		return nil
-	case errors.Is(err, jobkey.ErrNotFound) && st == asynq.TaskStateActive.String():
-		m.note(&m.rep.Left, TaskNote{ID: ti.ID, State: st, Reason: "running in asynq: left to finish there"})
-		return nil
-	case errors.Is(err, jobkey.ErrNotFound):
-		m.note(&m.rep.Undone, TaskNote{ID: ti.ID, State: st, Reason: what + "; it has no jobkey copy"})
-		return nil
-	case errors.As(err, &se):
-		m.note(&m.rep.Twice, TaskNote{ID: ti.ID, State: st,
-			Reason: fmt.Sprintf("%s, and its jobkey copy is %s: it runs in both", what, se.State)})
-		return nil
-	}
-	return fmt.Errorf("asynqcompat: migrate: task %q left asynq's waiting states during its move; remove its pending jobkey copy: %w", ti.ID, err)
 }
 
 // safe runs f and turns a panic inside asynq (it panics on some states it

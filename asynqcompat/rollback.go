@@ -1,7 +1,6 @@
 package asynqcompat
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,9 +29,16 @@ type RollbackOpts struct {
 	// count of jobs of one type is not known ahead.
 	Progress func(MigrateProgress)
 
+	// Wait is how long a run waits for the queue's migration lock when
+	// another run holds it (default 0: refuse at once).
+	Wait time.Duration
+
 	// afterEnqueue, in tests, runs between a job's enqueue into asynq and
 	// its delete from jobkey; an error stops the run there.
 	afterEnqueue func(id string) error
+	// crashAt, in tests, runs at each named step of each move; an error
+	// wrapping errCrash stops the run there as a SIGKILL would.
+	crashAt func(point, id string) error
 	// lockTTL, in tests, replaces the migration lock's lifetime.
 	lockTTL time.Duration
 	// now, in tests, replaces this host's clock.
@@ -47,18 +53,19 @@ type RollbackOpts struct {
 // A job without a Timeout of its own gets asynq's default, 30 minutes:
 // asynq has no task without one (WorkOpts.Timeout does not travel).
 //
-// Each move enqueues into asynq first and only then deletes the job from
-// jobkey, with Queue.DeleteIn(StatePending): only while it is still
-// pending. A run stopped anywhere is rerun safely: asynq's
-// ErrTaskIDConflict for a task of the same type and payload means an
-// earlier run enqueued it, and the job is deleted from jobkey
-// (MigrateReport.AlreadyMoved); an asynq task of another type or payload
-// under that ID is never touched, and the job is skipped. A job that left
-// jobkey's pending state after the listing (a jobkey worker claimed or
-// finished it, or it was canceled or deleted) stays as it is in jobkey;
-// its asynq copy is deleted again while it still waits in asynq
-// (MigrateReport.Undone), else both run (MigrateReport.Twice). Stop the
-// type's jobkey workers, or Pause the queue, to rule that out.
+// Each move is recorded in the asynq queue's migration state first, as
+// Migrate's are, and goes in steps: hold the jobkey job (its RunAt set to
+// the year 9999 by Queue.Update, only while it is pending with no canceled
+// run that may still be stopping, by Redis's clock), enqueue its asynq copy
+// scheduled for that year too, make that copy due at the job's run time in
+// one transaction that records the step, then delete the held job from
+// jobkey. A job a jobkey worker claimed (or that was canceled or deleted)
+// before the hold stays in jobkey, and nothing is put into asynq
+// (MigrateReport.Undone). No job can run in both systems, whenever the run
+// stops; the next run of the asynq queue, in either direction, finishes the
+// moves a stopped run recorded (MigrateReport.AlreadyMoved). An asynq task
+// of another type or payload under the ID is never touched: the job is made
+// due again in jobkey and skipped.
 //
 // A run (but a dry run) holds the migration lock of the asynq queue
 // ToQueue, as Migrate does: one migration of an asynq queue runs at a
@@ -92,12 +99,17 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 	b := &backMover{ins: asynq.NewInspectorFromRedisClient(rdb), cli: asynq.NewClientFromRedisClient(rdb), opts: opts}
 	b.m = &mover{rep: &rep, opts: MigrateOpts{Progress: opts.Progress}}
 	if !opts.DryRun {
-		var unlock func(*error)
-		ctx, _, unlock, err = lockQueue(ctx, rdb, opts.ToQueue, opts.lockTTL)
+		var ses *session
+		var finish func(*error)
+		ctx, ses, finish, err = startSession(ctx, rdb, opts.ToQueue, opts.lockTTL, opts.Wait)
 		if err != nil {
 			return rep, fmt.Errorf("asynqcompat: migrate to asynq: %w", err)
 		}
-		defer unlock(&err)
+		defer finish(&err)
+		b.sh = &shifter{st: ses.st, q: opts.From, ins: b.ins, cli: b.cli, m: b.m, hook: opts.crashAt, after: opts.afterEnqueue}
+		if err := b.sh.recoverMoves(ctx); err != nil {
+			return rep, err
+		}
 	}
 	for pass := 1; ; pass++ {
 		rep.Passes = pass
@@ -116,7 +128,8 @@ type backMover struct {
 	ins  *asynq.Inspector
 	cli  *asynq.Client
 	opts RollbackOpts
-	m    *mover // the report and progress
+	m    *mover   // the report and progress
+	sh   *shifter // the moves; nil in a dry run
 }
 
 // pass walks the pending jobs of the type page by page and moves each; the
@@ -200,69 +213,17 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	retries := max(j.MaxAttempts-j.Attempt-1, 0)
-	opts := []asynq.Option{asynq.TaskID(j.ID), asynq.Queue(b.opts.ToQueue), asynq.MaxRetry(retries)}
-	if j.RunAt.After(time.Now()) {
-		opts = append(opts, asynq.ProcessAt(j.RunAt))
+	// The hold judges a canceled run's lease by Redis's clock, as jobkey
+	// does: this host's clock only spared the copy above.
+	now, err := b.sh.st.rdb.Time(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("asynqcompat: migrate to asynq: read Redis's clock: %w", err)
 	}
-	if j.Timeout > 0 {
-		// asynq keeps whole seconds, truncated: round up, so that the
-		// timeout is never shorter, nor 0 (asynq's default).
-		opts = append(opts, asynq.Timeout((j.Timeout + time.Second - 1).Truncate(time.Second)))
+	rec := &moveRec{Dir: dirToAsynq, Step: stepHold, JobkeyQueue: b.opts.From.Name(), Type: j.Type, RunAt: j.RunAt}
+	if err := b.sh.st.begin(ctx, j.ID, *rec); err != nil {
+		return fmt.Errorf("asynqcompat: migrate to asynq: job %q: %w", j.ID, err)
 	}
-	_, err := b.cli.EnqueueContext(ctx, asynq.NewTask(j.Type, j.Payload), opts...)
-	already := false
-	switch {
-	case errors.Is(err, asynq.ErrTaskIDConflict):
-		var ti *asynq.TaskInfo
-		gerr := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(b.opts.ToQueue, j.ID); return err })
-		if gerr != nil {
-			return fmt.Errorf("asynqcompat: migrate to asynq: job %q: asynq holds its ID; read that task: %w", j.ID, gerr)
-		}
-		if ti == nil || ti.Type != j.Type || !bytes.Equal(ti.Payload, j.Payload) {
-			b.m.note(&b.m.rep.Skipped, TaskNote{ID: j.ID, State: "pending",
-				Reason: fmt.Sprintf("asynq queue %q holds another task under this ID", b.opts.ToQueue)})
-			return nil
-		}
-		already = true
-	case err != nil && ctx.Err() != nil:
-		// asynq does not wrap the context's error.
-		return fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %v: %w", j.ID, err, context.Cause(ctx))
-	case err != nil:
-		return fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %w", j.ID, err)
-	}
-	if b.opts.afterEnqueue != nil {
-		if err := b.opts.afterEnqueue(j.ID); err != nil {
-			return err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	// Delete the job only while it is still pending: the listing may be
-	// stale, and a job a jobkey worker ran (or is running) since must not
-	// be deleted as if moved.
-	err = b.opts.From.DeleteIn(ctx, j.ID, jobkey.StatePending)
-	var se *jobkey.StateError
-	switch {
-	case err == nil:
-	case errors.As(err, &se) && !se.Running.IsZero():
-		// Still pending, but a canceled run of it may still be stopping.
-		return b.undo(j, se.State.String(), stopping(se.Running), &b.m.rep.Left)
-	case errors.As(err, &se):
-		return b.undo(j, se.State.String(), left(se.State.String()), &b.m.rep.Undone)
-	case errors.Is(err, jobkey.ErrNotFound):
-		// It left jobkey by itself since it was listed.
-		return b.undo(j, "gone", left("gone"), &b.m.rep.Undone)
-	default:
-		return fmt.Errorf("asynqcompat: migrate to asynq: job %q is in asynq; delete it from jobkey queue %q: %w (rerun to finish the move)", j.ID, b.opts.From.Name(), err)
-	}
-	if already {
-		b.m.count(&b.m.rep.AlreadyMoved)
-	} else {
-		b.m.count(&b.m.rep.Moved)
-	}
-	return nil
+	return b.sh.toAsynq(ctx, j.ID, rec, j, now)
 }
 
 func (b *backMover) now() time.Time {
@@ -285,37 +246,4 @@ func left(st string) string {
 		return "jobkey started it during the move"
 	}
 	return fmt.Sprintf("it left jobkey's pending state during the move (now %s there)", st)
-}
-
-// undo handles a job that jobkey would not delete after its asynq copy was
-// enqueued: it left jobkey's pending state between its listing and its
-// delete (a jobkey worker took it, or it was canceled or deleted), or a
-// canceled run of it may still be stopping. Its asynq copy goes while it
-// still waits in asynq, so the job runs once, in jobkey, and is noted in
-// into with what. A copy asynq took already runs in both
-// (MigrateReport.Twice).
-func (b *backMover) undo(j *jobkey.Job, st, what string, into *[]TaskNote) error {
-	q := b.opts.ToQueue
-	var ti *asynq.TaskInfo
-	err := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(q, j.ID); return err })
-	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), err == nil && ti == nil:
-		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st, Reason: what + ", and its asynq copy is gone: asynq ran it too"})
-		return nil
-	case err != nil:
-		return fmt.Errorf("asynqcompat: migrate to asynq: job %q stays in jobkey (%s); read its asynq copy: %w", j.ID, what, err)
-	case !waiting(ti.State.String()):
-		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st, Reason: fmt.Sprintf("%s, and its asynq copy is %s: it runs in both", what, ti.State)})
-		return nil
-	}
-	err = safe(func() error { return b.ins.DeleteTask(q, j.ID) })
-	if err == nil {
-		b.m.note(into, TaskNote{ID: j.ID, State: st, Reason: what + "; its asynq copy was deleted again"})
-		return nil
-	}
-	if gerr := safe(func() (err error) { ti, err = b.ins.GetTaskInfo(q, j.ID); return err }); errors.Is(gerr, asynq.ErrTaskNotFound) || (gerr == nil && !waiting(ti.State.String())) {
-		b.m.note(&b.m.rep.Twice, TaskNote{ID: j.ID, State: st, Reason: what + ", and asynq took its copy too: it runs in both"})
-		return nil
-	}
-	return fmt.Errorf("asynqcompat: migrate to asynq: job %q stays in jobkey (%s); delete its asynq copy: %w", j.ID, what, err)
 }

@@ -202,3 +202,23 @@ func TestMigrateToAsynqLeavesCanceledRunUntilItsLeaseEnds(t *testing.T) {
 		})
 	}
 }
+
+// A pending job held by a migration into jobkey under way (from another
+// asynq queue, under another lock) is left to that move: moved back and
+// then deleted again by that move, it would run in both asynq queues.
+func TestMigrateToAsynqLeavesAJobHeldByAnotherMove(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	_, err := q.Enqueue(e.ctx, moveType, []byte("x"), &jobkey.EnqueueOpts{ID: "x", RunAt: holdUntil})
+	require.NoError(t, err)
+	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
+	require.NoError(t, err)
+	require.Zero(t, rep.Moved)
+	require.Len(t, rep.Left, 1)
+	require.Contains(t, rep.Left[0].Reason, "held by a migration into jobkey")
+	j, err := q.Get(e.ctx, "x")
+	require.NoError(t, err)
+	require.True(t, j.RunAt.Equal(holdUntil))
+	require.NotContains(t, allTasks(t, asynq.NewInspectorFromRedisClient(e.rdb), "default"), "x")
+}

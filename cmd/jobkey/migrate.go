@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/asynqcompat"
@@ -23,6 +24,7 @@ type migrateFlags struct {
 	redisURL, prefix, typ, asynqQueue, queue string
 	dryRun                                   bool
 	concurrency                              int
+	wait                                     time.Duration
 }
 
 func (m *migrateFlags) parse(name string, args []string, stderr io.Writer, asynqFlag, jobkeyFlag string, extra func(*flag.FlagSet)) error {
@@ -35,6 +37,7 @@ func (m *migrateFlags) parse(name string, args []string, stderr io.Writer, asynq
 	fs.StringVar(&m.prefix, "prefix", "jobkey", "key prefix of the jobkey queue")
 	fs.BoolVar(&m.dryRun, "dry-run", false, "list what would move; write nothing")
 	fs.IntVar(&m.concurrency, "concurrency", 8, "tasks moved at once")
+	fs.DurationVar(&m.wait, "wait", 0, "wait up to this long for another migration of the asynq queue (or a killed one's lock, which ends within 6s) instead of refusing")
 	if extra != nil {
 		extra(fs)
 	}
@@ -114,7 +117,7 @@ func printReport(stdout io.Writer, rep asynqcompat.MigrateReport, from, to strin
 	if rep.DryRun {
 		fmt.Fprintf(stdout, "dry run: %d tasks would move from %s to %s; nothing was written\n", rep.WouldMove, from, to)
 	} else {
-		fmt.Fprintf(stdout, "moved %d tasks from %s to %s (%d more had been enqueued by an earlier run, and were deleted from the source) in %d passes\n",
+		fmt.Fprintf(stdout, "moved %d tasks from %s to %s (and finished %d moves an earlier, stopped run had begun) in %d passes\n",
 			rep.Moved, from, to, rep.AlreadyMoved, rep.Passes)
 	}
 	lists := []struct {
@@ -158,7 +161,7 @@ func migrateAsynqCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	defer closeQ()
 	progress, done := bar(stderr)
 	rep, err := asynqcompat.Migrate(ctx, rdb, asynqcompat.MigrateOpts{FromQueue: f.asynqQueue, Type: f.typ, To: q,
-		DryRun: f.dryRun, PauseQueue: pause, Concurrency: f.concurrency, Progress: progress})
+		DryRun: f.dryRun, PauseQueue: pause, Concurrency: f.concurrency, Progress: progress, Wait: f.wait})
 	done()
 	if errors.Is(err, asynqcompat.ErrMigrationRunning) {
 		return fmt.Errorf("migrate-asynq refused: %w", err)
@@ -183,7 +186,7 @@ func migrateToAsynqCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	defer closeQ()
 	progress, done := bar(stderr)
 	rep, err := asynqcompat.MigrateToAsynq(ctx, rdb, asynqcompat.RollbackOpts{From: q, Type: f.typ, ToQueue: f.asynqQueue,
-		DryRun: f.dryRun, Concurrency: f.concurrency, Progress: progress})
+		DryRun: f.dryRun, Concurrency: f.concurrency, Progress: progress, Wait: f.wait})
 	done()
 	if errors.Is(err, asynqcompat.ErrMigrationRunning) {
 		return fmt.Errorf("migrate-to-asynq refused: %w", err)

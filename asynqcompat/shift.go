@@ -1,0 +1,416 @@
+package asynqcompat
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobkey/jobkey"
+	"github.com/redis/go-redis/v9"
+)
+
+// errCrash, returned by a test's crash hook, stands in for a SIGKILL: the
+// run stops where it is, leaves its lock to expire, and resumes nothing.
+var errCrash = errors.New("asynqcompat: simulated crash")
+
+// Crash points, in the order a move passes them (see state.go).
+const (
+	atBeforeEnqueue = "before-enqueue" // the move is recorded (into asynq: the jobkey job is held)
+	atAfterEnqueue  = "after-enqueue"  // the held copy is in the target
+	atAfterReread   = "after-reread"   // the source was read again under WATCH, before the EXEC that switches
+	atAfterDelete   = "after-delete"   // into jobkey: the asynq task is deleted; into asynq: the jobkey job is deleted
+	atAfterRelease  = "after-release"  // the target copy is due
+)
+
+// session is one run's hold of an asynq queue: its migration lock and
+// state.
+type session struct {
+	st   *stateStore
+	lock *queueLock
+}
+
+// startSession takes the migration lock of an asynq queue. The returned
+// context is canceled when the lock is lost; finish, deferred with the
+// run's error, resumes the queue if a migration paused it and releases the
+// lock, and says in *errp what it could not do.
+func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, ttl, wait time.Duration) (context.Context, *session, func(*error), error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	l, err := acquireLock(ctx, rdb, queue, ttl, wait, cancel)
+	if err != nil {
+		cancel(nil)
+		return nil, nil, nil, err
+	}
+	s := &session{st: &stateStore{rdb: rdb, queue: queue, lock: l}, lock: l}
+	return ctx, s, func(errp *error) {
+		if errors.Is(*errp, errCrash) {
+			l.abandon()
+			cancel(nil)
+			return
+		}
+		bg, stop := context.WithTimeout(context.Background(), 5*time.Second)
+		defer stop()
+		if l.Lost() == nil {
+			if _, rerr := s.st.resume(bg); rerr != nil && !errors.Is(rerr, ErrLockLost) {
+				*errp = errors.Join(*errp, fmt.Errorf("asynqcompat: resume asynq queue %q, which a migration paused: %w; rerun to resume it", queue, rerr))
+			}
+		}
+		if st, rerr := s.st.read(bg); rerr == nil && st.Paused {
+			*errp = errors.Join(*errp, fmt.Errorf("asynq queue %q is left paused, as a migration paused it: the next migration of it resumes it (or unpause it: asynq queue unpause %s, once no migration of it runs)", queue, queue))
+		}
+		l.release()
+		cancel(nil)
+		switch lost := l.Lost(); {
+		case lost == nil, errors.Is(*errp, ErrLockLost):
+		case *errp == nil:
+			*errp = lost
+		default:
+			*errp = fmt.Errorf("%w; the run stopped: %w", lost, *errp)
+		}
+	}, nil
+}
+
+// shifter moves tasks between one asynq queue and one jobkey queue, one
+// recorded step at a time, in either direction.
+type shifter struct {
+	st    *stateStore
+	q     *jobkey.Queue
+	ins   *asynq.Inspector
+	cli   *asynq.Client
+	m     *mover // the report
+	hook  func(point, id string) error
+	after func(id string) error // the tests' older hook, at atAfterEnqueue
+}
+
+func (s *shifter) at(point, id string) error {
+	if point == atAfterEnqueue && s.after != nil {
+		if err := s.after(id); err != nil {
+			return err
+		}
+	}
+	if s.hook != nil {
+		return s.hook(point, id)
+	}
+	return nil
+}
+
+// recoverMoves finishes, first, every move a crashed or stopped run left
+// in the state, from the step it recorded.
+func (s *shifter) recoverMoves(ctx context.Context) error {
+	st, err := s.st.read(ctx)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(st.Moves))
+	for id := range st.Moves {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		rec := st.Moves[id]
+		if rec.JobkeyQueue != s.q.Name() {
+			return fmt.Errorf("asynqcompat: task %q has an unfinished move between asynq queue %q and jobkey queue %q: rerun with that jobkey queue to finish it", id, s.st.queue, rec.JobkeyQueue)
+		}
+		switch rec.Dir {
+		case dirToJobkey:
+			err = s.toJobkey(ctx, id, rec, nil, nil)
+		case dirToAsynq:
+			err = s.toAsynq(ctx, id, rec, nil, time.Time{})
+		default:
+			err = fmt.Errorf("%w: move of task %q has direction %q", ErrStateUnreadable, id, rec.Dir)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// held says whether a jobkey job is a held copy of a recorded move.
+func held(j *jobkey.Job, rec *moveRec) bool {
+	return j != nil && j.Type == rec.Type && j.RunAt.Equal(holdUntil) && j.State == jobkey.StatePending
+}
+
+var errNotHeld = errors.New("not held")
+
+// errHeldElsewhere says a jobkey job is the held copy of another
+// migration's move.
+var errHeldElsewhere = errors.New("held by another migration's move")
+
+// toJobkey runs a move into jobkey from its recorded step. ti and eo are
+// the task and its job options for a fresh move; nil for one recovered
+// from the state.
+func (s *shifter) toJobkey(ctx context.Context, id string, rec *moveRec, ti *asynq.TaskInfo, eo *jobkey.EnqueueOpts) error {
+	recovered := ti == nil
+	if rec.Step == stepEnqueue {
+		if !recovered {
+			if err := s.at(atBeforeEnqueue, id); err != nil {
+				return err
+			}
+			state := ti.State.String()
+			hold := *eo
+			hold.RunAt = holdUntil
+			j, err := s.q.Enqueue(ctx, ti.Type, ti.Payload, &hold)
+			switch {
+			case errors.Is(err, jobkey.ErrJobExists):
+				if j == nil || j.Type != ti.Type || !bytes.Equal(j.Payload, ti.Payload) {
+					s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: state,
+						Reason: fmt.Sprintf("jobkey queue %q holds another job under this ID", s.q.Name())})
+					return s.st.forget(ctx, id)
+				}
+				if j.RunAt.Equal(holdUntil) {
+					// Held by another migration's move under way (recover
+					// finished this queue's own): it is that move's to end.
+					s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: state,
+						Reason: fmt.Sprintf("jobkey queue %q holds this job, held by another migration's move under way", s.q.Name())})
+					return s.st.forget(ctx, id)
+				}
+				// The same task, enqueued due by an older run: the delete
+				// below decides, as for a held copy.
+				recovered = true
+			case errors.Is(err, jobkey.ErrTooLarge), errors.Is(err, jobkey.ErrInvalid):
+				s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: state, Reason: err.Error()})
+				return s.st.forget(ctx, id)
+			case err != nil:
+				return fmt.Errorf("asynqcompat: migrate: enqueue task %q into jobkey: %w (rerun to finish the move)", id, err)
+			}
+			if err := s.at(atAfterEnqueue, id); err != nil {
+				return err
+			}
+		} else {
+			j, err := s.q.Get(ctx, id)
+			switch {
+			case errors.Is(err, jobkey.ErrNotFound), err == nil && !held(j, rec):
+				// Nothing was enqueued (or a job not ours holds the ID):
+				// the task is where it was, and a pass lists it again.
+				return s.st.forget(ctx, id)
+			case err != nil:
+				return fmt.Errorf("asynqcompat: migrate: unfinished move of task %q: read it in jobkey: %w", id, err)
+			}
+		}
+		// Delete the asynq task only while it still waits, under WATCH,
+		// with the step recorded in the same EXEC.
+		err := s.st.deleteWaiting(ctx, id, stepRelease, func() error { return s.at(atAfterReread, id) })
+		var nw *errNotWaiting
+		switch {
+		case errors.As(err, &nw):
+			return s.undoToJobkey(ctx, id, nw.state)
+		case err != nil:
+			return fmt.Errorf("asynqcompat: migrate: task %q: delete it from asynq queue %q: %w (rerun to finish the move)", id, s.st.queue, err)
+		}
+		if err := s.at(atAfterDelete, id); err != nil {
+			return err
+		}
+	}
+	// The asynq task is gone: make the jobkey copy due.
+	_, err := s.q.Update(ctx, id, func(j *jobkey.Job) error {
+		if !held(j, rec) {
+			return errNotHeld
+		}
+		j.RunAt = rec.RunAt
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNotHeld):
+	case errors.Is(err, jobkey.ErrNotFound):
+		s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: "gone",
+			Reason: "deleted from asynq by the move, and its held jobkey copy was deleted by someone else before it was made due"})
+		return s.st.forget(ctx, id)
+	case err != nil:
+		return fmt.Errorf("asynqcompat: migrate: task %q is out of asynq; make its jobkey copy due: %w (rerun to finish the move)", id, err)
+	}
+	if err := s.at(atAfterRelease, id); err != nil {
+		return err
+	}
+	if err := s.st.forget(ctx, id); err != nil {
+		return err
+	}
+	if recovered {
+		s.m.count(&s.m.rep.AlreadyMoved)
+	} else {
+		s.m.count(&s.m.rep.Moved)
+	}
+	return nil
+}
+
+// undoToJobkey handles a task that left asynq's waiting states before its
+// delete: asynq runs it, or ran it. Its jobkey copy, held, cannot have run,
+// and goes.
+func (s *shifter) undoToJobkey(ctx context.Context, id, st string) error {
+	what := "asynq started it during the move"
+	if st != asynq.TaskStateActive.String() {
+		what = fmt.Sprintf("asynq ran it during the move (now %s there)", st)
+	}
+	err := s.q.DeleteIn(ctx, id, jobkey.StatePending)
+	var se *jobkey.StateError
+	switch {
+	case err == nil:
+		s.m.note(&s.m.rep.Undone, TaskNote{ID: id, State: st, Reason: what + "; its jobkey copy, held, was deleted"})
+	case errors.Is(err, jobkey.ErrNotFound) && st == asynq.TaskStateActive.String():
+		s.m.note(&s.m.rep.Left, TaskNote{ID: id, State: st, Reason: "running in asynq: left to finish there"})
+	case errors.Is(err, jobkey.ErrNotFound):
+		s.m.note(&s.m.rep.Undone, TaskNote{ID: id, State: st, Reason: what + "; it has no jobkey copy"})
+	case errors.As(err, &se):
+		// Only a copy enqueued due, by a run older than the migration
+		// state, can have been claimed.
+		s.m.note(&s.m.rep.Twice, TaskNote{ID: id, State: st,
+			Reason: fmt.Sprintf("%s, and its jobkey copy is %s: it runs in both", what, se.State)})
+	default:
+		return fmt.Errorf("asynqcompat: migrate: task %q left asynq's waiting states during its move; remove its held jobkey copy: %w (rerun to finish)", id, err)
+	}
+	return s.st.forget(ctx, id)
+}
+
+// errNotPending says a jobkey job is no longer pending (or its canceled
+// run may still be stopping): it stays in jobkey.
+type errNotPending struct {
+	state   string
+	running time.Time
+}
+
+func (e *errNotPending) Error() string { return "the jobkey job is " + e.state }
+
+// toAsynq runs a move into asynq from its recorded step. j is the listed
+// job for a fresh move (nil for one recovered from the state); now is this
+// host's time for the lease check.
+func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobkey.Job, now time.Time) error {
+	recovered := j == nil
+	if rec.Step == stepHold {
+		var cur *jobkey.Job
+		var err error
+		if !recovered {
+			// Hold the job: not claimable while it is copied, and only
+			// while it is pending with no run that may still be stopping.
+			cur, err = s.q.Update(ctx, id, func(c *jobkey.Job) error {
+				switch {
+				case c.State != jobkey.StatePending:
+					return &errNotPending{state: c.State.String()}
+				case c.LeaseUntil.After(now):
+					return &errNotPending{state: c.State.String(), running: c.LeaseUntil}
+				case c.Type != j.Type || !bytes.Equal(c.Payload, j.Payload):
+					return &errNotPending{state: "changed since it was listed"}
+				case c.RunAt.Equal(holdUntil):
+					// The held copy of a move into jobkey under way, from
+					// another asynq queue: that move decides where it runs.
+					return errHeldElsewhere
+				}
+				c.RunAt = holdUntil
+				return nil
+			})
+			var np *errNotPending
+			switch {
+			case errors.Is(err, errHeldElsewhere):
+				s.m.note(&s.m.rep.Left, TaskNote{ID: id, State: "pending",
+					Reason: "held by a migration into jobkey under way (from another asynq queue): left to it; rerun after it to move the job"})
+				return s.st.forget(ctx, id)
+			case errors.As(err, &np) && !np.running.IsZero():
+				s.m.note(&s.m.rep.Left, TaskNote{ID: id, State: np.state,
+					Reason: stopping(np.running) + ": left in jobkey, which keeps its ID until then; rerun after that to move it"})
+				return s.st.forget(ctx, id)
+			case errors.As(err, &np):
+				s.m.note(&s.m.rep.Undone, TaskNote{ID: id, State: np.state, Reason: left(np.state) + "; it stays there, and nothing was put into asynq"})
+				return s.st.forget(ctx, id)
+			case errors.Is(err, jobkey.ErrNotFound):
+				s.m.note(&s.m.rep.Undone, TaskNote{ID: id, State: "gone", Reason: left("gone") + "; nothing was put into asynq"})
+				return s.st.forget(ctx, id)
+			case err != nil:
+				return fmt.Errorf("asynqcompat: migrate to asynq: hold job %q in jobkey: %w (rerun to finish the move)", id, err)
+			}
+			if err := s.at(atBeforeEnqueue, id); err != nil {
+				return err
+			}
+		} else {
+			cur, err = s.q.Get(ctx, id)
+			switch {
+			case errors.Is(err, jobkey.ErrNotFound), err == nil && !held(cur, rec):
+				// Never held: nothing was put into asynq.
+				return s.st.forget(ctx, id)
+			case err != nil:
+				return fmt.Errorf("asynqcompat: migrate to asynq: unfinished move of job %q: read it in jobkey: %w", id, err)
+			}
+		}
+		if skipped, err := s.enqueueHeld(ctx, cur, rec); err != nil || skipped {
+			return err
+		}
+		if err := s.at(atAfterEnqueue, id); err != nil {
+			return err
+		}
+		err = s.st.releaseHeld(ctx, id, rec.RunAt, stepDelete, func() error { return s.at(atAfterReread, id) })
+		if err != nil {
+			return fmt.Errorf("asynqcompat: migrate to asynq: job %q: make its asynq copy due: %w (rerun to finish the move)", id, err)
+		}
+		if err := s.at(atAfterRelease, id); err != nil {
+			return err
+		}
+	}
+	// The asynq copy is due: the held jobkey job goes.
+	cur, err := s.q.Get(ctx, id)
+	switch {
+	case errors.Is(err, jobkey.ErrNotFound), err == nil && !held(cur, rec):
+	case err != nil:
+		return fmt.Errorf("asynqcompat: migrate to asynq: job %q is in asynq; read it in jobkey: %w (rerun to finish the move)", id, err)
+	default:
+		if err := s.q.DeleteIn(ctx, id, jobkey.StatePending); err != nil && !errors.Is(err, jobkey.ErrNotFound) {
+			return fmt.Errorf("asynqcompat: migrate to asynq: job %q is in asynq; delete its held copy from jobkey queue %q: %w (rerun to finish the move)", id, s.q.Name(), err)
+		}
+	}
+	if err := s.at(atAfterDelete, id); err != nil {
+		return err
+	}
+	if err := s.st.forget(ctx, id); err != nil {
+		return err
+	}
+	if recovered {
+		s.m.count(&s.m.rep.AlreadyMoved)
+	} else {
+		s.m.count(&s.m.rep.Moved)
+	}
+	return nil
+}
+
+// enqueueHeld enqueues the asynq copy of a held jobkey job, scheduled at
+// holdUntil. A task of another type or payload under the ID skips the job:
+// it is made due again in jobkey.
+func (s *shifter) enqueueHeld(ctx context.Context, j *jobkey.Job, rec *moveRec) (skipped bool, err error) {
+	retries := max(j.MaxAttempts-j.Attempt-1, 0)
+	opts := []asynq.Option{asynq.TaskID(j.ID), asynq.Queue(s.st.queue), asynq.MaxRetry(retries), asynq.ProcessAt(holdUntil)}
+	if j.Timeout > 0 {
+		// asynq keeps whole seconds, truncated: round up, so that the
+		// timeout is never shorter, nor 0 (asynq's default).
+		opts = append(opts, asynq.Timeout((j.Timeout + time.Second - 1).Truncate(time.Second)))
+	}
+	_, err = s.cli.EnqueueContext(ctx, asynq.NewTask(j.Type, j.Payload), opts...)
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+	case ctx.Err() != nil:
+		// asynq does not wrap the context's error.
+		return false, fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %v: %w (rerun to finish the move)", j.ID, err, context.Cause(ctx))
+	default:
+		return false, fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %w (rerun to finish the move)", j.ID, err)
+	}
+	var ti *asynq.TaskInfo
+	if gerr := safe(func() (err error) { ti, err = s.ins.GetTaskInfo(s.st.queue, j.ID); return err }); gerr != nil {
+		return false, fmt.Errorf("asynqcompat: migrate to asynq: job %q: asynq holds its ID; read that task: %w (rerun to finish the move)", j.ID, gerr)
+	}
+	if ti != nil && ti.Type == j.Type && bytes.Equal(ti.Payload, j.Payload) {
+		return false, nil // this move's held copy, or the same task
+	}
+	_, err = s.q.Update(ctx, j.ID, func(c *jobkey.Job) error {
+		if !held(c, rec) {
+			return errNotHeld
+		}
+		c.RunAt = rec.RunAt
+		return nil
+	})
+	if err != nil && !errors.Is(err, errNotHeld) {
+		return false, fmt.Errorf("asynqcompat: migrate to asynq: job %q stays in jobkey (asynq holds another task under its ID); make it due again: %w (rerun to finish)", j.ID, err)
+	}
+	s.m.note(&s.m.rep.Skipped, TaskNote{ID: j.ID, State: "pending",
+		Reason: fmt.Sprintf("asynq queue %q holds another task under this ID", s.st.queue)})
+	return true, s.st.forget(ctx, j.ID)
+}

@@ -1,0 +1,247 @@
+package asynqcompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobkey/jobkey"
+	"github.com/stretchr/testify/require"
+)
+
+// both runs an asynq server on queue "default" and a jobkey worker on q,
+// each running every task it gets, slowly, and counting the runs of each
+// ID across the two; stop ends both.
+func both(t *testing.T, e *env, q *jobkey.Queue, runs *sync.Map) (stop func()) {
+	t.Helper()
+	hit := func(id string) {
+		n, _ := runs.LoadOrStore(id, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		// Slow enough that a migration overtakes asynq's server on the
+		// pending list, and the crash point is reached.
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{
+		Concurrency: 1, Queues: map[string]int{"default": 1}, LogLevel: asynq.FatalLevel,
+		DelayedTaskCheckInterval: 100 * time.Millisecond,
+	})
+	require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		hit(id)
+		return nil
+	})))
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, jobkey.HandlerFunc(func(_ context.Context, j *jobkey.Job) ([]byte, error) {
+			hit(j.ID)
+			return nil, nil
+		}), &jobkey.WorkOpts{Concurrency: 4, PollInterval: 10 * time.Millisecond})
+	}()
+	return func() {
+		srv.Shutdown()
+		cancel()
+		<-done
+	}
+}
+
+// ranOnce waits until every ID has run, and then checks, a while later,
+// that each ran exactly once: none twice, none lost, none stuck.
+func ranOnce(t *testing.T, runs *sync.Map, ids []string) {
+	t.Helper()
+	all := func() bool {
+		for _, id := range ids {
+			if count(runs, id) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !all() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // a second run, if any, has time to show
+	for _, id := range ids {
+		require.Equal(t, 1, count(runs, id), "task %s ran %d times (0: lost or stuck)", id, count(runs, id))
+	}
+}
+
+func crashOnce(point string, crashed *atomic.Bool) func(string, string) error {
+	return func(p, id string) error {
+		if p == point && crashed.CompareAndSwap(false, true) {
+			return fmt.Errorf("at %s of %s: %w", p, id, errCrash)
+		}
+		return nil
+	}
+}
+
+var crashPoints = []string{atBeforeEnqueue, atAfterEnqueue, atAfterReread, atAfterDelete, atAfterRelease}
+
+// A migration into jobkey killed at any step of a move, with asynq's
+// server and jobkey's workers both running, is finished by a rerun: every
+// task runs exactly once, in one of the two systems, and a queue the
+// killed run paused is resumed by the rerun (which does not pause it).
+func TestMigrateCrashedAtAnyStepRunsEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	for _, point := range crashPoints {
+		for _, pause := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/pause=%v", point, pause), func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				q := e.queue(t, "emails", &jobkey.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				ac := asynq.NewClientFromRedisClient(e.rdb)
+				var ids []string
+				for i := range 200 {
+					id := fmt.Sprintf("t-%d", i)
+					ids = append(ids, id)
+					opts := []asynq.Option{asynq.TaskID(id)}
+					if i%3 == 0 {
+						opts = append(opts, asynq.ProcessIn(300*time.Millisecond))
+					}
+					_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), opts...)
+					require.NoError(t, err)
+				}
+				var runs sync.Map
+				stop := both(t, e, q, &runs)
+				defer stop()
+
+				var crashed atomic.Bool
+				_, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, PauseQueue: pause, Concurrency: 4,
+					crashAt: crashOnce(point, &crashed), lockTTL: 2 * time.Second})
+				require.ErrorIs(t, err, errCrash)
+				rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, Wait: 10 * time.Second})
+				require.NoError(t, err)
+				t.Logf("rerun: moved %d, finished %d, undone %d, left %d", rep.Moved, rep.AlreadyMoved, len(rep.Undone), len(rep.Left))
+				require.Empty(t, rep.Twice)
+				ranOnce(t, &runs, ids)
+				qi, err := asynq.NewInspectorFromRedisClient(e.rdb).GetQueueInfo("default")
+				require.NoError(t, err)
+				require.False(t, qi.Paused, "the queue the killed run paused is resumed")
+				n, err := e.rdb.Exists(e.ctx, stateKey("default"), lockKey("default")).Result()
+				require.NoError(t, err)
+				require.Zero(t, n, "no migration state or lock is left")
+			})
+		}
+	}
+}
+
+// The same for the way back: a migration into asynq killed at any step of
+// a move, with both systems' workers running, is finished by a rerun, and
+// every job runs exactly once.
+func TestMigrateToAsynqCrashedAtAnyStepRunsEachJobOnce(t *testing.T) {
+	t.Parallel()
+	for _, point := range crashPoints {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			q := e.queue(t, "emails", &jobkey.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			var ids []string
+			var specs []jobkey.JobSpec
+			for i := range 200 {
+				id := fmt.Sprintf("j-%d", i)
+				ids = append(ids, id)
+				o := &jobkey.EnqueueOpts{ID: id}
+				if i%3 == 0 {
+					o.RunAt = time.Now().Add(300 * time.Millisecond)
+				}
+				specs = append(specs, jobkey.JobSpec{Type: moveType, Payload: []byte(id), Opts: o})
+			}
+			_, err := q.EnqueueMany(e.ctx, specs)
+			require.NoError(t, err)
+			var runs sync.Map
+			stop := both(t, e, q, &runs)
+			defer stop()
+
+			var crashed atomic.Bool
+			_, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Concurrency: 4,
+				crashAt: crashOnce(point, &crashed), lockTTL: 2 * time.Second})
+			require.ErrorIs(t, err, errCrash)
+			rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 10 * time.Second})
+			require.NoError(t, err)
+			t.Logf("rerun: moved %d, finished %d, undone %d, left %d", rep.Moved, rep.AlreadyMoved, len(rep.Undone), len(rep.Left))
+			require.Empty(t, rep.Twice)
+			ranOnce(t, &runs, ids)
+			n, err := e.rdb.Exists(e.ctx, stateKey("default"), lockKey("default")).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "no migration state or lock is left")
+		})
+	}
+}
+
+// A queue an operator paused stays paused: a migration with PauseQueue,
+// killed and rerun, never resumes it.
+func TestMigrateNeverResumesAQueueAnOperatorPaused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	for i := range 5 {
+		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, nil), asynq.TaskID(fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	require.NoError(t, ins.PauseQueue("default"))
+	var crashed atomic.Bool
+	_, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, PauseQueue: true,
+		crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: 2 * time.Second})
+	require.ErrorIs(t, err, errCrash)
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, PauseQueue: true, Wait: 10 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 5, rep.Moved+rep.AlreadyMoved)
+	qi, err := ins.GetQueueInfo("default")
+	require.NoError(t, err)
+	require.True(t, qi.Paused, "the operator's pause stays")
+}
+
+// A rerun waits for a killed run's lock (Wait) instead of refusing; without
+// Wait it refuses with ErrMigrationRunning.
+func TestMigrateRerunWaitsForADeadRunsLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	_, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(e.ctx, asynq.NewTask(moveType, nil), asynq.TaskID("x"))
+	require.NoError(t, err)
+	var crashed atomic.Bool
+	_, err = Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q,
+		crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second})
+	require.ErrorIs(t, err, errCrash)
+	_, err = Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.ErrorIs(t, err, ErrMigrationRunning)
+	t0 := time.Now()
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, Wait: 5 * time.Second})
+	require.NoError(t, err)
+	require.Less(t, time.Since(t0), 3*time.Second)
+	require.Equal(t, 1, rep.AlreadyMoved, "the rerun finished the killed run's move")
+	_, err = q.Get(e.ctx, "x")
+	require.NoError(t, err)
+	require.False(t, errors.Is(err, jobkey.ErrNotFound))
+}
+
+// A task whose ID jobkey holds as another migration's held copy (a move
+// into asynq under way, from this jobkey queue to another asynq queue) is
+// left where it is: making that copy due would run the task in both.
+func TestMigrateLeavesATaskHeldByAnotherMove(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	_, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("x")), asynq.TaskID("x"))
+	require.NoError(t, err)
+	_, err = q.Enqueue(e.ctx, moveType, []byte("x"), &jobkey.EnqueueOpts{ID: "x", RunAt: holdUntil})
+	require.NoError(t, err)
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+	require.Zero(t, rep.Moved+rep.AlreadyMoved)
+	require.Len(t, rep.Skipped, 1)
+	j, err := q.Get(e.ctx, "x")
+	require.NoError(t, err)
+	require.True(t, j.RunAt.Equal(holdUntil), "the other move's held copy stays held")
+	require.Contains(t, allTasks(t, asynq.NewInspectorFromRedisClient(e.rdb), "default"), "x")
+}

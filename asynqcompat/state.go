@@ -1,0 +1,345 @@
+package asynqcompat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A migration's own state lives in one Redis value per asynq queue: which
+// tasks it is moving, at which step, and whether it paused the queue. It is
+// written by WATCH/MULTI/EXEC only, and its key carries the asynq queue's
+// hash tag ("{queue}") so that the transactions that delete or release the
+// asynq side of a move, or pause the queue, record their step in the same
+// EXEC (they share a cluster slot with asynq's keys of the queue). A rerun
+// reads it first and finishes every move it lists (recover).
+//
+// Neither copy of a task can run in both systems because the copy in the
+// target is held, not runnable, until the source is gone:
+//
+//   - into jobkey: record the move (step "enqueue"); enqueue the jobkey
+//     copy with RunAt = holdUntil; in one transaction, under WATCH of the
+//     asynq task, delete the task from asynq only while it still waits
+//     there and record step "release"; then set the jobkey copy's RunAt to
+//     the task's own, and forget the move. A task asynq took or ran before
+//     that transaction keeps running there, and its held jobkey copy, which
+//     nothing can claim, is deleted.
+//   - into asynq: record the move (step "hold"); hold the jobkey job (RunAt
+//     = holdUntil, by Queue.Update, only while it is pending with no run in
+//     force); enqueue the asynq copy scheduled at holdUntil; in one
+//     transaction, under WATCH of that copy, make it due and record step
+//     "delete"; then delete the held jobkey job, and forget the move. A job
+//     jobkey claimed before the hold stays in jobkey, and nothing was put
+//     into asynq.
+//
+// A crash between any two steps leaves the move recorded at a step that
+// says which copies exist and which may run, and recover goes on from it.
+
+// holdUntil is the run time of a held copy: never due. A rerun recognizes
+// a held copy by it (and by the recorded move).
+var holdUntil = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// The directions and steps of a recorded move.
+const (
+	dirToJobkey = "to-jobkey"
+	dirToAsynq  = "to-asynq"
+
+	stepEnqueue = "enqueue" // to jobkey: a held jobkey copy may exist; the asynq task is untouched
+	stepRelease = "release" // to jobkey: the asynq task is deleted; the held jobkey copy is to be made due
+	stepHold    = "hold"    // to asynq: the jobkey job may be held, and a held asynq copy may exist
+	stepDelete  = "delete"  // to asynq: the asynq copy is due; the held jobkey job is to be deleted
+)
+
+// migState is the value of a migration state key.
+type migState struct {
+	// Paused says that a migration paused the asynq queue (and an operator
+	// had not): the run that finds it set resumes the queue when done.
+	Paused bool `json:"paused,omitempty"`
+	// Moves are the moves under way, by task ID.
+	Moves map[string]*moveRec `json:"moves,omitempty"`
+}
+
+// moveRec is one move under way.
+type moveRec struct {
+	Dir         string    `json:"dir"`
+	Step        string    `json:"step"`
+	JobkeyQueue string    `json:"jobkey_queue"`
+	Type        string    `json:"type"`
+	RunAt       time.Time `json:"run_at"` // when the target copy is due once released
+}
+
+// stateKey is the Redis key of the migration state of an asynq queue: in
+// the queue's hash tag, outside asynq's "asynq:" keys (which asynq may
+// delete with the queue).
+func stateKey(queue string) string { return "asynqcompat:{" + queue + "}:migration" }
+
+// The asynq keys a migration writes in its own transactions (asynq's
+// internal/base layout, v0.26).
+func asynqTaskKey(queue, id string) string    { return "asynq:{" + queue + "}:t:" + id }
+func asynqListKey(queue, state string) string { return "asynq:{" + queue + "}:" + state }
+func asynqPausedKey(queue string) string      { return "asynq:{" + queue + "}:paused" }
+
+// ErrStateUnreadable is what a migration returns when its state value
+// cannot be decoded: it is kept as it is, and the run writes nothing.
+var ErrStateUnreadable = errors.New("asynqcompat: the migration state cannot be read")
+
+// stateStore reads and writes one asynq queue's migration state, fenced by
+// the run's migration lock: every write checks, in the same WATCH, that the
+// lock still holds this run's token.
+type stateStore struct {
+	rdb   redis.UniversalClient
+	queue string
+	lock  *queueLock
+
+	// mu serializes this run's own writes: its moves all write the one
+	// value, and would otherwise mostly fail each other's EXEC. WATCH still
+	// guards against any other writer.
+	mu sync.Mutex
+}
+
+func decodeState(queue string, raw string, err error) (*migState, error) {
+	st := &migState{}
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return nil, fmt.Errorf("asynqcompat: read the migration state of asynq queue %q: %w", queue, err)
+	default:
+		if err := json.Unmarshal([]byte(raw), st); err != nil {
+			return nil, fmt.Errorf("%w: key %q: %v (kept as it is)", ErrStateUnreadable, stateKey(queue), err)
+		}
+	}
+	if st.Moves == nil {
+		st.Moves = map[string]*moveRec{}
+	}
+	return st, nil
+}
+
+// read returns the state as stored now.
+func (s *stateStore) read(ctx context.Context) (*migState, error) {
+	raw, err := s.rdb.Get(ctx, stateKey(s.queue)).Result()
+	return decodeState(s.queue, raw, err)
+}
+
+// update runs fn on the state as stored now, with watch (keys of the same
+// slot) watched too, and writes the state fn leaves, with what fn's write
+// queues, in one MULTI/EXEC. fn may read through tx; an error from fn
+// writes nothing. A change to any watched key between the read and the
+// EXEC reruns fn on the newer values.
+func (s *stateStore) update(ctx context.Context, watch []string, fn func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := stateKey(s.queue)
+	keys := append([]string{s.lock.key, key}, watch...)
+	for i := range 50 {
+		err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			tok, err := tx.Get(ctx, s.lock.key).Result()
+			if errors.Is(err, redis.Nil) || (err == nil && tok != s.lock.token) {
+				return fmt.Errorf("%w: asynq queue %q: key %q no longer holds this run's token", ErrLockLost, s.queue, s.lock.key)
+			}
+			if err != nil {
+				return err
+			}
+			raw, err := tx.Get(ctx, key).Result()
+			st, err := decodeState(s.queue, raw, err)
+			if err != nil {
+				return err
+			}
+			write, err := fn(tx, st)
+			if err != nil {
+				return err
+			}
+			val, err := json.Marshal(st)
+			if err != nil {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				if len(st.Moves) == 0 && !st.Paused {
+					p.Del(ctx, key)
+				} else {
+					p.Set(ctx, key, val, 0)
+				}
+				if write != nil {
+					write(p)
+				}
+				return nil
+			})
+			return err
+		}, keys...)
+		if errors.Is(err, redis.TxFailedErr) {
+			// A watched key changed (asynq's server, the lock's renewal):
+			// read again, after a short pause once it keeps happening.
+			if i > 5 {
+				time.Sleep(time.Duration(i) * time.Millisecond)
+			}
+			continue
+		}
+		return err
+	}
+	return fmt.Errorf("asynqcompat: migration state of asynq queue %q: too many concurrent changes", s.queue)
+}
+
+// begin records a move at its first step. A move already recorded for the
+// ID is an error: recover finishes those before a run moves anything.
+func (s *stateStore) begin(ctx context.Context, id string, rec moveRec) error {
+	return s.update(ctx, nil, func(_ *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		if cur, ok := st.Moves[id]; ok {
+			return nil, fmt.Errorf("asynqcompat: task %q has an unfinished move (%s, step %s) in the migration state of asynq queue %q; rerun to finish it", id, cur.Dir, cur.Step, s.queue)
+		}
+		st.Moves[id] = &rec
+		return nil, nil
+	})
+}
+
+// forget removes a finished (or abandoned) move from the state.
+func (s *stateStore) forget(ctx context.Context, id string) error {
+	return s.update(ctx, nil, func(_ *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		delete(st.Moves, id)
+		return nil, nil
+	})
+}
+
+// errNotWaiting is what deleteWaiting returns when the asynq task no longer
+// waits: state is asynq's state name, or "gone".
+type errNotWaiting struct{ state string }
+
+func (e *errNotWaiting) Error() string { return "the asynq task is " + e.state }
+
+// deleteWaiting deletes an asynq task only while it waits (pending,
+// scheduled or retry), as asynq's own delete does, and records the move's
+// next step, in one transaction under WATCH of the task. checked, if set,
+// runs after the task's state is read and before the EXEC.
+func (s *stateStore) deleteWaiting(ctx context.Context, id, next string, checked func() error) error {
+	tk := asynqTaskKey(s.queue, id)
+	return s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		vals, err := tx.HMGet(ctx, tk, "state", "unique_key").Result()
+		if err != nil {
+			return nil, err
+		}
+		state, _ := vals[0].(string)
+		unique, _ := vals[1].(string)
+		if state == "" {
+			state = "gone"
+		}
+		if !waiting(state) {
+			return nil, &errNotWaiting{state}
+		}
+		var uniqueHeld bool
+		if unique != "" {
+			cur, err := tx.Get(ctx, unique).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+			uniqueHeld = cur == id
+		}
+		if checked != nil {
+			if err := checked(); err != nil {
+				return nil, err
+			}
+		}
+		if rec := st.Moves[id]; rec != nil {
+			rec.Step = next
+		}
+		return func(p redis.Pipeliner) {
+			if state == "pending" {
+				p.LRem(ctx, asynqListKey(s.queue, state), 0, id)
+			} else {
+				p.ZRem(ctx, asynqListKey(s.queue, state), id)
+			}
+			if uniqueHeld {
+				p.Del(ctx, unique)
+			}
+			p.Del(ctx, tk)
+		}, nil
+	})
+}
+
+// releaseHeld makes a held asynq copy (scheduled at holdUntil) due at
+// runAt, and records the move's next step, in one transaction. A copy not
+// held (an earlier run released it, or it was enqueued due) is left as it
+// is; a copy gone is an error. checked, if set, runs before the EXEC.
+func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time, next string, checked func() error) error {
+	tk := asynqTaskKey(s.queue, id)
+	sched := asynqListKey(s.queue, "scheduled")
+	// The task key, not the busy scheduled set: a held copy's score is
+	// changed by nobody else, and its removal changes the task key too.
+	return s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		state, err := tx.HGet(ctx, tk, "state").Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("asynqcompat: the asynq copy of task %q is gone before its release", id)
+		}
+		if err != nil {
+			return nil, err
+		}
+		held := false
+		if state == "scheduled" {
+			score, err := tx.ZScore(ctx, sched, id).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+			held = err == nil && int64(score) >= holdUntil.Unix()
+		}
+		if checked != nil {
+			if err := checked(); err != nil {
+				return nil, err
+			}
+		}
+		if rec := st.Moves[id]; rec != nil {
+			rec.Step = next
+		}
+		if !held {
+			return nil, nil
+		}
+		return func(p redis.Pipeliner) {
+			if runAt.After(time.Now()) {
+				p.ZAdd(ctx, sched, redis.Z{Score: float64(runAt.Unix()), Member: id})
+				return
+			}
+			// Due now: put it where asynq's enqueue would have.
+			p.ZRem(ctx, sched, id)
+			p.HSet(ctx, tk, "state", "pending", "pending_since", strconv.FormatInt(time.Now().UnixNano(), 10))
+			p.LPush(ctx, asynqListKey(s.queue, "pending"), id)
+		}, nil
+	})
+}
+
+// pause pauses the asynq queue, as asynq's Inspector.PauseQueue does, and
+// records that this migration paused it, in one transaction. A queue
+// paused already is left as it is: by an operator (the state does not say
+// a migration paused it), it is never resumed by a migration; by a crashed
+// migration, it stays paused and is resumed by this run.
+func (s *stateStore) pause(ctx context.Context) error {
+	pk := asynqPausedKey(s.queue)
+	return s.update(ctx, []string{pk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		n, err := tx.Exists(ctx, pk).Result()
+		if err != nil {
+			return nil, err
+		}
+		if st.Paused || n > 0 {
+			return nil, nil
+		}
+		st.Paused = true
+		return func(p redis.Pipeliner) { p.Set(ctx, pk, time.Now().Unix(), 0) }, nil
+	})
+}
+
+// resume unpauses the asynq queue if a migration paused it, and records
+// that, in one transaction. It returns whether it did.
+func (s *stateStore) resume(ctx context.Context) (bool, error) {
+	pk := asynqPausedKey(s.queue)
+	did := false
+	err := s.update(ctx, []string{pk}, func(_ *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		did = st.Paused
+		if !st.Paused {
+			return nil, nil
+		}
+		st.Paused = false
+		return func(p redis.Pipeliner) { p.Del(ctx, pk) }, nil
+	})
+	return did, err
+}
