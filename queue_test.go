@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,104 +11,9 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/redistest"
-	"github.com/jobkey/jobkey/internal/rttcount"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
-
-// fakeClock is a Config.Now that tests move by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-type fixture struct {
-	q     *Queue
-	rdb   *redis.Client
-	hook  *rttcount.Hook
-	clock *fakeClock
-	ctx   context.Context
-}
-
-// setup returns a queue under its own random prefix on the shared real
-// Redis, with a fake clock and a round-trip hook. cfg may be nil.
-func setup(t *testing.T, cfg *Config) *fixture {
-	t.Helper()
-	redistest.RequireReal(t)
-	rdb, hook := hooked(t, 0)
-	clock := newClock()
-	c := Config{}
-	if cfg != nil {
-		c = *cfg
-	}
-	c.Prefix = redistest.Prefix(t)
-	if c.Backoff == nil {
-		c.Backoff = func(attempt int) time.Duration { return time.Duration(attempt) * time.Minute }
-	}
-	q, err := NewQueue(rdb, "q", &c)
-	require.NoError(t, err)
-	q.clock.fake = clock.Now // Redis's clock, as far as the queue can tell
-	require.NoError(t, q.check(context.Background(), true), "the one-time checks, outside every count")
-	return &fixture{q: q, rdb: rdb, hook: hook, clock: clock, ctx: context.Background()}
-}
-
-// jobErrs returns the per-job errors of a batch call's error: a
-// *BatchError's Errs, or n nils when err is nil.
-func jobErrs(t *testing.T, err error, n int) []error {
-	t.Helper()
-	if err == nil {
-		return make([]error, n)
-	}
-	var be *BatchError
-	require.ErrorAs(t, err, &be)
-	require.Len(t, be.Errs, n)
-	return be.Errs
-}
-
-// indexOf returns the index and score the raw keys hold for id, failing if
-// the ID sits in more than one index.
-func (f *fixture) indexOf(t *testing.T, id string) (string, int64) {
-	t.Helper()
-	_, shard := f.q.ks.jobKeyOf(id)
-	found, score := "", int64(0)
-	for _, idx := range append(slices.Clone(readyIndexes), idxLeased, idxSucceeded, idxFailed, idxCanceled) {
-		s, err := f.rdb.ZScore(f.ctx, f.q.ks.index(shard, idx), id).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		require.NoError(t, err)
-		require.Empty(t, found, "job %s is in %s and %s", id, found, idx)
-		found, score = idx, int64(s)
-	}
-	return found, score
-}
-
-// requireIndexed checks the raw index agrees with the stored value.
-func (f *fixture) requireIndexed(t *testing.T, j *Job) {
-	t.Helper()
-	got, err := f.q.Get(f.ctx, j.ID)
-	require.NoError(t, err)
-	idx, score := f.indexOf(t, j.ID)
-	want := derive(got)
-	require.Equal(t, want.index, idx, "index of %s (%s)", j.ID, got.State)
-	require.Equal(t, want.score, score, "score of %s", j.ID)
-}
 
 func TestNewQueueRefuses(t *testing.T) {
 	t.Parallel()

@@ -14,29 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// queueOn returns a queue named "q" under prefix on rdb.
-func queueOn(t *testing.T, rdb *redis.Client, prefix string, cfg Config) *Queue {
-	t.Helper()
-	cfg.Prefix = prefix
-	q, err := NewQueue(rdb, "q", &cfg)
-	require.NoError(t, err)
-	return q
-}
-
-// proxied returns a client of the shared real Redis through a fault proxy.
-func proxied(t *testing.T) (*redis.Client, *faultproxy.Proxy) {
-	t.Helper()
-	target := redistest.RequireReal(t)
-	o, err := redis.ParseURL(target.URL)
-	require.NoError(t, err)
-	p, err := faultproxy.Start(o.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	return redistest.ClientFor(t, "redis://"+p.Addr, func(o *redis.Options) {
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
-	}), p
-}
-
 // A worker cut off from Redis stops its handler before its lease can run
 // out, so the worker that claims the job next never runs it at the same
 // time (issue 9, item 2).

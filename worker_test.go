@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,70 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
-
-// realQueue is a queue on the real clock, for Work tests.
-func realQueue(t *testing.T, cfg *Config) *Queue {
-	t.Helper()
-	redistest.RequireReal(t)
-	c := Config{}
-	if cfg != nil {
-		c = *cfg
-	}
-	c.Prefix = redistest.Prefix(t)
-	q, err := NewQueue(redistest.Client(t, nil), "q", &c)
-	require.NoError(t, err)
-	return q
-}
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// startWork runs q.Work in the background; the returned stop ends it and
-// waits for it to return.
-func startWork(t *testing.T, q *Queue, h Handler, opts *WorkOpts) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	if opts == nil {
-		opts = &WorkOpts{}
-	}
-	if opts.Logger == nil {
-		opts.Logger = quiet
-	}
-	go func() { done <- q.Work(ctx, h, opts) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Error("Work did not return")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func state(t *testing.T, q *Queue, id string) State {
-	t.Helper()
-	j, err := q.Get(context.Background(), id)
-	require.NoError(t, err)
-	return j.State
-}
 
 func TestWorkRunsJobsConcurrently(t *testing.T) {
 	t.Parallel()
