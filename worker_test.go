@@ -434,3 +434,43 @@ func (h *replyDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		return err
 	}
 }
+
+// A paused worker waits for its poll interval or Resume, however many jobs
+// producers enqueue. Every enqueue publishes a wake-up; were a paused
+// worker's idle slots to answer each with a whole claim (the due read, then
+// the next-due read), a queue paused during an incident, with producers
+// still running, would have its workers hammer Redis at the producers' rate
+// times the number of processes. Here one Work (4 slots, PollInterval 1 s)
+// on a paused queue sees 100 enqueues over about 2 s by another client, and
+// makes at most 24 round trips.
+func TestPausedWorkerWaitsThroughEnqueues(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	f.q.clock.fake = nil
+	require.NoError(t, f.q.Pause(f.ctx))
+	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 2})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	var ran atomic.Int64
+	go func() {
+		done <- f.q.Work(ctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+			ran.Add(1)
+			return nil, nil
+		}), &WorkOpts{Concurrency: 4, PollInterval: time.Second, TrimInterval: -1})
+	}()
+	time.Sleep(200 * time.Millisecond) // Work subscribed, slots idle
+	f.hook.Reset()
+	for range 100 {
+		_, err := producer.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond)
+	}
+	rtt := f.hook.RTT.Load()
+	cancel()
+	require.NoError(t, <-done)
+	t.Logf("paused worker: %d round trips during 100 enqueues over ~2 s; %d jobs ran", rtt, ran.Load())
+	require.Zero(t, ran.Load())
+	require.LessOrEqual(t, rtt, int64(4*3*2), "a paused worker waits for its poll interval or Resume")
+}
