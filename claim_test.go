@@ -456,3 +456,52 @@ func TestClaimReachesPastManyNewerMajorJobs(t *testing.T) {
 	}
 	t.Fatalf("a runnable job behind %d newer-format jobs was never claimed (skip set holds %d)", ahead, f.q.newer.size())
 }
+
+// A plain Claim (no Work in the process) keeps the due entries it did not
+// take in its read-ahead pool, and still takes a higher priority enqueued by
+// another process before them: a claim takes the due jobs of a higher
+// priority before any of a lower one. Here, on one shard, Claim after
+// another Queue enqueued a priority-9 job returns that job.
+func TestClaimPoolGivesWayToOtherProcessHigherPriority(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.q.clock.fake = nil
+	other, err := NewQueue(f.rdb, "q", &f.q.cfg)
+	require.NoError(t, err)
+	for i := range 4 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("low%d", i)})
+		require.NoError(t, err)
+	}
+	first, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Zero(t, first.Priority)
+	hi, err := other.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "hi", Priority: MaxPriority})
+	require.NoError(t, err)
+	second, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, hi.ID, second.ID, "claimed %s (priority %d) while priority 9 was due", second.ID, second.Priority)
+}
+
+// On a cluster, ClaimMany (and a group-committed Claim batch) orders its
+// candidates by priority before it keeps those of one shard, so a priority-9
+// job due on shard 1 is taken before shard 0's priority-0 jobs, though
+// candidates come in shard order. Here, on 3 shards, ClaimMany(n=1) returns
+// the priority-9 job.
+func TestClusterClaimManyTakesHigherPriorityOnOtherShard(t *testing.T) {
+	redistest.RequireReal(t)
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t, nil)
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Shards: 3})
+	require.NoError(t, err)
+	low, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, "low-", 0)})
+	require.NoError(t, err)
+	hi, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, "hi-", 1), Priority: MaxPriority})
+	require.NoError(t, err)
+	_ = low
+	got, err := q.ClaimMany(ctx, "w", 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, hi.ID, got[0].ID, "ClaimMany took %s (priority %d, shard %d) while priority 9 was due on shard 1",
+		got[0].ID, got[0].Priority, q.ks.shardOf(got[0].ID))
+}

@@ -348,3 +348,35 @@ func TestWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 		require.LessOrEqual(t, d, claimBound+250*time.Millisecond, "job %s started %v after coming due", id, d)
 	}
 }
+
+// Work's fused complete-and-claim reads ahead every shard a claim reads, not
+// only the shards of the jobs it completes, so the next claim, which takes
+// from the pool with no further read on a single Redis, still takes the due
+// jobs of a higher priority first. Here, on 4 shards, a priority-9 job is
+// enqueued on shard 1 while a shard-0 job runs, and it is the slot's next
+// run, before the priority-0 jobs of shard 0.
+func TestFusedReadAheadReadsEveryShard(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	f.q.clock.fake = nil
+	q := f.q
+	for i := range 4 {
+		_, err := q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, fmt.Sprintf("low%d-", i), 0)})
+		require.NoError(t, err)
+	}
+	hi := idOnShard(q, "hi-", 1)
+	var log runLog
+	startWork(t, q, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		if log.add(j) == 1 {
+			_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: hi, Priority: MaxPriority})
+			if err != nil {
+				return nil, err
+			}
+			time.Sleep(50 * time.Millisecond) // the wake-up hint "p9" arrives too
+		}
+		return nil, nil
+	}), &WorkOpts{Concurrency: 1})
+	got := waitRuns(t, &log, 2)
+	require.Equal(t, hi, got[1].ID, "run 2 must be the due priority-9 job, got %s (priority %d, shard %d)",
+		got[1].ID, got[1].Priority, q.ks.shardOf(got[1].ID))
+}

@@ -314,3 +314,38 @@ func proxied(t *testing.T) (*redis.Client, *faultproxy.Proxy) {
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
 	}), p
 }
+
+// idOnShard returns an ID with the given prefix that q places on shard s.
+func idOnShard(q *Queue, prefix string, s int) string {
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		if q.ks.shardOf(id) == s {
+			return id
+		}
+	}
+}
+
+// runLog records the jobs a handler ran, in order.
+type runLog struct {
+	mu   sync.Mutex
+	jobs []*Job
+}
+
+func (l *runLog) add(j *Job) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.jobs = append(l.jobs, j)
+	return len(l.jobs)
+}
+
+func (l *runLog) snapshot() []*Job {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*Job(nil), l.jobs...)
+}
+
+func waitRuns(t *testing.T, l *runLog, n int) []*Job {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(l.snapshot()) >= n }, 10*time.Second, 5*time.Millisecond)
+	return l.snapshot()
+}
