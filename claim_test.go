@@ -505,3 +505,30 @@ func TestClusterClaimManyTakesHigherPriorityOnOtherShard(t *testing.T) {
 	require.Equal(t, hi.ID, got[0].ID, "ClaimMany took %s (priority %d, shard %d) while priority 9 was due on shard 1",
 		got[0].ID, got[0].Priority, q.ks.shardOf(got[0].ID))
 }
+
+// A due job above priority 0 on a shard with no priority flag is claimed,
+// and Stats counts it due. It is what a 1.4 producer built before the flag
+// leaves, before or during a rolling upgrade: the same value and ready.<p>
+// entry, and no flag. Verify has nothing to report about it, so a worker
+// that read only the flagged shards' priority indexes would leave it
+// unclaimed forever.
+func TestClaimFindsPriorityJobOnShardWithoutFlag(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2, DisableGroupCommit: true})
+	j, err := f.q.Enqueue(f.ctx, "hi", nil, &EnqueueOpts{Priority: 5})
+	require.NoError(t, err)
+	// What a pre-flag 1.4 producer leaves: the same value and entry, no flag.
+	_, shard := f.q.ks.jobKeyOf(j.ID)
+	require.NoError(t, f.rdb.Del(f.ctx, f.q.ks.index(shard, prioFlag)).Err())
+
+	w := f.otherProcess(t, Config{Shards: 2, DisableGroupCommit: true})
+	st, err := w.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Due, "the job is due")
+	rep, err := w.Verify(f.ctx, &VerifyOpts{Keys: true, Fix: true})
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, "Verify sees nothing wrong")
+	c, err := w.Claim(f.ctx, "w")
+	require.NoError(t, err, "the due priority-5 job is never claimed by an upgraded worker")
+	require.Equal(t, j.ID, c.ID)
+}

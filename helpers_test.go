@@ -349,3 +349,13 @@ func waitRuns(t *testing.T, l *runLog, n int) []*Job {
 	require.Eventually(t, func() bool { return len(l.snapshot()) >= n }, 10*time.Second, 5*time.Millisecond)
 	return l.snapshot()
 }
+
+// otherProcess returns a second process on f's queue, sharing its clock.
+func (f *fixture) otherProcess(t *testing.T, cfg Config) *Queue {
+	t.Helper()
+	cfg.Prefix = f.q.cfg.Prefix
+	q, err := NewQueue(redistest.Client(t, nil), "q", &cfg)
+	require.NoError(t, err)
+	q.clock.fake = f.clock.Now
+	return q
+}

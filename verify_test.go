@@ -296,3 +296,42 @@ func TestVerifySnapshotAbortedIsReadAgain(t *testing.T) {
 	require.True(t, fired.Load(), "the re-check ran")
 	require.Empty(t, rep.Findings, "the job is listed again: nothing to report")
 }
+
+// Verify's repair (Keys and Fix, for job keys restored or copied without
+// their shard's other keys) sets the shard's priority flag when it puts a
+// job above priority 0 back in a ready index, as every write that puts one
+// there does. Without the flag, no process that has not seen priorities yet
+// reads that index, not even the one that ran the repair. Here only the key
+// of a priority-5 job survives; after the repair, a fresh process with no
+// periodic full read claims it.
+func TestVerifyFixSetsPriorityFlagOfRebuiltEntry(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
+	prod := f.otherProcess(t, Config{Shards: 1})
+	j, err := prod.Enqueue(f.ctx, "hi", nil, &EnqueueOpts{Priority: 5})
+	require.NoError(t, err)
+	// Only the job key survives (restored/copied without the shard's other keys).
+	var others []string
+	for _, idx := range append(allIndexes, prioFlag) {
+		others = append(others, f.q.ks.index(0, idx))
+	}
+	require.NoError(t, f.rdb.Del(f.ctx, others...).Err())
+
+	admin := f.otherProcess(t, Config{Shards: 1, DisableGroupCommit: true})
+	rep, err := admin.Verify(f.ctx, &VerifyOpts{Keys: true, Fix: true})
+	require.NoError(t, err)
+	require.Len(t, rep.Findings, 1)
+	require.True(t, rep.Findings[0].Fixed)
+	idx, _ := f.indexOf(t, j.ID)
+	require.Equal(t, "ready.5", idx, "the repair put the entry back")
+
+	// The repair sets the shard's flag, as the move that first put
+	// the job there did, so a process that has not seen priorities yet
+	// finds it.
+	require.EqualValues(t, 1, f.rdb.Exists(f.ctx, f.q.ks.index(0, prioFlag)).Val(), "the repair sets the flag")
+	fresh := f.otherProcess(t, Config{Shards: 1, DisableGroupCommit: true})
+	fresh.fullRead.Store(time.Now().UnixNano()) // no periodic full read: the flag alone must do
+	c, err := fresh.Claim(f.ctx, "w")
+	require.NoError(t, err, "the repaired priority job is claimable")
+	require.Equal(t, j.ID, c.ID)
+}
