@@ -277,3 +277,68 @@ func TestValueOfAnotherQueueIsCorrupt(t *testing.T) {
 	require.NoError(t, err, "in its own queue the value is a job")
 	require.Equal(t, "other", mine.Queue)
 }
+
+// A value whose ID is not its key's job is corrupt, even when the key ends
+// in ":job:"+ID. A job ID may itself contain ":job:" (validID allows it), so
+// the key of job "a:job:b" ends like the key of job b. storedAt compares the
+// whole key: job b's value copied (or forged) to that key is refused by Get
+// and by the claim, as Verify refuses it, and b's payload never runs under
+// b's ID from another job's key.
+func TestValueNamingSuffixJobIsCorrupt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	const x = "a:job:b"
+	_, err := f.q.Enqueue(f.ctx, "t", []byte("x's payload"), &EnqueueOpts{ID: x})
+	require.NoError(t, err)
+	_, err = f.q.Enqueue(f.ctx, "t", []byte("b's payload"), &EnqueueOpts{ID: "b"})
+	require.NoError(t, err)
+	raw, err := f.rdb.Get(f.ctx, f.q.Keys("b").Job).Result()
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys(x).Job, raw, 0).Err()) // x's key now holds b's value
+	// b itself is out of the way (it ran elsewhere and expired, say): only
+	// x's key, holding b's value, is due.
+	require.NoError(t, f.rdb.Del(f.ctx, f.q.Keys("b").Job).Err())
+	require.NoError(t, f.rdb.ZRem(f.ctx, f.q.Keys("b").Ready, "b").Err())
+
+	j, getErr := f.q.Get(f.ctx, x)
+	if getErr == nil {
+		t.Logf("Get(%q) returned job %q, payload %q", x, j.ID, j.Payload)
+	}
+	got, claimErr := f.q.Claim(f.ctx, "w")
+	if claimErr == nil {
+		t.Logf("Claim returned job %q, payload %q", got.ID, got.Payload)
+	}
+	require.ErrorIs(t, getErr, ErrCorrupt, "the value at %q names job b", x)
+	require.ErrorIs(t, claimErr, ErrNoJob, "x's value is not x: nothing is due")
+}
+
+// The ID inside a stored value is the ID of its key. A value copied (or
+// forged) from job y to the key of job x is corrupt: Get says so, a claimer
+// sets it aside with its bytes untouched, and no handler runs y's payload as
+// x.
+func TestValueNamingAnotherJobIsCorrupt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, err := f.q.Enqueue(f.ctx, "t", []byte("x's payload"), &EnqueueOpts{ID: "x"})
+	require.NoError(t, err)
+	_, err = f.q.Enqueue(f.ctx, "t", []byte("y's payload"), &EnqueueOpts{ID: "y", Delay: time.Hour})
+	require.NoError(t, err)
+	ky, kx := f.q.Keys("y").Job, f.q.Keys("x").Job
+	raw, err := f.rdb.Get(f.ctx, ky).Result()
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, kx, raw, 0).Err()) // x's key now holds y's value
+
+	_, err = f.q.Get(f.ctx, "x")
+	require.ErrorIs(t, err, ErrCorrupt)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "y is not due, and x's value is not x")
+	after, err := f.rdb.Get(f.ctx, kx).Result()
+	require.NoError(t, err)
+	require.Equal(t, raw, after, "the bytes are kept")
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Corrupt)
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, "x's hint is in corrupt, where Verify expects a value that is not x's")
+}
