@@ -359,3 +359,11 @@ func (f *fixture) otherProcess(t *testing.T, cfg Config) *Queue {
 	q.clock.fake = f.clock.Now
 	return q
 }
+
+// verifyClean runs Verify and requires no finding.
+func verifyClean(t *testing.T, f *fixture, msg string) {
+	t.Helper()
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, msg)
+}

@@ -233,3 +233,36 @@ func TestFailStaysWithinMaxValueBytes(t *testing.T) {
 	t.Logf("Fail returned %v; stored value is %d bytes, limit %d", err, n, limit)
 	require.LessOrEqual(t, n, int64(limit), "a value larger than Config.MaxValueBytes was written")
 }
+
+// Every write of a run (Extend, Complete, Fail, Release) accepts the
+// concurrency key of the run's own copy, even one Enqueue would refuse. A
+// stored value decodes with any key of at most MaxConcurrencyKeyLen bytes
+// (one a newer or other writer stored, or one forged), and a claim takes the
+// job and a slot of that key; a write that refused the key, here one with a
+// brace, would leave a job that runs and holds its slot but can never be
+// finished, only run again once its lease runs out, up to MaxAttempts times.
+func TestRunWritesAcceptStoredConcurrencyKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute})
+	j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	j.ConcurrencyKey = "a{b}" // the value as stored by another writer
+	raw, err := Marshal(j)
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys(j.ID).Job, raw, 0).Err())
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, "a{b}", c.ConcurrencyKey)
+	c, err = f.q.Extend(f.ctx, c)
+	require.NoError(t, err, "the run's own copy renews its lease")
+	done, err := f.q.Complete(f.ctx, c, nil)
+	require.NoError(t, err, "the run's own copy finishes it")
+	require.Equal(t, StateSucceeded, done.State)
+	s, err := f.rdb.Get(f.ctx, f.q.ks.slotKey(0, "a{b}")).Result()
+	if err == nil {
+		v, err := decodeSlots(s)
+		require.NoError(t, err)
+		require.Empty(t, v.leases, "the slot is given back")
+	}
+	verifyClean(t, f, "")
+}
