@@ -19,7 +19,7 @@ import (
 )
 
 // A job whose ID sits in two indexes (a stray entry) is handed out once by
-// one claim batch, and the stray entry is put right (issue 9, item 6).
+// one claim batch, and the stray entry is put right.
 func TestClaimManyHandsOutEachJobOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
@@ -52,7 +52,7 @@ func TestCASRefusesRepeatedKey(t *testing.T) {
 }
 
 // A pending job with no attempt left (MaxAttempts lowered below what it
-// used) is failed by the claim that meets it, not run (issue 9, item 16);
+// used) is failed by the claim that meets it, not run;
 // Update refuses to lower MaxAttempts below the attempts made.
 func TestClaimFailsPendingJobWithNoAttemptLeft(t *testing.T) {
 	t.Parallel()
@@ -84,7 +84,7 @@ func TestClaimFailsPendingJobWithNoAttemptLeft(t *testing.T) {
 
 // Dead jobs (expired leases on their last attempt) ahead of a runnable one
 // are failed on the way, and the claim goes on to the runnable job instead
-// of answering that nothing is due (issue 10, item 10).
+// of answering that nothing is due.
 func TestClaimGoesPastDeadJobs(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

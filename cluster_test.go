@@ -272,7 +272,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 
 // Group-commit enqueues on a cluster are answered by the transaction that
 // carried each job: a shard whose transaction is refused does not turn
-// jobs just written on other shards into ErrJobExists (issue 9, item 12).
+// jobs just written on other shards into ErrJobExists.
 func TestClusterGroupEnqueueAnswersPerShard(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
@@ -316,7 +316,7 @@ func TestClusterGroupEnqueueAnswersPerShard(t *testing.T) {
 // One dead master of three (cluster-require-full-coverage no) does not stop
 // the others: claims find the jobs of the live masters, Work drains them,
 // Stats and Verify answer for the shards they can read and name the
-// others (issue 10, item 5).
+// others.
 func TestClusterDeadMaster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")

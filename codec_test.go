@@ -716,8 +716,7 @@ func TestShardTagsSpreadOverTheSlotRange(t *testing.T) {
 
 // A worker of this version claims, extends, fails, claims again, completes,
 // and an operator updates a job that a newer minor version wrote: every
-// write keeps the newer version's fields and its minor version (issue 10,
-// item 1).
+// write keeps the newer version's fields and its minor version.
 func TestOlderWriterKeepsNewerFields(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

@@ -231,7 +231,7 @@ func TestGroupEnqueueRepeatOfCallerWhoGaveUp(t *testing.T) {
 
 // MaxAttempts past what a stored value can hold is refused wherever it
 // comes in, before anything is written; it used to be written and then
-// read back as corrupt, so the job never ran (issue 9, item 8).
+// read back as corrupt, so the job never ran.
 func TestMaxAttemptsIsBounded(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

@@ -47,7 +47,7 @@ func TestCompleteAndClaimRoundTrips(t *testing.T) {
 }
 
 // The fused transaction interrupted at each step loses nothing and does
-// nothing twice (issue 12): its reply is lost, the finished job's lease
+// nothing twice: its reply is lost, the finished job's lease
 // was lost, the candidate was taken by someone else.
 func TestCompleteAndClaimInterrupted(t *testing.T) {
 	t.Parallel()
@@ -152,7 +152,7 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 	})
 }
 
-// The round-trip budget of a worker draining a backlog (issue 12): each
+// The round-trip budget of a worker draining a backlog: each
 // job costs one fused transaction of two round trips, finishing it and
 // claiming the next, plus the queue's periodic reads. Every job runs once.
 func TestWorkRoundTripsPerJob(t *testing.T) {
@@ -232,7 +232,7 @@ func TestFinishBatchWithOneJobTwice(t *testing.T) {
 
 // A candidate read ahead before its shard's index broke does not fail the
 // claim: the next round reads the indexes, skips the broken shard, and
-// takes a due job of another (found in review).
+// takes a due job of another.
 func TestClaimSkipsPooledCandidateOfBrokenShard(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 2, Logger: quietLog()})

@@ -13,7 +13,7 @@ import (
 // Every claim fences with a token of its own: after Claim, Cancel, Retry
 // and a new Claim by the same worker name (replicas sharing a fixed
 // WorkOpts.Name), the first copy's Attempt and LeaseOwner match the stored
-// job again, and its writes are still refused (issue 9, item 5).
+// job again, and its writes are still refused.
 func TestFencingSurvivesRepeatedAttemptAndOwner(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

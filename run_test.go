@@ -16,7 +16,7 @@ import (
 
 // A worker cut off from Redis stops its handler before its lease can run
 // out, so the worker that claims the job next never runs it at the same
-// time (issue 9, item 2).
+// time.
 func TestWorkFencesItselfWhenCutOff(t *testing.T) {
 	t.Parallel()
 	cut, proxy := proxied(t)
@@ -68,7 +68,7 @@ func TestWorkFencesItselfWhenCutOff(t *testing.T) {
 
 // The lease is kept until the outcome is written, not only while the
 // handler runs: a completion that starts late does not let the job run
-// again (issue 9, item 3).
+// again.
 func TestWorkKeepsLeaseUntilOutcomeRecorded(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -105,7 +105,7 @@ func TestWorkKeepsLeaseUntilOutcomeRecorded(t *testing.T) {
 }
 
 // A handler that succeeds as the grace period ends is completed, not
-// released to run again (issue 9, item 4).
+// released to run again.
 func TestWorkShutdownCompletesSuccess(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, nil)
@@ -127,7 +127,7 @@ func TestWorkShutdownCompletesSuccess(t *testing.T) {
 }
 
 // A message on the cancel channel is a hint: a job that was not canceled
-// keeps running (issue 9, item 7).
+// keeps running.
 func TestWorkIgnoresForgedCancel(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, nil)
@@ -163,7 +163,7 @@ func TestWorkIgnoresForgedCancel(t *testing.T) {
 }
 
 // Two runs of one job in one worker are tracked apart: the first one's
-// exit does not hide the second from shutdown (issue 9, item 9).
+// exit does not hide the second from shutdown.
 func TestWorkTracksEachRun(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, nil)
@@ -217,7 +217,7 @@ func TestWorkTracksEachRun(t *testing.T) {
 }
 
 // A claim still in flight when the grace period ends gives its job back
-// unrun, and Work returns (issue 9, item 10).
+// unrun, and Work returns.
 func TestWorkShutdownDuringClaim(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -268,8 +268,7 @@ func TestWorkShutdownDuringClaim(t *testing.T) {
 }
 
 // An outcome that cannot be written while Redis is unreachable is written
-// once it is back, while the lease still holds: the job does not run again
-// (issue 10, item 3).
+// once it is back, while the lease still holds: the job does not run again.
 func TestWorkRecordsOutcomeAfterOutage(t *testing.T) {
 	t.Parallel()
 	cut, proxy := proxied(t)
@@ -302,7 +301,7 @@ func TestWorkRecordsOutcomeAfterOutage(t *testing.T) {
 }
 
 // A job deleted while it runs: the renewal finds no job, and the handler
-// is stopped (issue 10, item 9).
+// is stopped.
 func TestWorkStopsHandlerOfDeletedJob(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, &Config{Lease: 600 * time.Millisecond})

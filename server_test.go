@@ -15,8 +15,7 @@ import (
 
 // Under a maxmemory-policy that may evict any key, writes are refused
 // before anything is written, and said so in the log; reads still work.
-// A volatile- policy only warns: pending and active jobs have no TTL
-// (issue 10, item 8).
+// A volatile- policy only warns: pending and active jobs have no TTL.
 func TestEvictionPolicyIsChecked(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -78,8 +77,7 @@ func TestVanishedJobsAreCounted(t *testing.T) {
 }
 
 // The shard count is stored with the queue: a process configured with
-// another count is refused, and tools read the count from Redis (issue 10,
-// item 11).
+// another count is refused, and tools read the count from Redis.
 func TestShardCountIsStored(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)

@@ -46,7 +46,7 @@ func TestTrimRemovesOnlyExpiredEntries(t *testing.T) {
 
 // A backlog of two million expired entries is trimmed in steps that each
 // take Redis a few milliseconds, and the transaction that finishes a job
-// no longer trims at all (issue 10, item 7). The slow log records every
+// no longer trims at all. The slow log records every
 // command over 5 ms.
 func TestTrimIsBounded(t *testing.T) {
 	t.Parallel()

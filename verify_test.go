@@ -87,9 +87,9 @@ func TestVerifyFindsAndFixesTampering(t *testing.T) {
 }
 
 // On a busy queue Verify reports only real disagreements: a snapshot
-// re-check drops what only looked wrong between two reads (issue 10,
-// item 6). By default it never scans the keyspace, so its cost follows
-// the queue, not the database (item 10).
+// re-check drops what only looked wrong between two reads. By default it
+// never scans the keyspace, so its cost follows the queue, not the
+// database.
 func TestVerifyOnABusyQueue(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, &Config{Shards: 4, Lease: time.Second})
