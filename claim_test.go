@@ -309,12 +309,12 @@ func TestCorruptValuesAreSetAsideAndKept(t *testing.T) {
 	require.Equal(t, idxReady, idx)
 }
 
-// Regression, found in review: claimBatch returns (nil, err) when a later round fails, dropping
-// the jobs that an earlier round of the same call already claimed (their
-// EXEC committed). The caller is told "nothing claimed" for a job that is
-// now active under its name: nobody runs it, it waits out a whole lease,
-// and its attempt is spent. With MaxAttempts 1 the job then fails for good
-// without ever having run.
+// ClaimMany returns the jobs that an earlier round of the same call claimed
+// (their EXEC committed), even when a later round fails. Dropped, they would
+// be jobs active under the caller's name while the caller is told that
+// nothing was claimed: nobody would run them, each would wait out a whole
+// lease and spend its attempt, and with MaxAttempts 1 fail for good without
+// ever having run.
 func TestClaimManyKeepsJobsOfEarlierRounds(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -356,10 +356,10 @@ func TestClaimManyKeepsJobsOfEarlierRounds(t *testing.T) {
 	require.Len(t, got, 1)
 }
 
-// Regression, found in review: the same defect through group commit: concurrent Claim calls that
-// share a flush go through claimBatch, and a caller whose job was claimed
-// in round 1 gets round 2's error instead. In Work that slot logs "claim
-// failed"; the job sits leased to nobody until its lease runs out.
+// The same through group commit: concurrent Claim calls that share a flush
+// go through claimBatch, and a caller whose job was claimed in round 1 gets
+// that job, not round 2's error. In Work, that slot would otherwise log
+// "claim failed" while the job sat leased to nobody until its lease ran out.
 func TestGroupClaimKeepsJobsOfEarlierRounds(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -424,10 +424,10 @@ func TestGroupClaimKeepsJobsOfEarlierRounds(t *testing.T) {
 		"job %q was claimed for %q, yet both callers were told nothing was claimed (%v / %v)", id, stored.LeaseOwner, r1.err, r2.err)
 }
 
-// Regression, found in review: with more than maxSkip (1000) newer-major jobs ahead of a runnable
-// one in an index, the claimer's skip set starts over when it fills, so
-// the read window (ClaimWindow + skip set size) never reaches past them:
-// the runnable job is never claimed, however often Claim is called.
+// A runnable job is claimed even behind more than maxSkip (1000) newer-major
+// jobs in an index. The claimer's skip set must not start over when it
+// fills: the read window (ClaimWindow + skip set size) would then never
+// reach past them, however often Claim is called.
 func TestClaimReachesPastManyNewerMajorJobs(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Logger: quietLog()})

@@ -395,11 +395,11 @@ func FuzzSlotCodec(f *testing.F) {
 	})
 }
 
-// Regression: Update let fn change a job's ConcurrencyKey, which is set at
-// enqueue and never changes. A running job moved to another key held no
-// slot of it, so that key ran one job more than its limit (here 2 under
-// limit 1); a job moved off its key kept its slot until its lease ran
-// out; and a key of another shard, or one no key name may be, broke the
+// Update cannot change a job's ConcurrencyKey, which is set at enqueue and
+// never changes. A running job moved to another key would hold no slot of
+// it, so that key would run one job more than its limit (here 2 under limit
+// 1); a job moved off its key would keep its slot until its lease ran out;
+// and a key of another shard, or one no key name may be, would break the
 // placement that lets one transaction change a job and its key's value.
 func TestConcurrencyKeyFixedByUpdate(t *testing.T) {
 	t.Parallel()

@@ -211,11 +211,10 @@ func TestZombieFencing(t *testing.T) {
 	require.Equal(t, done, got)
 }
 
-// Regression, found in review: Config.MaxValueBytes "refuses jobs whose stored value would be
-// larger, with ErrTooLarge, before anything is written", but only Enqueue,
-// Update and Complete (on the caller's copy) check it. Fail stores up to
-// MaxErrorLen bytes of LastError with no check, so a job near the limit
-// is written past it.
+// Fail writes no value larger than Config.MaxValueBytes, which refuses such
+// values with ErrTooLarge before anything is written, as Enqueue, Update and
+// Complete do. Fail stores up to MaxErrorLen bytes of LastError, enough to
+// carry a job near the limit past it.
 func TestFailStaysWithinMaxValueBytes(t *testing.T) {
 	t.Parallel()
 	const limit = 2048

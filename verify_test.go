@@ -143,14 +143,13 @@ func (h scanCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
-// Regression, found in review: Verify reads Redis's clock once, at its start, and judges every
-// entry whose value is missing by it, in the walk and again in the
-// snapshot re-check. An entry of a finished job whose key expires with its
-// retention while Verify runs (here the walk reaches the succeeded index
-// 1.5s later, as it would on a big queue) is older than the retention by
-// then, and is reported as a "stray-entry ... there is no job value": on a
-// healthy live queue, roughly one false finding per job whose retention
-// ends during the walk.
+// Verify reports no finding for a finished job whose key expires with its
+// retention while Verify runs. Judged by Redis's clock read once, at
+// Verify's start, in the walk and again in the snapshot re-check, such an
+// entry (here the walk reaches the succeeded index 1.5s later, as it would
+// on a big queue) would be older than the retention by then and reported as
+// a "stray-entry ... there is no job value": on a healthy live queue, about
+// one false finding per job whose retention ends during the walk.
 func TestVerifyIgnoresJobsThatExpireDuringTheWalk(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -178,12 +177,12 @@ func TestVerifyIgnoresJobsThatExpireDuringTheWalk(t *testing.T) {
 	require.Empty(t, rep.Findings, "a job that expired with its retention is not a finding")
 }
 
-// Regression, found in review: Verify pages through an index by rank (ZRANGE key start
-// start+999). On a live queue, entries of earlier pages leave the index
-// between two pages (claims take them), everything after moves down, and
-// the next page starts past entries it never read: Verify silently skips
-// them. Here five claims between the first and second page of ready hide
-// a hand-made wrong entry at rank 1000; Verify reports a clean queue.
+// Verify pages through an index by score, not by rank. On a live queue,
+// entries of earlier pages leave the index between two pages (claims take
+// them) and everything after moves down, so a page by rank (ZRANGE key start
+// start+999) would start past entries it never read. Here five claims
+// between the first and second page of ready would hide a hand-made wrong
+// entry at rank 1000; Verify reports it.
 func TestVerifyPagesByScore(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -224,13 +223,13 @@ func TestVerifyPagesByScore(t *testing.T) {
 	require.Len(t, rep.Findings, 1, "the wrong entry is still there, but Verify read past it (%d entries read)", rep.Entries)
 }
 
-// Regression, found in review: Verify re-checks up to 100 suspects in one read-only MULTI/EXEC
-// that GETs each suspect's whole value. EXEC runs atomically, and its
-// batch is bounded in jobs, not bytes: with values near the default
-// MaxValueBytes (1 MiB), the one EXEC copies ~100 MiB of replies while
-// every other client waits, far past the "few milliseconds at any queue
-// size" the docs promise. SLOWLOG does not show it (Redis leaves EXEC out
-// of SLOWLOG and logs the inner GETs one by one), so it is measured here
+// Verify's re-check of its suspects copies no job value inside its read-only
+// MULTI/EXEC. EXEC runs atomically, and its batch is bounded in jobs (up to
+// 100), not bytes: with values near the default MaxValueBytes (1 MiB), an
+// EXEC that GETs each suspect's whole value would copy ~100 MiB of replies
+// while every other client waits, far past the "few milliseconds at any
+// queue size" the docs promise. SLOWLOG does not show it (Redis leaves EXEC
+// out of SLOWLOG and logs the inner GETs one by one), so it is measured here
 // as the EXEC's own time in INFO commandstats.
 func TestVerifySnapshotCopiesNoValueInExec(t *testing.T) {
 	t.Parallel()

@@ -283,12 +283,12 @@ func TestWorkRefusesBadOptions(t *testing.T) {
 	require.ErrorIs(t, q.Work(context.Background(), HandlerFunc(nil), &WorkOpts{StuckAfter: -time.Second}), ErrInvalid)
 }
 
-// Regression, found in review: a claim flush whose only caller gave up keeps going. claimAlone
-// (and claimBatch) consult gone only inside each decision, so after the
-// caller is answered the flush still walks every candidate of every round,
-// one WATCH round trip each, on a goroutine of its own. At shutdown Work
-// returns while that goroutine is still talking to Redis on the caller's
-// client (here, on a 2ms network: dozens of round trips after Work returned).
+// A claim flush whose only caller gave up stops. A flush that consulted gone
+// only inside each decision would, after the caller was answered, still walk
+// every candidate of every round, one WATCH round trip each, on a goroutine
+// of its own: at shutdown Work would return while that goroutine still
+// talked to Redis on the caller's client (here, on a 2ms network, dozens of
+// round trips after Work returned).
 func TestWorkLeavesNoClaimFlushBehind(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -337,12 +337,11 @@ func TestWorkLeavesNoClaimFlushBehind(t *testing.T) {
 	require.Zero(t, after.Load(), "Work returned while its claim flush kept talking to Redis")
 }
 
-// Regression, found in review: an idle worker of this build busy-polls Redis while a job in a
-// newer major format sits at the head of an index. untilDue reads the
-// first entry of ready (ZRANGE 0 0), which is the newer job the claimer
-// skips, so it says "due now", the slot waits max(1ms, 0) and claims again:
-// about a thousand claim reads a second per slot, although the doc says
-// idle workers do not busy-poll (they wait PollInterval, here 1s).
+// An idle worker does not busy-poll Redis while a job in a newer major
+// format sits at the head of an index: it waits PollInterval (here 1s), as
+// the doc says. The first entry of ready is then the newer job the claimer
+// skips; read as "due now", it would have the slot wait max(1ms, 0) and
+// claim again, about a thousand claim reads a second per slot.
 func TestWorkDoesNotSpinBehindNewerMajorJob(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
