@@ -243,10 +243,10 @@ func TestConcurrencyKeyPlacement(t *testing.T) {
 	}
 }
 
-// The test: 200 jobs of one key with limit 2, run by 16 handler
-// slots over two Work processes on a real Redis, beside jobs of other keys.
-// At most 2 of the key's handlers overlap (and 2 do), every job finishes,
-// and the other keys' jobs are not held back behind it.
+// The acceptance test of concurrency keys: 200 jobs of one key with limit 2,
+// run by 16 handler slots over two Work processes on a real Redis, beside
+// jobs of other keys. At most 2 of the key's handlers overlap (and 2 do),
+// every job finishes, and the other keys' jobs are not held back behind it.
 func TestConcurrencyLimitUnderWork(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Lease: 2 * time.Second})
