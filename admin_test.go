@@ -1,7 +1,9 @@
 package jobkey
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -98,4 +100,79 @@ func TestLateTypeCheckRefusesBeforeWrite(t *testing.T) {
 	require.EqualValues(t, 3, f.hook.RTT.Load(), "WATCH+GET, late TYPE, UNWATCH")
 	require.Equal(t, before, f.rdb.Get(f.ctx, keys.Job).Val(), "the value is as it was")
 	require.Equal(t, "not a zset", f.rdb.Get(f.ctx, keys.Ready).Val())
+}
+
+// Retry of a priority job from another process publishes the wake-up hint of
+// its priority, as Enqueue of the same job does, so a Work elsewhere drops
+// its read-ahead entries of lower priorities and claims the retried job, due
+// at once, next. Here a priority-9 job is retried during run 1, and it is
+// run 2.
+func TestRetryOfPriorityJobIsClaimedBeforeReadAhead(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.q.clock.fake = nil
+	admin, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process's Queue
+	require.NoError(t, err)
+	hi, err := admin.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "hi-retried", Priority: MaxPriority, MaxAttempts: 1})
+	require.NoError(t, err)
+	c, err := admin.Claim(f.ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, hi.ID, c.ID)
+	_, err = admin.Fail(f.ctx, c, fmt.Errorf("boom"))
+	require.NoError(t, err)
+	for i := range 4 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("low%d", i)})
+		require.NoError(t, err)
+	}
+	var log runLog
+	startWork(t, f.q, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		if log.add(j) == 1 {
+			r, err := admin.Retry(ctx, hi.ID)
+			if err != nil {
+				return nil, err
+			}
+			if r.State != StatePending {
+				return nil, fmt.Errorf("retry left %s", r.State)
+			}
+			time.Sleep(50 * time.Millisecond) // the hint arrives
+		}
+		return nil, nil
+	}), &WorkOpts{Concurrency: 1})
+	got := waitRuns(t, &log, 2)
+	require.Equal(t, hi.ID, got[1].ID, "run 2 must be the retried priority-9 job, got %s (priority %d)", got[1].ID, got[1].Priority)
+}
+
+// Update that makes a pending job due now at priority 9 (RunAt and Priority
+// are both editable) from another process publishes the wake-up hint of that
+// priority, so a Work elsewhere drops its read-ahead entries of lower
+// priorities and claims the job next. Here the Update runs during run 1, and
+// the job is run 2.
+func TestUpdateRaisingPriorityIsClaimedBeforeReadAhead(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.q.clock.fake = nil
+	admin, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process's Queue
+	require.NoError(t, err)
+	for i := range 4 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("low%d", i)})
+		require.NoError(t, err)
+	}
+	later, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "later", Delay: time.Hour})
+	require.NoError(t, err)
+	var log runLog
+	startWork(t, f.q, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		if log.add(j) == 1 {
+			_, err := admin.Update(ctx, later.ID, func(u *Job) error {
+				u.Priority, u.RunAt = MaxPriority, time.Now().Add(-time.Second)
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil, nil
+	}), &WorkOpts{Concurrency: 1})
+	got := waitRuns(t, &log, 2)
+	require.Equal(t, later.ID, got[1].ID, "run 2 must be the job made due at priority 9, got %s (priority %d)", got[1].ID, got[1].Priority)
 }

@@ -25,7 +25,7 @@ func failNthExec(f *fixture, n int32) *atomic.Int32 {
 }
 
 // An EnqueueMany cut into several transactions reports, per job, which
-// ones were written when a later transaction fails (issue 9, item 11).
+// ones were written when a later transaction fails.
 func TestEnqueueManyReportsPartialWrites(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{MaxBatch: 2, DisableGroupCommit: true})
@@ -52,7 +52,7 @@ func TestEnqueueManyReportsPartialWrites(t *testing.T) {
 }
 
 // The same for CompleteMany, and a job repeated in its batch is that
-// entry's own error, not the batch's (issue 9, items 11 and 13).
+// entry's own error, not the batch's.
 func TestCompleteManyReportsPerJob(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{MaxBatch: 2})
@@ -96,7 +96,7 @@ func TestCompleteManyReportsPerJob(t *testing.T) {
 
 // On one Redis a batch across shards is one transaction. One shard whose
 // index holds the wrong type refuses it whole; the batch is then tried
-// shard by shard, and only that shard's jobs are refused (issue 10, item 4).
+// shard by shard, and only that shard's jobs are refused.
 func TestBrokenShardRefusesOnlyItsJobs(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 4})

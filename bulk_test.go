@@ -1,10 +1,16 @@
 package jobkey
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -97,4 +103,225 @@ func TestBulkActionFailingAtOnceIsABulkError(t *testing.T) {
 	require.ErrorAs(t, err, &be)
 	require.Equal(t, BulkResult{}, res)
 	require.Contains(t, err.Error(), "retry: 0 done")
+}
+
+// A job removed by Delete is not counted as vanished. Claims keep due
+// entries read ahead in a pool, and a claim that tries the entry of a job
+// Delete removed finds no value. Delete is a legitimate jobkey call, not a
+// job Redis lost: Stats.Vanished counts acknowledged jobs that are gone
+// (deleted outside jobkey, or evicted), and a count there sends an operator
+// looking for an eviction.
+func TestDeletedJobIsNotCountedVanished(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
+	var ids []string
+	for range 2 {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	c, err := f.q.Claim(f.ctx, "w") // the other entry goes to the pool
+	require.NoError(t, err)
+	other := ids[0]
+	if other == c.ID {
+		other = ids[1]
+	}
+	require.NoError(t, f.q.Delete(f.ctx, other))
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Vanished, "a job removed by Delete is not a job Redis lost")
+}
+
+// CancelPending ends while producers keep enqueueing, and leaves alone the
+// jobs enqueued after it was called. Pending jobs are listed by RunAt, and
+// new jobs are due now, after the cursor: a walk that followed them would
+// never end while producers work. Here 2 jobs are pending, pages hold
+// MaxBatch = 2 jobs, and three jobs are enqueued per page read; the call
+// returns within 3 s, having canceled at most the 2 jobs and one page's
+// arrivals.
+func TestCancelPendingEndsWhileProducersEnqueue(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, MaxBatch: 2})
+	for range 2 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+	}
+	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
+	require.NoError(t, err)
+	producer.clock.fake = f.clock.Now
+	var produced atomic.Int64
+	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		if has(cmds, "zrange", ":ready") {
+			for range 3 { // producers at work while the operator cancels
+				if _, err := producer.Enqueue(context.Background(), "t", nil, nil); err == nil {
+					produced.Add(1)
+				}
+			}
+		}
+		return nil
+	}))
+	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
+	defer cancel()
+	res, err := f.q.CancelPending(ctx, "")
+	t.Logf("CancelPending: %+v, err %v; enqueued meanwhile %d", res, err, produced.Load())
+	require.NoError(t, err, "CancelPending must end: it was called with 2 jobs pending")
+	require.LessOrEqual(t, res.Done, 2+3)
+}
+
+// Delete of a job canceled while it ran keeps its ID taken while that run's
+// lease may hold. The handler stops only when it sees the cancel hint or its
+// next write is refused; as Retry of such a job waits for the old lease to
+// end, an ID freed at once would let an idempotent producer (the documented
+// use of EnqueueOpts.ID) enqueue it again and have it run beside the old
+// handler. Here w1's lease lasts 30 s: after Cancel and Delete, an Enqueue
+// of the same ID gives w2 nothing to claim.
+func TestDeleteOfCanceledRunKeepsIDWhileLeaseHolds(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true, Lease: 30 * time.Second})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "order-42"})
+	require.NoError(t, err)
+	run1, err := f.q.Claim(f.ctx, "w1")
+	require.NoError(t, err)
+	_, err = f.q.Cancel(f.ctx, run1.ID)
+	require.NoError(t, err)
+	derr := f.q.Delete(f.ctx, run1.ID)
+	_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "order-42"})
+	if derr == nil {
+		require.NoError(t, err)
+	}
+	run2, err := f.q.Claim(f.ctx, "w2")
+	if err == nil {
+		t.Logf("Delete: %v; w2 claimed %s at %v while w1's lease runs until %v", derr, run2.ID, f.clock.Now(), run1.LeaseUntil)
+	}
+	require.ErrorIs(t, err, ErrNoJob, "a second run of %s while the first one's lease holds", run1.ID)
+}
+
+// fillerJobs enqueues a page of unkeyed jobs of type t, so that a bulk
+// walk of pending jobs takes more than one page.
+func fillerJobs(t *testing.T, f *fixture) {
+	t.Helper()
+	specs := make([]JobSpec, MaxListLimit)
+	for i := range specs {
+		specs[i] = JobSpec{Type: "t"}
+	}
+	_, err := f.q.EnqueueMany(f.ctx, specs)
+	require.NoError(t, err)
+}
+
+// CancelPending cancels a keyed job that a claim parked at the end of the
+// key's first lease, though the worker that set that lease runs with a
+// longer Config.Lease than the caller: the second walk of a pending bulk
+// action reaches past the parks of every process. Here an operator process
+// (Lease 30 s) cancels while a worker with a 10-minute lease holds the key.
+func TestCancelPendingReachesJobParkedBeyondItsLease(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: 30 * time.Second})
+	w := f.otherProcess(t, Config{Lease: 10 * time.Minute})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	holder, err := w.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	parked, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	f.clock.Advance(time.Millisecond)
+	fillerJobs(t, f)
+	var once sync.Once
+	f.q.afterBulkPage = func() {
+		once.Do(func() {
+			got, _, err := w.claimTxn(f.ctx, []candidate{{id: parked.ID, index: readyIndex(0)}}, []string{"w2"}, true, nil)
+			require.NoError(t, err)
+			require.Nil(t, got[0], "k is full: parked until the holder's 10-minute lease ends")
+		})
+	}
+	res, err := f.q.CancelPending(f.ctx, "")
+	require.NoError(t, err)
+	j, err := f.q.Get(f.ctx, parked.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateCanceled, j.State, "pending when CancelPending started")
+	require.Equal(t, MaxListLimit+1, res.Done)
+	_, err = w.Complete(f.ctx, holder, nil)
+	require.NoError(t, err)
+}
+
+// CancelPending cancels a job that a claim parked a minute ahead because it
+// could not read the key's value, beyond the caller's own 30 s lease.
+func TestCancelPendingReachesJobParkedByUnreadableKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Logger: quietLog()})
+	parked, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	f.clock.Advance(time.Millisecond)
+	fillerJobs(t, f)
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.slotKey(0, "k"), "\xc1garbage", 0).Err())
+	var once sync.Once
+	f.q.afterBulkPage = func() {
+		once.Do(func() {
+			got, _, err := f.q.claimTxn(f.ctx, []candidate{{id: parked.ID, index: readyIndex(0)}}, []string{"w2"}, true, nil)
+			require.NoError(t, err)
+			require.Nil(t, got[0], "parked a minute ahead")
+		})
+	}
+	res, err := f.q.CancelPending(f.ctx, "")
+	require.NoError(t, err)
+	j, err := f.q.Get(f.ctx, parked.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateCanceled, j.State, "pending when CancelPending started")
+	require.Equal(t, MaxListLimit+1, res.Done)
+}
+
+// A pending bulk action counts each unreadable job once, though its second
+// walk lists again the entries above its start: CancelPending of one due job
+// and one scheduled job whose value is corrupt reports one done and one
+// unreadable.
+func TestCancelPendingCountsUnreadableJobOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Logger: quietLog()})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	s, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{RunAt: f.clock.Now().Add(10 * time.Second)})
+	require.NoError(t, err)
+	key, _ := f.q.ks.jobKeyOf(s.ID)
+	require.NoError(t, f.rdb.Set(f.ctx, key, "\xc1garbage", 0).Err())
+	res, err := f.q.CancelPending(f.ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, BulkResult{Done: 1, Unreadable: 1}, res)
+}
+
+// CancelPending cancels a job parked above its first walk and pulled back
+// below its second walk's start before that walk reaches it: a claim parks w
+// (its key full) behind the first walk, and the holder's Complete moves w's
+// entry back to its RunAt. Every job pending and due when CancelPending
+// started ends canceled.
+func TestCancelPendingReachesParkedJobPulledBack(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	holder, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	w, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	f.clock.Advance(time.Millisecond)
+	fillerJobs(t, f)
+	pages := 0
+	f.q.afterBulkPage = func() {
+		pages++
+		switch pages {
+		case 1: // the walk passed the fillers; w is behind it
+			got, _, err := f.q.claimTxn(f.ctx, []candidate{{id: w.ID, index: readyIndex(0)}}, []string{"w2"}, true, nil)
+			require.NoError(t, err)
+			require.Nil(t, got[0], "k is full: w parked above the walk")
+		case 2: // the first walk ends; the holder's Complete pulls w back
+			_, err := f.q.Complete(f.ctx, holder, nil)
+			require.NoError(t, err)
+		}
+	}
+	res, err := f.q.CancelPending(f.ctx, "")
+	require.NoError(t, err)
+	j, err := f.q.Get(f.ctx, w.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateCanceled, j.State, "w was pending when CancelPending started, and no claim took it")
+	require.Equal(t, MaxListLimit+1, res.Done)
 }

@@ -323,8 +323,7 @@ func TestCASCorruptValueKept(t *testing.T) {
 }
 
 // Only Redis's own MOVED, ASK and TRYAGAIN replies are retried as
-// redirections, never jobkey's messages, which may quote a caller's ID
-// (issue 9, item 14).
+// redirections, never jobkey's messages, which may quote a caller's ID.
 func TestCASRetriesOnlyRedisRedirections(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

@@ -19,7 +19,7 @@ import (
 )
 
 // A job whose ID sits in two indexes (a stray entry) is handed out once by
-// one claim batch, and the stray entry is put right (issue 9, item 6).
+// one claim batch, and the stray entry is put right.
 func TestClaimManyHandsOutEachJobOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
@@ -52,7 +52,7 @@ func TestCASRefusesRepeatedKey(t *testing.T) {
 }
 
 // A pending job with no attempt left (MaxAttempts lowered below what it
-// used) is failed by the claim that meets it, not run (issue 9, item 16);
+// used) is failed by the claim that meets it, not run;
 // Update refuses to lower MaxAttempts below the attempts made.
 func TestClaimFailsPendingJobWithNoAttemptLeft(t *testing.T) {
 	t.Parallel()
@@ -84,7 +84,7 @@ func TestClaimFailsPendingJobWithNoAttemptLeft(t *testing.T) {
 
 // Dead jobs (expired leases on their last attempt) ahead of a runnable one
 // are failed on the way, and the claim goes on to the runnable job instead
-// of answering that nothing is due (issue 10, item 10).
+// of answering that nothing is due.
 func TestClaimGoesPastDeadJobs(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
@@ -309,12 +309,12 @@ func TestCorruptValuesAreSetAsideAndKept(t *testing.T) {
 	require.Equal(t, idxReady, idx)
 }
 
-// Regression, found in review: claimBatch returns (nil, err) when a later round fails, dropping
-// the jobs that an earlier round of the same call already claimed (their
-// EXEC committed). The caller is told "nothing claimed" for a job that is
-// now active under its name: nobody runs it, it waits out a whole lease,
-// and its attempt is spent. With MaxAttempts 1 the job then fails for good
-// without ever having run.
+// ClaimMany returns the jobs that an earlier round of the same call claimed
+// (their EXEC committed), even when a later round fails. Dropped, they would
+// be jobs active under the caller's name while the caller is told that
+// nothing was claimed: nobody would run them, each would wait out a whole
+// lease and spend its attempt, and with MaxAttempts 1 fail for good without
+// ever having run.
 func TestClaimManyKeepsJobsOfEarlierRounds(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -356,10 +356,10 @@ func TestClaimManyKeepsJobsOfEarlierRounds(t *testing.T) {
 	require.Len(t, got, 1)
 }
 
-// Regression, found in review: the same defect through group commit: concurrent Claim calls that
-// share a flush go through claimBatch, and a caller whose job was claimed
-// in round 1 gets round 2's error instead. In Work that slot logs "claim
-// failed"; the job sits leased to nobody until its lease runs out.
+// The same through group commit: concurrent Claim calls that share a flush
+// go through claimBatch, and a caller whose job was claimed in round 1 gets
+// that job, not round 2's error. In Work, that slot would otherwise log
+// "claim failed" while the job sat leased to nobody until its lease ran out.
 func TestGroupClaimKeepsJobsOfEarlierRounds(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -424,10 +424,10 @@ func TestGroupClaimKeepsJobsOfEarlierRounds(t *testing.T) {
 		"job %q was claimed for %q, yet both callers were told nothing was claimed (%v / %v)", id, stored.LeaseOwner, r1.err, r2.err)
 }
 
-// Regression, found in review: with more than maxSkip (1000) newer-major jobs ahead of a runnable
-// one in an index, the claimer's skip set starts over when it fills, so
-// the read window (ClaimWindow + skip set size) never reaches past them:
-// the runnable job is never claimed, however often Claim is called.
+// A runnable job is claimed even behind more than maxSkip (1000) newer-major
+// jobs in an index. The claimer's skip set must not start over when it
+// fills: the read window (ClaimWindow + skip set size) would then never
+// reach past them, however often Claim is called.
 func TestClaimReachesPastManyNewerMajorJobs(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Logger: quietLog()})
@@ -455,4 +455,80 @@ func TestClaimReachesPastManyNewerMajorJobs(t *testing.T) {
 		require.ErrorIs(t, err, ErrNoJob)
 	}
 	t.Fatalf("a runnable job behind %d newer-format jobs was never claimed (skip set holds %d)", ahead, f.q.newer.size())
+}
+
+// A plain Claim (no Work in the process) keeps the due entries it did not
+// take in its read-ahead pool, and still takes a higher priority enqueued by
+// another process before them: a claim takes the due jobs of a higher
+// priority before any of a lower one. Here, on one shard, Claim after
+// another Queue enqueued a priority-9 job returns that job.
+func TestClaimPoolGivesWayToOtherProcessHigherPriority(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.q.clock.fake = nil
+	other, err := NewQueue(f.rdb, "q", &f.q.cfg)
+	require.NoError(t, err)
+	for i := range 4 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("low%d", i)})
+		require.NoError(t, err)
+	}
+	first, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Zero(t, first.Priority)
+	hi, err := other.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "hi", Priority: MaxPriority})
+	require.NoError(t, err)
+	second, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, hi.ID, second.ID, "claimed %s (priority %d) while priority 9 was due", second.ID, second.Priority)
+}
+
+// On a cluster, ClaimMany (and a group-committed Claim batch) orders its
+// candidates by priority before it keeps those of one shard, so a priority-9
+// job due on shard 1 is taken before shard 0's priority-0 jobs, though
+// candidates come in shard order. Here, on 3 shards, ClaimMany(n=1) returns
+// the priority-9 job.
+func TestClusterClaimManyTakesHigherPriorityOnOtherShard(t *testing.T) {
+	redistest.RequireReal(t)
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t, nil)
+	ctx := context.Background()
+	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Shards: 3})
+	require.NoError(t, err)
+	low, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, "low-", 0)})
+	require.NoError(t, err)
+	hi, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, "hi-", 1), Priority: MaxPriority})
+	require.NoError(t, err)
+	_ = low
+	got, err := q.ClaimMany(ctx, "w", 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, hi.ID, got[0].ID, "ClaimMany took %s (priority %d, shard %d) while priority 9 was due on shard 1",
+		got[0].ID, got[0].Priority, q.ks.shardOf(got[0].ID))
+}
+
+// A due job above priority 0 on a shard with no priority flag is claimed,
+// and Stats counts it due. It is what a 1.4 producer built before the flag
+// leaves, before or during a rolling upgrade: the same value and ready.<p>
+// entry, and no flag. Verify has nothing to report about it, so a worker
+// that read only the flagged shards' priority indexes would leave it
+// unclaimed forever.
+func TestClaimFindsPriorityJobOnShardWithoutFlag(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2, DisableGroupCommit: true})
+	j, err := f.q.Enqueue(f.ctx, "hi", nil, &EnqueueOpts{Priority: 5})
+	require.NoError(t, err)
+	// What a pre-flag 1.4 producer leaves: the same value and entry, no flag.
+	_, shard := f.q.ks.jobKeyOf(j.ID)
+	require.NoError(t, f.rdb.Del(f.ctx, f.q.ks.index(shard, prioFlag)).Err())
+
+	w := f.otherProcess(t, Config{Shards: 2, DisableGroupCommit: true})
+	st, err := w.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Due, "the job is due")
+	rep, err := w.Verify(f.ctx, &VerifyOpts{Keys: true, Fix: true})
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, "Verify sees nothing wrong")
+	c, err := w.Claim(f.ctx, "w")
+	require.NoError(t, err, "the due priority-5 job is never claimed by an upgraded worker")
+	require.Equal(t, j.ID, c.ID)
 }

@@ -272,7 +272,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 
 // Group-commit enqueues on a cluster are answered by the transaction that
 // carried each job: a shard whose transaction is refused does not turn
-// jobs just written on other shards into ErrJobExists (issue 9, item 12).
+// jobs just written on other shards into ErrJobExists.
 func TestClusterGroupEnqueueAnswersPerShard(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
@@ -316,7 +316,7 @@ func TestClusterGroupEnqueueAnswersPerShard(t *testing.T) {
 // One dead master of three (cluster-require-full-coverage no) does not stop
 // the others: claims find the jobs of the live masters, Work drains them,
 // Stats and Verify answer for the shards they can read and name the
-// others (issue 10, item 5).
+// others.
 func TestClusterDeadMaster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
@@ -387,15 +387,15 @@ func TestClusterDeadMaster(t *testing.T) {
 	require.Empty(t, rep.Findings)
 }
 
-// Regression, found in review (seen as a flake of TestLeastPrivilegeCluster): on a cluster,
-// Verify SCANs the node its ClusterClient's cached slot map names for a
-// shard, and SCAN is not redirected. After the shard's slot has moved,
-// the stale map points at the old master, SCAN finds no job keys there,
-// and every index entry of the shard is reported as a "stray-entry ...
-// there is no job value" although every value is in place (reads by key
-// follow MOVED). The slot-map reload that MOVED triggers is asynchronous,
-// so whether Verify sees the new owner is a race; here the reload is made
-// to take 300ms so that it loses every time.
+// On a cluster, Verify finds a shard's job keys after the shard's slot has
+// moved, though SCAN is not redirected and the ClusterClient's cached slot
+// map may still name the old master. A SCAN of the old master finds no job
+// keys there, and would have every index entry of the shard reported as a
+// "stray-entry ... there is no job value" although every value is in place
+// (reads by key follow MOVED). The slot-map reload that MOVED triggers is
+// asynchronous, so whether Verify sees the new owner is a race (it showed as
+// a flake of TestLeastPrivilegeCluster); here the reload is made to take
+// 300ms so that it loses every time.
 func TestClusterVerifyAfterSlotMove(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
@@ -440,13 +440,12 @@ func TestClusterVerifyAfterSlotMove(t *testing.T) {
 	require.Empty(t, rep.Findings, "Verify reported intact jobs as stray entries")
 }
 
-// Regression, found in review: on a cluster, a Claim whose caller's deadline passes while the
-// due read is in flight (a slow link, a short per-call timeout) marks the
-// shards it was reading as down: dueIn treats every non-Redis error of a
-// read, context.DeadlineExceeded included, as "the node could not be
-// reached". For the next 2s every Enqueue, Complete, Fail... of a job in
-// those shards fails at once with "the node of shard N could not be
-// reached", on a cluster whose every node is up and answering.
+// On a cluster, a Claim whose caller's deadline passes while the due read is
+// in flight (a slow link, a short per-call timeout) marks no shard down: the
+// caller's deadline, context.DeadlineExceeded, says nothing about the node.
+// A shard marked down fails every Enqueue, Complete, Fail... of its jobs at
+// once for the next 2s with "the node of shard N could not be reached",
+// which on a cluster whose every node is up and answering would be false.
 func TestClusterClaimTimeoutMarksNoShardDown(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)

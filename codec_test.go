@@ -279,107 +279,88 @@ func goldenV15(t *testing.T) []byte {
 	return b
 }
 
-// A v1.5 value read by a build that knows only 1.4 keeps the
-// ConcurrencyKey raw and writes it back unchanged: an older worker's
-// claim or completion never drops a job's key.
-func TestCodecGoldenV15ReadByV14(t *testing.T) {
+// A value of each minor version since 1.2, read by a build that knows only
+// the minor version before it, keeps the field that version appended raw
+// and writes it back unchanged, byte for byte: an older worker's claim or
+// completion never drops what a newer build wrote, and every field the
+// older build knows reads as that build wrote it. The test plays the older
+// build with decodeJobAs and appendJobAs, which read and write only the
+// elements that build knew, as its codec did.
+//
+// 1.2 appended Meta: the 1.1 decoder skips it with the same skipping rules
+// (decoder.skip) that every build since 1.1 has, keeps its bytes as a field
+// of a newer minor version, and writes them back with minor version 2.
+// (Checked once by hand against the 1.1 codec itself, from git: it reads
+// this file with Meta kept raw and writes it back byte for byte.) 1.3
+// appended Timeout, which this build reads again once 1.2 moved the job on;
+// 1.4 appended Priority, and 1.5 ConcurrencyKey, which an older worker so
+// never drops.
+func TestCodecGoldenReadByOlderMinor(t *testing.T) {
 	t.Parallel()
-	const v14 = v1Fields + 4
-	golden := goldenV15(t)
-	var j Job
-	require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, v14))
-	require.Empty(t, j.ConcurrencyKey, "1.4 knows no ConcurrencyKey")
-	require.Equal(t, 1, j.future.n)
-	require.EqualValues(t, 5, j.future.minor)
-	known := j
-	known.future = futureFields{}
-	require.Equal(t, *fullJobPriority(), known)
-	require.Equal(t, golden, appendJobAs(nil, &j, v14), "written back by 1.4, byte for byte")
-}
+	for _, c := range []struct {
+		name   string
+		golden func(*testing.T) []byte
+		reader int                                       // the fields the older build knows
+		known  func() *Job                               // the job as the older build wrote it
+		check  func(t *testing.T, golden []byte, j *Job) // the checks of this version
+	}{
+		{"1.2 read by 1.1", goldenV12, v1Fields + 1, fullJob, func(t *testing.T, golden []byte, j *Job) {
+			const v11 = v1Fields + 1
+			require.Nil(t, j.Meta, "1.1 knows no Meta")
+			require.EqualValues(t, 2, j.future.minor)
+			require.Equal(t, appendMeta(nil, fullJobMeta().Meta), j.future.raw, "kept raw, byte for byte")
+			again := appendJobAs(nil, j, v11)
+			require.Len(t, again, encodedSizeAs(j, v11))
 
-// A v1.4 value read by a build that knows only 1.3 keeps the Priority raw
-// and writes it back unchanged.
-func TestCodecGoldenV14ReadByV13(t *testing.T) {
-	t.Parallel()
-	const v13 = v1Fields + 3
-	golden := goldenV14(t)
-	var j Job
-	require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, v13))
-	require.Zero(t, j.Priority, "1.3 knows no Priority")
-	require.Equal(t, 1, j.future.n)
-	known := j
-	known.future = futureFields{}
-	require.Equal(t, *fullJobTimeout(), known)
-	require.Equal(t, golden, appendJobAs(nil, &j, v13), "written back by 1.3, byte for byte")
-}
+			// A 1.1 worker moves the job on (completes it); this build still
+			// reads the Meta that 1.2 wrote.
+			j.State, j.LeaseOwner, j.LeaseUntil, j.Result, j.Rev = StateSucceeded, "", time.Time{}, []byte("done"), j.Rev+1
+			var now Job
+			require.NoError(t, Unmarshal(appendJobAs(nil, j, v11), &now))
+			require.Equal(t, fullJobMeta().Meta, now.Meta)
+			require.Equal(t, StateSucceeded, now.State)
+			require.Zero(t, now.future.n, "no field is unknown to this build")
 
-// A v1.3 value read by a build that knows only 1.2 keeps the Timeout raw
-// and writes it back unchanged, as every older build keeps what a newer one
-// appended; this build then reads the Timeout again.
-func TestCodecGoldenV13ReadByV12(t *testing.T) {
-	t.Parallel()
-	const v12 = v1Fields + 2
-	golden := goldenV13(t)
-	var j Job
-	require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, v12))
-	require.Zero(t, j.Timeout, "1.2 knows no Timeout")
-	require.Equal(t, 1, j.future.n)
-	require.EqualValues(t, 3, j.future.minor)
-	known := j
-	known.future = futureFields{}
-	require.Equal(t, *fullJobMeta(), known)
-	require.Equal(t, golden, appendJobAs(nil, &j, v12), "written back by 1.2, byte for byte")
-	require.Len(t, golden, encodedSizeAs(&j, v12))
+			// A 1.1 value read by this build as by 1.1: nothing left over.
+			v11b, err := os.ReadFile(filepath.Join("testdata", "job-v1.1.msgpack"))
+			require.NoError(t, err)
+			var old Job
+			require.NoError(t, decodeJobAs(decoder{b: v11b}, &old, v11))
+			require.Equal(t, *fullJob(), old)
+			require.Equal(t, v11b, appendJobAs(nil, &old, v11))
+		}},
+		{"1.3 read by 1.2", goldenV13, v1Fields + 2, fullJobMeta, func(t *testing.T, golden []byte, j *Job) {
+			const v12 = v1Fields + 2
+			require.Zero(t, j.Timeout, "1.2 knows no Timeout")
+			require.EqualValues(t, 3, j.future.minor)
+			require.Len(t, golden, encodedSizeAs(j, v12))
 
-	j.State, j.Result, j.Rev = StateSucceeded, []byte("done"), j.Rev+1
-	var now Job
-	require.NoError(t, Unmarshal(appendJobAs(nil, &j, v12), &now))
-	require.Equal(t, fullJobTimeout().Timeout, now.Timeout)
-}
-
-// A v1.2 value read by a build that knows only 1.1: that build's decoder
-// skips the appended Meta with the same skipping rules (decoder.skip) that
-// every build since 1.1 has, keeps its bytes as a field of a newer minor
-// version, and writes them back unchanged with minor version 2. The test
-// plays the 1.1 build with decodeJobAs and appendJobAs, which read and
-// write only the first v1Fields+1 elements, as the 1.1 codec did. (Checked
-// once by hand against the 1.1 codec itself, from git: it reads this file
-// with Meta kept raw and writes it back byte for byte.)
-func TestCodecGoldenV12ReadByV11(t *testing.T) {
-	t.Parallel()
-	const v11 = v1Fields + 1
-	golden := goldenV12(t)
-	var j Job
-	require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, v11))
-	require.Nil(t, j.Meta, "1.1 knows no Meta")
-	require.Equal(t, 1, j.future.n, "Meta is one field 1.1 does not know")
-	require.EqualValues(t, 2, j.future.minor)
-	require.Equal(t, appendMeta(nil, fullJobMeta().Meta), j.future.raw, "kept raw, byte for byte")
-	known := j
-	known.future = futureFields{}
-	require.Equal(t, *fullJob(), known, "every field 1.1 knows reads as 1.1 wrote it")
-
-	// Written back by 1.1, the value is the same, byte for byte.
-	again := appendJobAs(nil, &j, v11)
-	require.Equal(t, golden, again)
-	require.Len(t, again, encodedSizeAs(&j, v11))
-
-	// A 1.1 worker moves the job on (completes it); this build still reads
-	// the Meta that 1.2 wrote.
-	j.State, j.LeaseOwner, j.LeaseUntil, j.Result, j.Rev = StateSucceeded, "", time.Time{}, []byte("done"), j.Rev+1
-	var now Job
-	require.NoError(t, Unmarshal(appendJobAs(nil, &j, v11), &now))
-	require.Equal(t, fullJobMeta().Meta, now.Meta)
-	require.Equal(t, StateSucceeded, now.State)
-	require.Zero(t, now.future.n, "no field is unknown to this build")
-
-	// A 1.1 value read by this build as by 1.1: nothing left over.
-	v11b, err := os.ReadFile(filepath.Join("testdata", "job-v1.1.msgpack"))
-	require.NoError(t, err)
-	var old Job
-	require.NoError(t, decodeJobAs(decoder{b: v11b}, &old, v11))
-	require.Equal(t, *fullJob(), old)
-	require.Equal(t, v11b, appendJobAs(nil, &old, v11))
+			j.State, j.Result, j.Rev = StateSucceeded, []byte("done"), j.Rev+1
+			var now Job
+			require.NoError(t, Unmarshal(appendJobAs(nil, j, v12), &now))
+			require.Equal(t, fullJobTimeout().Timeout, now.Timeout)
+		}},
+		{"1.4 read by 1.3", goldenV14, v1Fields + 3, fullJobTimeout, func(t *testing.T, golden []byte, j *Job) {
+			require.Zero(t, j.Priority, "1.3 knows no Priority")
+		}},
+		{"1.5 read by 1.4", goldenV15, v1Fields + 4, fullJobPriority, func(t *testing.T, golden []byte, j *Job) {
+			require.Empty(t, j.ConcurrencyKey, "1.4 knows no ConcurrencyKey")
+			require.EqualValues(t, 5, j.future.minor)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			golden := c.golden(t)
+			var j Job
+			require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, c.reader))
+			require.Equal(t, 1, j.future.n, "the appended field is one the older build does not know")
+			known := j
+			known.future = futureFields{}
+			require.Equal(t, *c.known(), known, "every field the older build knows reads as that build wrote it")
+			require.Equal(t, golden, appendJobAs(nil, &j, c.reader), "written back by the older build, byte for byte")
+			c.check(t, golden, &j)
+		})
+	}
 }
 
 // appendFields builds a value as a newer minor version would: the v1 array
@@ -716,8 +697,7 @@ func TestShardTagsSpreadOverTheSlotRange(t *testing.T) {
 
 // A worker of this version claims, extends, fails, claims again, completes,
 // and an operator updates a job that a newer minor version wrote: every
-// write keeps the newer version's fields and its minor version (issue 10,
-// item 1).
+// write keeps the newer version's fields and its minor version.
 func TestOlderWriterKeepsNewerFields(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

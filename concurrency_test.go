@@ -243,10 +243,10 @@ func TestConcurrencyKeyPlacement(t *testing.T) {
 	}
 }
 
-// The test: 200 jobs of one key with limit 2, run by 16 handler
-// slots over two Work processes on a real Redis, beside jobs of other keys.
-// At most 2 of the key's handlers overlap (and 2 do), every job finishes,
-// and the other keys' jobs are not held back behind it.
+// The acceptance test of concurrency keys: 200 jobs of one key with limit 2,
+// run by 16 handler slots over two Work processes on a real Redis, beside
+// jobs of other keys. At most 2 of the key's handlers overlap (and 2 do),
+// every job finishes, and the other keys' jobs are not held back behind it.
 func TestConcurrencyLimitUnderWork(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Lease: 2 * time.Second})
@@ -395,11 +395,11 @@ func FuzzSlotCodec(f *testing.F) {
 	})
 }
 
-// Regression: Update let fn change a job's ConcurrencyKey, which is set at
-// enqueue and never changes. A running job moved to another key held no
-// slot of it, so that key ran one job more than its limit (here 2 under
-// limit 1); a job moved off its key kept its slot until its lease ran
-// out; and a key of another shard, or one no key name may be, broke the
+// Update cannot change a job's ConcurrencyKey, which is set at enqueue and
+// never changes. A running job moved to another key would hold no slot of
+// it, so that key would run one job more than its limit (here 2 under limit
+// 1); a job moved off its key would keep its slot until its lease ran out;
+// and a key of another shard, or one no key name may be, would break the
 // placement that lets one transaction change a job and its key's value.
 func TestConcurrencyKeyFixedByUpdate(t *testing.T) {
 	t.Parallel()
@@ -735,4 +735,147 @@ func TestConcurrencyValueOfCanceledRunGoesWhenItsLeaseEnds(t *testing.T) {
 	ttl, err := rdb.PTTL(ctx, limited).Result()
 	require.NoError(t, err)
 	require.Equal(t, time.Duration(-1), ttl, "a stored limit does not expire")
+}
+
+// A freed slot pulls a waiting job's entry forward no earlier than the job's
+// own RunAt. A waiting job's listing keeps the RunAt it had when it was
+// listed; a job whose RunAt an Update moved later since stays due at its new
+// RunAt, and Verify finds no entry that says due for a job that is not.
+func TestFreedSlotKeepsUpdatedWaiterAtItsRunAt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
+	a, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	b, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: a.RunAt.Add(time.Millisecond)})
+	require.NoError(t, err)
+	f.clock.Advance(time.Second)
+	ca, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, a.ID, ca.ID)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "b waits for a's slot")
+	later := f.clock.Now().Add(time.Hour)
+	_, err = f.q.Update(f.ctx, b.ID, func(j *Job) error { j.RunAt = later; return nil })
+	require.NoError(t, err)
+	verifyClean(t, f, "b is pending, due in an hour")
+	_, err = f.q.Complete(f.ctx, ca, nil)
+	require.NoError(t, err)
+	verifyClean(t, f, "b is still due in an hour: its entry must not say due now")
+}
+
+// The same with Cancel and Retry: a waiting job canceled stays listed, and
+// once it is retried later, the next freed slot leaves its entry at its new
+// RunAt, not at the one it had before.
+func TestFreedSlotKeepsRetriedWaiterAtItsRunAt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
+	a, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	b, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: a.RunAt.Add(time.Millisecond)})
+	require.NoError(t, err)
+	f.clock.Advance(time.Second)
+	ca, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, a.ID, ca.ID)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+	_, err = f.q.Cancel(f.ctx, b.ID)
+	require.NoError(t, err)
+	f.clock.Advance(10 * time.Second)
+	_, err = f.q.Retry(f.ctx, b.ID)
+	require.NoError(t, err)
+	_, err = f.q.Extend(f.ctx, ca) // a keeps the slot
+	require.NoError(t, err)
+	_, err = f.q.Complete(f.ctx, ca, nil)
+	require.NoError(t, err)
+	verifyClean(t, f, "b's entry is at its RunAt, not before")
+}
+
+// A waiting job pulled forward into a freed slot holds it in mind for a
+// while, so that one freed slot does not pull every waiting job forward.
+// When that job is canceled (or deleted) before it is claimed, the next
+// waiting job is pulled forward: the key has room, and nothing else brings
+// its entry due before the lease it waited for would have ended.
+func TestCanceledPulledJobLeavesSlotToNextWaiter(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"cancel", "delete"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, &Config{Lease: time.Hour, ClaimWindow: 1})
+			var ids []string
+			for i := range 3 {
+				j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: f.clock.Now().Add(time.Duration(i) * time.Millisecond)})
+				require.NoError(t, err)
+				ids = append(ids, j.ID)
+			}
+			f.clock.Advance(time.Second)
+			a, err := f.q.Claim(f.ctx, "w")
+			require.NoError(t, err)
+			require.Equal(t, ids[0], a.ID)
+			for range 2 {
+				_, err = f.q.Claim(f.ctx, "w")
+				require.ErrorIs(t, err, ErrNoJob, "b and c wait for a's slot")
+			}
+			_, err = f.q.Complete(f.ctx, a, nil) // pulls b forward
+			require.NoError(t, err)
+			if how == "cancel" {
+				_, err = f.q.Cancel(f.ctx, ids[1])
+			} else {
+				err = f.q.Delete(f.ctx, ids[1])
+			}
+			require.NoError(t, err)
+			c, err := f.q.Claim(f.ctx, "w")
+			require.NoError(t, err, "the key has room and c waits for it, not for the hour a's lease would have lasted")
+			require.Equal(t, ids[2], c.ID)
+			verifyClean(t, f, "")
+		})
+	}
+}
+
+// A run canceled while it ran keeps its slot until its lease would have
+// ended (its handler may still be stopping), and a job enqueued again under
+// the same ID does not take that slot: a claim counts every live lease, the
+// claimed ID's own old run's included, and keeps that lease in the key's
+// value. jobkey keeps the ID taken meanwhile (Delete waits, and the key
+// outlives its retention: lastrun.go), so here the value goes outside
+// jobkey, as a DEL by hand or an eviction would take it.
+func TestReenqueuedIDCountsCanceledRunSlot(t *testing.T) {
+	t.Parallel()
+	for _, limit := range []int{1, 2} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
+			require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, "k", limit))
+			_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "x", ConcurrencyKey: "k"})
+			require.NoError(t, err)
+			for i := 1; i < limit; i++ { // the other slots are busy
+				_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: f.clock.Now().Add(time.Duration(i) * time.Millisecond)})
+				require.NoError(t, err)
+			}
+			f.clock.Advance(time.Second)
+			for i := range limit {
+				j, err := f.q.Claim(f.ctx, "w")
+				require.NoError(t, err)
+				if i == 0 {
+					require.Equal(t, "x", j.ID)
+				}
+			}
+			_, err = f.q.Cancel(f.ctx, "x") // its handler may run until its lease ends
+			require.NoError(t, err)
+			_, err = f.q.Retry(f.ctx, "x") // due when that run's lease ends
+			require.NoError(t, err)
+			require.ErrorIs(t, f.q.Delete(f.ctx, "x"), ErrState, "the canceled run's lease holds")
+			require.NoError(t, f.rdb.Del(f.ctx, f.q.Keys("x").Job).Err())
+			require.NoError(t, f.rdb.ZRem(f.ctx, f.q.Keys("x").Ready, "x").Err())
+			_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "x", ConcurrencyKey: "k"})
+			require.NoError(t, err)
+			_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+			require.NoError(t, err)
+			_, err = f.q.Claim(f.ctx, "w")
+			require.ErrorIs(t, err, ErrNoJob, "the key's %d slots are held, one by the canceled run of x", limit)
+			info, err := f.q.Concurrency(f.ctx, "k")
+			require.NoError(t, err)
+			require.Equal(t, limit, info.Active)
+		})
+	}
 }

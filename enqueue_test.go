@@ -173,12 +173,11 @@ func TestEnqueueManyFindsWrongTypeJobKey(t *testing.T) {
 	require.EqualValues(t, 1, f.rdb.LLen(f.ctx, bad).Val(), "the foreign key is untouched")
 }
 
-// Regression, found in review: in a group-commit batch, an Enqueue that repeats the ID of an
-// earlier call in the same batch "shares the fate of its first
-// occurrence". When the first caller gave up (left out, errLeftOut), the
-// repeat, whose caller is still waiting, is answered with errLeftOut too:
-// "left out: the caller gave up", for a caller that did not, and nothing
-// is written for it although nothing stood in its way.
+// In a group-commit batch, an Enqueue that repeats the ID of an earlier call
+// in the same batch shares the fate of its first occurrence, but not its
+// caller's giving up: when the first caller gave up (left out, errLeftOut),
+// the repeat, whose caller is still waiting, is written, since nothing
+// stands in its way, and never told "left out: the caller gave up".
 func TestGroupEnqueueRepeatOfCallerWhoGaveUp(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -231,7 +230,7 @@ func TestGroupEnqueueRepeatOfCallerWhoGaveUp(t *testing.T) {
 
 // MaxAttempts past what a stored value can hold is refused wherever it
 // comes in, before anything is written; it used to be written and then
-// read back as corrupt, so the job never ran (issue 9, item 8).
+// read back as corrupt, so the job never ran.
 func TestMaxAttemptsIsBounded(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

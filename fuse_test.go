@@ -11,6 +11,7 @@ import (
 
 	"github.com/jobkey/jobkey/internal/faultproxy"
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,7 +47,7 @@ func TestCompleteAndClaimRoundTrips(t *testing.T) {
 }
 
 // The fused transaction interrupted at each step loses nothing and does
-// nothing twice (issue 12): its reply is lost, the finished job's lease
+// nothing twice: its reply is lost, the finished job's lease
 // was lost, the candidate was taken by someone else.
 func TestCompleteAndClaimInterrupted(t *testing.T) {
 	t.Parallel()
@@ -151,7 +152,7 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 	})
 }
 
-// The round-trip budget of a worker draining a backlog (issue 12): each
+// The round-trip budget of a worker draining a backlog: each
 // job costs one fused transaction of two round trips, finishing it and
 // claiming the next, plus the queue's periodic reads. Every job runs once.
 func TestWorkRoundTripsPerJob(t *testing.T) {
@@ -231,7 +232,7 @@ func TestFinishBatchWithOneJobTwice(t *testing.T) {
 
 // A candidate read ahead before its shard's index broke does not fail the
 // claim: the next round reads the indexes, skips the broken shard, and
-// takes a due job of another (found in review).
+// takes a due job of another.
 func TestClaimSkipsPooledCandidateOfBrokenShard(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 2, Logger: quietLog()})
@@ -347,4 +348,217 @@ func TestWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 	for id, d := range dueLatencies(t, f.q, producer, jobs) {
 		require.LessOrEqual(t, d, claimBound+250*time.Millisecond, "job %s started %v after coming due", id, d)
 	}
+}
+
+// Work's fused complete-and-claim reads ahead every shard a claim reads, not
+// only the shards of the jobs it completes, so the next claim, which takes
+// from the pool with no further read on a single Redis, still takes the due
+// jobs of a higher priority first. Here, on 4 shards, a priority-9 job is
+// enqueued on shard 1 while a shard-0 job runs, and it is the slot's next
+// run, before the priority-0 jobs of shard 0.
+func TestFusedReadAheadReadsEveryShard(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	f.q.clock.fake = nil
+	q := f.q
+	for i := range 4 {
+		_, err := q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, fmt.Sprintf("low%d-", i), 0)})
+		require.NoError(t, err)
+	}
+	hi := idOnShard(q, "hi-", 1)
+	var log runLog
+	startWork(t, q, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		if log.add(j) == 1 {
+			_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: hi, Priority: MaxPriority})
+			if err != nil {
+				return nil, err
+			}
+			time.Sleep(50 * time.Millisecond) // the wake-up hint "p9" arrives too
+		}
+		return nil, nil
+	}), &WorkOpts{Concurrency: 1})
+	got := waitRuns(t, &log, 2)
+	require.Equal(t, hi, got[1].ID, "run 2 must be the due priority-9 job, got %s (priority %d, shard %d)",
+		got[1].ID, got[1].Priority, q.ks.shardOf(got[1].ID))
+}
+
+// A fused complete-and-claim whose EXEC reply comes too late does not fail
+// unrun the job it claimed. An unknown outcome mostly comes from a slow or
+// broken link, and one look for the claim would go over the same link a
+// moment later; so the slot looks for the claim itself, retrying while the
+// claim's lease may hold. Here the link turns slow (300 ms, past the
+// client's 200 ms read timeout) as the EXEC goes out, the lease is 2 s, and
+// the claimed job, on its last attempt, is found once the link recovers,
+// then run and completed. A link down for longer than the lease still spends
+// the attempt, as for a plain Claim whose reply is lost: the lease has run
+// out, and nobody can tell a run from none.
+func TestSlowFusedReplyDoesNotFailUnrunJob(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	const lease = 2 * time.Second       // the link recovers within it
+	const slow = 300 * time.Millisecond // > the proxied client's 200 ms read timeout
+	var slowExec atomic.Bool
+	cut.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		if slowExec.Load() && slices.Contains(names(cmds), "exec") {
+			proxy.Set(faultproxy.Faults{Latency: slow}) // the link slows down as the EXEC goes out
+		}
+		return nil
+	}))
+	q := queueOn(t, cut, redistest.Prefix(t), Config{Lease: lease, Logger: quietLog()})
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, MaxAttempts: 1})
+		require.NoError(t, err)
+	}
+	first, err := q.Claim(ctx, "w")
+	require.NoError(t, err)
+	other := "b"
+	if first.ID == "b" {
+		other = "a"
+	}
+	slowExec.Store(true)
+	asked := time.Now()
+	out, err := q.completeAndClaim(ctx, first, []byte("r"), "w")
+	slowExec.Store(false)
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "the EXEC was sent; its reply came too late")
+	require.NotNil(t, out.unsure)
+	found := make(chan *Job, 1)
+	go func() { found <- (&worker{q: q}).findClaim(ctx, out.unsure, asked) }() // as the slot does
+	time.Sleep(2 * slow)                                                       // the slow episode ends; the lookup keeps trying meanwhile
+	proxy.Set(faultproxy.Faults{})
+	_, err = q.Complete(ctx, first, []byte("r")) // as Work's record does, with retries
+	require.NoError(t, err, "the retried completion recognises its own write")
+	next := <-found
+	stored, err := q.Get(ctx, other)
+	require.NoError(t, err)
+	t.Logf("after the fused call: %s is %s, attempt %d/%d, owner %q; handed to the slot: %v",
+		other, stored.State, stored.Attempt, stored.MaxAttempts, stored.LeaseOwner, next != nil)
+	require.NotNil(t, next, "found once the link recovered, within the claim's lease")
+	require.Equal(t, other, next.ID)
+	_, err = q.Complete(ctx, next, nil)
+	require.NoError(t, err, "the slot runs it and completes it: it never fails unrun")
+}
+
+// The fused transaction's read ahead drops an ID found in both ready and
+// leased (a stray entry), as the claim's due read does: one transaction must
+// not decide about one job twice. A pool holding the job twice would put
+// both entries into one block of the next ClaimMany (or group of concurrent
+// Claims), and the engine would refuse it for naming a key twice. Here the
+// read ahead sees both entries of x, and ClaimMany takes x once.
+func TestClaimManyFromReadAheadWithStrayEntry(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "a"})
+	require.NoError(t, err)
+	a, err := f.q.Claim(f.ctx, "w") // nothing else due: the pool stays empty
+	require.NoError(t, err)
+	x, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "x"})
+	require.NoError(t, err)
+	// A stray entry: x is pending in ready, and also listed in leased as due.
+	past := float64(toMillis(f.clock.Now()) - 1000)
+	require.NoError(t, f.rdb.ZAdd(f.ctx, f.q.Keys("x").Leased, redis.Z{Score: past, Member: "x"}).Err())
+
+	// The fused completion (wanting no next job) reads ahead both entries of x.
+	out, err := f.q.completeAndClaim(f.ctx, a, nil, "")
+	require.NoError(t, err)
+	require.Nil(t, out.next)
+
+	got, err := f.q.ClaimMany(f.ctx, "w", 2)
+	require.NoError(t, err, "a due job and a stray hint: the claim takes the job")
+	require.Len(t, got, 1)
+	require.Equal(t, x.ID, got[0].ID)
+}
+
+// A candidate taken from the read-ahead pool has its shard's index types
+// checked before MULTI, like any other, though an earlier read saw those
+// indexes up to poolTTL (500 ms) before. An index replaced meanwhile by a
+// value of another type would otherwise let EXEC apply half the plan (the
+// job set active and its ready entry removed, its leased entry refused with
+// WRONGTYPE), and leave an active job in no index, which no claimer finds
+// again even once the index is repaired. Here the other shard's leased index
+// becomes a string while the pool holds its job: the fused claim is refused
+// with ErrWrongType, nothing is written, and once the index is repaired the
+// job is claimed.
+func TestPooledCandidateIndexTypeCheckedBeforeMulti(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2, Logger: quietLog()})
+	// One job in each shard.
+	ids := map[int]string{}
+	for i := 0; len(ids) < 2; i++ {
+		id := "j" + string(rune('a'+i))
+		if _, ok := ids[f.q.ks.shardOf(id)]; !ok {
+			ids[f.q.ks.shardOf(id)] = id
+		}
+	}
+	for _, id := range ids {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id})
+		require.NoError(t, err)
+	}
+	first, err := f.q.Claim(f.ctx, "w") // the other job, of the other shard, waits in the pool
+	require.NoError(t, err)
+	other := ids[1-f.q.ks.shardOf(first.ID)]
+	leased := f.q.Keys(other).Leased
+	// The other shard's leased index is replaced by a string (forged, or a
+	// stray write of another program) while the pool holds its job.
+	require.NoError(t, f.rdb.Set(f.ctx, leased, "not a zset", 0).Err())
+
+	out, err := f.q.completeAndClaim(f.ctx, first, []byte("r"), "w")
+	t.Logf("fused: next %v, err %v", out.next != nil, err)
+	require.ErrorIs(t, err, ErrWrongType, "refused before MULTI")
+	require.Nil(t, out.next)
+	require.Equal(t, StatePending, state(t, f.q, other), "nothing was written")
+	_, err = f.q.Complete(f.ctx, first, []byte("r")) // as Work's record does after a refused fusion
+	require.NoError(t, err)
+
+	// The index is repaired; the job must be claimable (now, or once a
+	// lease it got has run out).
+	require.NoError(t, f.rdb.Del(f.ctx, leased).Err())
+	f.clock.Advance(f.q.cfg.Lease + time.Second)
+	got, err := f.q.Claim(f.ctx, "w2")
+	stored, _ := f.q.Get(f.ctx, other)
+	require.NoError(t, err, "job %s is %s, in no index: nobody will ever claim it", other, stored.State)
+	require.Equal(t, other, got.ID)
+}
+
+// A fused transaction whose EXEC reply is lost does not strand the job it
+// claimed for the slot. The retried completion recognises its own write, and
+// the claim, whose lease token is known, is found by that token and handed
+// to the slot, which runs it. A stranded claim would spend an attempt of a
+// job that never ran: on its last attempt (MaxAttempts 1 here) the next
+// claim after the lease would fail it for good, its handler never run.
+func TestLostFusedReplyDoesNotFailUnrunJob(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	const lease = 500 * time.Millisecond
+	q := queueOn(t, cut, redistest.Prefix(t), Config{Lease: lease, Logger: quietLog()})
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id, MaxAttempts: 1})
+		require.NoError(t, err)
+	}
+	first, err := q.Claim(ctx, "w")
+	require.NoError(t, err)
+	other := "b"
+	if first.ID == "b" {
+		other = "a"
+	}
+	proxy.Set(faultproxy.Faults{ExecCutProb: 1})
+	out, err := q.completeAndClaim(ctx, first, []byte("r"), "w")
+	proxy.Set(faultproxy.Faults{})
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "the EXEC was sent; its reply was lost")
+	_, err = q.Complete(ctx, first, []byte("r")) // as Work's record does
+	require.NoError(t, err, "the retried completion recognises its own write")
+	// The claim made by the lost EXEC is found by its lease token and
+	// handed to the slot, which runs it and completes it.
+	require.NotNil(t, out.unsure, "the claim the lost EXEC made is handed over, to be looked for")
+	next := (&worker{q: q}).findClaim(ctx, out.unsure, time.Now())
+	require.NotNil(t, next, "the claim the lost EXEC made is found by its token")
+	require.Equal(t, other, next.ID)
+	require.Equal(t, StateActive, next.State)
+	done, err := q.Complete(ctx, next, nil)
+	require.NoError(t, err, "the slot holds the lease it was handed")
+	require.Equal(t, StateSucceeded, done.State)
+	time.Sleep(lease + 100*time.Millisecond)
+	_, err = q.Claim(ctx, "w2")
+	require.ErrorIs(t, err, ErrNoJob, "nothing stranded, nothing left to fail")
 }

@@ -192,7 +192,7 @@ func TestCommitGroupFlushDeadline(t *testing.T) {
 }
 
 // An Enqueue whose deadline passes while it leads a slow flush returns at
-// its deadline, not when the flush ends (issue 9, item 15).
+// its deadline, not when the flush ends.
 func TestEnqueueHonoursDeadlineInGroup(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)

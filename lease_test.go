@@ -13,7 +13,7 @@ import (
 // Every claim fences with a token of its own: after Claim, Cancel, Retry
 // and a new Claim by the same worker name (replicas sharing a fixed
 // WorkOpts.Name), the first copy's Attempt and LeaseOwner match the stored
-// job again, and its writes are still refused (issue 9, item 5).
+// job again, and its writes are still refused.
 func TestFencingSurvivesRepeatedAttemptAndOwner(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
@@ -211,11 +211,10 @@ func TestZombieFencing(t *testing.T) {
 	require.Equal(t, done, got)
 }
 
-// Regression, found in review: Config.MaxValueBytes "refuses jobs whose stored value would be
-// larger, with ErrTooLarge, before anything is written", but only Enqueue,
-// Update and Complete (on the caller's copy) check it. Fail stores up to
-// MaxErrorLen bytes of LastError with no check, so a job near the limit
-// is written past it.
+// Fail writes no value larger than Config.MaxValueBytes, which refuses such
+// values with ErrTooLarge before anything is written, as Enqueue, Update and
+// Complete do. Fail stores up to MaxErrorLen bytes of LastError, enough to
+// carry a job near the limit past it.
 func TestFailStaysWithinMaxValueBytes(t *testing.T) {
 	t.Parallel()
 	const limit = 2048
@@ -232,4 +231,37 @@ func TestFailStaysWithinMaxValueBytes(t *testing.T) {
 	require.NoError(t, serr)
 	t.Logf("Fail returned %v; stored value is %d bytes, limit %d", err, n, limit)
 	require.LessOrEqual(t, n, int64(limit), "a value larger than Config.MaxValueBytes was written")
+}
+
+// Every write of a run (Extend, Complete, Fail, Release) accepts the
+// concurrency key of the run's own copy, even one Enqueue would refuse. A
+// stored value decodes with any key of at most MaxConcurrencyKeyLen bytes
+// (one a newer or other writer stored, or one forged), and a claim takes the
+// job and a slot of that key; a write that refused the key, here one with a
+// brace, would leave a job that runs and holds its slot but can never be
+// finished, only run again once its lease runs out, up to MaxAttempts times.
+func TestRunWritesAcceptStoredConcurrencyKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute})
+	j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	j.ConcurrencyKey = "a{b}" // the value as stored by another writer
+	raw, err := Marshal(j)
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys(j.ID).Job, raw, 0).Err())
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, "a{b}", c.ConcurrencyKey)
+	c, err = f.q.Extend(f.ctx, c)
+	require.NoError(t, err, "the run's own copy renews its lease")
+	done, err := f.q.Complete(f.ctx, c, nil)
+	require.NoError(t, err, "the run's own copy finishes it")
+	require.Equal(t, StateSucceeded, done.State)
+	s, err := f.rdb.Get(f.ctx, f.q.ks.slotKey(0, "a{b}")).Result()
+	if err == nil {
+		v, err := decodeSlots(s)
+		require.NoError(t, err)
+		require.Empty(t, v.leases, "the slot is given back")
+	}
+	verifyClean(t, f, "")
 }

@@ -2,14 +2,18 @@ package jobkey
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -368,4 +372,129 @@ func TestCancelPendingWhileWorking(t *testing.T) {
 	}
 	require.Len(t, ran, len(succeeded))
 	t.Logf("canceled %d, ran %d, skipped %d", res.Done, len(ran), res.Skipped)
+}
+
+// List with a Type filter returns a full first page when more than a page of
+// jobs share one millisecond. Ties of hundreds are ordinary: a group commit
+// finishes MaxBatch jobs at one Redis time, and EnqueueMany with one RunAt
+// schedules a batch at one millisecond. A listing that re-read the tied
+// millisecond one entry per round trip would give up with no page at all.
+// Here 150 pending jobs share one RunAt, one of them of another type, and
+// the page of type a holds 100 jobs.
+func TestListTypeFilterPagesThroughTiedMillisecond(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1})
+	at := f.clock.Now()
+	var specs []JobSpec
+	for i := range 150 {
+		typ := "a"
+		if i == 50 {
+			typ = "b"
+		}
+		specs = append(specs, JobSpec{Type: typ, Opts: &EnqueueOpts{RunAt: at}})
+	}
+	_, err := f.q.EnqueueMany(f.ctx, specs)
+	require.NoError(t, err)
+	f.hook.Reset()
+	p, err := f.q.List(f.ctx, ListOpts{State: StatePending, Type: "a"})
+	t.Logf("round trips of the failed page: %d", f.hook.RTT.Load())
+	require.NoError(t, err, "a page of 100 jobs of type a out of 149")
+	require.Len(t, p.Jobs, 100)
+}
+
+// A job that stays pending is listed even when an entry before the cursor
+// leaves the index (claimed, canceled, deleted) while a page is read. A page
+// reads the ties of its cursor's millisecond in one command, with no offset:
+// an offset shifts when an entry before it leaves, and would jump over the
+// next job. Here 5 jobs share one RunAt, pages hold 2, and the first job is
+// canceled while page 2 is read.
+func TestListKeepsJobWhenEarlierEntryLeaves(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
+	at := f.clock.Now()
+	var ids []string
+	for range 5 {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{RunAt: at})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	p1, err := f.q.List(f.ctx, ListOpts{State: StatePending, Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, p1.Jobs, 2)
+	require.Equal(t, ids[:2], []string{p1.Jobs[0].ID, p1.Jobs[1].ID})
+
+	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
+	require.NoError(t, err)
+	var fired, offset atomic.Bool
+	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		// A page reads the ties of its cursor's millisecond in one command,
+		// with no offset. The change lands between the page's index read
+		// and its read of the values, the one gap left.
+		for _, c := range cmds {
+			a := c.Args()
+			for i := range a {
+				if s, ok := a[i].(string); ok && c.Name() == "zrange" && strings.EqualFold(s, "limit") && a[i+1] != int64(0) {
+					offset.Store(true) // an offset shifts when entries before it leave
+				}
+			}
+		}
+		if slices.ContainsFunc(names(cmds), func(n string) bool { return strings.HasPrefix(n, "mget") }) && fired.CompareAndSwap(false, true) {
+			_, err := other.Cancel(context.Background(), ids[0])
+			require.NoError(t, err)
+		}
+		return nil
+	}))
+	got := []string{p1.Jobs[0].ID, p1.Jobs[1].ID}
+	o := ListOpts{State: StatePending, Limit: 2, Cursor: p1.Next}
+	for o.Cursor != "" {
+		p, err := f.q.List(f.ctx, o)
+		require.NoError(t, err)
+		for _, j := range p.Jobs {
+			got = append(got, j.ID)
+		}
+		o.Cursor = p.Next
+	}
+	require.True(t, fired.Load())
+	require.False(t, offset.Load(), "a page read its index by offset")
+	require.Contains(t, got, ids[2], "job %s stayed pending throughout; listing was %v", ids[2], got)
+}
+
+// A page never lists a job twice, even when a job joins its cursor's
+// millisecond before the cursor while the page is read. A re-read by offset
+// would shift, and return again an entry the first read already kept. Here
+// jobs a, b, c, d share one RunAt, page 1 is [a], and a job with a smaller
+// ID is enqueued at that RunAt while page 2 is read: page 2 is [b c].
+func TestListPageHoldsNoJobTwice(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
+	at := f.clock.Now()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: id, RunAt: at})
+		require.NoError(t, err)
+	}
+	p1, err := f.q.List(f.ctx, ListOpts{State: StatePending, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, "a", p1.Jobs[0].ID)
+
+	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
+	require.NoError(t, err)
+	other.clock.fake = f.clock.Now
+	var fired atomic.Bool
+	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		// The change lands between the index read and the values read of
+		// page 2.
+		if slices.ContainsFunc(names(cmds), func(n string) bool { return strings.HasPrefix(n, "mget") }) && fired.CompareAndSwap(false, true) {
+			_, err := other.Enqueue(context.Background(), "t", nil, &EnqueueOpts{ID: "0", RunAt: at})
+			require.NoError(t, err)
+		}
+		return nil
+	}))
+	p2, err := f.q.List(f.ctx, ListOpts{State: StatePending, Limit: 2, Cursor: p1.Next})
+	require.NoError(t, err)
+	require.True(t, fired.Load())
+	var got []string
+	for _, j := range p2.Jobs {
+		got = append(got, j.ID)
+	}
+	require.Equal(t, []string{"b", "c"}, got)
 }

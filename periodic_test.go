@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 	"github.com/stretchr/testify/require"
 )
@@ -615,4 +616,162 @@ func TestPeriodicTickRunsOnceWhenItsConcurrencyKeyChanges(t *testing.T) {
 		total += n
 	}
 	require.Equal(t, 1, total, "one job per tick: %v", runs)
+}
+
+// blockHook fails every command and pipeline of a client while on is set:
+// the process cannot reach Redis (a partition, or a process stopped).
+type blockHook struct{ on *atomic.Bool }
+
+var errBlocked = errors.New("blocked: Redis unreachable from this process")
+
+func (h blockHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h blockHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() {
+			cmd.SetErr(errBlocked)
+			return errBlocked
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h blockHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			for _, c := range cmds {
+				c.SetErr(errBlocked)
+			}
+			return errBlocked
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A process that recovers when a tick has grown older than Retention leaves
+// that tick alone, as PeriodicJob's doc promises for a process that wakes
+// from a pause: the tick's job may have run elsewhere and expired, and its
+// ID no longer proves it ran. Here process B is cut off from Redis across
+// tick T (Every 4 s, Retention 1 s) while A enqueues and runs it; the job
+// expires, B recovers, and the job of tick T has run once.
+func TestPeriodicSkipsTickOlderThanRetentionOnRecovery(t *testing.T) {
+	redistest.RequireReal(t)
+	prefix := redistest.Prefix(t)
+	const every = 4 * time.Second
+	sched := Every(every)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		mu.Lock()
+		runs[j.ID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	cfg := func() *Config { return &Config{Prefix: prefix, Logger: quietLog(), Retention: time.Second} }
+	start := func(name string, rdb *redis.Client) func() {
+		q, err := NewQueue(rdb, "q", cfg())
+		require.NoError(t, err)
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- q.Work(ctx, h, &WorkOpts{Name: name, Concurrency: 1, Logger: quietLog(), PollInterval: 50 * time.Millisecond,
+				Periodic: []PeriodicJob{{Name: "tick", Schedule: sched, Type: "t"}}})
+		}()
+		return func() { stop(); require.NoError(t, <-done) }
+	}
+	var cut atomic.Bool
+	rdbB := redistest.Client(t, nil)
+	rdbB.AddHook(blockHook{on: &cut})
+	stopA := start("a", redistest.Client(t, nil))
+	stopB := start("b", rdbB)
+
+	q, err := NewQueue(redistest.Client(t, nil), "q", cfg())
+	require.NoError(t, err)
+	ctx := context.Background()
+	// Let both processes see a tick T1 (B's done becomes T1), then cut B
+	// off shortly before the next tick T2.
+	t1 := sched.Next(time.Now())
+	require.Eventually(t, func() bool {
+		_, err := q.Get(ctx, periodicID("tick", t1))
+		return err == nil
+	}, every+3*time.Second, 10*time.Millisecond)
+	t2 := sched.Next(t1)
+	time.Sleep(time.Until(t2.Add(-300 * time.Millisecond)))
+	cut.Store(true)
+	id2 := periodicID("tick", t2)
+	// A enqueues and runs T2; its job expires with the 1s Retention.
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return runs[id2] == 1 }, 3*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, err := q.Get(ctx, id2)
+		return errors.Is(err, ErrNotFound)
+	}, 3*time.Second, 10*time.Millisecond, "the tick's job expired with Retention")
+	// B comes back well before T3: T2 is now older than Retention.
+	require.True(t, time.Now().Before(t2.Add(every-time.Second)), "test timing")
+	cut.Store(false)
+	time.Sleep(time.Until(t2.Add(every - 500*time.Millisecond)))
+	stopB()
+	stopA()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, runs[id2], "tick %s (older than Retention when B recovered) ran %d times", id2, runs[id2])
+}
+
+// stuck is a schedule whose Next does not advance: it returns the same
+// time, already past, whatever it is asked.
+type stuck struct {
+	at    time.Time
+	calls *atomic.Int64
+}
+
+func (s stuck) Next(time.Time) time.Time { s.calls.Add(1); return s.at }
+
+// A schedule whose Next returns a time that is not after now does not make
+// the periodic loop spin: a timer of a negative duration fires at once, and
+// a loop that kept waiting for it would burn a core. Schedule.Next is called
+// fewer than 1000 times in 300 ms.
+func TestPeriodicNonAdvancingScheduleDoesNotSpin(t *testing.T) {
+	redistest.RequireReal(t)
+	prefix := redistest.Prefix(t)
+	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
+	require.NoError(t, err)
+	var calls atomic.Int64
+	s := stuck{at: time.Now().Add(-10 * time.Second).Truncate(time.Second).UTC(), calls: &calls}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+			&WorkOpts{Concurrency: 1, Logger: quietLog(), Periodic: []PeriodicJob{{Name: "stuck", Schedule: s, Type: "t"}}})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	before := calls.Load()
+	time.Sleep(300 * time.Millisecond)
+	n := calls.Load() - before
+	stop()
+	require.NoError(t, <-done)
+	require.Less(t, n, int64(1000), "Schedule.Next was called %d times in 300ms: the periodic loop spins", n)
+}
+
+// Every(d) ticks every d, to the nanosecond, as its doc says for any d of at
+// least a millisecond: truncated to whole milliseconds, Every(1500µs) would
+// tick every millisecond, 50% more jobs than asked.
+func TestEveryTicksEveryD(t *testing.T) {
+	for _, d := range []time.Duration{1500 * time.Microsecond, time.Second + 500*time.Microsecond} {
+		s := Every(d)
+		a := s.Next(time.Unix(1_000_000, 0))
+		b := s.Next(a)
+		require.Equal(t, d, b.Sub(a), "Every(%v): ticks %v apart", d, b.Sub(a))
+	}
+}
+
+// lastTick finds the latest tick within a year and a bit, as its doc says: a
+// yearly schedule whose last tick was 364.5 days ago has that tick, so a
+// process started then (with a Retention over a year) catches it up. A
+// window that doubled from a minute only while at most 400 days would stop
+// at 2^19 minutes, 364.09 days.
+func TestLastTickLooksBackMoreThanAYear(t *testing.T) {
+	s := Every(365 * 24 * time.Hour)
+	tick := s.Next(time.Unix(1_700_000_000, 0))
+	now := tick.Add(364*24*time.Hour + 12*time.Hour)
+	require.True(t, s.Next(tick).After(now))
+	require.Equal(t, tick, lastTick(s, now), "the latest tick, 364.5 days before now")
 }

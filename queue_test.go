@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,104 +11,9 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/redistest"
-	"github.com/jobkey/jobkey/internal/rttcount"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
-
-// fakeClock is a Config.Now that tests move by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-type fixture struct {
-	q     *Queue
-	rdb   *redis.Client
-	hook  *rttcount.Hook
-	clock *fakeClock
-	ctx   context.Context
-}
-
-// setup returns a queue under its own random prefix on the shared real
-// Redis, with a fake clock and a round-trip hook. cfg may be nil.
-func setup(t *testing.T, cfg *Config) *fixture {
-	t.Helper()
-	redistest.RequireReal(t)
-	rdb, hook := hooked(t, 0)
-	clock := newClock()
-	c := Config{}
-	if cfg != nil {
-		c = *cfg
-	}
-	c.Prefix = redistest.Prefix(t)
-	if c.Backoff == nil {
-		c.Backoff = func(attempt int) time.Duration { return time.Duration(attempt) * time.Minute }
-	}
-	q, err := NewQueue(rdb, "q", &c)
-	require.NoError(t, err)
-	q.clock.fake = clock.Now // Redis's clock, as far as the queue can tell
-	require.NoError(t, q.check(context.Background(), true), "the one-time checks, outside every count")
-	return &fixture{q: q, rdb: rdb, hook: hook, clock: clock, ctx: context.Background()}
-}
-
-// jobErrs returns the per-job errors of a batch call's error: a
-// *BatchError's Errs, or n nils when err is nil.
-func jobErrs(t *testing.T, err error, n int) []error {
-	t.Helper()
-	if err == nil {
-		return make([]error, n)
-	}
-	var be *BatchError
-	require.ErrorAs(t, err, &be)
-	require.Len(t, be.Errs, n)
-	return be.Errs
-}
-
-// indexOf returns the index and score the raw keys hold for id, failing if
-// the ID sits in more than one index.
-func (f *fixture) indexOf(t *testing.T, id string) (string, int64) {
-	t.Helper()
-	_, shard := f.q.ks.jobKeyOf(id)
-	found, score := "", int64(0)
-	for _, idx := range append(slices.Clone(readyIndexes), idxLeased, idxSucceeded, idxFailed, idxCanceled) {
-		s, err := f.rdb.ZScore(f.ctx, f.q.ks.index(shard, idx), id).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		require.NoError(t, err)
-		require.Empty(t, found, "job %s is in %s and %s", id, found, idx)
-		found, score = idx, int64(s)
-	}
-	return found, score
-}
-
-// requireIndexed checks the raw index agrees with the stored value.
-func (f *fixture) requireIndexed(t *testing.T, j *Job) {
-	t.Helper()
-	got, err := f.q.Get(f.ctx, j.ID)
-	require.NoError(t, err)
-	idx, score := f.indexOf(t, j.ID)
-	want := derive(got)
-	require.Equal(t, want.index, idx, "index of %s (%s)", j.ID, got.State)
-	require.Equal(t, want.score, score, "score of %s", j.ID)
-}
 
 func TestNewQueueRefuses(t *testing.T) {
 	t.Parallel()
@@ -372,4 +276,69 @@ func TestValueOfAnotherQueueIsCorrupt(t *testing.T) {
 	mine, err := other.Get(ctx, "x")
 	require.NoError(t, err, "in its own queue the value is a job")
 	require.Equal(t, "other", mine.Queue)
+}
+
+// A value whose ID is not its key's job is corrupt, even when the key ends
+// in ":job:"+ID. A job ID may itself contain ":job:" (validID allows it), so
+// the key of job "a:job:b" ends like the key of job b. storedAt compares the
+// whole key: job b's value copied (or forged) to that key is refused by Get
+// and by the claim, as Verify refuses it, and b's payload never runs under
+// b's ID from another job's key.
+func TestValueNamingSuffixJobIsCorrupt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	const x = "a:job:b"
+	_, err := f.q.Enqueue(f.ctx, "t", []byte("x's payload"), &EnqueueOpts{ID: x})
+	require.NoError(t, err)
+	_, err = f.q.Enqueue(f.ctx, "t", []byte("b's payload"), &EnqueueOpts{ID: "b"})
+	require.NoError(t, err)
+	raw, err := f.rdb.Get(f.ctx, f.q.Keys("b").Job).Result()
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys(x).Job, raw, 0).Err()) // x's key now holds b's value
+	// b itself is out of the way (it ran elsewhere and expired, say): only
+	// x's key, holding b's value, is due.
+	require.NoError(t, f.rdb.Del(f.ctx, f.q.Keys("b").Job).Err())
+	require.NoError(t, f.rdb.ZRem(f.ctx, f.q.Keys("b").Ready, "b").Err())
+
+	j, getErr := f.q.Get(f.ctx, x)
+	if getErr == nil {
+		t.Logf("Get(%q) returned job %q, payload %q", x, j.ID, j.Payload)
+	}
+	got, claimErr := f.q.Claim(f.ctx, "w")
+	if claimErr == nil {
+		t.Logf("Claim returned job %q, payload %q", got.ID, got.Payload)
+	}
+	require.ErrorIs(t, getErr, ErrCorrupt, "the value at %q names job b", x)
+	require.ErrorIs(t, claimErr, ErrNoJob, "x's value is not x: nothing is due")
+}
+
+// The ID inside a stored value is the ID of its key. A value copied (or
+// forged) from job y to the key of job x is corrupt: Get says so, a claimer
+// sets it aside with its bytes untouched, and no handler runs y's payload as
+// x.
+func TestValueNamingAnotherJobIsCorrupt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, err := f.q.Enqueue(f.ctx, "t", []byte("x's payload"), &EnqueueOpts{ID: "x"})
+	require.NoError(t, err)
+	_, err = f.q.Enqueue(f.ctx, "t", []byte("y's payload"), &EnqueueOpts{ID: "y", Delay: time.Hour})
+	require.NoError(t, err)
+	ky, kx := f.q.Keys("y").Job, f.q.Keys("x").Job
+	raw, err := f.rdb.Get(f.ctx, ky).Result()
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, kx, raw, 0).Err()) // x's key now holds y's value
+
+	_, err = f.q.Get(f.ctx, "x")
+	require.ErrorIs(t, err, ErrCorrupt)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "y is not due, and x's value is not x")
+	after, err := f.rdb.Get(f.ctx, kx).Result()
+	require.NoError(t, err)
+	require.Equal(t, raw, after, "the bytes are kept")
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Corrupt)
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, "x's hint is in corrupt, where Verify expects a value that is not x's")
 }

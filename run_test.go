@@ -14,32 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// queueOn returns a queue named "q" under prefix on rdb.
-func queueOn(t *testing.T, rdb *redis.Client, prefix string, cfg Config) *Queue {
-	t.Helper()
-	cfg.Prefix = prefix
-	q, err := NewQueue(rdb, "q", &cfg)
-	require.NoError(t, err)
-	return q
-}
-
-// proxied returns a client of the shared real Redis through a fault proxy.
-func proxied(t *testing.T) (*redis.Client, *faultproxy.Proxy) {
-	t.Helper()
-	target := redistest.RequireReal(t)
-	o, err := redis.ParseURL(target.URL)
-	require.NoError(t, err)
-	p, err := faultproxy.Start(o.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	return redistest.ClientFor(t, "redis://"+p.Addr, func(o *redis.Options) {
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
-	}), p
-}
-
 // A worker cut off from Redis stops its handler before its lease can run
 // out, so the worker that claims the job next never runs it at the same
-// time (issue 9, item 2).
+// time.
 func TestWorkFencesItselfWhenCutOff(t *testing.T) {
 	t.Parallel()
 	cut, proxy := proxied(t)
@@ -91,7 +68,7 @@ func TestWorkFencesItselfWhenCutOff(t *testing.T) {
 
 // The lease is kept until the outcome is written, not only while the
 // handler runs: a completion that starts late does not let the job run
-// again (issue 9, item 3).
+// again.
 func TestWorkKeepsLeaseUntilOutcomeRecorded(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -128,7 +105,7 @@ func TestWorkKeepsLeaseUntilOutcomeRecorded(t *testing.T) {
 }
 
 // A handler that succeeds as the grace period ends is completed, not
-// released to run again (issue 9, item 4).
+// released to run again.
 func TestWorkShutdownCompletesSuccess(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, nil)
@@ -150,7 +127,7 @@ func TestWorkShutdownCompletesSuccess(t *testing.T) {
 }
 
 // A message on the cancel channel is a hint: a job that was not canceled
-// keeps running (issue 9, item 7).
+// keeps running.
 func TestWorkIgnoresForgedCancel(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, nil)
@@ -186,7 +163,7 @@ func TestWorkIgnoresForgedCancel(t *testing.T) {
 }
 
 // Two runs of one job in one worker are tracked apart: the first one's
-// exit does not hide the second from shutdown (issue 9, item 9).
+// exit does not hide the second from shutdown.
 func TestWorkTracksEachRun(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, nil)
@@ -240,7 +217,7 @@ func TestWorkTracksEachRun(t *testing.T) {
 }
 
 // A claim still in flight when the grace period ends gives its job back
-// unrun, and Work returns (issue 9, item 10).
+// unrun, and Work returns.
 func TestWorkShutdownDuringClaim(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -291,8 +268,7 @@ func TestWorkShutdownDuringClaim(t *testing.T) {
 }
 
 // An outcome that cannot be written while Redis is unreachable is written
-// once it is back, while the lease still holds: the job does not run again
-// (issue 10, item 3).
+// once it is back, while the lease still holds: the job does not run again.
 func TestWorkRecordsOutcomeAfterOutage(t *testing.T) {
 	t.Parallel()
 	cut, proxy := proxied(t)
@@ -325,7 +301,7 @@ func TestWorkRecordsOutcomeAfterOutage(t *testing.T) {
 }
 
 // A job deleted while it runs: the renewal finds no job, and the handler
-// is stopped (issue 10, item 9).
+// is stopped.
 func TestWorkStopsHandlerOfDeletedJob(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, &Config{Lease: 600 * time.Millisecond})
@@ -351,11 +327,12 @@ func TestWorkStopsHandlerOfDeletedJob(t *testing.T) {
 	require.ErrorIs(t, c, ErrNotFound)
 }
 
-// Regression, found in review: Work's outcome write is retried after an ambiguous error, but only
-// Complete recognises its own earlier landing. A Fail (or Release) whose
-// EXEC ran and whose reply was lost is retried, finds the job no longer
-// active under its token, and is reported as failed with ErrLeaseLost:
-// OnRecorded (and the log) say "not written" for a write that landed.
+// Work recognises its own landed Fail (or Release) as it does its Complete.
+// Work's outcome write is retried after an ambiguous error; a retried Fail
+// whose EXEC ran and whose reply was lost finds the job no longer active
+// under its token, and is reported as written, not as failed with
+// ErrLeaseLost: OnRecorded and the log must not say "not written" for a
+// write that landed.
 func TestWorkRecognisesItsLandedFail(t *testing.T) {
 	t.Parallel()
 	cut, proxy := proxied(t)
@@ -393,17 +370,17 @@ func TestWorkRecognisesItsLandedFail(t *testing.T) {
 	require.NoError(t, r.err, "the Fail landed, but Work reported it as not written")
 }
 
-// Regression, found in review: Work starts a handler whose lease has already run out.
+// Work does not start a handler whose lease has already run out.
 //
 // A claim decides by the TIME read in its first round trip and sets
-// LeaseUntil = TIME + Lease; its EXEC lands later. When the EXEC is held
-// up for longer than a lease (the process paused between the read and the
-// EXEC, or the request sat in a congested link), the claim commits a lease
-// that is already over: any other worker may claim the job at once. Work
-// knows it (the run's deadline, asked + Lease - LeaseMargin, has passed
-// when execute starts) but calls the handler anyway; the self-fence only
-// cancels its context asynchronously. Whatever the handler does before it
-// looks at ctx overlaps a rival's run of the same job.
+// LeaseUntil = TIME + Lease; its EXEC lands later. When the EXEC is held up
+// for longer than a lease (the process paused between the read and the EXEC,
+// or the request sat in a congested link), the claim commits a lease that is
+// already over, and any other worker may claim the job at once. Work knows
+// it (the run's deadline, asked + Lease - LeaseMargin, has passed when
+// execute starts); the self-fence only cancels the handler's context
+// asynchronously, so whatever a handler started then did before it looked at
+// ctx would overlap a rival's run of the same job.
 func TestWorkDoesNotRunOnExpiredLease(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -467,13 +444,13 @@ func TestWorkDoesNotRunOnExpiredLease(t *testing.T) {
 		e.redisNow.Sub(e.leaseUntil), e.rival != nil)
 }
 
-// Regression, found in review: the keeper renews on a fixed Lease/3 ticker started when the run
-// starts, not relative to the run's deadline. A claim that took a large
-// share of the lease (slow EXEC, a pause, a queue of group-commit callers)
-// leaves less than Lease/3 before the self-fence deadline, so the fence
-// fires before the first renewal is even tried: the handler is canceled
-// with ErrLeaseExpired although Redis answered every request, the keeper
-// stops, and the job sits out the rest of its lease to run again.
+// The keeper renews relative to the run's deadline, not on a fixed Lease/3
+// ticker started with the run. A claim that took a large share of the lease
+// (slow EXEC, a pause, a queue of group-commit callers) leaves less than
+// Lease/3 before the self-fence deadline; a fixed ticker would let the fence
+// fire before the first renewal was even tried, cancel the handler with
+// ErrLeaseExpired although Redis answered every request, and leave the job
+// to sit out the rest of its lease and run again.
 func TestWorkRenewsAfterSlowClaim(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -518,13 +495,13 @@ func TestWorkRenewsAfterSlowClaim(t *testing.T) {
 	require.EqualValues(t, 1, runs.Load())
 }
 
-// Regression, found in review: a success whose Complete is refused for good (here ErrTooLarge:
-// the result does not fit Config.MaxValueBytes) is only logged. record
-// stops, the keeper stops, and the job stays active under a lease nobody
-// renews; after it runs out the job is claimed and run again, and again,
-// each time after a full lease, until its attempts are spent. It then
-// fails with "lease ... expired", not with the reason. A handler that
-// succeeded runs MaxAttempts times.
+// A success whose Complete is refused for good (here ErrTooLarge: the result
+// does not fit Config.MaxValueBytes) does not leave the job to run again:
+// its handler runs once. Were the refusal only logged, the job would stay
+// active under a lease nobody renews, be claimed and run again after each
+// full lease until its attempts were spent, and then fail with "lease ...
+// expired", not with the reason: a handler that succeeded would run
+// MaxAttempts times.
 func TestWorkFailsSuccessThatCannotBeStored(t *testing.T) {
 	t.Parallel()
 	const lease = 200 * time.Millisecond
@@ -551,14 +528,14 @@ func TestWorkFailsSuccessThatCannotBeStored(t *testing.T) {
 	require.EqualValues(t, 1, runs.Load(), "a handler that succeeded was run again")
 }
 
-// Regression, found in review: Retry of a job canceled while it ran makes it claimable at once,
-// while the canceled run is still inside its handler. The canceled worker
-// learns of the cancel by a pub/sub hint plus a GET, and its handler then
-// needs a moment to stop; Retry waits for none of it (RunAt = now, though
-// the canceled run's lease is still in the value). Another worker claims
-// and runs the job alongside. Here the handler stops 50ms after its ctx is
-// canceled, well inside LeaseMargin (200ms), the margin within which
-// self-fencing promises that no other worker runs the job.
+// Retry of a job canceled while it ran waits for the canceled run's lease,
+// so that the job is not claimable while that run is still inside its
+// handler. The canceled worker learns of the cancel by a pub/sub hint plus a
+// GET, and its handler then needs a moment to stop; a Retry with RunAt = now
+// would let another worker claim and run the job alongside. Here the handler
+// stops 50ms after its ctx is canceled, well inside LeaseMargin (200ms), the
+// margin within which self-fencing promises that no other worker runs the
+// job.
 func TestRetryAfterCancelWaitsForCanceledRun(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second
@@ -597,13 +574,13 @@ func TestRetryAfterCancelWaitsForCanceledRun(t *testing.T) {
 	require.EqualValues(t, 1, most.Load(), "two runs of job %q were inside the handler at once", j.ID)
 }
 
-// Regression, found in review: confirmCancel runs one check per run at a time and drops every
-// hint that arrives meanwhile. A hint that is forged (or stale, from an
-// earlier run of the same ID) starts a check whose GET is answered before
-// the real Cancel lands; the real cancel's hint, arriving while that check
-// is in flight, is dropped, and the stale answer says "still ours". The
-// handler then runs on until the keeper's next renewal, up to Lease/3
-// later (10s with the default lease), instead of a round trip later.
+// Work checks again a cancel hint that arrives while a check of an earlier
+// hint is in flight. A hint that is forged (or stale, from an earlier run of
+// the same ID) starts a check whose GET may be answered before the real
+// Cancel lands; were the real cancel's hint dropped meanwhile, the stale
+// answer "still ours" would let the handler run on until the keeper's next
+// renewal, up to Lease/3 later (10s with the default lease), instead of a
+// round trip later.
 func TestWorkRechecksCancelHintsDuringCheck(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)

@@ -15,8 +15,7 @@ import (
 
 // Under a maxmemory-policy that may evict any key, writes are refused
 // before anything is written, and said so in the log; reads still work.
-// A volatile- policy only warns: pending and active jobs have no TTL
-// (issue 10, item 8).
+// A volatile- policy only warns: pending and active jobs have no TTL.
 func TestEvictionPolicyIsChecked(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -78,8 +77,7 @@ func TestVanishedJobsAreCounted(t *testing.T) {
 }
 
 // The shard count is stored with the queue: a process configured with
-// another count is refused, and tools read the count from Redis (issue 10,
-// item 11).
+// another count is refused, and tools read the count from Redis.
 func TestShardCountIsStored(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -113,12 +111,11 @@ func TestShardCountIsStored(t *testing.T) {
 	require.Equal(t, "a", j.ID)
 }
 
-// Regression, found in review: runChecks records a shard-count mismatch in shardsErr, then
-// reads INFO; when INFO fails with anything but NOPERM (here the command
-// is renamed away, as hardened deployments do; also a timeout), it returns
-// that error, check treats it as "Redis cannot be reached", and lets the
-// call through, ignoring the mismatch it had just found. It does so again
-// every 10s, forever: a process with the wrong shard count writes jobs
+// A shard-count mismatch the server checks found stands even when the INFO
+// read that follows fails with anything but NOPERM (here the command is
+// renamed away, as hardened deployments do; also a timeout). Treated as
+// "Redis cannot be reached", that failure would let calls through, again
+// every 10s, forever: a process with the wrong shard count would write jobs
 // where no other process looks.
 func TestShardMismatchStandsWhenInfoFails(t *testing.T) {
 	t.Parallel()
@@ -145,11 +142,11 @@ func TestShardMismatchStandsWhenInfoFails(t *testing.T) {
 	require.Contains(t, log.String(), "cannot read maxmemory-policy")
 }
 
-// Regression, found in review: a Queue whose first call had a context that ended (or met Redis
-// down) skips the server checks for checkRetry (10s) and lets writes
-// through meanwhile: a process configured with the wrong shard count
-// writes jobs into shards nobody else reads, and the job is lost to the
-// correctly configured processes.
+// The server checks run again on the next call after a first call whose
+// context ended (or that met Redis down), and refuse writes of a wrong shard
+// count then. Skipped for checkRetry (10s), they would let a process
+// configured with the wrong shard count write jobs meanwhile into shards
+// nobody else reads, lost to the correctly configured processes.
 func TestShardCheckRunsAgainAfterFirstCallGaveUp(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -192,11 +189,11 @@ func TestEvictionCheckRunsAgainAfterFirstCallGaveUp(t *testing.T) {
 	require.ErrorIs(t, err, ErrEvictionPolicy, "writes under allkeys-lru must be refused")
 }
 
-// Regression, found in review: a meta key of another type (a hash here) makes SET NX GET fail
-// with WRONGTYPE; check reports it as "could not check the server; trying
-// again later" and lets every call through, so the shard-count guard is
-// off for good, where every other key of the wrong type is refused with a
-// *WrongTypeError naming it.
+// A meta key of another type (a hash here) is refused with a *WrongTypeError
+// naming it, as every other key of the wrong type is. Its SET NX GET fails
+// with WRONGTYPE; reported as "could not check the server; trying again
+// later", it would let every call through and turn the shard-count guard off
+// for good.
 func TestMetaKeyOfWrongTypeIsRefused(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)

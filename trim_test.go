@@ -46,7 +46,7 @@ func TestTrimRemovesOnlyExpiredEntries(t *testing.T) {
 
 // A backlog of two million expired entries is trimmed in steps that each
 // take Redis a few milliseconds, and the transaction that finishes a job
-// no longer trims at all (issue 10, item 7). The slow log records every
+// no longer trims at all. The slow log records every
 // command over 5 ms.
 func TestTrimIsBounded(t *testing.T) {
 	t.Parallel()
@@ -105,13 +105,12 @@ func TestTrimIsBounded(t *testing.T) {
 	}
 }
 
-// Regression, found in review: a trim step is bounded only when the old entries have distinct
-// scores. When the first thousand old entries share one millisecond,
-// trimStep removes "all of its millisecond" with ZREMRANGEBYSCORE -inf s,
-// however many entries that is: here 1,000,000 entries of one score go in
-// one command that blocks Redis far past the few milliseconds the docs
-// promise for any queue size. (Entries share a score whenever one EXEC
-// finishes many jobs, e.g. a CompleteMany, or when a tool loads them.)
+// A trim step is bounded even when the old entries share one score. Removing
+// "all of its millisecond" with ZREMRANGEBYSCORE -inf s would remove however
+// many entries that is: here 1,000,000 entries of one score, in one command
+// that would block Redis far past the few milliseconds the docs promise for
+// any queue size. Entries share a score whenever one EXEC finishes many
+// jobs, e.g. a CompleteMany, or when a tool loads them.
 func TestTrimOfOneMillisecondIsBounded(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{Args: []string{"--slowlog-log-slower-than", "5000", "--slowlog-max-len", "1000"}})

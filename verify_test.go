@@ -87,9 +87,9 @@ func TestVerifyFindsAndFixesTampering(t *testing.T) {
 }
 
 // On a busy queue Verify reports only real disagreements: a snapshot
-// re-check drops what only looked wrong between two reads (issue 10,
-// item 6). By default it never scans the keyspace, so its cost follows
-// the queue, not the database (item 10).
+// re-check drops what only looked wrong between two reads. By default it
+// never scans the keyspace, so its cost follows the queue, not the
+// database.
 func TestVerifyOnABusyQueue(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, &Config{Shards: 4, Lease: time.Second})
@@ -143,14 +143,13 @@ func (h scanCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
-// Regression, found in review: Verify reads Redis's clock once, at its start, and judges every
-// entry whose value is missing by it, in the walk and again in the
-// snapshot re-check. An entry of a finished job whose key expires with its
-// retention while Verify runs (here the walk reaches the succeeded index
-// 1.5s later, as it would on a big queue) is older than the retention by
-// then, and is reported as a "stray-entry ... there is no job value": on a
-// healthy live queue, roughly one false finding per job whose retention
-// ends during the walk.
+// Verify reports no finding for a finished job whose key expires with its
+// retention while Verify runs. Judged by Redis's clock read once, at
+// Verify's start, in the walk and again in the snapshot re-check, such an
+// entry (here the walk reaches the succeeded index 1.5s later, as it would
+// on a big queue) would be older than the retention by then and reported as
+// a "stray-entry ... there is no job value": on a healthy live queue, about
+// one false finding per job whose retention ends during the walk.
 func TestVerifyIgnoresJobsThatExpireDuringTheWalk(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -178,12 +177,12 @@ func TestVerifyIgnoresJobsThatExpireDuringTheWalk(t *testing.T) {
 	require.Empty(t, rep.Findings, "a job that expired with its retention is not a finding")
 }
 
-// Regression, found in review: Verify pages through an index by rank (ZRANGE key start
-// start+999). On a live queue, entries of earlier pages leave the index
-// between two pages (claims take them), everything after moves down, and
-// the next page starts past entries it never read: Verify silently skips
-// them. Here five claims between the first and second page of ready hide
-// a hand-made wrong entry at rank 1000; Verify reports a clean queue.
+// Verify pages through an index by score, not by rank. On a live queue,
+// entries of earlier pages leave the index between two pages (claims take
+// them) and everything after moves down, so a page by rank (ZRANGE key start
+// start+999) would start past entries it never read. Here five claims
+// between the first and second page of ready would hide a hand-made wrong
+// entry at rank 1000; Verify reports it.
 func TestVerifyPagesByScore(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -224,13 +223,13 @@ func TestVerifyPagesByScore(t *testing.T) {
 	require.Len(t, rep.Findings, 1, "the wrong entry is still there, but Verify read past it (%d entries read)", rep.Entries)
 }
 
-// Regression, found in review: Verify re-checks up to 100 suspects in one read-only MULTI/EXEC
-// that GETs each suspect's whole value. EXEC runs atomically, and its
-// batch is bounded in jobs, not bytes: with values near the default
-// MaxValueBytes (1 MiB), the one EXEC copies ~100 MiB of replies while
-// every other client waits, far past the "few milliseconds at any queue
-// size" the docs promise. SLOWLOG does not show it (Redis leaves EXEC out
-// of SLOWLOG and logs the inner GETs one by one), so it is measured here
+// Verify's re-check of its suspects copies no job value inside its read-only
+// MULTI/EXEC. EXEC runs atomically, and its batch is bounded in jobs (up to
+// 100), not bytes: with values near the default MaxValueBytes (1 MiB), an
+// EXEC that GETs each suspect's whole value would copy ~100 MiB of replies
+// while every other client waits, far past the "few milliseconds at any
+// queue size" the docs promise. SLOWLOG does not show it (Redis leaves EXEC
+// out of SLOWLOG and logs the inner GETs one by one), so it is measured here
 // as the EXEC's own time in INFO commandstats.
 func TestVerifySnapshotCopiesNoValueInExec(t *testing.T) {
 	t.Parallel()
@@ -295,4 +294,43 @@ func TestVerifySnapshotAbortedIsReadAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, fired.Load(), "the re-check ran")
 	require.Empty(t, rep.Findings, "the job is listed again: nothing to report")
+}
+
+// Verify's repair (Keys and Fix, for job keys restored or copied without
+// their shard's other keys) sets the shard's priority flag when it puts a
+// job above priority 0 back in a ready index, as every write that puts one
+// there does. Without the flag, no process that has not seen priorities yet
+// reads that index, not even the one that ran the repair. Here only the key
+// of a priority-5 job survives; after the repair, a fresh process with no
+// periodic full read claims it.
+func TestVerifyFixSetsPriorityFlagOfRebuiltEntry(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
+	prod := f.otherProcess(t, Config{Shards: 1})
+	j, err := prod.Enqueue(f.ctx, "hi", nil, &EnqueueOpts{Priority: 5})
+	require.NoError(t, err)
+	// Only the job key survives (restored/copied without the shard's other keys).
+	var others []string
+	for _, idx := range append(allIndexes, prioFlag) {
+		others = append(others, f.q.ks.index(0, idx))
+	}
+	require.NoError(t, f.rdb.Del(f.ctx, others...).Err())
+
+	admin := f.otherProcess(t, Config{Shards: 1, DisableGroupCommit: true})
+	rep, err := admin.Verify(f.ctx, &VerifyOpts{Keys: true, Fix: true})
+	require.NoError(t, err)
+	require.Len(t, rep.Findings, 1)
+	require.True(t, rep.Findings[0].Fixed)
+	idx, _ := f.indexOf(t, j.ID)
+	require.Equal(t, "ready.5", idx, "the repair put the entry back")
+
+	// The repair sets the shard's flag, as the move that first put
+	// the job there did, so a process that has not seen priorities yet
+	// finds it.
+	require.EqualValues(t, 1, f.rdb.Exists(f.ctx, f.q.ks.index(0, prioFlag)).Val(), "the repair sets the flag")
+	fresh := f.otherProcess(t, Config{Shards: 1, DisableGroupCommit: true})
+	fresh.fullRead.Store(time.Now().UnixNano()) // no periodic full read: the flag alone must do
+	c, err := fresh.Claim(f.ctx, "w")
+	require.NoError(t, err, "the repaired priority job is claimable")
+	require.Equal(t, j.ID, c.ID)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,70 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
-
-// realQueue is a queue on the real clock, for Work tests.
-func realQueue(t *testing.T, cfg *Config) *Queue {
-	t.Helper()
-	redistest.RequireReal(t)
-	c := Config{}
-	if cfg != nil {
-		c = *cfg
-	}
-	c.Prefix = redistest.Prefix(t)
-	q, err := NewQueue(redistest.Client(t, nil), "q", &c)
-	require.NoError(t, err)
-	return q
-}
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// startWork runs q.Work in the background; the returned stop ends it and
-// waits for it to return.
-func startWork(t *testing.T, q *Queue, h Handler, opts *WorkOpts) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	if opts == nil {
-		opts = &WorkOpts{}
-	}
-	if opts.Logger == nil {
-		opts.Logger = quiet
-	}
-	go func() { done <- q.Work(ctx, h, opts) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Error("Work did not return")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func state(t *testing.T, q *Queue, id string) State {
-	t.Helper()
-	j, err := q.Get(context.Background(), id)
-	require.NoError(t, err)
-	return j.State
-}
 
 func TestWorkRunsJobsConcurrently(t *testing.T) {
 	t.Parallel()
@@ -349,12 +283,12 @@ func TestWorkRefusesBadOptions(t *testing.T) {
 	require.ErrorIs(t, q.Work(context.Background(), HandlerFunc(nil), &WorkOpts{StuckAfter: -time.Second}), ErrInvalid)
 }
 
-// Regression, found in review: a claim flush whose only caller gave up keeps going. claimAlone
-// (and claimBatch) consult gone only inside each decision, so after the
-// caller is answered the flush still walks every candidate of every round,
-// one WATCH round trip each, on a goroutine of its own. At shutdown Work
-// returns while that goroutine is still talking to Redis on the caller's
-// client (here, on a 2ms network: dozens of round trips after Work returned).
+// A claim flush whose only caller gave up stops. A flush that consulted gone
+// only inside each decision would, after the caller was answered, still walk
+// every candidate of every round, one WATCH round trip each, on a goroutine
+// of its own: at shutdown Work would return while that goroutine still
+// talked to Redis on the caller's client (here, on a 2ms network, dozens of
+// round trips after Work returned).
 func TestWorkLeavesNoClaimFlushBehind(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -403,12 +337,11 @@ func TestWorkLeavesNoClaimFlushBehind(t *testing.T) {
 	require.Zero(t, after.Load(), "Work returned while its claim flush kept talking to Redis")
 }
 
-// Regression, found in review: an idle worker of this build busy-polls Redis while a job in a
-// newer major format sits at the head of an index. untilDue reads the
-// first entry of ready (ZRANGE 0 0), which is the newer job the claimer
-// skips, so it says "due now", the slot waits max(1ms, 0) and claims again:
-// about a thousand claim reads a second per slot, although the doc says
-// idle workers do not busy-poll (they wait PollInterval, here 1s).
+// An idle worker does not busy-poll Redis while a job in a newer major
+// format sits at the head of an index: it waits PollInterval (here 1s), as
+// the doc says. The first entry of ready is then the newer job the claimer
+// skips; read as "due now", it would have the slot wait max(1ms, 0) and
+// claim again, about a thousand claim reads a second per slot.
 func TestWorkDoesNotSpinBehindNewerMajorJob(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -499,4 +432,44 @@ func (h *replyDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		}
 		return err
 	}
+}
+
+// A paused worker waits for its poll interval or Resume, however many jobs
+// producers enqueue. Every enqueue publishes a wake-up; were a paused
+// worker's idle slots to answer each with a whole claim (the due read, then
+// the next-due read), a queue paused during an incident, with producers
+// still running, would have its workers hammer Redis at the producers' rate
+// times the number of processes. Here one Work (4 slots, PollInterval 1 s)
+// on a paused queue sees 100 enqueues over about 2 s by another client, and
+// makes at most 24 round trips.
+func TestPausedWorkerWaitsThroughEnqueues(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	f.q.clock.fake = nil
+	require.NoError(t, f.q.Pause(f.ctx))
+	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 2})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	var ran atomic.Int64
+	go func() {
+		done <- f.q.Work(ctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+			ran.Add(1)
+			return nil, nil
+		}), &WorkOpts{Concurrency: 4, PollInterval: time.Second, TrimInterval: -1})
+	}()
+	time.Sleep(200 * time.Millisecond) // Work subscribed, slots idle
+	f.hook.Reset()
+	for range 100 {
+		_, err := producer.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond)
+	}
+	rtt := f.hook.RTT.Load()
+	cancel()
+	require.NoError(t, <-done)
+	t.Logf("paused worker: %d round trips during 100 enqueues over ~2 s; %d jobs ran", rtt, ran.Load())
+	require.Zero(t, ran.Load())
+	require.LessOrEqual(t, rtt, int64(4*3*2), "a paused worker waits for its poll interval or Resume")
 }

@@ -173,7 +173,7 @@ func setupAsynq(t *testing.T, e *env, n, hold int) (map[string]*asynqTask, func(
 	return tasks, stop
 }
 
-// The acceptance test of issue 15: 10,000 asynq tasks of mixed types and
+// The acceptance test of the migration: 10,000 asynq tasks of mixed types and
 // states; the migration is stopped at random points, by a canceled context
 // and by a failure injected between enqueue and delete, and rerun until it
 // finishes. Then every task of the type is in exactly one system, once,

@@ -236,14 +236,14 @@ func TestBenchDefaultPlanIsShort(t *testing.T) {
 	require.Len(t, full, 2*(5*4+2*4)+4, "the whole matrix: five scenarios at four payloads, two at four contention levels, asynq's enqueue at four payloads")
 }
 
-// Regression, found in review: `jobkey verify` opens the queue with the default Retention (24h),
-// whatever the queue's processes use: the meta key stores only the shard
-// count. On a queue whose jobs are retained 1s, the index entry of a
-// finished job whose key has expired and which no trim has removed yet
-// (Work trims once a minute; a queue without Work never) is not older than
-// 24h, so verify reports it as a "stray-entry ... there is no job value"
-// and exits non-zero on a queue with nothing wrong. (stats likewise counts
-// such expired jobs as succeeded for 24h.)
+// `jobkey verify` reports no finding for the index entry of a finished job
+// whose key has expired and which no trim has removed yet (Work trims once a
+// minute; a queue without Work never), whatever Retention the queue's
+// processes use: the meta key stores only the shard count, and verify opens
+// the queue with the default Retention (24h). On a queue whose jobs are
+// retained 1s, judging by 24h would report such an entry as a "stray-entry
+// ... there is no job value" and exit non-zero on a queue with nothing
+// wrong. (stats likewise counts such expired jobs as succeeded for 24h.)
 func TestVerifyIgnoresExpiredJobsWhateverTheRetention(t *testing.T) {
 	url := redistest.RequireReal(t).URL
 	ctx := context.Background()
