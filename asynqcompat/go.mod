@@ -7,6 +7,7 @@ require (
 	github.com/jobkey/jobkey v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
+	google.golang.org/protobuf v1.36.10
 )
 
 require (
@@ -23,7 +24,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/time v0.14.0 // indirect
-	google.golang.org/protobuf v1.36.10 // indirect
 )
 
 replace github.com/jobkey/jobkey => ../

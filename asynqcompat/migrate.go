@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -139,7 +141,9 @@ func (o *MigrateOpts) defaults() error {
 // (pending, scheduled and retry) into a jobkey queue. Each task keeps its
 // ID (asynq's task ID becomes the jobkey ID), type, payload, run time
 // (NextProcessAt becomes RunAt), remaining retries (MaxAttempts =
-// MaxRetry - Retried + 1, at least 1) and Timeout (jobkey's Job.Timeout,
+// MaxRetry - Retried + 1, at least 1), the retries spent
+// (Meta[MetaRetried] = Retried, which asynq.GetRetryCount goes on from),
+// the asynq queue (Meta[MetaQueue] = FromQueue) and Timeout (jobkey's Job.Timeout,
 // applied by Work to each run as asynq's server does). asynq stores a
 // Timeout with every task it enqueues without a Deadline, its default of 30
 // minutes when none was given, and that is what the job gets; a task that
@@ -165,7 +169,8 @@ func (o *MigrateOpts) defaults() error {
 // jobkey refuses (empty, longer than jobkey.MaxIDLen, or with '{' or '}'),
 // headers (jobkey jobs have none), a Deadline (jobkey has none: it is an
 // absolute time across all runs and retries), a Timeout negative or over
-// jobkey.MaxTimeout, a job too large for the queue. Tasks active in asynq
+// jobkey.MaxTimeout, a job too large for the queue, a Meta that with the
+// retry count and queue name would exceed jobkey's limits on Meta. Tasks active in asynq
 // are left to finish there and
 // listed in MigrateReport.Left; archived, completed and aggregating tasks
 // are not read.
@@ -357,6 +362,13 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 		m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: state, Reason: reason})
 		return nil
 	}
+	// The retries spent and the asynq queue travel in Meta, so that the
+	// handler's asynq.GetRetryCount goes on from where asynq left it.
+	meta, reason := carryMeta(nil, ti.Retried, m.opts.FromQueue)
+	if reason != "" {
+		m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: state, Reason: reason})
+		return nil
+	}
 	if m.opts.DryRun {
 		m.count(&m.rep.WouldMove)
 		return nil
@@ -364,7 +376,7 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	eo := &jobkey.EnqueueOpts{ID: ti.ID, MaxAttempts: max(ti.MaxRetry-ti.Retried+1, 1), Timeout: ti.Timeout}
+	eo := &jobkey.EnqueueOpts{ID: ti.ID, MaxAttempts: max(ti.MaxRetry-ti.Retried+1, 1), Timeout: ti.Timeout, Meta: meta}
 	if eo.Timeout == 0 {
 		// Neither Timeout nor Deadline stored: asynq's server applies its
 		// default (why skipped the tasks with a Deadline).
@@ -382,6 +394,27 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 		return fmt.Errorf("asynqcompat: migrate: task %q: %w", ti.ID, err)
 	}
 	return m.sh.toJobkey(ctx, ti.ID, rec, ti, eo)
+}
+
+// carryMeta returns a copy of meta with the retries a task spent in asynq
+// (MetaRetried) and its asynq queue (MetaQueue) added, or the reason the
+// result would exceed jobkey's limits on Meta.
+func carryMeta(meta map[string]string, retried int, queue string) (map[string]string, string) {
+	out := make(map[string]string, len(meta)+2)
+	maps.Copy(out, meta)
+	out[MetaRetried] = strconv.Itoa(max(retried, 0))
+	out[MetaQueue] = queue
+	n := 0
+	for k, v := range out {
+		n += len(k) + len(v)
+	}
+	switch {
+	case len(out) > jobkey.MaxMetaEntries:
+		return nil, fmt.Sprintf("with the asynq retry count and queue name, the job's Meta would have %d entries; jobkey takes %d", len(out), jobkey.MaxMetaEntries)
+	case n > jobkey.MaxMetaBytes:
+		return nil, fmt.Sprintf("with the asynq retry count and queue name, the job's Meta would hold %d bytes; jobkey takes %d", n, jobkey.MaxMetaBytes)
+	}
+	return out, ""
 }
 
 // waiting says whether an asynq state is one a task waits in to run.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -347,4 +348,116 @@ func summary(m map[string]*asynq.TaskInfo) map[string]string {
 		out[id] = fmt.Sprintf("%s %s %q %d/%d", ti.State, ti.Type, ti.Payload, ti.Retried, ti.MaxRetry)
 	}
 	return out
+}
+
+// failingAsynq runs a real asynq server on queue "default" whose handler
+// records asynq.GetRetryCount and GetMaxRetry ("n/m") and fails, retrying
+// after retryIn(n) (n: the retries so far), until done reports true.
+func failingAsynq(t *testing.T, e *env, seen *[]string, retryIn func(n int) time.Duration, done func() bool) {
+	t.Helper()
+	var mu sync.Mutex
+	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{
+		Concurrency: 1, Queues: map[string]int{"default": 1}, LogLevel: asynq.FatalLevel,
+		DelayedTaskCheckInterval: 50 * time.Millisecond,
+		RetryDelayFunc:           func(n int, _ error, _ *asynq.Task) time.Duration { return retryIn(n) },
+	})
+	require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		n, _ := asynq.GetRetryCount(ctx)
+		m, _ := asynq.GetMaxRetry(ctx)
+		mu.Lock()
+		*seen = append(*seen, fmt.Sprintf("%d/%d", n, m))
+		mu.Unlock()
+		return errors.New("fails in asynq")
+	})))
+	require.Eventually(t, done, 20*time.Second, 20*time.Millisecond)
+	srv.Shutdown()
+}
+
+// failingHandler is an unchanged asynq handler run by jobkey: it records
+// asynq.GetRetryCount and GetMaxRetry ("n/m") and fails.
+func failingHandler(seen *[]string) jobkey.Handler {
+	var mu sync.Mutex
+	return HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		n, ok1 := asynq.GetRetryCount(ctx)
+		m, ok2 := asynq.GetMaxRetry(ctx)
+		if !ok1 || !ok2 {
+			return errors.New("asynq helpers not served")
+		}
+		mu.Lock()
+		*seen = append(*seen, fmt.Sprintf("%d/%d", n, m))
+		mu.Unlock()
+		return errors.New("fails in jobkey")
+	})
+}
+
+// taskRetried reports whether the asynq task id waits to be retried after
+// n retries.
+func taskRetried(e *env, id string, n int) func() bool {
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	return func() bool {
+		ti, err := ins.GetTaskInfo("default", id)
+		return err == nil && ti.State == asynq.TaskStateRetry && ti.Retried == n
+	}
+}
+
+// A task that failed twice in asynq and then moves goes on counting in
+// jobkey: its unchanged handler sees asynq.GetRetryCount 2, then 3, then
+// 4, as asynq would show, and it runs MaxRetry+1 times in all, as in asynq.
+func TestMigratedTaskKeepsItsRetryCount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", &jobkey.Config{Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	_, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("p")),
+		asynq.TaskID("r"), asynq.MaxRetry(4))
+	require.NoError(t, err)
+	var inAsynq []string
+	failingAsynq(t, e, &inAsynq, func(n int) time.Duration {
+		if n == 0 {
+			return 0
+		}
+		return time.Hour // stays in retry, after two runs
+	}, taskRetried(e, "r", 2))
+	require.Equal(t, []string{"0/4", "1/4"}, inAsynq)
+	// Due now (asynq's server is stopped): it keeps its two retries.
+	require.NoError(t, asynq.NewInspectorFromRedisClient(e.rdb).RunTask("default", "r"))
+
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Moved)
+	j, err := q.Get(e.ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{MetaRetried: "2", MetaQueue: "default"}, j.Meta)
+	require.Equal(t, 3, j.MaxAttempts)
+
+	var inJobkey []string
+	j = work(t, e, q, failingHandler(&inJobkey), "r")["r"]
+	require.Equal(t, jobkey.StateFailed, j.State)
+	require.Equal(t, []string{"2/4", "3/4", "4/4"}, inJobkey)
+	require.Equal(t, 4+1, len(inAsynq)+len(inJobkey), "MaxRetry(4): five runs in all, as in asynq")
+}
+
+// A task whose retry count and queue name would take the job's Meta over
+// jobkey's limits is not moved with them dropped: it stays in asynq,
+// listed as skipped with the reason.
+func TestMigrateLeavesATaskWhoseMetaWouldNotFit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	long := strings.Repeat("q", jobkey.MaxMetaBytes)
+	_, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("p")),
+		asynq.TaskID("big"), asynq.Queue(long))
+	require.NoError(t, err)
+	for _, dry := range []bool{true, false} {
+		rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{FromQueue: long, Type: moveType, To: q, DryRun: dry})
+		require.NoError(t, err)
+		require.Zero(t, rep.Moved+rep.WouldMove, "dry run %v", dry)
+		require.Len(t, rep.Skipped, 1, "dry run %v", dry)
+		require.Equal(t, "big", rep.Skipped[0].ID)
+		require.Contains(t, rep.Skipped[0].Reason, "Meta")
+	}
+	_, err = q.Get(e.ctx, "big")
+	require.ErrorIs(t, err, jobkey.ErrNotFound)
+	ti, err := asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo(long, "big")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStatePending, ti.State)
 }

@@ -47,8 +47,11 @@ type RollbackOpts struct {
 
 // MigrateToAsynq moves the pending jobs of one type from a jobkey queue
 // back into an asynq queue: the rollback of Migrate. Each job keeps its ID
-// (as the asynq TaskID), type, payload, run time (ProcessAt) and remaining
-// attempts (MaxRetry = MaxAttempts - Attempt - 1, at least 0) and Timeout
+// (as the asynq TaskID), type, payload, run time (ProcessAt), its retry
+// count (Retried = Meta[MetaRetried] + Attempt: the retries spent in both
+// systems), remaining attempts (MaxRetry = Meta[MetaRetried] + MaxAttempts
+// - 1, so that it has MaxAttempts - Attempt runs left, at least one, as in
+// jobkey) and Timeout
 // (asynq.Timeout, rounded up to whole seconds, which is what asynq keeps).
 // A job without a Timeout of its own gets asynq's default, 30 minutes:
 // asynq has no task without one (WorkOpts.Timeout does not travel).

@@ -222,3 +222,63 @@ func TestMigrateToAsynqLeavesAJobHeldByAnotherMove(t *testing.T) {
 	require.True(t, j.RunAt.Equal(holdUntil))
 	require.NotContains(t, allTasks(t, asynq.NewInspectorFromRedisClient(e.rdb), "default"), "x")
 }
+
+// A task moved back to asynq keeps counting there: its asynq copy's
+// Retried is the retries spent in asynq before the first move plus the
+// runs jobkey made, and its MaxRetry leaves it the runs jobkey would have,
+// so it runs MaxRetry+1 times in all, as if it had stayed in asynq. The
+// same holds when the rollback is killed after the enqueue and rerun.
+func TestMigrateToAsynqKeepsTheRetryCount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// A failed run in jobkey waits an hour: the job stays pending to move.
+	q := e.queue(t, "emails", &jobkey.Config{Backoff: func(int) time.Duration { return time.Hour }})
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	_, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("p")),
+		asynq.TaskID("r"), asynq.MaxRetry(4))
+	require.NoError(t, err)
+	var seen []string
+	failingAsynq(t, e, &seen, func(n int) time.Duration {
+		if n == 0 {
+			return 0
+		}
+		return time.Hour
+	}, taskRetried(e, "r", 2))
+	require.NoError(t, ins.RunTask("default", "r"))
+	_, err = Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+
+	// One failed run in jobkey.
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, failingHandler(&seen), &jobkey.WorkOpts{Concurrency: 1, PollInterval: 20 * time.Millisecond})
+	}()
+	require.Eventually(t, func() bool {
+		j, err := q.Get(e.ctx, "r")
+		return err == nil && j.State == jobkey.StatePending && j.Attempt == 1
+	}, 20*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, []string{"0/4", "1/4", "2/4"}, seen)
+
+	var crashed atomic.Bool
+	_, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType,
+		crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: 2 * time.Second})
+	require.ErrorIs(t, err, errCrash)
+	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 10 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.AlreadyMoved)
+	ti, err := ins.GetTaskInfo("default", "r")
+	require.NoError(t, err)
+	require.Equal(t, 3, ti.Retried, "two retries in asynq, one in jobkey")
+	require.Equal(t, 4, ti.MaxRetry)
+	require.Equal(t, asynq.TaskStateScheduled, ti.State, "due when jobkey would have retried it")
+
+	require.NoError(t, ins.RunTask("default", "r"))
+	failingAsynq(t, e, &seen, func(int) time.Duration { return 0 }, func() bool {
+		ti, err := ins.GetTaskInfo("default", "r")
+		return err == nil && ti.State == asynq.TaskStateArchived
+	})
+	require.Equal(t, []string{"0/4", "1/4", "2/4", "3/4", "4/4"}, seen, "MaxRetry(4): five runs in all, as in asynq")
+}

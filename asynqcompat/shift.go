@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -338,7 +339,8 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 		if err := s.at(atAfterEnqueue, id); err != nil {
 			return err
 		}
-		err = s.st.releaseHeld(ctx, id, rec.RunAt, stepDelete, func() error { return s.at(atAfterReread, id) })
+		retried, _ := asynqCounts(cur)
+		err = s.st.releaseHeld(ctx, id, rec.RunAt, retried, stepDelete, func() error { return s.at(atAfterReread, id) })
 		if err != nil {
 			return fmt.Errorf("asynqcompat: migrate to asynq: job %q: make its asynq copy due: %w (rerun to finish the move)", id, err)
 		}
@@ -371,12 +373,25 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 	return nil
 }
 
+// asynqCounts returns the Retried and MaxRetry of the asynq copy of a
+// pending jobkey job: the retries spent before it came into jobkey
+// (Meta[MetaRetried]) plus the runs jobkey made of it, and a MaxRetry that
+// leaves the copy the runs jobkey would still give it (MaxAttempts -
+// Attempt, at least one). A task so gets the same number of runs in all,
+// whichever system holds it.
+func asynqCounts(j *jobkey.Job) (retried, maxRetry int) {
+	retried = min(retriedBefore(j)+max(j.Attempt, 0), math.MaxInt32)
+	return retried, min(max(MaxRetry(j), retried), math.MaxInt32)
+}
+
 // enqueueHeld enqueues the asynq copy of a held jobkey job, scheduled at
 // holdUntil. A task of another type or payload under the ID skips the job:
 // it is made due again in jobkey.
 func (s *shifter) enqueueHeld(ctx context.Context, j *jobkey.Job, rec *moveRec) (skipped bool, err error) {
-	retries := max(j.MaxAttempts-j.Attempt-1, 0)
-	opts := []asynq.Option{asynq.TaskID(j.ID), asynq.Queue(s.st.queue), asynq.MaxRetry(retries), asynq.ProcessAt(holdUntil)}
+	// The copy's Retried (set by releaseHeld) counts the retries spent in
+	// both systems, and its MaxRetry leaves it the runs jobkey would have.
+	_, maxRetry := asynqCounts(j)
+	opts := []asynq.Option{asynq.TaskID(j.ID), asynq.Queue(s.st.queue), asynq.MaxRetry(maxRetry), asynq.ProcessAt(holdUntil)}
 	if j.Timeout > 0 {
 		// asynq keeps whole seconds, truncated: round up, so that the
 		// timeout is never shorter, nor 0 (asynq's default).

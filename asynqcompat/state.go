@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // A migration's own state lives in one Redis value per asynq queue: which
@@ -260,10 +261,12 @@ func (s *stateStore) deleteWaiting(ctx context.Context, id, next string, checked
 }
 
 // releaseHeld makes a held asynq copy (scheduled at holdUntil) due at
-// runAt, and records the move's next step, in one transaction. A copy not
-// held (an earlier run released it, or it was enqueued due) is left as it
-// is; a copy gone is an error. checked, if set, runs before the EXEC.
-func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time, next string, checked func() error) error {
+// runAt, with retried as its Retried count (asynq's client enqueues every
+// task with none), and records the move's next step, in one transaction. A
+// copy not held (an earlier run released it, or it was enqueued due) is
+// left as it is; a copy gone is an error. checked, if set, runs before the
+// EXEC.
+func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time, retried int, next string, checked func() error) error {
 	tk := asynqTaskKey(s.queue, id)
 	sched := asynqListKey(s.queue, "scheduled")
 	// The task key, not the busy scheduled set: a held copy's score is
@@ -284,6 +287,16 @@ func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time
 			}
 			held = err == nil && int64(score) >= holdUntil.Unix()
 		}
+		var msg []byte
+		if held && retried > 0 {
+			raw, err := tx.HGet(ctx, tk, "msg").Bytes()
+			if err != nil {
+				return nil, fmt.Errorf("asynqcompat: read the asynq copy of task %q: %w", id, err)
+			}
+			if msg, err = setRetried(raw, retried); err != nil {
+				return nil, fmt.Errorf("asynqcompat: the asynq copy of task %q: %w", id, err)
+			}
+		}
 		if checked != nil {
 			if err := checked(); err != nil {
 				return nil, err
@@ -296,6 +309,9 @@ func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time
 			return nil, nil
 		}
 		return func(p redis.Pipeliner) {
+			if msg != nil {
+				p.HSet(ctx, tk, "msg", msg)
+			}
 			if runAt.After(time.Now()) {
 				p.ZAdd(ctx, sched, redis.Z{Score: float64(runAt.Unix()), Member: id})
 				return
@@ -342,4 +358,31 @@ func (s *stateStore) resume(ctx context.Context) (bool, error) {
 		return func(p redis.Pipeliner) { p.Del(ctx, pk) }, nil
 	})
 	return did, err
+}
+
+// asynqRetriedField is the field number of Retried in asynq's task message
+// (asynq's internal/proto TaskMessage, stored protobuf-encoded in the task
+// hash's "msg" field).
+const asynqRetriedField = 6
+
+// setRetried returns asynq's encoded task message msg with its Retried
+// field set to n: every other field is kept as it is, byte for byte.
+func setRetried(msg []byte, n int) ([]byte, error) {
+	out := make([]byte, 0, len(msg)+6)
+	for rest := msg; len(rest) > 0; {
+		num, typ, tl := protowire.ConsumeTag(rest)
+		if tl < 0 {
+			return nil, fmt.Errorf("the task message cannot be decoded: %w", protowire.ParseError(tl))
+		}
+		vl := protowire.ConsumeFieldValue(num, typ, rest[tl:])
+		if vl < 0 {
+			return nil, fmt.Errorf("the task message cannot be decoded: %w", protowire.ParseError(vl))
+		}
+		if num != asynqRetriedField {
+			out = append(out, rest[:tl+vl]...)
+		}
+		rest = rest[tl+vl:]
+	}
+	out = protowire.AppendTag(out, asynqRetriedField, protowire.VarintType)
+	return protowire.AppendVarint(out, uint64(int32(n))), nil
 }
