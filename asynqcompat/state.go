@@ -115,10 +115,33 @@ func decodeState(queue string, raw string, err error) (*migState, error) {
 			return nil, fmt.Errorf("%w: key %q: %v (kept as it is)", ErrStateUnreadable, stateKey(queue), err)
 		}
 	}
+	for id, rec := range st.Moves {
+		if why := rec.invalid(); why != "" {
+			return nil, fmt.Errorf("%w: key %q: move of task %q: %s (kept as it is)", ErrStateUnreadable, stateKey(queue), id, why)
+		}
+	}
 	if st.Moves == nil {
 		st.Moves = map[string]*moveRec{}
 	}
 	return st, nil
+}
+
+// invalid says why a decoded move is not one a run wrote, or "": a run
+// acts on a move by its direction and step, and a step it does not know
+// must not be taken for one it does.
+func (r *moveRec) invalid() string {
+	switch {
+	case r == nil:
+		return "the move is null"
+	case r.Dir == dirToJobkey && (r.Step == stepEnqueue || r.Step == stepRelease):
+	case r.Dir == dirToAsynq && (r.Step == stepHold || r.Step == stepDelete):
+	default:
+		return fmt.Sprintf("direction %q with step %q", r.Dir, r.Step)
+	}
+	if r.JobkeyQueue == "" || r.Type == "" {
+		return "no jobkey queue or type"
+	}
+	return ""
 }
 
 // read returns the state as stored now.
