@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/jobkey/jobkey"
@@ -165,15 +166,22 @@ func (o *MigrateOpts) defaults() error {
 // (MigrateReport.AlreadyMoved). A jobkey job under the task's ID with
 // another type or payload is never overwritten: the task is skipped.
 //
-// Tasks that cannot move are skipped with a reason and stay in asynq: an ID
-// jobkey refuses (empty, longer than jobkey.MaxIDLen, or with '{' or '}'),
-// headers (jobkey jobs have none), a Deadline (jobkey has none: it is an
-// absolute time across all runs and retries), a Timeout negative or over
-// jobkey.MaxTimeout, a job too large for the queue, a Meta that with the
-// retry count and queue name would exceed jobkey's limits on Meta. Tasks active in asynq
-// are left to finish there and
-// listed in MigrateReport.Left; archived, completed and aggregating tasks
-// are not read.
+// The task's last error (asynq's LastErr) becomes the job's LastError.
+//
+// No option is dropped: a task with one jobkey cannot carry is skipped,
+// listed in MigrateReport.Skipped with the option's name and the reason,
+// and stays in asynq as it is: an ID jobkey refuses (empty, longer than
+// jobkey.MaxIDLen, or with '{' or '}'), headers (jobkey jobs have none), a
+// Deadline (jobkey has none: it is an absolute time across all runs and
+// retries), a Retention (jobkey has no per-job retention), a Group (jobkey
+// has no aggregation; the tasks aggregating in a group are listed too), a
+// unique lock it still holds (asynq.Unique: deleting the task would
+// release the lock, and jobkey has no uniqueness by state to take it
+// over), a Timeout negative or over jobkey.MaxTimeout, a job too large for
+// the queue, a Meta that with the retry count and queue name would exceed
+// jobkey's limits on Meta. Tasks active in asynq are left to finish there
+// and listed in MigrateReport.Left; archived and completed tasks are not
+// read.
 //
 // The listing a pass works from may be stale when a task's turn comes: the
 // delete from asynq is what decides, as above.
@@ -196,7 +204,7 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 	if rdb == nil {
 		return rep, errors.New("asynqcompat: migrate: no Redis client")
 	}
-	m := &mover{ins: asynq.NewInspectorFromRedisClient(rdb), opts: opts, rep: &rep}
+	m := &mover{rdb: rdb, ins: asynq.NewInspectorFromRedisClient(rdb), opts: opts, rep: &rep}
 	if !opts.DryRun {
 		var ses *session
 		var finish func(*error)
@@ -240,6 +248,7 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 
 // mover carries one Migrate run.
 type mover struct {
+	rdb  redis.UniversalClient
 	ins  *asynq.Inspector
 	opts MigrateOpts
 	sh   *shifter // the moves; nil in a dry run
@@ -325,10 +334,54 @@ func (m *mover) list(ctx context.Context, pass int) ([]*asynq.TaskInfo, error) {
 			}
 		}
 	}
+	if err := m.noteAggregating(ctx, pass); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	m.done = 0
 	m.mu.Unlock()
 	return out, nil
+}
+
+// noteAggregating lists in MigrateReport.Skipped the tasks of the type that
+// wait in an asynq group to be aggregated: they stay in asynq, which alone
+// can aggregate them.
+func (m *mover) noteAggregating(ctx context.Context, pass int) error {
+	q := m.opts.FromQueue
+	var groups []*asynq.GroupInfo
+	err := safe(func() (err error) { groups, err = m.ins.Groups(q); return err })
+	if err != nil {
+		return fmt.Errorf("asynqcompat: migrate: list the groups of asynq queue %q: %w", q, err)
+	}
+	for _, g := range groups {
+		if g == nil {
+			continue
+		}
+		for page := 1; ; page++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var infos []*asynq.TaskInfo
+			err := safe(func() (err error) {
+				infos, err = m.ins.ListAggregatingTasks(q, g.Group, asynq.Page(page), asynq.PageSize(m.opts.PageSize))
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("asynqcompat: migrate: list the tasks of group %q of asynq queue %q: %w", g.Group, q, err)
+			}
+			for _, ti := range infos {
+				if ti == nil || ti.Type != m.opts.Type {
+					continue
+				}
+				m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: ti.State.String(), Reason: groupReason(g.Group)})
+			}
+			m.progress(MigrateProgress{Phase: "listing", Pass: pass}, len(infos))
+			if len(infos) < m.opts.PageSize {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // asynqDefaultTimeout is the Timeout asynq gives a task enqueued with
@@ -346,7 +399,11 @@ func (m *mover) why(ti *asynq.TaskInfo) string {
 	case len(ti.Headers) > 0:
 		return fmt.Sprintf("task has %d headers; jobkey jobs have none", len(ti.Headers))
 	case !ti.Deadline.IsZero():
-		return fmt.Sprintf("task has a Deadline (%s); jobkey has no per-job deadline", ti.Deadline.UTC().Format("2006-01-02T15:04:05Z"))
+		return fmt.Sprintf("Deadline (%s): jobkey has no per-job deadline yet", ti.Deadline.UTC().Format("2006-01-02T15:04:05Z"))
+	case ti.Retention > 0:
+		return fmt.Sprintf("Retention (%v): jobkey has no per-job retention yet", ti.Retention)
+	case ti.Group != "":
+		return groupReason(ti.Group)
 	case ti.Timeout < 0:
 		return fmt.Sprintf("task has a negative Timeout (%v); jobkey takes 0..%v", ti.Timeout, jobkey.MaxTimeout)
 	case ti.Timeout > jobkey.MaxTimeout:
@@ -360,6 +417,14 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 	state := ti.State.String()
 	if reason := m.why(ti); reason != "" {
 		m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: state, Reason: reason})
+		return nil
+	}
+	locked, err := uniqueLocked(ctx, m.rdb, m.opts.FromQueue, ti.ID)
+	if err != nil {
+		return fmt.Errorf("asynqcompat: migrate: task %q: read its unique lock: %w", ti.ID, err)
+	}
+	if locked != "" {
+		m.note(&m.rep.Skipped, TaskNote{ID: ti.ID, State: state, Reason: uniqueReason(locked)})
 		return nil
 	}
 	// The retries spent and the asynq queue travel in Meta, so that the
@@ -389,11 +454,56 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 	if runAt.IsZero() {
 		runAt = time.Now()
 	}
-	rec := &moveRec{Dir: dirToJobkey, Step: stepEnqueue, JobkeyQueue: m.opts.To.Name(), Type: ti.Type, RunAt: runAt.UTC().Truncate(time.Millisecond)}
+	rec := &moveRec{Dir: dirToJobkey, Step: stepEnqueue, JobkeyQueue: m.opts.To.Name(), Type: ti.Type, RunAt: runAt.UTC().Truncate(time.Millisecond),
+		LastErr: cutError(ti.LastErr)}
 	if err := m.sh.st.begin(ctx, ti.ID, *rec); err != nil {
 		return fmt.Errorf("asynqcompat: migrate: task %q: %w", ti.ID, err)
 	}
 	return m.sh.toJobkey(ctx, ti.ID, rec, ti, eo)
+}
+
+// groupReason says why a task of an asynq group stays in asynq.
+func groupReason(group string) string {
+	return fmt.Sprintf("Group (%q): jobkey has no aggregation; moved, the task would run alone, outside its group", group)
+}
+
+// uniqueLocked returns the key of the asynq unique lock (asynq.Unique) that
+// task id of the asynq queue holds, or "" when it holds none: it was
+// enqueued without Unique, or its lock expired or went to another task.
+func uniqueLocked(ctx context.Context, rdb redis.UniversalClient, queue, id string) (string, error) {
+	key, err := rdb.HGet(ctx, asynqTaskKey(queue, id), "unique_key").Result()
+	if errors.Is(err, redis.Nil) || err == nil && key == "" {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	holder, err := rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) || err == nil && holder != id {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// uniqueReason says why a task that holds its unique lock stays in asynq.
+func uniqueReason(key string) string {
+	return fmt.Sprintf("Unique: jobkey has no uniqueness by state yet; the task stays in asynq, holding its unique lock %q", key)
+}
+
+// cutError cuts an asynq task's last error to what a jobkey job holds
+// (jobkey.MaxErrorLen), at a UTF-8 boundary.
+func cutError(s string) string {
+	n := jobkey.MaxErrorLen
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // carryMeta returns a copy of meta with the retries a task spent in asynq

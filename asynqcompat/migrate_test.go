@@ -461,3 +461,126 @@ func TestMigrateLeavesATaskWhoseMetaWouldNotFit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, asynq.TaskStatePending, ti.State)
 }
+
+// skippedReasons returns the report's Skipped notes by task ID.
+func skippedReasons(rep MigrateReport) map[string]TaskNote {
+	out := map[string]TaskNote{}
+	for _, s := range rep.Skipped {
+		out[s.ID] = s
+	}
+	return out
+}
+
+// A task enqueued with asynq.Unique stays in asynq, with its unique lock
+// intact, listed by name with the reason: moving it would release the lock
+// and asynq would take a duplicate, which jobkey would not see.
+func TestMigrateLeavesUniqueTasksWithTheirLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	for id, opts := range map[string][]asynq.Option{
+		"u-pending":   {asynq.Unique(time.Hour)},
+		"u-scheduled": {asynq.Unique(time.Hour), asynq.ProcessIn(time.Hour)},
+		"plain":       nil,
+	} {
+		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
+		require.NoError(t, err, id)
+	}
+	for _, dry := range []bool{true, false} {
+		rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, DryRun: dry})
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Moved+rep.WouldMove, "dry run %v", dry)
+		skipped := skippedReasons(rep)
+		require.Len(t, skipped, 2, "dry run %v", dry)
+		for _, id := range []string{"u-pending", "u-scheduled"} {
+			require.Contains(t, skipped[id].Reason, "Unique: jobkey has no uniqueness by state yet", id)
+		}
+	}
+	for _, id := range []string{"u-pending", "u-scheduled"} {
+		_, err := q.Get(e.ctx, id)
+		require.ErrorIs(t, err, jobkey.ErrNotFound, id)
+		_, err = ins.GetTaskInfo("default", id)
+		require.NoError(t, err, "%s stays in asynq", id)
+		// The lock still holds: asynq refuses a duplicate.
+		_, err = ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), asynq.Unique(time.Hour))
+		require.ErrorIs(t, err, asynq.ErrDuplicateTask, id)
+	}
+	_, err := q.Get(e.ctx, "plain")
+	require.NoError(t, err)
+}
+
+// Tasks with a per-task Retention, or in an asynq Group (waiting to be
+// aggregated, or scheduled to join one), stay in asynq, each listed by
+// name with the reason: jobkey has neither, and would drop them.
+func TestMigrateLeavesRetentionAndGroupTasks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	for id, opts := range map[string][]asynq.Option{
+		"retained":      {asynq.Retention(time.Hour)},
+		"grouped":       {asynq.Group("batch")},
+		"grouped-later": {asynq.Group("batch"), asynq.ProcessIn(time.Hour)},
+		"plain":         nil,
+	} {
+		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
+		require.NoError(t, err, id)
+	}
+	_, err := ac.EnqueueContext(e.ctx, asynq.NewTask("other", nil), asynq.TaskID("other-grouped"), asynq.Group("batch"))
+	require.NoError(t, err)
+	for _, dry := range []bool{true, false} {
+		rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, DryRun: dry, PageSize: 1})
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Moved+rep.WouldMove, "dry run %v", dry)
+		skipped := skippedReasons(rep)
+		require.Len(t, skipped, 3, "dry run %v", dry)
+		require.Contains(t, skipped["retained"].Reason, "Retention (1h0m0s)")
+		require.Contains(t, skipped["grouped"].Reason, `Group ("batch")`)
+		require.Equal(t, "aggregating", skipped["grouped"].State)
+		require.Contains(t, skipped["grouped-later"].Reason, `Group ("batch")`)
+	}
+	for _, id := range []string{"retained", "grouped", "grouped-later"} {
+		_, err := q.Get(e.ctx, id)
+		require.ErrorIs(t, err, jobkey.ErrNotFound, id)
+		ti, err := ins.GetTaskInfo("default", id)
+		require.NoError(t, err, "%s stays in asynq", id)
+		require.NotEqual(t, asynq.TaskStateCompleted, ti.State, id)
+	}
+	ti, err := ins.GetTaskInfo("default", "grouped")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateAggregating, ti.State)
+	require.Equal(t, "batch", ti.Group)
+}
+
+// The error of a task's last failure in asynq becomes the jobkey job's
+// LastError, also when a killed run's move is finished by a rerun.
+func TestMigrateCarriesTheLastError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	for _, id := range []string{"a", "b"} {
+		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), asynq.TaskID(id), asynq.MaxRetry(4))
+		require.NoError(t, err)
+	}
+	var inAsynq []string
+	ab := func() bool { return taskRetried(e, "a", 1)() && taskRetried(e, "b", 1)() }
+	failingAsynq(t, e, &inAsynq, func(int) time.Duration { return time.Hour }, ab)
+	var crashed atomic.Bool
+	_, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, Concurrency: 1,
+		crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second})
+	require.ErrorIs(t, err, errCrash)
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, Wait: 5 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.AlreadyMoved)
+	require.Equal(t, 1, rep.Moved)
+	for _, id := range []string{"a", "b"} {
+		j, err := q.Get(e.ctx, id)
+		require.NoError(t, err, id)
+		require.Equal(t, "fails in asynq", j.LastError, id)
+		require.Equal(t, "1", j.Meta[MetaRetried], id)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,9 +82,14 @@ type RollbackOpts struct {
 // before that run's lease ended): jobkey keeps its ID until that lease
 // ends, so that no job enqueued again under it runs beside that handler.
 // It is listed in Left, with when the lease ends; a rerun after that moves
-// it. A job with a
-// ConcurrencyKey stays in jobkey and is listed in MigrateReport.Skipped:
-// asynq has no per-key limit to carry it to.
+// it.
+//
+// No option is dropped: a job with one asynq cannot carry stays in jobkey,
+// listed in MigrateReport.Skipped with the option's name and the reason: a
+// ConcurrencyKey (asynq has no per-key limit), a Priority above 0 (asynq
+// has no per-task priority, only queue weights), Meta entries other than
+// MetaRetried and MetaQueue, such as a trace context (an asynq task has
+// nowhere its handler would read them).
 func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts RollbackOpts) (rep MigrateReport, err error) {
 	rep = MigrateReport{DryRun: opts.DryRun}
 	switch {
@@ -202,6 +209,10 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 			Reason: fmt.Sprintf("concurrency key %q: asynq has no per-key limit, so the job stays in jobkey", j.ConcurrencyKey)})
 		return nil
 	}
+	if reason := whyNotToAsynq(j); reason != "" {
+		b.m.note(&b.m.rep.Skipped, TaskNote{ID: j.ID, State: "pending", Reason: reason})
+		return nil
+	}
 	if now := b.now(); j.LeaseUntil.After(now) {
 		// Judged again, by Redis's clock, by DeleteIn below: this host's
 		// clock only spares the asynq copy that would be deleted again.
@@ -234,6 +245,33 @@ func (b *backMover) now() time.Time {
 		return b.opts.now()
 	}
 	return time.Now()
+}
+
+// whyNotToAsynq says why a pending job cannot move into asynq without
+// losing one of its options, or "": it then stays in jobkey.
+func whyNotToAsynq(j *jobkey.Job) string {
+	if j.Priority != 0 {
+		return fmt.Sprintf("Priority (%d): asynq has no per-task priority, only queue weights, so the job stays in jobkey", j.Priority)
+	}
+	var own []string
+	for k := range j.Meta {
+		if k != MetaRetried && k != MetaQueue {
+			own = append(own, k)
+		}
+	}
+	if len(own) > 0 {
+		slices.Sort(own)
+		return fmt.Sprintf("Meta (%s): an asynq task has nowhere its handler reads these entries, so the job stays in jobkey", strings.Join(quoteAll(own), ", "))
+	}
+	return ""
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }
 
 // stopping says why a pending job whose canceled run may still be stopping

@@ -282,3 +282,44 @@ func TestMigrateToAsynqKeepsTheRetryCount(t *testing.T) {
 	})
 	require.Equal(t, []string{"0/4", "1/4", "2/4", "3/4", "4/4"}, seen, "MaxRetry(4): five runs in all, as in asynq")
 }
+
+// A job with a Priority, or with Meta entries of its own (a trace
+// context), stays in jobkey, listed by name with the reason: asynq has no
+// per-task priority and nowhere to keep the entries. The entries the
+// adapter writes itself do not hold a job back.
+func TestMigrateToAsynqLeavesPriorityAndMeta(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	for id, eo := range map[string]*jobkey.EnqueueOpts{
+		"prio":    {Priority: 5},
+		"traced":  {Meta: map[string]string{"traceparent": "00-abc-def-01", MetaQueue: "default"}},
+		"adapter": {Meta: map[string]string{MetaRetried: "2", MetaQueue: "default"}},
+		"plain":   {},
+	} {
+		eo.ID = id
+		_, err := q.Enqueue(e.ctx, moveType, []byte(id), eo)
+		require.NoError(t, err, id)
+	}
+	for _, dry := range []bool{true, false} {
+		rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, DryRun: dry})
+		require.NoError(t, err)
+		require.Equal(t, 2, rep.Moved+rep.WouldMove, "dry run %v", dry)
+		skipped := skippedReasons(rep)
+		require.Len(t, skipped, 2, "dry run %v", dry)
+		require.Contains(t, skipped["prio"].Reason, "Priority (5)")
+		require.Contains(t, skipped["traced"].Reason, `Meta ("traceparent")`)
+	}
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	for _, id := range []string{"prio", "traced"} {
+		j, err := q.Get(e.ctx, id)
+		require.NoError(t, err, id)
+		require.Equal(t, jobkey.StatePending, j.State, id)
+		_, err = ins.GetTaskInfo("default", id)
+		require.ErrorIs(t, err, asynq.ErrTaskNotFound, id)
+	}
+	for _, id := range []string{"adapter", "plain"} {
+		_, err := ins.GetTaskInfo("default", id)
+		require.NoError(t, err, "%s moved", id)
+	}
+}

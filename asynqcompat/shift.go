@@ -192,13 +192,36 @@ func (s *shifter) toJobkey(ctx context.Context, id string, rec *moveRec, ti *asy
 				return fmt.Errorf("asynqcompat: migrate: unfinished move of task %q: read it in jobkey: %w", id, err)
 			}
 		}
+		if rec.LastErr != "" {
+			// The asynq task's last error, on the held copy before the
+			// asynq task goes.
+			_, err := s.q.Update(ctx, id, func(j *jobkey.Job) error {
+				if !held(j, rec) {
+					return errNotHeld
+				}
+				j.LastError = rec.LastErr
+				return nil
+			})
+			switch {
+			case errors.Is(err, errNotHeld), errors.Is(err, jobkey.ErrNotFound):
+				// A copy an older run enqueued due, or none: the delete
+				// below decides, as it did before.
+			case errors.Is(err, jobkey.ErrTooLarge):
+				return s.dropHeld(ctx, id, fmt.Sprintf("with the asynq task's last error (LastErr, %d bytes), the job would be over jobkey's value limit", len(rec.LastErr)))
+			case err != nil:
+				return fmt.Errorf("asynqcompat: migrate: task %q: set its held jobkey copy's LastError: %w (rerun to finish the move)", id, err)
+			}
+		}
 		// Delete the asynq task only while it still waits, under WATCH,
 		// with the step recorded in the same EXEC.
 		err := s.st.deleteWaiting(ctx, id, stepRelease, func() error { return s.at(atAfterReread, id) })
 		var nw *errNotWaiting
+		var uh *errUniqueHeld
 		switch {
 		case errors.As(err, &nw):
 			return s.undoToJobkey(ctx, id, nw.state)
+		case errors.As(err, &uh):
+			return s.dropHeld(ctx, id, uniqueReason(uh.key))
 		case err != nil:
 			return fmt.Errorf("asynqcompat: migrate: task %q: delete it from asynq queue %q: %w (rerun to finish the move)", id, s.st.queue, err)
 		}
@@ -235,6 +258,26 @@ func (s *shifter) toJobkey(ctx context.Context, id string, rec *moveRec, ti *asy
 		s.m.count(&s.m.rep.Moved)
 	}
 	return nil
+}
+
+// dropHeld ends a move into jobkey before the asynq task is touched: the
+// task stays in asynq (listed in Skipped with reason), and its held jobkey
+// copy, which nothing could claim, is deleted.
+func (s *shifter) dropHeld(ctx context.Context, id, reason string) error {
+	err := s.q.DeleteIn(ctx, id, jobkey.StatePending)
+	var se *jobkey.StateError
+	switch {
+	case err == nil, errors.Is(err, jobkey.ErrNotFound):
+		s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: "waiting", Reason: reason})
+	case errors.As(err, &se):
+		// Only a copy enqueued due, by a run older than the migration
+		// state, can have been claimed.
+		s.m.note(&s.m.rep.Twice, TaskNote{ID: id, State: "waiting",
+			Reason: fmt.Sprintf("%s, and its jobkey copy is %s: it runs in both", reason, se.State)})
+	default:
+		return fmt.Errorf("asynqcompat: migrate: task %q stays in asynq (%s); delete its held jobkey copy: %w (rerun to finish)", id, reason, err)
+	}
+	return s.st.forget(ctx, id)
 }
 
 // undoToJobkey handles a task that left asynq's waiting states before its

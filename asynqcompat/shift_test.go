@@ -245,3 +245,35 @@ func TestMigrateLeavesATaskHeldByAnotherMove(t *testing.T) {
 	require.True(t, j.RunAt.Equal(holdUntil), "the other move's held copy stays held")
 	require.Contains(t, allTasks(t, asynq.NewInspectorFromRedisClient(e.rdb), "default"), "x")
 }
+
+// A move recorded before its task was judged (as a run of an older
+// version left it, killed after the enqueue of the held copy) never
+// releases a unique lock either: the rerun leaves the task in asynq with
+// its lock, deletes the held copy, and lists the task with the reason.
+func TestMigrateRerunLeavesAUniqueTaskItFindsMidMove(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("u")), asynq.TaskID("u"), asynq.Unique(time.Hour))
+	require.NoError(t, err)
+	_, err = q.Enqueue(e.ctx, moveType, []byte("u"), &jobkey.EnqueueOpts{ID: "u", RunAt: holdUntil})
+	require.NoError(t, err)
+	require.NoError(t, e.rdb.Set(e.ctx, stateKey("default"),
+		`{"moves":{"u":{"dir":"to-jobkey","step":"enqueue","jobkey_queue":"emails","type":"`+moveType+`","run_at":"2020-01-01T00:00:00Z"}}}`, 0).Err())
+
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+	require.Zero(t, rep.Moved+rep.AlreadyMoved)
+	require.Len(t, rep.Skipped, 1)
+	require.Contains(t, rep.Skipped[0].Reason, "Unique: jobkey has no uniqueness by state yet")
+	_, err = q.Get(e.ctx, "u")
+	require.ErrorIs(t, err, jobkey.ErrNotFound, "the held copy is deleted")
+	_, err = asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo("default", "u")
+	require.NoError(t, err, "the task stays in asynq")
+	_, err = ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("u")), asynq.Unique(time.Hour))
+	require.ErrorIs(t, err, asynq.ErrDuplicateTask, "its lock still holds")
+	n, err := e.rdb.Exists(e.ctx, stateKey("default")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the move is forgotten")
+}

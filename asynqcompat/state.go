@@ -73,6 +73,9 @@ type moveRec struct {
 	JobkeyQueue string    `json:"jobkey_queue"`
 	Type        string    `json:"type"`
 	RunAt       time.Time `json:"run_at"` // when the target copy is due once released
+	// LastErr, into jobkey, is the asynq task's last error, for the jobkey
+	// copy's LastError.
+	LastErr string `json:"last_err,omitempty"`
 }
 
 // stateKey is the Redis key of the migration state of an asynq queue: in
@@ -234,9 +237,15 @@ type errNotWaiting struct{ state string }
 
 func (e *errNotWaiting) Error() string { return "the asynq task is " + e.state }
 
+// errUniqueHeld is what deleteWaiting returns when the asynq task holds its
+// unique lock: it stays in asynq.
+type errUniqueHeld struct{ key string }
+
+func (e *errUniqueHeld) Error() string { return "the asynq task holds its unique lock " + e.key }
+
 // deleteWaiting deletes an asynq task only while it waits (pending,
-// scheduled or retry), as asynq's own delete does, and records the move's
-// next step, in one transaction under WATCH of the task. checked, if set,
+// scheduled or retry) and holds no unique lock (asynq.Unique), and records
+// the move's next step, in one transaction under WATCH of the task. checked, if set,
 // runs after the task's state is read and before the EXEC.
 func (s *stateStore) deleteWaiting(ctx context.Context, id, next string, checked func() error) error {
 	tk := asynqTaskKey(s.queue, id)
@@ -261,6 +270,11 @@ func (s *stateStore) deleteWaiting(ctx context.Context, id, next string, checked
 			}
 			uniqueHeld = cur == id
 		}
+		if uniqueHeld {
+			// Deleting the task would release its lock, and asynq would
+			// take a duplicate: jobkey has no uniqueness to hand it to.
+			return nil, &errUniqueHeld{key: unique}
+		}
 		if checked != nil {
 			if err := checked(); err != nil {
 				return nil, err
@@ -274,9 +288,6 @@ func (s *stateStore) deleteWaiting(ctx context.Context, id, next string, checked
 				p.LRem(ctx, asynqListKey(s.queue, state), 0, id)
 			} else {
 				p.ZRem(ctx, asynqListKey(s.queue, state), id)
-			}
-			if uniqueHeld {
-				p.Del(ctx, unique)
 			}
 			p.Del(ctx, tk)
 		}, nil
