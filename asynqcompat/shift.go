@@ -246,18 +246,7 @@ func (s *shifter) toJobkey(ctx context.Context, id string, rec *moveRec, ti *asy
 	case err != nil:
 		return fmt.Errorf("asynqcompat: migrate: task %q is out of asynq; make its jobkey copy due: %w (rerun to finish the move)", id, err)
 	}
-	if err := s.at(atAfterRelease, id); err != nil {
-		return err
-	}
-	if err := s.st.forget(ctx, id); err != nil {
-		return err
-	}
-	if recovered {
-		s.m.count(&s.m.rep.AlreadyMoved)
-	} else {
-		s.m.count(&s.m.rep.Moved)
-	}
-	return nil
+	return s.moved(ctx, atAfterRelease, id, recovered)
 }
 
 // dropHeld ends a move into jobkey before the asynq task is touched: the
@@ -402,7 +391,14 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 			return fmt.Errorf("asynqcompat: migrate to asynq: job %q is in asynq; delete its held copy from jobkey queue %q: %w (rerun to finish the move)", id, s.q.Name(), err)
 		}
 	}
-	if err := s.at(atAfterDelete, id); err != nil {
+	return s.moved(ctx, atAfterDelete, id, recovered)
+}
+
+// moved ends a move whose last step is done: the crash point after it,
+// then its record goes and it is counted (AlreadyMoved when a rerun
+// finished it).
+func (s *shifter) moved(ctx context.Context, point, id string, recovered bool) error {
+	if err := s.at(point, id); err != nil {
 		return err
 	}
 	if err := s.st.forget(ctx, id); err != nil {
