@@ -310,14 +310,26 @@ func (w *worker) slot(ctx context.Context, name string) {
 				wait = min(wait, max(5*time.Millisecond, d))
 			}
 			w.idle(ctx, wait)
-		case ctx.Err() != nil:
-			return
+		case ended(ctx):
+			return // shutdown: the claim was cut short by it, not failed
 		default:
 			w.o.Logger.Error("jobkey: claim failed", "queue", w.q.name, "worker", name, "err", err)
 			w.idle(ctx, errDelay)
 			errDelay = min(2*errDelay, w.o.PollInterval)
 		}
 	}
+}
+
+// ended reports whether ctx has ended, or reached its deadline: a read
+// bounded by that deadline (Redis's socket deadline, a batch's flush
+// context) can fail with it a moment before ctx's own timer marks ctx
+// done.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // trimmer runs Queue.Trim every TrimInterval until ctx ends, starting at a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -472,4 +473,28 @@ func TestPausedWorkerWaitsThroughEnqueues(t *testing.T) {
 	t.Logf("paused worker: %d round trips during 100 enqueues over ~2 s; %d jobs ran", rtt, ran.Load())
 	require.Zero(t, ran.Load())
 	require.LessOrEqual(t, rtt, int64(4*3*2), "a paused worker waits for its poll interval or Resume")
+}
+
+// Work ended by its ctx's deadline, the ordinary way to stop it, while its
+// slots claim jobs as fast as they can: the claims cut short by that
+// deadline are the shutdown, and nothing is logged at ERROR.
+func TestWorkShutdownByDeadlineLogsNoError(t *testing.T) {
+	t.Parallel()
+	rec := &logRecorder{}
+	q := realQueue(t, &Config{Logger: slog.New(rec)})
+	ctx := context.Background()
+	batch := make([]JobSpec, 2000)
+	for i := range batch {
+		batch[i] = JobSpec{Type: "t"}
+	}
+	_, err := q.EnqueueMany(ctx, batch)
+	require.NoError(t, err)
+	h := HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil })
+	for i := range 20 {
+		wctx, cancel := context.WithTimeout(ctx, time.Duration(20+i*3)*time.Millisecond)
+		err := q.Work(wctx, h, &WorkOpts{Concurrency: 8, PollInterval: time.Millisecond})
+		cancel()
+		require.NoError(t, err)
+	}
+	require.Empty(t, rec.find(slog.LevelError, ""), "an ordinary shutdown is not an error")
 }

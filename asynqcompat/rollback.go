@@ -24,6 +24,12 @@ type RollbackOpts struct {
 	ToQueue string
 	// DryRun lists the jobs without writing anything.
 	DryRun bool
+	// PauseQueue pauses the asynq queue ToQueue (every type in it) while
+	// jobs move, and the run resumes it when done, with the same record as
+	// MigrateOpts.PauseQueue: a rerun after a crash resumes a queue a
+	// migration paused, and never one an operator paused. No asynq server
+	// then starts a moved task before the run ends.
+	PauseQueue bool
 	// Concurrency is how many jobs move at once (default 8).
 	Concurrency int
 	// Progress, when set, is called as the run advances, from one
@@ -119,6 +125,11 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 		b.sh = &shifter{st: ses.st, q: opts.From, ins: b.ins, cli: b.cli, m: b.m, hook: opts.crashAt, after: opts.afterEnqueue}
 		if err := b.sh.recoverMoves(ctx); err != nil {
 			return rep, err
+		}
+		if opts.PauseQueue {
+			if err := ses.st.pause(ctx); err != nil {
+				return rep, fmt.Errorf("asynqcompat: migrate to asynq: pause asynq queue %q: %w", opts.ToQueue, err)
+			}
 		}
 	}
 	for pass := 1; ; pass++ {

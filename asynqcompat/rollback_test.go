@@ -323,3 +323,44 @@ func TestMigrateToAsynqLeavesPriorityAndMeta(t *testing.T) {
 		require.NoError(t, err, "%s moved", id)
 	}
 }
+
+// MigrateToAsynq with PauseQueue pauses the asynq queue it moves into while
+// jobs move, and records it: a run killed mid-move leaves the queue
+// paused, and the rerun (without PauseQueue) resumes it; a queue an
+// operator paused stays paused.
+func TestMigrateToAsynqPausesTheTargetQueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	for i := range 5 {
+		_, err := q.Enqueue(e.ctx, moveType, nil, &jobkey.EnqueueOpts{ID: fmt.Sprint(i)})
+		require.NoError(t, err)
+	}
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	paused := func() bool {
+		n, err := e.rdb.Exists(e.ctx, asynqPausedKey("default")).Result()
+		require.NoError(t, err)
+		return n == 1
+	}
+	var crashed atomic.Bool
+	var pausedMidMove atomic.Bool
+	_, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, PauseQueue: true, lockTTL: time.Second,
+		afterEnqueue: func(string) error { pausedMidMove.Store(paused()); return nil },
+		crashAt:      crashOnce(atAfterRelease, &crashed)})
+	require.ErrorIs(t, err, errCrash)
+	require.True(t, pausedMidMove.Load(), "the asynq queue was not paused while a job moved")
+	require.True(t, paused(), "the killed run leaves the queue paused")
+	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 5, rep.Moved+rep.AlreadyMoved)
+	require.False(t, paused(), "the rerun resumes the queue the killed run paused")
+
+	// An operator's pause stays.
+	_, err = q.Enqueue(e.ctx, moveType, nil, &jobkey.EnqueueOpts{ID: "later"})
+	require.NoError(t, err)
+	require.NoError(t, ins.PauseQueue("default"))
+	rep, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, PauseQueue: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Moved)
+	require.True(t, paused(), "the operator's pause stays")
+}

@@ -48,7 +48,7 @@ func main() {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, oneLine(err))
 		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 

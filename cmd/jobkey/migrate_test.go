@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/asynqcompat"
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -44,7 +47,7 @@ func TestMigrateAsynqCommands(t *testing.T) {
 	var out, errOut bytes.Buffer
 	args := []string{"migrate-asynq", "-redis", s.URL(), "-from-queue", "default", "-type", "email:welcome", "-to", "emails"}
 	require.ErrorIs(t, run(ctx, append(args, "-dry-run"), &out, &errOut), errMigrateUnfinished, "the dry run sees the task it would skip")
-	require.Contains(t, out.String(), "dry run: 30 tasks would move")
+	require.Contains(t, out.String(), "dry run: 30 tasks of type \"email:welcome\" would move")
 	qi, err := ins.GetQueueInfo("default")
 	require.NoError(t, err)
 	require.Equal(t, 40, qi.Pending)
@@ -52,9 +55,9 @@ func TestMigrateAsynqCommands(t *testing.T) {
 	out.Reset()
 	err = run(ctx, append(args, "-pause"), &out, &errOut)
 	require.ErrorIs(t, err, errMigrateUnfinished, "a skipped task makes the command exit non-zero")
-	require.Contains(t, out.String(), "moved 30 tasks from asynq queue \"default\" to jobkey queue \"emails\"")
+	require.Contains(t, out.String(), "moved 30 tasks of type \"email:welcome\" from asynq queue \"default\" to jobkey queue \"emails\"")
 	require.Contains(t, out.String(), "| bad{x} | scheduled | task ID contains '{' or '}'")
-	require.Contains(t, errOut.String(), "pass 1: moving")
+	require.NotContains(t, errOut.String(), "pass 1: moving", "no progress bar when stderr is not a terminal")
 	qi, err = ins.GetQueueInfo("default")
 	require.NoError(t, err)
 	require.Equal(t, 10, qi.Pending)
@@ -68,7 +71,7 @@ func TestMigrateAsynqCommands(t *testing.T) {
 	// The rollback.
 	out.Reset()
 	require.NoError(t, run(ctx, []string{"migrate-to-asynq", "-redis", s.URL(), "-from", "emails", "-type", "email:welcome", "-to-queue", "default"}, &out, &errOut), errOut.String())
-	require.Contains(t, out.String(), "moved 30 tasks from jobkey queue \"emails\" to asynq queue \"default\"")
+	require.Contains(t, out.String(), "moved 30 tasks of type \"email:welcome\" from jobkey queue \"emails\" to asynq queue \"default\"")
 	st, err = q.Stats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
@@ -173,4 +176,154 @@ func TestMigrateAsynqKilledAndRerunRunsEachTaskOnce(t *testing.T) {
 	qi, err := asynq.NewInspectorFromRedisClient(rdb).GetQueueInfo("default")
 	require.NoError(t, err)
 	require.False(t, qi.Paused, "the rerun resumed the queue the killed run paused")
+}
+
+// migrateEnv is a Redis of its own (asynq's keys have a fixed prefix) with
+// tasks of two types in asynq's queue "default".
+func migrateEnv(t *testing.T, perType int) (url string, rdb redis.UniversalClient) {
+	t.Helper()
+	s := redistest.Start(t, redistest.Options{})
+	rdb = redistest.ClientFor(t, s.URL(), nil)
+	ac := asynq.NewClientFromRedisClient(rdb)
+	for i := range perType {
+		for _, typ := range []string{"email:welcome", "image:resize"} {
+			_, err := ac.Enqueue(asynq.NewTask(typ, nil), asynq.TaskID(fmt.Sprintf("%s-%d", typ, i)))
+			require.NoError(t, err)
+		}
+	}
+	return s.URL(), rdb
+}
+
+// A -type that matches nothing (no task in the asynq queue, no job in the
+// jobkey queue) and a source queue that does not exist are refused, each
+// with its exit code, and nothing is written; a type that matches only
+// jobs already moved is not a mistake.
+func TestMigrateCommandsRefuseNamesThatMatchNothing(t *testing.T) {
+	t.Parallel()
+	url, rdb := migrateEnv(t, 3)
+	ctx := context.Background()
+	var out, errOut bytes.Buffer
+	keys := func() []string {
+		ks, err := rdb.Keys(ctx, "*").Result()
+		require.NoError(t, err)
+		slices.Sort(ks)
+		return ks
+	}
+	before := keys()
+
+	err := run(ctx, []string{"migrate-asynq", "-redis", url, "-type", "email:welcom", "-to", "emails"}, &out, &errOut)
+	require.Equal(t, exitRefused, exitCode(err), "a mistyped -type: %v", err)
+	require.ErrorContains(t, err, `"email:welcom"`)
+	require.NotContains(t, out.String(), "moved 0")
+	err = run(ctx, []string{"migrate-asynq", "-redis", url, "-type", "email:welcome,image:resise", "-to", "emails"}, &out, &errOut)
+	require.Equal(t, exitRefused, exitCode(err), "one mistyped type of two refuses the run before it moves any: %v", err)
+	err = run(ctx, []string{"migrate-asynq", "-redis", url, "-from-queue", "defualt", "-type", "email:welcome", "-to", "emails"}, &out, &errOut)
+	require.Equal(t, exitNoQueue, exitCode(err), "an asynq queue that does not exist: %v", err)
+	err = run(ctx, []string{"migrate-to-asynq", "-redis", url, "-from", "emials", "-type", "email:welcome"}, &out, &errOut)
+	require.Equal(t, exitNoQueue, exitCode(err), "a jobkey queue that does not exist: %v", err)
+	require.ErrorContains(t, err, `jobkey queue "emials"`)
+	require.Equal(t, before, keys(), "a refused run writes nothing")
+
+	// Moved, then asked again: the jobs in jobkey are the type's, and the
+	// rerun moves nothing, successfully.
+	require.NoError(t, run(ctx, []string{"migrate-asynq", "-redis", url, "-type", "email:welcome", "-to", "emails"}, &out, &errOut))
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"migrate-asynq", "-redis", url, "-type", "email:welcome", "-to", "emails"}, &out, &errOut))
+	require.Contains(t, out.String(), "moved 0 tasks")
+	// And back: the same for the rollback, whose type is then in asynq only.
+	require.NoError(t, run(ctx, []string{"migrate-to-asynq", "-redis", url, "-type", "email:welcome", "-from", "emails"}, &out, &errOut))
+	require.NoError(t, run(ctx, []string{"migrate-to-asynq", "-redis", url, "-type", "email:welcome", "-from", "emails"}, &out, &errOut))
+	err = run(ctx, []string{"migrate-to-asynq", "-redis", url, "-type", "email:welcom", "-from", "emails"}, &out, &errOut)
+	require.Equal(t, exitRefused, exitCode(err), "a mistyped -type back: %v", err)
+}
+
+// Each outcome of a migration exits with its own code, from the process
+// itself: all moved 0, tasks skipped by design 3, bad flags 2, the lock
+// held by another run 4, a missing queue 5, a stop 1.
+func TestMigrateCommandsExitCodes(t *testing.T) {
+	t.Parallel()
+	url, rdb := migrateEnv(t, 2)
+	ctx := context.Background()
+	_, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("email:welcome", nil), asynq.TaskID("bad{x}"))
+	require.NoError(t, err)
+	exit := func(args string) int {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS="+args)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return 0
+		}
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%s", out)
+		return ee.ExitCode()
+	}
+	base := "migrate-asynq -redis " + url + " -to emails "
+	require.Equal(t, exitRefused, exit(base))
+	require.Equal(t, exitRefused, exit(base+"-type a,,b"))
+	require.Equal(t, exitRefused, exit(base+"-type a,a"))
+	require.Equal(t, exitRefused, exit(base+"-type nosuch"))
+	require.Equal(t, exitNoQueue, exit(base+"-type email:welcome -from-queue nosuch"))
+	require.Equal(t, exitNoQueue, exit("migrate-to-asynq -redis "+url+" -from nosuch -type email:welcome"))
+	require.Equal(t, exitRefused, exit(base+"-type email:welcome -nosuchflag"), "an unknown flag is a refusal too")
+	require.NoError(t, rdb.Set(ctx, "asynqcompat:{default}:migrate-lock", "another run", time.Minute).Err())
+	require.Equal(t, exitLocked, exit(base+"-type email:welcome"))
+	require.NoError(t, rdb.Del(ctx, "asynqcompat:{default}:migrate-lock").Err())
+	require.Equal(t, exitLeft, exit(base+"-type email:welcome"), "the task with '{' in its ID stays in asynq")
+	require.Equal(t, exitMigrated, exit(base+"-type image:resize"))
+	require.Equal(t, exitMigrated, exit("migrate-to-asynq -redis "+url+" -from emails -type image:resize,email:welcome -pause"))
+
+	// A run stopped by its context.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	var out, errOut bytes.Buffer
+	err = run(cctx, strings.Fields(base+"-type image:resize"), &out, &errOut)
+	require.Equal(t, exitStopped, exitCode(err), "%v", err)
+}
+
+// -json prints the report as one JSON object, for every type, with the exit
+// code; more than one type moves in one run; without a terminal on stderr
+// no progress bar is drawn; migrate-to-asynq takes -pause, and resumes the
+// queue when done.
+func TestMigrateCommandsJSONAndTypes(t *testing.T) {
+	t.Parallel()
+	url, rdb := migrateEnv(t, 4)
+	ctx := context.Background()
+	ac := asynq.NewClientFromRedisClient(rdb)
+	_, err := ac.Enqueue(asynq.NewTask("image:resize", nil), asynq.TaskID("bad{x}"))
+	require.NoError(t, err)
+	var out, errOut bytes.Buffer
+	err = run(ctx, []string{"migrate-asynq", "-redis", url, "-type", "email:welcome, image:resize", "-to", "emails", "-json", "-pause"}, &out, &errOut)
+	require.Equal(t, exitLeft, exitCode(err), "%v", err)
+	require.Empty(t, errOut.String(), "no progress bar on a stderr that is not a terminal")
+	var rep migrateJSON
+	dec := json.NewDecoder(&out)
+	require.NoError(t, dec.Decode(&rep), "one JSON object")
+	require.False(t, dec.More(), "only one")
+	require.Equal(t, "migrate-asynq", rep.Command)
+	require.Equal(t, exitLeft, rep.ExitCode)
+	require.Contains(t, rep.Error, "did not move")
+	require.Len(t, rep.Types, 2)
+	require.Equal(t, "email:welcome", rep.Types[0].Type)
+	require.Equal(t, 4, rep.Types[0].Moved)
+	require.Equal(t, "image:resize", rep.Types[1].Type)
+	require.Equal(t, 4, rep.Types[1].Moved)
+	require.Equal(t, []noteJSON{{ID: "bad{x}", State: "pending", Reason: rep.Types[1].Skipped[0].Reason}}, rep.Types[1].Skipped)
+
+	q, err := jobkey.NewQueue(rdb, "emails", nil)
+	require.NoError(t, err)
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, st.Pending)
+
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"migrate-to-asynq", "-redis", url, "-type", "image:resize,email:welcome", "-from", "emails", "-json", "-pause"}, &out, &errOut))
+	rep = migrateJSON{}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	require.Equal(t, exitMigrated, rep.ExitCode)
+	require.Equal(t, 4, rep.Types[0].Moved)
+	require.Equal(t, 4, rep.Types[1].Moved)
+	qi, err := asynq.NewInspectorFromRedisClient(rdb).GetQueueInfo("default")
+	require.NoError(t, err)
+	require.Equal(t, 9, qi.Pending)
+	require.False(t, qi.Paused, "-pause resumes the queue afterwards")
 }
