@@ -4,25 +4,38 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// exampleRedis connects to the test suite's Redis; in your code this is
-// your own client. exampleConfig gives each example its own key prefix.
+// exampleRedis stands for your own client, such as
+// redis.NewClient(&redis.Options{Addr: "localhost:6379"}). The examples use
+// the test run's server: the one JOBKEY_TEST_REDIS_URL names, or else the
+// one internal/redistest starts. exampleConfig gives each example its own
+// key prefix, so examples never see each other's jobs.
 func exampleRedis() *redis.Client {
-	t, err := redistest.SharedTarget()
+	url := os.Getenv("JOBKEY_TEST_REDIS_URL")
+	if url == "" {
+		t, err := redistest.SharedTarget()
+		if err != nil {
+			panic(err)
+		}
+		url = t.URL
+	}
+	opt, err := redis.ParseURL(url)
 	if err != nil {
 		panic(err)
 	}
-	opt, err := redis.ParseURL(t.URL)
-	if err != nil {
-		panic(err)
-	}
+	// go-redis's "auto" maintenance-notifications handshake races with
+	// itself when connections open at once against a Redis 7, which has
+	// none to offer anyway (as in internal/redistest).
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return redis.NewClient(opt)
 }
 

@@ -1,0 +1,263 @@
+package jobkey_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jobkey/jobkey"
+)
+
+// Work runs a handler on every job until its context ends. Here OnRecorded
+// ends it once the one job's outcome is written.
+func ExampleQueue_Work() {
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "images", exampleConfig("work"))
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	if _, err := q.Enqueue(ctx, "resize", []byte("dog.png"), nil); err != nil {
+		panic(err)
+	}
+
+	h := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		return []byte("resized " + string(j.Payload)), nil
+	})
+	err = q.Work(ctx, h, &jobkey.WorkOpts{
+		Concurrency: 2,
+		OnRecorded: func(j *jobkey.Job, err error) {
+			fmt.Println(j.State, string(j.Result), err)
+			stop()
+		},
+	})
+	fmt.Println("work returned", err)
+	// Output:
+	// succeeded resized dog.png <nil>
+	// work returned <nil>
+}
+
+// EnqueueMany stores a batch in one transaction. A job whose ID is taken
+// is not written again; the *BatchError says which, job by job.
+func ExampleQueue_EnqueueMany() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "invoices", exampleConfig("many"))
+	if err != nil {
+		panic(err)
+	}
+	q.Enqueue(ctx, "invoice", nil, &jobkey.EnqueueOpts{ID: "inv-2"})
+
+	jobs, err := q.EnqueueMany(ctx, []jobkey.JobSpec{
+		{Type: "invoice", Opts: &jobkey.EnqueueOpts{ID: "inv-1"}},
+		{Type: "invoice", Opts: &jobkey.EnqueueOpts{ID: "inv-2"}},
+		{Type: "invoice", Opts: &jobkey.EnqueueOpts{ID: "inv-3"}},
+	})
+	var be *jobkey.BatchError
+	if errors.As(err, &be) {
+		for i, e := range be.Errs {
+			fmt.Println(jobs[i].ID, errors.Is(e, jobkey.ErrJobExists))
+		}
+	}
+	// Output:
+	// inv-1 false
+	// inv-2 true
+	// inv-3 false
+}
+
+// ClaimMany and CompleteMany take and finish a batch of jobs in one
+// transaction each, for handlers that work better in bulk.
+func ExampleQueue_ClaimMany() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "events", exampleConfig("claimmany"))
+	if err != nil {
+		panic(err)
+	}
+	for i := range 3 {
+		q.Enqueue(ctx, "index", []byte(fmt.Sprint(i)), nil)
+	}
+
+	jobs, err := q.ClaimMany(ctx, "worker-1", 10)
+	if err != nil {
+		panic(err)
+	}
+	results := make([][]byte, len(jobs))
+	for i := range jobs {
+		results[i] = []byte("indexed")
+	}
+	done, err := q.CompleteMany(ctx, jobs, results)
+	if err != nil {
+		panic(err)
+	}
+	st, _ := q.Stats(ctx)
+	fmt.Println(len(jobs), len(done), st.Succeeded)
+	// Output: 3 3 3
+}
+
+// A claim takes due jobs of a higher priority (0 to 9) before any of a
+// lower one, whatever their age.
+func Example_priority() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "notifications", exampleConfig("priority"))
+	if err != nil {
+		panic(err)
+	}
+	q.Enqueue(ctx, "newsletter", nil, nil)
+	q.Enqueue(ctx, "password-reset", nil, &jobkey.EnqueueOpts{Priority: 9})
+
+	for range 2 {
+		j, err := q.Claim(ctx, "worker-1")
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(j.Priority, j.Type)
+	}
+	// Output:
+	// 9 password-reset
+	// 0 newsletter
+}
+
+// A job's Timeout ends its handler's context with ErrTimeout as the cause;
+// the attempt fails and the job is retried under the normal backoff (here
+// it has no attempts left, so it fails for good).
+func Example_timeout() {
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "crawls", exampleConfig("timeout"))
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	q.Enqueue(ctx, "crawl", nil, &jobkey.EnqueueOpts{Timeout: 50 * time.Millisecond, MaxAttempts: 1})
+
+	h := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		<-ctx.Done() // a handler that would run too long
+		fmt.Println(errors.Is(context.Cause(ctx), jobkey.ErrTimeout))
+		return nil, context.Cause(ctx)
+	})
+	q.Work(ctx, h, &jobkey.WorkOpts{OnRecorded: func(j *jobkey.Job, err error) {
+		fmt.Println(j.State, strings.Contains(j.LastError, "timeout"))
+		stop()
+	}})
+	// Output:
+	// true
+	// failed true
+}
+
+// Periodic jobs need no leader: every Work that lists the schedule enqueues
+// the tick's job under one ID, so each tick runs once however many processes
+// run. A Work that starts between ticks enqueues the latest one.
+func ExampleEvery() {
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "maintenance", exampleConfig("every"))
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	h := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		fmt.Println(j.Type, strings.HasPrefix(j.ID, "periodic:cleanup:"))
+		stop()
+		return nil, nil
+	})
+	err = q.Work(ctx, h, &jobkey.WorkOpts{Periodic: []jobkey.PeriodicJob{
+		{Name: "cleanup", Schedule: jobkey.Every(time.Hour), Type: "cleanup"},
+	}})
+	fmt.Println(err)
+	// Output:
+	// cleanup true
+	// <nil>
+}
+
+// Jobs of one concurrency key run one at a time by default
+// (Config.ConcurrencyLimit): the second waits until the first finishes,
+// while the queue's other jobs go on.
+func ExampleQueue_Concurrency() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "exports", exampleConfig("concurrency"))
+	if err != nil {
+		panic(err)
+	}
+	for range 2 {
+		q.Enqueue(ctx, "export", nil, &jobkey.EnqueueOpts{ConcurrencyKey: "customer-7"})
+	}
+
+	first, _ := q.Claim(ctx, "worker-1")
+	_, err = q.Claim(ctx, "worker-2")
+	info, _ := q.Concurrency(ctx, "customer-7")
+	fmt.Println(errors.Is(err, jobkey.ErrNoJob), info.Limit, info.Active, info.Waiting)
+
+	q.Complete(ctx, first, nil)
+	second, err := q.Claim(ctx, "worker-2")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(second.ConcurrencyKey, second.State)
+	// Output:
+	// true 1 1 1
+	// customer-7 active
+}
+
+// On a queue of several shards a keyed job lives in its key's shard, so an
+// ID of yours must be drawn there: IDFor makes one from your base, the
+// same one every time.
+func ExampleQueue_IDFor() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	cfg := exampleConfig("idfor")
+	cfg.Shards = 8
+	q, err := jobkey.NewQueue(rdb, "exports", cfg)
+	if err != nil {
+		panic(err)
+	}
+	id, err := q.IDFor("customer-42", "export-2024-05")
+	if err != nil {
+		panic(err)
+	}
+	j, err := q.Enqueue(ctx, "export", nil, &jobkey.EnqueueOpts{ID: id, ConcurrencyKey: "customer-42"})
+	if err != nil {
+		panic(err)
+	}
+	again, _ := q.IDFor("customer-42", "export-2024-05")
+	fmt.Println(strings.HasPrefix(j.ID, "export-2024-05"), again == j.ID)
+	// Output: true true
+}
+
+// DecodeArgs reads a typed job's arguments back, for code that is not a
+// handler: an admin page, a migration.
+func ExampleDecodeArgs() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "mail", exampleConfig("decode"))
+	if err != nil {
+		panic(err)
+	}
+	j, err := jobkey.EnqueueArgs(ctx, q, SendEmail{To: "grace@example.com", Subject: "Hi"}, nil)
+	if err != nil {
+		panic(err)
+	}
+
+	stored, _ := q.Get(ctx, j.ID)
+	args, err := jobkey.DecodeArgs[SendEmail](stored)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(stored.Type, args.To, args.Subject)
+	// Output: send-email grace@example.com Hi
+}
