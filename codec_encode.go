@@ -36,6 +36,12 @@ func encodedSizeAs(j *Job, known int) int {
 	if known > v1Fields+4 {
 		n += strSize(j.ConcurrencyKey)
 	}
+	if known > v1Fields+5 {
+		n += intSize(j.Retention.Milliseconds())
+	}
+	if known > v1Fields+6 {
+		n += intSize(toMillis(j.Deadline))
+	}
 	return n
 }
 
@@ -77,6 +83,12 @@ func appendJobAs(b []byte, j *Job, known int) []byte {
 	}
 	if known > v1Fields+4 {
 		b = appendStr(b, j.ConcurrencyKey) // 1.5
+	}
+	if known > v1Fields+5 {
+		b = appendInt(b, j.Retention.Milliseconds()) // 1.6
+	}
+	if known > v1Fields+6 {
+		b = appendInt(b, toMillis(j.Deadline)) // 1.6
 	}
 	return append(b, j.future.raw...)
 }

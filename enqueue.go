@@ -214,6 +214,12 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 		return nil, err
 	}
 	j.Timeout = timeout
+	if j.Retention, err = validRetention(o.Retention); err != nil {
+		return nil, err
+	}
+	if j.Deadline, err = validDeadline(o.Deadline); err != nil {
+		return nil, err
+	}
 	if err := validPriority(o.Priority); err != nil {
 		return nil, err
 	}
