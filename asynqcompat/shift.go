@@ -436,6 +436,13 @@ func (s *shifter) enqueueHeld(ctx context.Context, j *jobkey.Job, rec *moveRec) 
 		// timeout is never shorter, nor 0 (asynq's default).
 		opts = append(opts, asynq.Timeout((j.Timeout + time.Second - 1).Truncate(time.Second)))
 	}
+	if j.Retention > 0 {
+		// Rounded up, as the Timeout: never kept shorter.
+		opts = append(opts, asynq.Retention((j.Retention + time.Second - 1).Truncate(time.Second)))
+	}
+	if !j.Deadline.IsZero() {
+		opts = append(opts, asynq.Deadline(j.Deadline)) // asynq keeps whole seconds
+	}
 	_, err = s.cli.EnqueueContext(ctx, asynq.NewTask(j.Type, j.Payload), opts...)
 	switch {
 	case err == nil:
