@@ -2,7 +2,6 @@ package jobkey
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
 )
 
@@ -77,64 +76,13 @@ type keyspace struct {
 func newKeyspace(prefix, queue string, shards int) *keyspace {
 	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards)}
 	for i := range shards {
-		ks.tags[i] = prefix + ":{" + shardTag(queue, i, shards) + "}"
+		ks.tags[i] = prefix + ":" + hashTag(shardTag(queue, i, shards))
 	}
 	return ks
 }
 
-// clusterSlots is the number of Redis Cluster hash slots.
-const clusterSlots = 16384
-
-// shardTag returns the hash tag of shard i of n. Tags are chosen so that
-// shard i's slot falls in the middle half of the i-th of n equal parts of
-// the slot range: "<queue>/<i>" when it already does, else the first
-// "<queue>/<i>.<k>" that does. Masters own contiguous slot ranges, so the
-// shards, and the jobs, spread over the masters as evenly as the slots do
-// instead of where chance would put them; keeping to the middle of each
-// part keeps a shard off the edge between two masters' ranges. The choice
-// depends only on the queue name, i and n, so it never changes for a queue.
-func shardTag(queue string, i, n int) string {
-	if n == 1 {
-		return queue + "/0"
-	}
-	part := clusterSlots / n
-	lo := i*clusterSlots/n + part/4
-	hi := lo + max(1, part/2)
-	tag := queue + "/" + strconv.Itoa(i)
-	for k := 1; ; k++ {
-		if s := int(crc16(tag)) % clusterSlots; s >= lo && s < hi {
-			return tag
-		}
-		tag = queue + "/" + strconv.Itoa(i) + "." + strconv.Itoa(k)
-	}
-}
-
-// crc16 is the CRC16-CCITT (XMODEM) Redis Cluster hashes keys with.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// shardOf maps an ID to its shard. It must never change for a queue's
-// life, or existing jobs would be looked for in the wrong place.
-func (ks *keyspace) shardOf(id string) int {
-	if ks.shards == 1 {
-		return 0
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return int(h.Sum32() % uint32(ks.shards))
-}
+// shardOf is the shard of id in this queue (jobhash.go).
+func (ks *keyspace) shardOf(id string) int { return shardOfID(id, ks.shards) }
 
 func (ks *keyspace) jobKey(shard int, id string) string { return ks.tags[shard] + ":job:" + id }
 
@@ -148,11 +96,11 @@ func (ks *keyspace) index(shard int, name string) string {
 	return ks.tags[shard] + ":" + name
 }
 
-func (ks *keyspace) wakeChannel() string { return ks.prefix + ":{" + ks.queue + "}:wake" }
+func (ks *keyspace) wakeChannel() string { return ks.prefix + ":" + hashTag(ks.queue) + ":wake" }
 
-func (ks *keyspace) metaKey() string { return ks.prefix + ":{" + ks.queue + "}:meta" }
+func (ks *keyspace) metaKey() string { return ks.prefix + ":" + hashTag(ks.queue) + ":meta" }
 
-func (ks *keyspace) cancelChannel() string { return ks.prefix + ":{" + ks.queue + "}:cancel" }
+func (ks *keyspace) cancelChannel() string { return ks.prefix + ":" + hashTag(ks.queue) + ":cancel" }
 
 // jobKeyOf returns the key of id, with its shard.
 func (ks *keyspace) jobKeyOf(id string) (string, int) {
