@@ -218,10 +218,6 @@ func decodeSlots(s string) (slotValue, error) {
 	return v, nil
 }
 
-// slotKey is the key of concurrency key name's value in shard: the shard
-// of the job, so that the two share a hash slot.
-func (ks *keyspace) slotKey(shard int, name string) string { return ks.tags[shard] + ":ck:" + name }
-
 // slotKeyOf is the key of j's concurrency value in shard, or "" when j has
 // no concurrency key.
 func (q *Queue) slotKeyOf(shard int, j *Job) string {

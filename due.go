@@ -318,7 +318,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 				continue
 			}
 			n := int64(min(q.newer.size(), maxSkip))
-			paused = append(paused, p.Exists(ctx, q.pauseKey(s)))
+			paused = append(paused, p.Exists(ctx, q.ks.pauseKey(s)))
 			for _, d := range idx {
 				cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, d.index), 0, n))
 			}

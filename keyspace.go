@@ -3,6 +3,7 @@ package jobkey
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Index names: each shard keeps one sorted set per derived index.
@@ -56,6 +57,7 @@ var readyIndexes = func() []string {
 //	<prefix>:{<shard tag>}:job:<id>   the job value, the only truth
 //	<prefix>:{<shard tag>}:<index>    derived sorted sets of job IDs
 //	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrency.go)
+//	<prefix>:{<shard tag>}:paused     exists while the shard is paused (pause.go)
 //	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued (periodic.go)
 //	<prefix>:{<queue>}:meta           the queue's shard count
 //	<prefix>:{<queue>}:wake           pub/sub hint that work arrived
@@ -151,4 +153,47 @@ func (q *Queue) Keys(id string) JobKeys {
 		Succeeded: q.ks.index(s, idxSucceeded), Failed: q.ks.index(s, idxFailed), Canceled: q.ks.index(s, idxCanceled),
 		Corrupt: q.ks.index(s, idxCorrupt),
 	}
+}
+
+// pauseFlag is the name, under each shard's hash tag, of the key whose
+// existence pauses the shard: "<prefix>:{<queue>/<shard>}:paused". It lives
+// in the shard's slot, so a claim's compare-and-set watches it beside the
+// jobs it takes, and a Pause that lands before the claim's EXEC aborts it.
+const pauseFlag = "paused"
+
+// pauseKey is shard s's pause flag (pause.go).
+func (ks *keyspace) pauseKey(s int) string { return ks.index(s, pauseFlag) }
+
+// slotKey is the key of concurrency key name's value (concurrency.go) in shard: the shard
+// of the job, so that the two share a hash slot.
+func (ks *keyspace) slotKey(shard int, name string) string { return ks.tags[shard] + ":ck:" + name }
+
+// metaKeyPattern is a SCAN pattern that matches the meta key of every
+// queue under prefix (Queues).
+func metaKeyPattern(prefix string) string { return globEscape(prefix) + ":{*}:meta" }
+
+// queueOfMetaKey returns the queue whose meta key under prefix key is, or
+// false when key is not one.
+func queueOfMetaKey(prefix, key string) (string, bool) {
+	name, okPrefix := strings.CutPrefix(key, prefix+":{")
+	name, ok := strings.CutSuffix(name, "}:meta")
+	return name, okPrefix && ok && validName("queue name", name, false) == nil
+}
+
+// parseJobKey returns the queue and the ID of a job key, or false when key
+// is not a job key. A job key is a hash tag ending in "}", then ":job:" and
+// the ID; IDs cannot hold braces, so what follows the last "}" is exactly
+// that. The tag is "<queue>/<shard>..."; queue names hold neither braces
+// nor slashes (validName).
+func parseJobKey(key string) (queue, id string, ok bool) {
+	end := strings.LastIndex(key, "}")
+	if end < 0 {
+		return "", "", false
+	}
+	if id, ok = strings.CutPrefix(key[end+1:], ":job:"); !ok {
+		return "", "", false
+	}
+	tag := key[strings.LastIndex(key[:end], "{")+1 : end]
+	queue, _, _ = strings.Cut(tag, "/")
+	return queue, id, true
 }

@@ -151,7 +151,7 @@ func (h dropKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 func TestPauseNamesTheShardsItCouldNotWrite(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 4})
-	f.rdb.AddHook(dropKey(f.q.pauseKey(2)))
+	f.rdb.AddHook(dropKey(f.q.ks.pauseKey(2)))
 	err := f.q.Pause(f.ctx)
 	var se *ShardsError
 	require.ErrorAs(t, err, &se)
@@ -160,7 +160,7 @@ func TestPauseNamesTheShardsItCouldNotWrite(t *testing.T) {
 	require.ErrorContains(t, err, "1 of 4 shards could not be written ([2])")
 	plain := redistest.Client(t, nil)
 	for s := range 4 {
-		n, err := plain.Exists(f.ctx, f.q.pauseKey(s)).Result()
+		n, err := plain.Exists(f.ctx, f.q.ks.pauseKey(s)).Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(map[bool]int{true: 0, false: 1}[s == 2]), n, "shard %d's flag", s)
 	}

@@ -303,7 +303,7 @@ func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (ti
 	var out tickOutcome
 	_, _, err = q.cas.run(ctx, &casTxn{
 		keys: []string{key}, checks: q.checksFor(shard, readyIndex(j.Priority)),
-		guards: []string{q.pauseKey(shard)}, aux: []string{marker},
+		guards: []string{q.ks.pauseKey(shard)}, aux: []string{marker},
 		decide: func(r *casRead) (*casPlan, error) {
 			last, err := readMarker(marker, r.aux[marker])
 			switch {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -147,20 +146,14 @@ func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 // (checkJob), again at each lease's end. Keys that are not job keys are not
 // judged.
 func storedAt(key string, j *Job) error {
-	// A job key is a hash tag ending in "}", then ":job:" and the ID; IDs
-	// cannot hold braces, so what follows the last "}" is exactly that.
-	end := strings.LastIndex(key, "}")
-	id, ok := strings.CutPrefix(key[end+1:], ":job:")
-	if !ok || end < 0 {
+	queue, id, ok := parseJobKey(key)
+	if !ok {
 		return nil
 	}
 	if id != j.ID {
 		return &CorruptError{Key: key, Field: "ID", Reason: fmt.Sprintf("the value names job %q, not the job of its key (copied or forged)", j.ID)}
 	}
-	// The tag is "<queue>/<shard>..."; queue names hold neither braces nor
-	// slashes (validName).
-	tag := key[strings.LastIndex(key[:end], "{")+1 : end]
-	if queue, _, _ := strings.Cut(tag, "/"); queue != j.Queue {
+	if queue != j.Queue {
 		return &CorruptError{Key: key, Field: "Queue",
 			Reason: fmt.Sprintf("the value names queue %q, not %q, the queue of its key (copied or restored from another queue)", j.Queue, queue)}
 	}

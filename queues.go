@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -23,16 +22,14 @@ func Queues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]st
 	if err := validName("prefix", prefix, true); err != nil {
 		return nil, err
 	}
-	pattern := globEscape(prefix) + ":{*}:meta"
+	pattern := metaKeyPattern(prefix)
 	var mu sync.Mutex // ForEachMaster scans the masters at once
 	var names []string
 	scan := func(ctx context.Context, c *redis.Client) error {
 		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		var found []string
 		for it.Next(ctx) {
-			k := it.Val()
-			name, okPrefix := strings.CutPrefix(k, prefix+":{")
-			if name, ok := strings.CutSuffix(name, "}:meta"); okPrefix && ok && validName("queue name", name, false) == nil {
+			if name, ok := queueOfMetaKey(prefix, it.Val()); ok {
 				found = append(found, name)
 			}
 		}

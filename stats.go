@@ -100,7 +100,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 			c.canceled, c.corrupt = after(idxCanceled, q.cfg.Retention), card(idxCorrupt)
 			c.newer, c.vanished = after(seenNewer, NewerWindow), after(seenVanished, q.cfg.Retention)
 			c.stuck = p.ZCount(ctx, key(seenStuck), "("+nowS, "+inf") // reports not lapsed
-			c.paused = p.Exists(ctx, q.pauseKey(s))
+			c.paused = p.Exists(ctx, q.ks.pauseKey(s))
 		}
 		return nil
 	})
