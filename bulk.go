@@ -165,7 +165,7 @@ func (q *Queue) bulkAll(ctx context.Context, op string, o ListOpts, to func(*Job
 		return res, missing
 	}
 	// A claim that finds a keyed job's key full moves the job's entry to
-	// when the key's first lease would end (concurrency.go): past the
+	// when the key's first lease would end (concurrencykey.go): past the
 	// walk, which goes newest first, when that happens behind it. So the
 	// listing is walked once more, whole, for the keyed jobs that were
 	// pending, and due, when the walk started; jobs enqueued since are left

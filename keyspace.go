@@ -56,7 +56,7 @@ var readyIndexes = func() []string {
 //
 //	<prefix>:{<shard tag>}:job:<id>   the job value, the only truth
 //	<prefix>:{<shard tag>}:<index>    derived sorted sets of job IDs
-//	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrency.go)
+//	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrencykey.go)
 //	<prefix>:{<shard tag>}:paused     exists while the shard is paused (pause.go)
 //	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued (periodic.go)
 //	<prefix>:{<queue>}:meta           the queue's shard count
@@ -164,7 +164,7 @@ const pauseFlag = "paused"
 // pauseKey is shard s's pause flag (pause.go).
 func (ks *keyspace) pauseKey(s int) string { return ks.index(s, pauseFlag) }
 
-// slotKey is the key of concurrency key name's value (concurrency.go) in shard: the shard
+// slotKey is the key of concurrency key name's value (concurrencykey.go) in shard: the shard
 // of the job, so that the two share a hash slot.
 func (ks *keyspace) slotKey(shard int, name string) string { return ks.tags[shard] + ":ck:" + name }
 

@@ -120,7 +120,7 @@ func (m *model) takeable(id string) bool {
 	return m.claimable(j) && (j.key == "" || m.live(j.key, id) < m.limit(j.key))
 }
 
-// The concurrency keys, as designed (concurrency.go): a lease counts
+// The concurrency keys, as designed (concurrencykey.go): a lease counts
 // while it has not run out; a claim that finds its key full leaves the
 // job waiting, its entry moved to when the first live lease runs out; a
 // write that frees a slot pulls the first waiting jobs forward, each to

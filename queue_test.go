@@ -106,7 +106,7 @@ func TestRoundTripBudget(t *testing.T) {
 	measure("Delete", 2, func() error { return f.q.Delete(f.ctx, "mine") })
 	measure("CancelPending (100)", 5, func() (err error) { _, err = f.q.CancelPending(f.ctx, ""); return })
 
-	// Concurrency keys (concurrency.go). These counts are exact, not
+	// Concurrency keys (concurrencykey.go). These counts are exact, not
 	// ceilings: a keyed claim learns the job's key only once it read the
 	// job, so it makes one more round trip than an unkeyed one, and a
 	// fenced write reads the key its caller's copy names in round trip 1.

@@ -362,7 +362,7 @@ func (w *worker) idle(ctx context.Context, d time.Duration) {
 // execute runs the handler under a kept lease and records the outcome.
 // ctx is Work's: when it has ended, shutdown began while the claim was in
 // flight, and the job goes back unrun. A success is completed together
-// with the claim of the slot's next job when one is due (see fuse.go); the
+// with the claim of the slot's next job when one is due (see completeclaim.go); the
 // job claimed so is returned, with when it was asked for.
 func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name string) (next *Job, nextAsked time.Time) {
 	r := w.start(j, asked)
