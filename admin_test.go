@@ -110,7 +110,7 @@ func TestLateTypeCheckRefusesBeforeWrite(t *testing.T) {
 func TestRetryOfPriorityJobIsClaimedBeforeReadAhead(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	admin, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process's Queue
 	require.NoError(t, err)
 	hi, err := admin.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "hi-retried", Priority: MaxPriority, MaxAttempts: 1})
@@ -150,7 +150,7 @@ func TestRetryOfPriorityJobIsClaimedBeforeReadAhead(t *testing.T) {
 func TestUpdateRaisingPriorityIsClaimedBeforeReadAhead(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	admin, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process's Queue
 	require.NoError(t, err)
 	for i := range 4 {

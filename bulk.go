@@ -88,7 +88,7 @@ func (q *Queue) bulkAll(ctx context.Context, op string, o ListOpts, to func(*Job
 	var start time.Time
 	if o.State == StatePending {
 		var err error
-		if start, err = q.clock.now(ctx, q.rdb); err != nil {
+		if start, err = q.clock.Now(ctx, q.rdb); err != nil {
 			return BulkResult{}, err
 		}
 	}

@@ -121,7 +121,7 @@ func TestCancelPendingEndsWhileProducersEnqueue(t *testing.T) {
 	}
 	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
 	require.NoError(t, err)
-	producer.clock.fake = f.clock.Now
+	producer.clock.Fake = f.clock.Now
 	var produced atomic.Int64
 	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 		if has(cmds, "zrange", ":ready") {

@@ -465,7 +465,7 @@ func TestClaimReachesPastManyNewerMajorJobs(t *testing.T) {
 func TestClaimPoolGivesWayToOtherProcessHigherPriority(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	other, err := NewQueue(f.rdb, "q", &f.q.cfg)
 	require.NoError(t, err)
 	for i := range 4 {

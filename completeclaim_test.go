@@ -103,7 +103,7 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 		f.clock.Advance(31 * time.Second) // the lease runs out, and another process takes the job
 		elsewhere, err := NewQueue(f.rdb, "q", &f.q.cfg)
 		require.NoError(t, err)
-		elsewhere.clock.fake = f.clock.Now
+		elsewhere.clock.Fake = f.clock.Now
 		var thief *Job
 		for thief == nil { // the thief takes the job; the others it takes go back
 			j, err := elsewhere.Claim(f.ctx, "thief")
@@ -137,7 +137,7 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 		require.NoError(t, err)
 		other, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process, with a pool of its own
 		require.NoError(t, err)
-		other.clock.fake = f.clock.Now
+		other.clock.Fake = f.clock.Now
 		taken, err := other.Claim(f.ctx, "other-worker")
 		require.NoError(t, err)
 		require.NotEqual(t, first.ID, taken.ID)
@@ -331,7 +331,7 @@ func dueLatencies(t *testing.T, q, producer *Queue, jobs []dueJob) map[string]ti
 func TestWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 8, Logger: quietLog()})
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	producer, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process
 	require.NoError(t, err)
 	specs := make([]JobSpec, 300)
@@ -359,7 +359,7 @@ func TestWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 func TestFusedReadAheadReadsEveryShard(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 4})
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	q := f.q
 	for i := range 4 {
 		_, err := q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, fmt.Sprintf("low%d-", i), 0)})

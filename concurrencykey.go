@@ -618,7 +618,7 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 	shard := q.ks.shardOf(key)
 	probe := &Job{ConcurrencyKey: key}
 	slot := q.slotKeyOf(shard, probe)
-	now, err := q.clock.now(ctx, q.rdb)
+	now, err := q.clock.Now(ctx, q.rdb)
 	if err != nil {
 		return ConcurrencyInfo{}, err
 	}

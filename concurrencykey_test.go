@@ -248,7 +248,7 @@ func TestConcurrencyKeyPlacement(t *testing.T) {
 func TestConcurrencyLimitUnderWork(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Lease: 2 * time.Second})
-	f.q.clock.fake = nil // real time: Work runs on it
+	f.q.clock.Fake = nil // real time: Work runs on it
 	require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, "hot", 2))
 	const hot, others = 200, 60
 	for i := range hot {

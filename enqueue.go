@@ -230,7 +230,7 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 	}
 	// Provisional times, of the size the real ones will have, so the size
 	// check below is exact.
-	now := q.clock.guess()
+	now := q.clock.Guess()
 	j := &Job{
 		ID: o.ID, Queue: q.name, Type: spec.Type, Payload: spec.Payload, State: StatePending,
 		MaxAttempts: q.cfg.MaxAttempts, RunAt: now, CreatedAt: now, UpdatedAt: now,

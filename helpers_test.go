@@ -181,7 +181,7 @@ func setup(t *testing.T, cfg *Config) *fixture {
 	}
 	q, err := NewQueue(rdb, "q", &c)
 	require.NoError(t, err)
-	q.clock.fake = clock.Now // Redis's clock, as far as the queue can tell
+	q.clock.Fake = clock.Now // Redis's clock, as far as the queue can tell
 	require.NoError(t, q.check(context.Background(), true), "the one-time checks, outside every count")
 	return &fixture{q: q, rdb: rdb, hook: hook, clock: clock, ctx: context.Background()}
 }
@@ -356,7 +356,7 @@ func (f *fixture) otherProcess(t *testing.T, cfg Config) *Queue {
 	cfg.Prefix = f.q.cfg.Prefix
 	q, err := NewQueue(redistest.Client(t, nil), "q", &cfg)
 	require.NoError(t, err)
-	q.clock.fake = f.clock.Now
+	q.clock.Fake = f.clock.Now
 	return q
 }
 

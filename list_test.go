@@ -478,7 +478,7 @@ func TestListPageHoldsNoJobTwice(t *testing.T) {
 
 	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
 	require.NoError(t, err)
-	other.clock.fake = f.clock.Now
+	other.clock.Fake = f.clock.Now
 	var fired atomic.Bool
 	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 		// The change lands between the index read and the values read of

@@ -585,7 +585,7 @@ func TestModel(t *testing.T) {
 			ClaimWindow:      20, // every due job of an index: bases x keys
 		})
 		require.NoError(rt, err)
-		q.clock.fake = clock.Now
+		q.clock.Fake = clock.Now
 		f := &fixture{q: q, rdb: rdb, clock: clock, ctx: ctx}
 		m := &model{jobs: map[string]*mjob{}, keys: map[string]*mkey{}, now: clock.Now(), lease: q.cfg.Lease,
 			backoff: backoff, defLimit: q.cfg.ConcurrencyLimit}

@@ -82,7 +82,7 @@ func TestPauseAbortsAClaimInFlight(t *testing.T) {
 func TestPauseWork(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil // Work's leases run on real time
+	f.q.clock.Fake = nil // Work's leases run on real time
 	release := make(chan struct{})
 	started := make(chan string, 10)
 	ctx, cancel := context.WithCancel(f.ctx)

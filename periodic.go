@@ -210,7 +210,7 @@ func look(s Schedule, now time.Time) (last, next, after time.Time, err error) {
 func (w *worker) periodic(ctx context.Context, p PeriodicJob) {
 	var done time.Time // the latest tick this process saw settled
 	for ctx.Err() == nil {
-		now, err := w.q.clock.now(ctx, w.q.rdb)
+		now, err := w.q.clock.Now(ctx, w.q.rdb)
 		if err != nil {
 			_ = sleepCtx(ctx, w.o.PollInterval)
 			continue

@@ -85,7 +85,7 @@ func TestPriorityOrder(t *testing.T) {
 func TestPriorityWork(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	for range 50 {
 		_, err := f.q.Enqueue(f.ctx, "low", nil, nil)
 		require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestPriorityLearnedFromTheFlag(t *testing.T) {
 
 	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 2})
 	require.NoError(t, err)
-	other.clock.fake = f.clock.Now
+	other.clock.Fake = f.clock.Now
 	hi, err := other.Enqueue(f.ctx, "high", nil, &EnqueueOpts{Priority: 9})
 	require.NoError(t, err)
 

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redisclock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -19,7 +20,7 @@ type Queue struct {
 	cfg   Config
 	ks    *keyspace
 	cas   *casEngine
-	clock *serverClock
+	clock *redisclock.Clock
 	newer *expiring[string] // jobs of a newer format that claimers look past
 	down  *expiring[int]    // shards whose node could not be reached
 	srv   serverCheck       // what the first call checks about Redis
@@ -63,7 +64,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	clock := &serverClock{local: c.Now}
+	clock := &redisclock.Clock{Local: c.Now}
 	engine, err := newCASEngine(rdb, casLimits{attempts: c.CASAttempts, baseBackoff: c.CASBackoff, maxBackoff: c.CASMaxBackoff}, clock)
 	if err != nil {
 		return nil, err

@@ -110,10 +110,10 @@ func (q *Queue) runChecks(ctx context.Context) error {
 			"a job's shard comes from its ID, so every process must use the count the queue was created with",
 			ErrInvalid, q.name, n, q.ks.shards)
 	}
-	sent := q.clock.local()
+	sent := q.clock.Local()
 	t, err := q.rdb.Time(ctx).Result()
-	if recv := q.clock.local(); err == nil {
-		q.clock.observe(t, sent, recv)
+	if recv := q.clock.Local(); err == nil {
+		q.clock.Observe(t, sent, recv)
 	}
 	if q.cfg.SkipEvictionCheck {
 		return nil

@@ -69,7 +69,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if err := q.check(ctx, false); err != nil {
 		return Stats{}, err
 	}
-	now, err := q.clock.now(ctx, q.rdb)
+	now, err := q.clock.Now(ctx, q.rdb)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -81,7 +81,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	}
 	per := make([]counts, q.ks.shards)
 	var clock *redis.TimeCmd
-	sent := q.clock.local()
+	sent := q.clock.Local()
 	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if !q.cluster() {
 			clock = p.Time(ctx) // on a cluster, to a node at random: the estimate serves
@@ -108,7 +108,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
 	}
 	if clock != nil && clock.Err() == nil {
-		q.clock.observe(clock.Val(), sent, q.clock.local())
+		q.clock.Observe(clock.Val(), sent, q.clock.Local())
 	}
 	var st Stats
 	missing := &ShardsError{Of: q.ks.shards}

@@ -40,7 +40,7 @@ func (q *Queue) Trim(ctx context.Context) (int, error) {
 	if err := q.check(ctx, true); err != nil {
 		return 0, err
 	}
-	now, err := q.clock.now(ctx, q.rdb)
+	now, err := q.clock.Now(ctx, q.rdb)
 	if err != nil {
 		return 0, err
 	}

@@ -277,7 +277,7 @@ func TestVerifySnapshotAbortedIsReadAgain(t *testing.T) {
 	require.NoError(t, f.rdb.ZRem(f.ctx, f.q.Keys(j.ID).Ready, j.ID).Err(), "changed outside jobkey: a suspect")
 	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix})
 	require.NoError(t, err)
-	other.clock.fake = f.clock.Now
+	other.clock.Fake = f.clock.Now
 	var fired atomic.Bool
 	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 		n := names(cmds)

@@ -209,7 +209,7 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 	if err := validOwner(o.Name + "/" + strconv.Itoa(o.Concurrency)); err != nil {
 		return o, err
 	}
-	if err := q.validPeriodic(o.Periodic, q.clock.guess()); err != nil {
+	if err := q.validPeriodic(o.Periodic, q.clock.Guess()); err != nil {
 		return o, err
 	}
 	return o, nil

@@ -446,7 +446,7 @@ func (h *replyDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func TestPausedWorkerWaitsThroughEnqueues(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 2})
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	require.NoError(t, f.q.Pause(f.ctx))
 	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 2})
 	require.NoError(t, err)
