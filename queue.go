@@ -104,6 +104,11 @@ func (q *Queue) Name() string { return q.name }
 // Metrics returns the queue's counters in this process since the Queue
 // was made: the compare-and-set engine's attempts, conflicts, round trips
 // and commands, and the stuck handlers of its Works.
+//
+// It is API because the counters are what an operator watches and no
+// other call exposes them: the otel module exports them as OpenTelemetry
+// instruments, the bench module reads conflicts and retries from them, and
+// an application may feed them to its own metrics.
 func (q *Queue) Metrics() MetricsSnapshot {
 	m := q.cas.m.snapshot()
 	m.StuckHandlers, m.StuckDetected = q.handlers.stuck.Load(), q.handlers.detected.Load()
