@@ -111,8 +111,7 @@ func TestRetryOfPriorityJobIsClaimedBeforeReadAhead(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
 	f.q.clock.Fake = nil
-	admin, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process's Queue
-	require.NoError(t, err)
+	admin := f.twin(t) // another process's Queue
 	hi, err := admin.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "hi-retried", Priority: MaxPriority, MaxAttempts: 1})
 	require.NoError(t, err)
 	c, err := admin.Claim(f.ctx, "x")
@@ -151,8 +150,7 @@ func TestUpdateRaisingPriorityIsClaimedBeforeReadAhead(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
 	f.q.clock.Fake = nil
-	admin, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process's Queue
-	require.NoError(t, err)
+	admin := f.twin(t) // another process's Queue
 	for i := range 4 {
 		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("low%d", i)})
 		require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -119,9 +118,7 @@ func TestCancelPendingEndsWhileProducersEnqueue(t *testing.T) {
 		_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
 		require.NoError(t, err)
 	}
-	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
-	require.NoError(t, err)
-	producer.clock.Fake = f.clock.Now
+	producer := f.otherProcess(t, Config{Shards: 1})
 	var produced atomic.Int64
 	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 		if has(cmds, "zrange", ":ready") {

@@ -560,8 +560,7 @@ func TestConcurrencyValueOfCanceledRunGoesWhenItsLeaseEnds(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	rdb := redistest.Client(t, nil)
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Lease: time.Second, Logger: quietLog()})
-	require.NoError(t, err)
+	q := queueOn(t, rdb, prefix, Config{Lease: time.Second, Logger: quietLog()})
 	require.NoError(t, q.SetConcurrencyLimit(ctx, "limited", 3))
 	keys := []string{"k0", "k1", "k2", "k3", "k4", "limited"}
 	for _, k := range keys {
@@ -588,7 +587,7 @@ func TestConcurrencyValueOfCanceledRunGoesWhenItsLeaseEnds(t *testing.T) {
 		require.NoError(t, err)
 		return res.Unreadable == 0 && st.Canceled == 0
 	}, 10*time.Second, 50*time.Millisecond)
-	_, err = q.Trim(ctx)
+	_, err := q.Trim(ctx)
 	require.NoError(t, err)
 
 	limited := q.ks.slotKey(q.ks.shardOf("limited"), "limited")

@@ -35,8 +35,7 @@ func TestShardTagsSpreadOverTheSlotRange(t *testing.T) {
 // idForQueue is a queue of shards shards, for IDFor, which reads no Redis.
 func idForQueue(t *testing.T, shards int) *Queue {
 	t.Helper()
-	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: redistest.Prefix(t), Shards: shards, Logger: quietLog()})
-	require.NoError(t, err)
+	q := queueOn(t, redistest.Client(t, nil), redistest.Prefix(t), Config{Shards: shards, Logger: quietLog()})
 	return q
 }
 

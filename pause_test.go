@@ -56,8 +56,7 @@ func TestPauseAbortsAClaimInFlight(t *testing.T) {
 			f := setup(t, &Config{DisableGroupCommit: true})
 			_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
 			require.NoError(t, err)
-			admin, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix})
-			require.NoError(t, err)
+			admin := queueOn(t, redistest.Client(t, nil), f.q.cfg.Prefix, Config{})
 			var paused atomic.Bool
 			f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 				if slices.ContainsFunc(names(cmds), func(n string) bool { return strings.HasPrefix(n, at) }) && paused.CompareAndSwap(false, true) {

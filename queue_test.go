@@ -163,13 +163,12 @@ func TestExactlyOnce(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	const jobs, claimers = 1000, 32
-	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix})
-	require.NoError(t, err)
+	producer := queueOn(t, redistest.Client(t, nil), prefix, Config{})
 	batch := make([]JobSpec, jobs)
 	for i := range batch {
 		batch[i] = JobSpec{Type: "t", Payload: []byte(fmt.Sprint(i))}
 	}
-	_, err = producer.EnqueueMany(ctx, batch)
+	_, err := producer.EnqueueMany(ctx, batch)
 	require.NoError(t, err)
 
 	var mu sync.Mutex
