@@ -37,7 +37,7 @@ func workUntilRecorded(t *testing.T, f *fixture, n int, o WorkOpts, h HandlerFun
 func TestDeadlineEndsTheRunAndTheAttemptIsRetried(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil // Work's leases run on real time
+	f.q.clock.Fake = nil // Work's leases run on real time
 	soon := time.Now().Add(300 * time.Millisecond)
 	byDeadline, err := f.q.Enqueue(f.ctx, "slow", nil, &EnqueueOpts{Deadline: soon, Timeout: time.Minute, MaxAttempts: 3})
 	require.NoError(t, err)
@@ -82,7 +82,7 @@ func TestDeadlineEndsTheRunAndTheAttemptIsRetried(t *testing.T) {
 func TestDeadlinePassedBeforeTheClaimFailsTheAttemptUnrun(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Backoff: func(int) time.Duration { return 0 }})
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	past := time.Now().Add(-time.Minute)
 	j, err := f.q.Enqueue(f.ctx, "late", nil, &EnqueueOpts{Deadline: past, MaxAttempts: 2})
 	require.NoError(t, err, "a Deadline already past is taken, as asynq takes it")

@@ -120,7 +120,7 @@ func (p *indexPlan) steps() [][]any {
 func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
 	var from, to entry
 	if old != nil {
-		from = derive(old)
+		from = q.entryOf(old)
 	}
 	if new != nil {
 		to = q.entryOf(new)
