@@ -245,6 +245,11 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 		return fmt.Errorf("asynqcompat: migrate to asynq: read Redis's clock: %w", err)
 	}
 	rec := &moveRec{Dir: dirToAsynq, Step: stepHold, JobkeyQueue: b.opts.From.Name(), Type: j.Type, RunAt: j.RunAt}
+	if j.LastError != "" {
+		// The failure's time, as near as jobkey keeps it: the job's last
+		// write, which set its LastError.
+		rec.LastFailedAt = j.UpdatedAt.Unix()
+	}
 	if err := b.sh.st.begin(ctx, j.ID, *rec); err != nil {
 		return fmt.Errorf("asynqcompat: migrate to asynq: job %q: %w", j.ID, err)
 	}
