@@ -35,13 +35,13 @@ type asynqMsg struct {
 	Payload      []byte
 	ID           string
 	Queue        string
-	Retry        int   // MaxRetry
-	Retried      int   // retries spent
+	Retry        int    // MaxRetry
+	Retried      int    // retries spent
 	ErrorMsg     string // the last error (TaskInfo.LastErr)
-	LastFailedAt int64 // Unix seconds, 0 for none
-	Timeout      int64 // seconds, 0 for none
-	Deadline     int64 // Unix seconds, 0 for none
-	Retention    int64 // seconds, 0 for none
+	LastFailedAt int64  // Unix seconds, 0 for none
+	Timeout      int64  // seconds, 0 for none
+	Deadline     int64  // Unix seconds, 0 for none
+	Retention    int64  // seconds, 0 for none
 }
 
 // encode returns the message as asynq's proto.Marshal would: proto3, zero
