@@ -208,7 +208,7 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 	if !opts.DryRun {
 		var ses *session
 		var finish func(*error)
-		ctx, ses, finish, err = startSession(ctx, rdb, opts.FromQueue, opts.lockTTL, opts.Wait)
+		ctx, ses, finish, err = startSession(ctx, rdb, opts.FromQueue, opts.To, opts.lockTTL, opts.Wait)
 		if err != nil {
 			return rep, fmt.Errorf("asynqcompat: migrate: %w", err)
 		}

@@ -117,7 +117,7 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 	if !opts.DryRun {
 		var ses *session
 		var finish func(*error)
-		ctx, ses, finish, err = startSession(ctx, rdb, opts.ToQueue, opts.lockTTL, opts.Wait)
+		ctx, ses, finish, err = startSession(ctx, rdb, opts.ToQueue, opts.From, opts.lockTTL, opts.Wait)
 		if err != nil {
 			return rep, fmt.Errorf("asynqcompat: migrate to asynq: %w", err)
 		}

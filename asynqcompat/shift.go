@@ -38,10 +38,18 @@ type session struct {
 // context is canceled when the lock is lost; finish, deferred with the
 // run's error, resumes the queue if a migration paused it and releases the
 // lock, and says in *errp what it could not do.
-func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, ttl, wait time.Duration) (context.Context, *session, func(*error), error) {
+func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, q *jobkey.Queue, ttl, wait time.Duration) (context.Context, *session, func(*error), error) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	start := time.Now()
 	l, err := acquireLock(ctx, rdb, queue, ttl, wait, cancel)
 	if err != nil {
+		cancel(nil)
+		return nil, nil, nil, err
+	}
+	// Then the jobkey queue: no migration through another asynq queue may
+	// have moves in it at the same time.
+	if err := claimQueue(ctx, rdb, q, queue, wait-time.Since(start)); err != nil {
+		l.release()
 		cancel(nil)
 		return nil, nil, nil, err
 	}
@@ -57,6 +65,9 @@ func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, 
 		if l.Lost() == nil {
 			if _, rerr := s.st.resume(bg); rerr != nil && !errors.Is(rerr, ErrLockLost) {
 				*errp = errors.Join(*errp, fmt.Errorf("asynqcompat: resume asynq queue %q, which a migration paused: %w; rerun to resume it", queue, rerr))
+			}
+			if cerr := unclaimQueue(bg, s.st, q); cerr != nil {
+				*errp = errors.Join(*errp, fmt.Errorf("asynqcompat: release the claim %q of jobkey queue %q: %w (the next migration of it takes it over)", claimKey(q), q.Name(), cerr))
 			}
 		}
 		if st, rerr := s.st.read(bg); rerr == nil && st.Paused {
