@@ -238,13 +238,16 @@ func TestMigrateCommandsRefuseNamesThatMatchNothing(t *testing.T) {
 }
 
 // Each outcome of a migration exits with its own code, from the process
-// itself: all moved 0, tasks skipped by design 3, bad flags 2, the lock
-// held by another run 4, a missing queue 5, a stop 1.
+// itself, in both directions: all moved 0, a stop 1, bad flags or a type
+// that matches nothing 2, tasks skipped by design 3, the lock held by
+// another run 4, a missing queue 5, a task run by both systems 6, the
+// jobkey queue held by a migration through another asynq queue 7.
 func TestMigrateCommandsExitCodes(t *testing.T) {
 	t.Parallel()
 	url, rdb := migrateEnv(t, 2)
 	ctx := context.Background()
-	_, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("email:welcome", nil), asynq.TaskID("bad{x}"))
+	ac := asynq.NewClientFromRedisClient(rdb)
+	_, err := ac.Enqueue(asynq.NewTask("email:welcome", nil), asynq.TaskID("bad{x}"))
 	require.NoError(t, err)
 	exit := func(args string) int {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -258,25 +261,69 @@ func TestMigrateCommandsExitCodes(t *testing.T) {
 		return ee.ExitCode()
 	}
 	base := "migrate-asynq -redis " + url + " -to emails "
+	back := "migrate-to-asynq -redis " + url + " -from emails "
+	lock := "asynqcompat:{default}:migrate-lock"
+
 	require.Equal(t, exitRefused, exit(base))
 	require.Equal(t, exitRefused, exit(base+"-type a,,b"))
 	require.Equal(t, exitRefused, exit(base+"-type a,a"))
 	require.Equal(t, exitRefused, exit(base+"-type nosuch"))
+	require.Equal(t, exitRefused, exit(base+"-type email:welcome -nosuchflag"), "an unknown flag is a refusal too")
 	require.Equal(t, exitNoQueue, exit(base+"-type email:welcome -from-queue nosuch"))
 	require.Equal(t, exitNoQueue, exit("migrate-to-asynq -redis "+url+" -from nosuch -type email:welcome"))
-	require.Equal(t, exitRefused, exit(base+"-type email:welcome -nosuchflag"), "an unknown flag is a refusal too")
-	require.NoError(t, rdb.Set(ctx, "asynqcompat:{default}:migrate-lock", "another run", time.Minute).Err())
+	require.NoError(t, rdb.Set(ctx, lock, "another run", time.Minute).Err())
 	require.Equal(t, exitLocked, exit(base+"-type email:welcome"))
-	require.NoError(t, rdb.Del(ctx, "asynqcompat:{default}:migrate-lock").Err())
+	require.NoError(t, rdb.Del(ctx, lock).Err())
 	require.Equal(t, exitLeft, exit(base+"-type email:welcome"), "the task with '{' in its ID stays in asynq")
 	require.Equal(t, exitMigrated, exit(base+"-type image:resize"))
-	require.Equal(t, exitMigrated, exit("migrate-to-asynq -redis "+url+" -from emails -type image:resize,email:welcome -pause"))
 
-	// A run stopped by its context.
+	// The way back.
+	require.Equal(t, exitRefused, exit(back))
+	require.Equal(t, exitRefused, exit(back+"-type nosuch"))
+	require.NoError(t, rdb.Set(ctx, lock, "another run", time.Minute).Err())
+	require.Equal(t, exitLocked, exit(back+"-type image:resize"))
+	require.NoError(t, rdb.Del(ctx, lock).Err())
+	q, err := jobkey.NewQueue(rdb, "emails", nil)
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "image:resize", nil, &jobkey.EnqueueOpts{ID: "prio", Priority: 3})
+	require.NoError(t, err)
+	require.Equal(t, exitLeft, exit(back+"-type image:resize"), "a job with a Priority stays in jobkey")
+	require.NoError(t, q.Delete(ctx, "prio"))
+	require.Equal(t, exitMigrated, exit(back+"-type image:resize,email:welcome -pause"))
+
+	// A task run by both systems: the state a killed migration into asynq
+	// leaves after writing the held asynq copy, when someone then ran that
+	// copy by hand in asynq and also made the held jobkey job due, where it
+	// ran. The rerun, in either direction, finds it and lists it.
+	_, err = q.Enqueue(ctx, "email:twice", []byte("u"), &jobkey.EnqueueOpts{ID: "u1"})
+	require.NoError(t, err)
+	j, err := q.Claim(ctx, "test")
+	require.NoError(t, err)
+	require.Equal(t, "u1", j.ID)
+	_, err = q.Complete(ctx, j, nil)
+	require.NoError(t, err)
+	forged := fmt.Sprintf(`{"moves":{"u1":{"dir":"to-asynq","step":"copied","jobkey_queue":"emails","type":"email:twice","run_at":%q}}}`,
+		time.Now().UTC().Format(time.RFC3339Nano))
+	for _, cmd := range []string{base, back} {
+		require.NoError(t, rdb.Set(ctx, "asynqcompat:{default}:migration", forged, 0).Err())
+		require.Equal(t, exitTwice, exit(cmd+"-type email:twice"), cmd)
+	}
+
+	// The jobkey queue held by a migration through another asynq queue,
+	// in either direction.
+	require.NoError(t, rdb.Set(ctx, "asynqcompat:{other}:migrate-lock", "another run", time.Minute).Err())
+	require.NoError(t, rdb.Set(ctx, "asynqcompat:jobkey:{jobkey/emails}:migration", "other", 0).Err())
+	require.Equal(t, exitBusy, exit(base+"-type image:resize"))
+	require.Equal(t, exitBusy, exit(back+"-type image:resize"))
+
+	// A run stopped by its context, both ways.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	var out, errOut bytes.Buffer
+	require.NoError(t, rdb.Del(ctx, "asynqcompat:{other}:migrate-lock").Err())
 	err = run(cctx, strings.Fields(base+"-type image:resize"), &out, &errOut)
+	require.Equal(t, exitStopped, exitCode(err), "%v", err)
+	err = run(cctx, strings.Fields(back+"-type image:resize"), &out, &errOut)
 	require.Equal(t, exitStopped, exitCode(err), "%v", err)
 }
 
