@@ -190,7 +190,11 @@ func (o *MigrateOpts) defaults() error {
 // key, for its whole length, renewed while it runs: a second Migrate or
 // MigrateToAsynq of the same asynq queue refuses to start with a
 // *MigrationRunningError (errors.Is ErrMigrationRunning), or waits up to
-// Wait for it. A killed run's lock ends within 6 seconds. A run that loses
+// Wait for it. A killed run's lock ends within 6 seconds. The run then
+// claims the jobkey queue To for its asynq queue: a migration through
+// another asynq queue that runs on To, or stopped with moves in it
+// unfinished, makes it refuse with a *JobkeyQueueBusyError (errors.Is
+// ErrJobkeyQueueBusy), or wait up to Wait while that one runs. A run that loses
 // the lock stops with an error that wraps ErrLockLost, and leaves a queue
 // it paused paused, for the next run to resume.
 //

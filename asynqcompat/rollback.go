@@ -80,7 +80,16 @@ type RollbackOpts struct {
 //
 // A run (but a dry run) holds the migration lock of the asynq queue
 // ToQueue, as Migrate does: one migration of an asynq queue runs at a
-// time, in either direction.
+// time, in either direction; and it claims the jobkey queue From, as
+// Migrate claims To (see there).
+//
+// The asynq copy is written by the run itself, as asynq's Client would
+// enqueue it, in the transaction that records it: the job's LastError
+// becomes the task's LastErr (asynq's Client has no option for it), with
+// the job's last write as LastFailedAt. A copy that is gone when the move
+// makes it due was run by hand (Inspector.RunTask) and finished, or
+// deleted: it is not written again, and the held jobkey job is deleted
+// (MigrateReport.Undone).
 //
 // Active jobs are left to finish in jobkey and listed in
 // MigrateReport.Left; finished jobs stay where they are. So is a pending
