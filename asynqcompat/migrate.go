@@ -217,7 +217,7 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 			return rep, fmt.Errorf("asynqcompat: migrate: %w", err)
 		}
 		defer finish(&err)
-		m.sh = &shifter{st: ses.st, q: opts.To, ins: m.ins, cli: asynq.NewClientFromRedisClient(rdb), m: m,
+		m.sh = &shifter{st: ses.st, q: opts.To, m: m,
 			hook: opts.crashAt, after: opts.afterEnqueue}
 		if err := m.sh.recoverMoves(ctx); err != nil {
 			return rep, err

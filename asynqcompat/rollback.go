@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/jobkey/jobkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -121,7 +120,7 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 8
 	}
-	b := &backMover{ins: asynq.NewInspectorFromRedisClient(rdb), cli: asynq.NewClientFromRedisClient(rdb), opts: opts}
+	b := &backMover{opts: opts}
 	b.m = &mover{rep: &rep, opts: MigrateOpts{Progress: opts.Progress}}
 	if !opts.DryRun {
 		var ses *session
@@ -131,7 +130,7 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 			return rep, fmt.Errorf("asynqcompat: migrate to asynq: %w", err)
 		}
 		defer finish(&err)
-		b.sh = &shifter{st: ses.st, q: opts.From, ins: b.ins, cli: b.cli, m: b.m, hook: opts.crashAt, after: opts.afterEnqueue}
+		b.sh = &shifter{st: ses.st, q: opts.From, m: b.m, hook: opts.crashAt, after: opts.afterEnqueue}
 		if err := b.sh.recoverMoves(ctx); err != nil {
 			return rep, err
 		}
@@ -155,8 +154,6 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 }
 
 type backMover struct {
-	ins  *asynq.Inspector
-	cli  *asynq.Client
 	opts RollbackOpts
 	m    *mover   // the report and progress
 	sh   *shifter // the moves; nil in a dry run

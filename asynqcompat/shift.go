@@ -90,8 +90,6 @@ func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, 
 type shifter struct {
 	st    *stateStore
 	q     *jobkey.Queue
-	ins   *asynq.Inspector
-	cli   *asynq.Client
 	m     *mover // the report
 	hook  func(point, id string) error
 	after func(id string) error // the tests' older hook, at atAfterEnqueue
