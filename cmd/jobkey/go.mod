@@ -8,8 +8,8 @@ require (
 	github.com/jobkey/jobkey v0.0.0
 	github.com/jobkey/jobkey/asynqcompat v0.0.0-00010101000000-000000000000
 	github.com/jobkey/jobkey/bench v0.0.0-00010101000000-000000000000
-	github.com/jobkey/jobkey/otel v0.0.0-00010101000000-000000000000
-	github.com/jobkey/jobkey/ui v0.0.0-00010101000000-000000000000
+	github.com/jobkey/jobkey/jobkeyotel v0.0.0-00010101000000-000000000000
+	github.com/jobkey/jobkey/jobkeyui v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stretchr/testify v1.12.1
@@ -64,6 +64,6 @@ replace (
 	github.com/jobkey/jobkey => ../..
 	github.com/jobkey/jobkey/asynqcompat => ../../asynqcompat
 	github.com/jobkey/jobkey/bench => ../../bench
-	github.com/jobkey/jobkey/otel => ../../otel
-	github.com/jobkey/jobkey/ui => ../../ui
+	github.com/jobkey/jobkey/jobkeyotel => ../../jobkeyotel
+	github.com/jobkey/jobkey/jobkeyui => ../../jobkeyui
 )

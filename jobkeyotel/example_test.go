@@ -10,7 +10,7 @@ import (
 
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/redistest"
-	jobkeyotel "github.com/jobkey/jobkey/otel"
+	jobkeyotel "github.com/jobkey/jobkey/jobkeyotel"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"

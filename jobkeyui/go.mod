@@ -1,4 +1,4 @@
-module github.com/jobkey/jobkey/ui
+module github.com/jobkey/jobkey/jobkeyui
 
 go 1.26.0
 

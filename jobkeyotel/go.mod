@@ -1,4 +1,4 @@
-module github.com/jobkey/jobkey/otel
+module github.com/jobkey/jobkey/jobkeyotel
 
 go 1.26.0
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/redistest"
-	jobkeyotel "github.com/jobkey/jobkey/otel"
+	jobkeyotel "github.com/jobkey/jobkey/jobkeyotel"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
