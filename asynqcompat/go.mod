@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/hibiken/asynq v0.26.0
-	github.com/jobkey/jobkey v0.0.0
+	github.com/jobkey/jobkey v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	google.golang.org/protobuf v1.36.10
@@ -25,5 +25,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/time v0.14.0 // indirect
 )
-
-replace github.com/jobkey/jobkey => ../

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/hibiken/asynq v0.26.0
-	github.com/jobkey/jobkey v0.0.0
+	github.com/jobkey/jobkey v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -23,5 +23,3 @@ require (
 	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
 )
-
-replace github.com/jobkey/jobkey => ../

@@ -3,7 +3,7 @@ module github.com/jobkey/jobkey/jobkeyotel
 go 1.26.0
 
 require (
-	github.com/jobkey/jobkey v0.0.0
+	github.com/jobkey/jobkey v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
@@ -38,5 +38,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/jobkey/jobkey => ../

@@ -5,11 +5,11 @@ go 1.26.0
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/hibiken/asynq v0.26.0
-	github.com/jobkey/jobkey v0.0.0
-	github.com/jobkey/jobkey/asynqcompat v0.0.0-00010101000000-000000000000
-	github.com/jobkey/jobkey/bench v0.0.0-00010101000000-000000000000
-	github.com/jobkey/jobkey/jobkeyotel v0.0.0-00010101000000-000000000000
-	github.com/jobkey/jobkey/jobkeyui v0.0.0-00010101000000-000000000000
+	github.com/jobkey/jobkey v0.1.0
+	github.com/jobkey/jobkey/asynqcompat v0.1.0
+	github.com/jobkey/jobkey/bench v0.1.0
+	github.com/jobkey/jobkey/jobkeyotel v0.1.0
+	github.com/jobkey/jobkey/jobkeyui v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stretchr/testify v1.12.1
@@ -58,12 +58,4 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/jobkey/jobkey => ../..
-	github.com/jobkey/jobkey/asynqcompat => ../../asynqcompat
-	github.com/jobkey/jobkey/bench => ../../bench
-	github.com/jobkey/jobkey/jobkeyotel => ../../jobkeyotel
-	github.com/jobkey/jobkey/jobkeyui => ../../jobkeyui
 )
