@@ -125,23 +125,27 @@ func run(rev string, keep bool) error {
 	}
 	steps := [][]string{get, {"build", "-o", filepath.Join(tmp, "consumer.bin"), "."}, {"vet", "."}}
 	for _, s := range steps {
+		t := time.Now()
 		if _, err := output(consumer, env, "go", s...); err != nil {
 			return err
 		}
+		fmt.Printf("releasecheck: go %s: %.1fs\n", s[0], time.Since(t).Seconds())
 	}
 	if err := checkSums(consumer, mods, version, hashes); err != nil {
 		return err
 	}
-	if out, err := output(consumer, env, "./consumer.bin"); err != nil {
+	out, err := output(consumer, nil, filepath.Join(tmp, "consumer.bin"))
+	if err != nil {
 		return err
-	} else {
-		fmt.Print(out)
 	}
+	fmt.Print(out)
 
 	bin := filepath.Join(tmp, "bin")
+	t := time.Now()
 	if _, err := output(tmp, append(env, "GOBIN="+bin), "go", "install", command+"@"+version); err != nil {
 		return err
 	}
+	fmt.Printf("releasecheck: go install: %.1fs\n", time.Since(t).Seconds())
 	help, err := output(tmp, nil, filepath.Join(bin, "jobkey"), "help")
 	if err != nil {
 		return err
@@ -353,7 +357,9 @@ func consumerEnv(tmp, proxy string) ([]string, error) {
 	chain = append(chain, strings.TrimSpace(goproxy))
 	env := []string{
 		"GOWORK=off",
-		"GOFLAGS=-mod=mod",
+		// -trimpath keeps the build cache's keys free of the consumer's
+		// temporary module cache, so a second run compiles nothing anew.
+		"GOFLAGS=-mod=mod -trimpath",
 		"GOPROXY=" + strings.Join(chain, ","),
 		"GONOSUMDB=" + root,
 		"GOPRIVATE=",
