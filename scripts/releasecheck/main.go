@@ -277,6 +277,10 @@ func publish(repo, commit, proxy string, m mod, version string) (string, error) 
 	if err != nil {
 		return "", err
 	}
+	checked, err := modzip.CheckFiles(files)
+	if err != nil {
+		return "", fmt.Errorf("zip %s: %w", m.Path, err)
+	}
 	var z bytes.Buffer
 	if err := modzip.Create(&z, module.Version{Path: m.Path, Version: version}, files); err != nil {
 		return "", fmt.Errorf("zip %s: %w", m.Path, err)
@@ -296,7 +300,7 @@ func publish(repo, commit, proxy string, m mod, version string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	fmt.Printf("releasecheck: %s@%s: %d files, %d KiB, %s\n", m.Path, version, len(files), z.Len()/1024, h)
+	fmt.Printf("releasecheck: %s@%s: %d files, %d KiB, %s\n", m.Path, version, len(checked.Valid), z.Len()/1024, h)
 	return h, nil
 }
 
