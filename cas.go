@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -164,11 +163,11 @@ type casEngine struct {
 	// check, when set, runs before every transaction: the Queue's one-time
 	// checks of the server, which refuse writes it must not make.
 	check func(ctx context.Context) error
-	// dur is what a write waits for after its EXEC (Config.MinReplicas),
-	// and waitNodes the node clients whose read deadline leaves room for
-	// it (waitNode).
-	dur       durability
-	waitNodes sync.Map // *redis.Client -> *redis.Client
+	// dur is what a write waits for after its EXEC (Config.MinReplicas);
+	// readTimeout is the client's ReadTimeout, which bounds the WAIT sent
+	// in a pipeline (firstWait).
+	dur         durability
+	readTimeout time.Duration
 }
 
 func newCASEngine(rdb redis.UniversalClient, limits casLimits, clock *serverClock) (*casEngine, error) {

@@ -22,7 +22,6 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	if err != nil {
 		return nil, nil, err
 	}
-	node = e.waitNode(node)
 	conn := e.get(ctx, node)
 	armed := true // a WATCH may be active on conn
 	sick := false // a command on conn failed: it may not be kept

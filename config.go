@@ -86,8 +86,9 @@ type Config struct {
 	MinReplicas int
 	// ReplicaTimeout bounds how long a write waits for MinReplicas (default:
 	// 1s; from 1ms to 1 minute). It may exceed the client's ReadTimeout:
-	// the connection of a waiting write gets a read deadline of
-	// ReadTimeout+ReplicaTimeout.
+	// the WAIT in the write's round trip waits at most half of ReadTimeout,
+	// and a WAIT of its own, with its own read deadline, waits for the rest
+	// when the replicas are that slow.
 	ReplicaTimeout time.Duration
 	// Now is this host's clock (default: time.Now). jobkey does not decide
 	// by it: whether a job is due, whether a lease has run out and when a

@@ -64,28 +64,6 @@ type durability struct {
 
 func (d durability) on() bool { return d.replicas > 0 }
 
-// waitNode returns the client a transaction on node runs through: node
-// itself, or, when writes wait for replicas, a copy of it sharing its pool
-// whose read deadline leaves room for WAIT to hold its reply for
-// ReplicaTimeout. go-redis gives a pipeline one read deadline, its
-// ReadTimeout, whatever it carries, so without the copy a ReplicaTimeout
-// above ReadTimeout would end in an i/o timeout. The copies are kept, one
-// per node.
-func (e *casEngine) waitNode(node *redis.Client) *redis.Client {
-	if !e.dur.on() {
-		return node
-	}
-	rt := node.Options().ReadTimeout
-	if rt <= 0 {
-		return node // no read deadline at all
-	}
-	if c, ok := e.waitNodes.Load(node); ok {
-		return c.(*redis.Client)
-	}
-	c, _ := e.waitNodes.LoadOrStore(node, node.WithTimeout(rt+e.dur.timeout))
-	return c.(*redis.Client)
-}
-
 // execWait is exec when writes wait for replicas: MULTI, the writes, EXEC
 // and WAIT in one plain pipeline, since go-redis's transaction pipeline
 // ends at EXEC. Its replies are handed back as a transaction pipeline's
@@ -109,6 +87,7 @@ func (e *casEngine) execWait(ctx context.Context, conn *redis.Conn, route string
 	queued := make([]*redis.Cmd, len(args))
 	var exec *redis.Cmd
 	var wait *redis.IntCmd
+	start := time.Now()
 	sent, perr := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, "multi")
 		for i, a := range args {
@@ -172,7 +151,7 @@ func (e *casEngine) execWait(ctx context.Context, conn *redis.Conn, route string
 	if first != nil {
 		return results, nil, first // a StepError: some steps applied, some not
 	}
-	return results, e.replicated(route, wait), nil
+	return results, e.replicated(ctx, conn, route, wait, start), nil
 }
 
 // confirm is the round trip of a call that answers from a write it
@@ -187,6 +166,7 @@ func (e *casEngine) confirm(ctx context.Context, conn *redis.Conn, route string)
 	var unwatch *redis.Cmd
 	var set *redis.StatusCmd
 	var wait *redis.IntCmd
+	sent := time.Now()
 	_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		unwatch = p.Do(ctx, "unwatch")
 		set = p.Set(ctx, syncKey(route), "1", time.Minute)
@@ -198,20 +178,44 @@ func (e *casEngine) confirm(ctx context.Context, conn *redis.Conn, route string)
 		return healthy, &ReplicationError{Key: route, Want: e.dur.replicas, Timeout: e.dur.timeout,
 			Err: fmt.Errorf("write of its own before WAIT: %w", err)}
 	}
-	return healthy, e.replicated(route, wait)
+	return healthy, e.replicated(ctx, conn, route, wait, sent)
 }
 
-// wait queues WAIT on p.
+// wait queues WAIT on p, for as long as the pipeline's read deadline
+// allows (firstWait).
 func (e *casEngine) wait(ctx context.Context, p redis.Pipeliner) *redis.IntCmd {
-	cmd := redis.NewIntCmd(ctx, "wait", e.dur.replicas, max(e.dur.timeout.Milliseconds(), 1))
+	cmd := redis.NewIntCmd(ctx, "wait", e.dur.replicas, max(e.firstWait().Milliseconds(), 1))
 	_ = p.Process(ctx, cmd)
 	return cmd
 }
 
-// replicated turns WAIT's reply into nil, or the *ReplicationError of a
-// write fewer replicas than wanted confirmed.
-func (e *casEngine) replicated(route string, wait *redis.IntCmd) error {
+// firstWait is how long the WAIT in a write's pipeline waits: all of
+// ReplicaTimeout, or half the client's ReadTimeout when that is shorter.
+// go-redis reads a whole pipeline under one deadline, ReadTimeout, so a
+// longer WAIT there would end in an i/o timeout; what is left of
+// ReplicaTimeout is waited for by a WAIT of its own (replicated), which
+// go-redis gives a read deadline of its timeout and more, as it does every
+// blocking command. A write whose replicas answer within firstWait, the
+// usual case, costs no round trip more.
+func (e *casEngine) firstWait() time.Duration {
+	rt := e.readTimeout
+	if rt <= 0 {
+		return e.dur.timeout // no read deadline
+	}
+	return max(min(e.dur.timeout, rt/2), time.Millisecond)
+}
+
+// replicated turns the reply of the WAIT sent at start into nil, or the
+// *ReplicationError of a write fewer replicas than wanted confirmed within
+// ReplicaTimeout; when that WAIT was cut short to fit the pipeline's read
+// deadline, a WAIT of its own on conn waits for the rest.
+func (e *casEngine) replicated(ctx context.Context, conn *redis.Conn, route string, wait *redis.IntCmd, start time.Time) error {
 	n, err := wait.Result()
+	if left := e.dur.timeout - time.Since(start); err == nil && n < int64(e.dur.replicas) && e.firstWait() < e.dur.timeout && left > 0 {
+		e.m.roundTrips.Add(1)
+		e.m.commands.Add(1)
+		n, err = conn.Wait(ctx, e.dur.replicas, max(left, time.Millisecond)).Result()
+	}
 	if err == nil && n >= int64(e.dur.replicas) {
 		return nil
 	}
@@ -234,4 +238,16 @@ func setArgs(key string, val []byte, ttl time.Duration) []any {
 		return []any{"set", key, val, "px", max(ttl.Milliseconds(), 1)}
 	}
 	return []any{"set", key, val}
+}
+
+// readTimeoutOf returns the ReadTimeout of rdb's connections: 0 or less
+// means none.
+func readTimeoutOf(rdb redis.UniversalClient) time.Duration {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	}
+	return 0
 }
