@@ -57,6 +57,20 @@ func (r *replicated) onReplica(t *testing.T, id string) *Job {
 	return j
 }
 
+// untilReplicated calls write until it returns anything but
+// ErrNotReplicated, as a caller retries: a replica just thawed on a loaded
+// machine may take longer than a short ReplicaTimeout to catch up.
+func untilReplicated[T any](t *testing.T, write func() (T, error)) (T, error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		v, err := write()
+		if !errors.Is(err, ErrNotReplicated) || time.Now().After(deadline) {
+			return v, err
+		}
+	}
+}
+
 // freeze stops the replica's process until the returned func thaws it and
 // waits for its link to the master to be up again.
 func (r *replicated) freeze(t *testing.T) (thaw func()) {
@@ -150,7 +164,7 @@ func TestUnreplicatedWriteReturnsReplicationError(t *testing.T) {
 	_, err = r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "a"})
 	require.ErrorIs(t, err, ErrNotReplicated)
 	thaw()
-	_, err = r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "a"})
+	_, err = untilReplicated(t, func() (*Job, error) { return r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "a"}) })
 	require.ErrorIs(t, err, ErrJobExists)
 	require.NotErrorIs(t, err, ErrNotReplicated)
 	require.NotNil(t, r.onReplica(t, "a"))
@@ -191,7 +205,7 @@ func TestRetryAfterNotReplicatedIsSafe(t *testing.T) {
 		require.Equal(t, o.want, onMaster.State, o.name)
 		thaw()
 		rev := onMaster.Rev
-		got, err := o.write(jobs[i])
+		got, err := untilReplicated(t, func() (*Job, error) { return o.write(jobs[i]) })
 		require.NoError(t, err, o.name)
 		require.Equal(t, o.want, got.State, o.name)
 		if o.name != "Extend" {
