@@ -159,6 +159,10 @@ type casEngine struct {
 	// check, when set, runs before every transaction: the Queue's one-time
 	// checks of the server, which refuse writes it must not make.
 	check func(ctx context.Context) error
+	// failed, when set, is told of every transaction that failed with an
+	// error (not a conflict): the Queue reloads the slot map when the
+	// error says a cluster node could not be reached.
+	failed func(ctx context.Context, err error)
 }
 
 func newCASEngine(rdb redis.UniversalClient, limits casLimits, clock *serverClock) (*casEngine, error) {
@@ -264,6 +268,9 @@ func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, err
 		read, plan, err := e.attempt(ctx, t)
 		var r *retry
 		if !errors.As(err, &r) {
+			if err != nil && e.failed != nil {
+				e.failed(ctx, err)
+			}
 			return read, plan, err
 		}
 		e.m.conflicts.Add(1)

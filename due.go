@@ -409,6 +409,12 @@ func (s *expiring[K]) purge() {
 	s.purged = now
 }
 
+func (s *expiring[K]) remove(k K) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.until, k)
+}
+
 func (s *expiring[K]) has(k K) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
