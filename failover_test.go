@@ -255,8 +255,8 @@ const (
 )
 
 // replicaStall is how long the replica is stalled, starting stallLead
-// before the master is killed: the master's writes of that moment stay in
-// its buffers and die with it.
+// before the master is killed, with the master's link to it dropped: the
+// master's writes of that moment are on the master alone and die with it.
 const (
 	replicaStall = 300 * time.Millisecond
 	stallLead    = 100 * time.Millisecond
@@ -266,6 +266,10 @@ func stallAndKill(t *testing.T, replica, master *redistest.Server) time.Time {
 	t.Helper()
 	resumed, err := replica.Stall(replicaStall)
 	require.NoError(t, err)
+	// The master's link to it goes too: what the master writes from now
+	// on is not in the replica's socket when it wakes, as it would not be
+	// after a partition.
+	require.NoError(t, master.DropReplicas(context.Background()))
 	time.Sleep(stallLead)
 	killed := time.Now()
 	master.Crash()

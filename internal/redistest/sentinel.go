@@ -241,3 +241,12 @@ func infoField(info, field string) string {
 	}
 	return ""
 }
+
+// DropReplicas closes the master's links to its replicas (CLIENT KILL TYPE
+// replica): a replica stalled meanwhile (Stall) cannot come back for what
+// the master writes next, which then lives on the master alone.
+func (s *Server) DropReplicas(ctx context.Context) error {
+	c := plainClient(s.Addr)
+	defer c.Close()
+	return c.ClientKillByFilter(ctx, "TYPE", "replica").Err()
+}
