@@ -63,6 +63,7 @@ type failoverLog struct {
 	completed map[string][]time.Time // acknowledged completions per ID, with their run's start
 	rerun     map[string]bool        // ran again after an acknowledged completion
 	twice     int
+	twiceLog  []string
 	overlaps  int
 	firstAck  map[int]time.Time // per producer: first acknowledgement after the promotion
 	workBack  time.Time         // first acknowledged completion of an affected job after the promotion
@@ -135,8 +136,8 @@ func runFailover(t *testing.T, c failoverCase) failoverFigures {
 			l.mu.Unlock()
 			return nil, nil
 		}), &WorkOpts{Concurrency: 8, PollInterval: 20 * time.Millisecond, Logger: quiet, OnRecorded: func(j *Job, err error) {
-			if err != nil {
-				return
+			if err != nil || j.State != StateSucceeded {
+				return // not recorded, or a claim given back unrun
 			}
 			now := time.Now()
 			l.mu.Lock()
@@ -144,6 +145,8 @@ func runFailover(t *testing.T, c failoverCase) failoverFigures {
 			starts := l.started[j.ID]
 			if prev := l.completed[j.ID]; len(prev) > 0 && len(starts) > 0 && starts[len(starts)-1].Before(prev[len(prev)-1]) {
 				l.twice++ // this run began before the last acknowledged completion of the job
+				l.twiceLog = append(l.twiceLog, fmt.Sprintf("%s: runs began %v, completions acknowledged %v, now %v, promoted %v",
+					j.ID, stamps(starts), stamps(prev), stamps([]time.Time{now}), stamps([]time.Time{l.promoted})))
 			}
 			l.completed[j.ID] = append(l.completed[j.ID], now)
 			if !l.promoted.IsZero() && now.After(l.promoted) && l.workBack.IsZero() && c.affected(j.ID) {
@@ -187,6 +190,9 @@ func runFailover(t *testing.T, c failoverCase) failoverFigures {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, line := range l.twiceLog {
+		t.Log("finished twice: " + line)
+	}
 	f := failoverFigures{Enqueued: len(l.acked), Stuck: int(st.Pending + st.Active), FinishedTwice: l.twice,
 		Overlaps: l.overlaps, Promoted: promoted.Sub(killed)}
 	backAt := func(at time.Time) time.Duration {
@@ -334,4 +340,12 @@ func TestFailoverSentinelUnderLoad(t *testing.T) {
 func TestFailoverClusterUnderLoad(t *testing.T) {
 	t.Parallel()
 	requireFailoverTargets(t, clusterFailover(t, Config{}))
+}
+
+func stamps(ts []time.Time) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Format("05.000")
+	}
+	return out
 }
