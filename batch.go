@@ -60,7 +60,7 @@ func (q *Queue) eachTxn(ctx context.Context, failFast bool, pos []int, id func(i
 			case !q.cluster() || ctx.Err() != nil:
 				stop = err
 			case q.unreachable(ctx, err):
-				q.down.add(shard)
+				q.down.add(shard, err)
 			}
 		}
 	}

@@ -259,7 +259,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 				firstErr = cmp.Or(firstErr, fmt.Errorf("jobkey: read %s: %w", key, err))
 				broken[r.shard] = true
 				if q.unreachable(ctx, err) {
-					q.down.add(r.shard)
+					q.down.add(r.shard, err)
 				}
 				continue
 			}

@@ -248,17 +248,12 @@ func requireFailoverTargets(t *testing.T, f failoverFigures) {
 	require.Zero(t, f.Overlaps, "overlapping runs")
 	require.GreaterOrEqual(t, f.ProducersBack, time.Duration(0), "every producer makes progress again")
 	require.GreaterOrEqual(t, f.WorkersBack, time.Duration(0), "the killed master's jobs are worked again")
-	require.LessOrEqual(t, f.ProducersBack, resumeWithin+sharedMachineMargin, "producers back after the promotion")
-	require.LessOrEqual(t, f.WorkersBack, resumeWithin+sharedMachineMargin, "workers back after the promotion")
+	require.LessOrEqual(t, f.ProducersBack, resumeWithin, "producers back after the promotion")
+	require.LessOrEqual(t, f.WorkersBack, resumeWithin, "workers back after the promotion")
 }
 
 // resumeWithin is how soon after a promotion the queue must be back.
-// sharedMachineMargin is added for CI on a shared 2-core machine, where 2
-// runs in 12 had the workers back in 2.4-2.7 s (the others: 0.1-0.7 s).
-const (
-	resumeWithin        = 2 * time.Second
-	sharedMachineMargin = time.Second
-)
+const resumeWithin = 2 * time.Second
 
 // replicaStall is how long the replica is stalled, starting stallLead
 // before the master is killed, with the master's link to it dropped: the

@@ -2,6 +2,8 @@ package jobkey
 
 import (
 	"context"
+	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,10 +73,17 @@ func newShardsDown(slots *slotMap, key func(int) string) *shardsDown {
 	return &shardsDown{set: expiring[int]{ttl: downFor, max: maxShards}, slots: slots, key: key, addr: map[int]string{}}
 }
 
-// add marks shard s down, and asks for the slot map: its node may have been
-// replaced already.
-func (d *shardsDown) add(s int) {
+// add marks shard s down after err, and asks for the slot map: its node
+// may have been replaced already. A call that failed on an address the slot
+// map no longer gives for s (it was sent before a reload that found a
+// promoted replica) marks nothing: the shard's owner now is another node.
+func (d *shardsDown) add(s int, err error) {
 	addr := d.slots.master(d.key(s))
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Addr != nil && addr != "" && oe.Addr.String() != addr {
+		d.slots.reload()
+		return
+	}
 	d.mu.Lock()
 	d.addr[s] = addr
 	d.mu.Unlock()
