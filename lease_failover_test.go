@@ -102,7 +102,7 @@ func TestLeaseAfterFailoverEndsByTheNewMastersClock(t *testing.T) {
 	shift.by.Store(int64(time.Hour)) // the old master
 	_, err = q.Stats(ctx)
 	require.NoError(t, err)
-	est, ok := q.clock.estimate()
+	est, ok := q.clock.Estimate()
 	require.True(t, ok)
 	require.WithinDuration(t, time.Now().Add(time.Hour), est, 5*time.Second, "the estimate learned the old master's clock")
 
@@ -111,7 +111,7 @@ func TestLeaseAfterFailoverEndsByTheNewMastersClock(t *testing.T) {
 	require.NoError(t, err)
 	real := time.Now()
 	require.WithinDuration(t, real.Add(lease), j.LeaseUntil, 2*time.Second, "the lease ends by the new master's clock")
-	est, _ = q.clock.estimate()
+	est, _ = q.clock.Estimate()
 	require.WithinDuration(t, real, est, 2*time.Second, "the estimate follows the new master")
 	j, err = q.Extend(ctx, j)
 	require.NoError(t, err)
