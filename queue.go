@@ -79,6 +79,8 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 			q.down.slots.reload()
 		}
 	}
+	engine.dur = durability{replicas: c.MinReplicas, timeout: c.ReplicaTimeout}
+	engine.readTimeout = readTimeoutOf(rdb)
 	q.pool = newDuePool(c.Shards, q.down.has)
 	q.pool.moved = q.down.moved
 	if !c.DisableGroupCommit {

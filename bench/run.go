@@ -47,6 +47,9 @@ type Params struct {
 	// Cluster treats the URL as a seed node of a Redis Cluster, and reports
 	// each master's share of keys and commands.
 	Cluster bool
+	// MinReplicas is jobkey's Config.MinReplicas: every write waits for
+	// that many replicas (default 0; other designs ignore it).
+	MinReplicas int
 }
 
 // NodeShare is one cluster master's part of a run.
@@ -119,7 +122,7 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
 	defer Cleanup(context.WithoutCancel(ctx), rdb, AsynqKeys(prefix))
 	calls0 := nodeCalls(ctx, rdb)
-	d, err := NewDesign(design, rdb, prefix)
+	d, err := NewDesign(design, rdb, prefix, p.MinReplicas)
 	if err != nil {
 		return Result{}, err
 	}

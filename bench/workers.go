@@ -49,10 +49,11 @@ type WorkerDesign interface {
 }
 
 // NewWorkerDesign builds a worker design by name, on rdb under prefix.
-func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string) (WorkerDesign, error) {
+// minReplicas is jobkey's Config.MinReplicas.
+func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string, minReplicas int) (WorkerDesign, error) {
 	switch name {
 	case "jobkey":
-		d, err := NewJobkey(rdb, prefix)
+		d, err := NewJobkey(rdb, prefix, minReplicas)
 		return jobkeyWorker{d}, err
 	case "multikey":
 		return multikeyWorker{NewMultikey(rdb, prefix)}, nil
@@ -147,6 +148,9 @@ type WorkParams struct {
 	Slots     int // worker slots (default 8)
 	Producers int // producers in produce-and-work (default 8)
 	Ops       int // jobs
+	// MinReplicas is jobkey's Config.MinReplicas (default 0; other
+	// designs ignore it).
+	MinReplicas int
 	// OnStart is called as the timed phase begins, OnEnd as it ends (when
 	// the Ops-th job has been handled, before the workers shut down): a
 	// benchmark's ResetTimer and StopTimer.
@@ -203,7 +207,7 @@ func RunWork(ctx context.Context, url, design string, p WorkParams) (WorkResult,
 	prefix := "bench-" + jobkey.NewID()
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
 	defer Cleanup(context.WithoutCancel(ctx), rdb, AsynqKeys(prefix))
-	d, err := NewWorkerDesign(design, rdb, prefix)
+	d, err := NewWorkerDesign(design, rdb, prefix, p.MinReplicas)
 	if err != nil {
 		return WorkResult{}, err
 	}

@@ -11,9 +11,6 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 
-const (
-	sigStop = syscall.SIGSTOP
-	sigCont = syscall.SIGCONT
-)
+func freeze(p *os.Process) error { return p.Signal(syscall.SIGSTOP) }
 
-func signal(p *os.Process, sig syscall.Signal) error { return p.Signal(sig) }
+func thaw(p *os.Process) error { return p.Signal(syscall.SIGCONT) }

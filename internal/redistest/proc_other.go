@@ -10,11 +10,6 @@ import (
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }
 
-const (
-	sigStop syscall.Signal = 0
-	sigCont syscall.Signal = 0
-)
+func freeze(p *os.Process) error { return errors.New("redistest: Freeze needs Linux") }
 
-func signal(*os.Process, syscall.Signal) error {
-	return errors.New("redistest: stalling a server needs Linux")
-}
+func thaw(p *os.Process) error { return errors.New("redistest: Thaw needs Linux") }

@@ -236,14 +236,14 @@ func (s *Server) Exited() bool {
 // nothing meanwhile, and its sockets fill. It returns at once; done is
 // closed when the process runs again.
 func (s *Server) Stall(d time.Duration) (done <-chan struct{}, err error) {
-	if err := signal(s.cmd.Process, sigStop); err != nil {
+	if err := s.Freeze(); err != nil {
 		return nil, err
 	}
 	ch := make(chan struct{})
 	go func() {
 		defer close(ch)
 		time.Sleep(d)
-		_ = signal(s.cmd.Process, sigCont)
+		_ = s.Thaw()
 	}()
 	return ch, nil
 }
