@@ -1,4 +1,4 @@
-package bench
+package benchscenario
 
 import (
 	"cmp"
@@ -75,6 +75,8 @@ type Result struct {
 	Conflicts int64 `json:"conflicts"`
 	Retries   int64 `json:"retries"`
 	Errors    int64 `json:"errors"`
+	// CPU is what the client process and Redis spent over the timed phase.
+	CPU CPU `json:"cpu"`
 	// Nodes is filled on a cluster: each master's keys and commands.
 	Nodes []NodeShare `json:"nodes,omitempty"`
 }
@@ -95,13 +97,18 @@ func (r Result) Per(n int64) float64 {
 	return float64(n) / float64(r.Jobs)
 }
 
-// Run runs one scenario of one design against the Redis at url, under a
-// fresh key prefix that it deletes afterwards.
+// Run runs one scenario of one of Designs against the Redis at url, under
+// a fresh key prefix that it deletes afterwards.
 func Run(ctx context.Context, url, design string, p Params) (Result, error) {
+	return RunWith(ctx, url, design, p, NewDesign)
+}
+
+// RunWith is Run with the designs that newDesign builds.
+func RunWith(ctx context.Context, url, design string, p Params, newDesign Factory) (Result, error) {
 	p.Clients = cmp.Or(p.Clients, 8)
 	p.Batch = cmp.Or(p.Batch, 32)
 	if p.Ops == 0 && (p.Duration <= 0 || p.Scenario == Drain) {
-		return Result{}, fmt.Errorf("bench: %s needs Ops", p.Scenario)
+		return Result{}, fmt.Errorf("benchscenario: %s needs Ops", p.Scenario)
 	}
 	probe := &Probe{}
 	var rdb redis.UniversalClient
@@ -117,18 +124,17 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 	defer rdb.Close()
 	prefix := "bench-" + jobkey.NewID()
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
-	defer Cleanup(context.WithoutCancel(ctx), rdb, AsynqKeys(prefix))
 	calls0 := nodeCalls(ctx, rdb)
-	d, err := NewDesign(design, rdb, prefix)
+	d, err := newDesign(design, rdb, prefix)
 	if err != nil {
 		return Result{}, err
 	}
-	if _, ok := d.(asynqProducer); ok && p.Scenario != Enqueue {
-		return Result{}, fmt.Errorf("bench: %s has only the %s scenario", design, Enqueue)
+	if c, ok := d.(interface{ Close() }); ok {
+		defer c.Close()
 	}
 	op, err := setup(ctx, d, p)
 	if err != nil {
-		return Result{}, fmt.Errorf("bench: set up %s/%s: %w", design, p.Scenario, err)
+		return Result{}, fmt.Errorf("benchscenario: set up %s/%s: %w", design, p.Scenario, err)
 	}
 
 	var next, jobs, errs atomic.Int64
@@ -138,6 +144,7 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 	if p.OnStart != nil {
 		p.OnStart()
 	}
+	cpu := StartCPU(ctx, rdb)
 	start := time.Now()
 	if p.Ops == 0 {
 		deadline = start.Add(p.Duration)
@@ -172,13 +179,14 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	used := cpu.Stop(ctx)
 	all := slices.Concat(lats...)
 	slices.Sort(all)
 	r := Result{
 		Design: design, Scenario: p.Scenario, Payload: p.Payload, Clients: p.Clients, Batch: p.Batch,
 		Jobs: jobs.Load(), Calls: int64(len(all)), Elapsed: elapsed, Wire: probe.Snap().Sub(before),
 		Conflicts: d.Conflicts() - c0, Retries: d.Retries() - r0, Errors: errs.Load(),
-		P50: percentile(all, 0.50), P99: percentile(all, 0.99),
+		P50: percentile(all, 0.50), P99: percentile(all, 0.99), CPU: used,
 	}
 	if p.Cluster {
 		r.Nodes = nodeShares(ctx, rdb, prefix, calls0)
@@ -330,7 +338,7 @@ func setup(ctx context.Context, d Design, p Params) (opFunc, error) {
 			return 1, d.Complete(ctx, h, nil)
 		}, nil
 	}
-	return nil, fmt.Errorf("bench: unknown scenario %q", p.Scenario)
+	return nil, fmt.Errorf("benchscenario: unknown scenario %q", p.Scenario)
 }
 
 func worker(c int) string { return fmt.Sprintf("bench-worker-%d", c) }
