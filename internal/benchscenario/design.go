@@ -127,6 +127,31 @@ func (d *Jobkey) Update(ctx context.Context, id string, payload []byte) error {
 
 func (d *Jobkey) Conflicts() int64 { return d.Q.Metrics().Conflicts }
 
+// Batches sums the batch sizes of every group-committed call.
+func (d *Jobkey) Batches() jobkey.BatchSizes {
+	m := d.Q.Metrics()
+	var s jobkey.BatchSizes
+	for _, h := range []jobkey.BatchSizes{m.EnqueueBatches, m.ClaimBatches, m.CompleteBatches, m.ExtendBatches, m.FinishBatches} {
+		s.Flushes += h.Flushes
+		s.Calls += h.Calls
+		for i := range s.Buckets {
+			s.Buckets[i] += h.Buckets[i]
+		}
+	}
+	return s
+}
+
+// batcher is a design that counts its batches.
+type batcher interface{ Batches() jobkey.BatchSizes }
+
+// batches reads d's batch sizes, if it counts them.
+func batches(d any) jobkey.BatchSizes {
+	if b, ok := d.(batcher); ok {
+		return b.Batches()
+	}
+	return jobkey.BatchSizes{}
+}
+
 // Retries counts attempts beyond the first of each transaction.
 func (d *Jobkey) Retries() int64 { m := d.Q.Metrics(); return m.Attempts - m.Txns }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/redistest"
 )
 
@@ -34,6 +35,7 @@ func Report(b *testing.B, r Result) {
 	b.ReportMetric(r.Per(r.Wire.BytesOut+r.Wire.BytesIn), "wire-B/op")
 	b.ReportMetric(r.Throughput(), "jobs/s")
 	reportCPU(b, r.CPU, r.Jobs)
+	reportBatches(b, r.Batches)
 	if r.Design == "jobkey" {
 		b.ReportMetric(r.Per(r.Conflicts), "conflicts/op")
 		b.ReportMetric(r.Per(r.Retries), "retries/op")
@@ -61,6 +63,7 @@ func ReportWork(b *testing.B, r WorkResult) {
 	b.ReportMetric(r.Per(r.Wire.RTT), "rtt/op")
 	b.ReportMetric(r.Per(r.Wire.Cmds), "redis-cmds/op")
 	reportCPU(b, r.CPU, r.Jobs)
+	reportBatches(b, r.Batches)
 	if r.Scenario == ProduceAndWork {
 		b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
@@ -73,4 +76,14 @@ func reportCPU(b *testing.B, c CPU, jobs int64) {
 	b.ReportMetric(redis, "redis-µs/job")
 	b.ReportMetric(allocs, "allocs/job")
 	b.ReportMetric(bytes, "B/job")
+}
+
+// reportBatches gives the mean size of group-committed batches and the
+// share of them that carried a single call.
+func reportBatches(b *testing.B, s jobkey.BatchSizes) {
+	if s.Flushes == 0 {
+		return
+	}
+	b.ReportMetric(s.Mean(), "calls/batch")
+	b.ReportMetric(100*float64(s.Buckets[0])/float64(s.Flushes), "single-batch-%")
 }

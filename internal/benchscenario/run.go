@@ -77,6 +77,8 @@ type Result struct {
 	Errors    int64 `json:"errors"`
 	// CPU is what the client process and Redis spent over the timed phase.
 	CPU CPU `json:"cpu"`
+	// Batches are the sizes of jobkey's group-committed batches.
+	Batches jobkey.BatchSizes `json:"batches"`
 	// Nodes is filled on a cluster: each master's keys and commands.
 	Nodes []NodeShare `json:"nodes,omitempty"`
 }
@@ -144,7 +146,7 @@ func RunWith(ctx context.Context, url, design string, p Params, newDesign Factor
 	if p.OnStart != nil {
 		p.OnStart()
 	}
-	cpu := StartCPU(ctx, rdb)
+	cpu, b0 := StartCPU(ctx, rdb), batches(d)
 	start := time.Now()
 	if p.Ops == 0 {
 		deadline = start.Add(p.Duration)
@@ -187,6 +189,7 @@ func RunWith(ctx context.Context, url, design string, p Params, newDesign Factor
 		Jobs: jobs.Load(), Calls: int64(len(all)), Elapsed: elapsed, Wire: probe.Snap().Sub(before),
 		Conflicts: d.Conflicts() - c0, Retries: d.Retries() - r0, Errors: errs.Load(),
 		P50: percentile(all, 0.50), P99: percentile(all, 0.99), CPU: used,
+		Batches: batches(d).Sub(b0),
 	}
 	if p.Cluster {
 		r.Nodes = nodeShares(ctx, rdb, prefix, calls0)

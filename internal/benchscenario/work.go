@@ -106,6 +106,8 @@ type WorkResult struct {
 	Wire Snapshot      `json:"wire"`
 	// CPU is what the client process and Redis spent over the timed phase.
 	CPU CPU `json:"cpu"`
+	// Batches are the sizes of jobkey's group-committed batches.
+	Batches jobkey.BatchSizes `json:"batches"`
 }
 
 // Throughput is jobs handled per second.
@@ -185,7 +187,7 @@ func RunWorkWith(ctx context.Context, url, design string, p WorkParams, newDesig
 	if p.OnStart != nil {
 		p.OnStart()
 	}
-	cpu := StartCPU(ctx, rdb)
+	cpu, b0 := StartCPU(ctx, rdb), batches(d)
 	start := time.Now()
 	go func() { worked <- d.Work(workCtx, p.Slots, handle) }()
 	var produced sync.WaitGroup
@@ -197,7 +199,7 @@ func RunWorkWith(ctx context.Context, url, design string, p WorkParams, newDesig
 	case <-ctx.Done():
 	}
 	elapsed := time.Since(start)
-	used := cpu.Stop(ctx)
+	used, batched := cpu.Stop(ctx), batches(d).Sub(b0)
 	if p.OnEnd != nil {
 		p.OnEnd()
 	}
@@ -211,7 +213,7 @@ func RunWorkWith(ctx context.Context, url, design string, p WorkParams, newDesig
 		return WorkResult{}, err
 	}
 	r := WorkResult{Design: design, Scenario: p.Scenario, Payload: p.Payload, Slots: p.Slots, Jobs: int64(p.Ops),
-		Elapsed: elapsed, Wire: wire, CPU: used}
+		Elapsed: elapsed, Wire: wire, CPU: used, Batches: batched}
 	if p.Scenario == ProduceAndWork {
 		r.Producers = p.Producers
 		slices.Sort(lats)
