@@ -1,15 +1,13 @@
 package jobkey
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/oklog/ulid/v2"
+	"github.com/jobkey/jobkey/internal/ulid"
 )
 
 // MaxIDLen bounds a job ID, which is part of a Redis key.
@@ -29,28 +27,13 @@ func validID(id string) error {
 	return nil
 }
 
-var (
-	ulidMu      sync.Mutex
-	ulidEntropy = ulid.Monotonic(rand.Reader, 0)
-)
+// ids draws the IDs NewID returns.
+var ids ulid.Generator
 
-// NewID returns a new ULID: unique, and sortable by creation time.
-func NewID() string {
-	ulidMu.Lock()
-	defer ulidMu.Unlock()
-	ts := ulid.Timestamp(time.Now())
-	id, err := ulid.New(ts, ulidEntropy)
-	if err != nil { // the monotonic counter overflowed within one millisecond
-		ulidEntropy = ulid.Monotonic(rand.Reader, 0)
-		id, err = ulid.New(ts, ulidEntropy)
-	}
-	if err != nil {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		return hex.EncodeToString(b[:])
-	}
-	return id.String()
-}
+// NewID returns a new ULID (https://github.com/ulid/spec): unique, and
+// sortable by creation time; IDs drawn by one process sort in the order they
+// were drawn.
+func NewID() string { return ids.New(time.Now()) }
 
 // ContentID derives a job ID from a job's type and payload, so enqueueing the
 // same work twice with it is deduplicated: the second Enqueue returns
