@@ -42,6 +42,17 @@ func eachDesign(b *testing.B, scenario string) {
 // BenchmarkEnqueue: 8 clients enqueue one job per call.
 func BenchmarkEnqueue(b *testing.B) { eachDesign(b, benchscenario.Enqueue) }
 
+// BenchmarkEnqueueAlone: one client enqueues 1 KiB jobs one at a time,
+// the latency of a lone caller (p50-µs/call).
+func BenchmarkEnqueueAlone(b *testing.B) {
+	for _, design := range benchscenario.Designs {
+		b.Run("design="+design, func(b *testing.B) {
+			benchscenario.Bench(b, design, benchscenario.Params{Scenario: benchscenario.Enqueue, Payload: 1 << 10, Clients: 1},
+				benchscenario.NewDesign)
+		})
+	}
+}
+
 // BenchmarkLifecycle: 8 clients each enqueue, claim and complete a job per call.
 func BenchmarkLifecycle(b *testing.B) { eachDesign(b, benchscenario.Lifecycle) }
 

@@ -34,6 +34,7 @@ func Report(b *testing.B, r Result) {
 	b.ReportMetric(r.Per(r.Wire.Cmds), "redis-cmds/op")
 	b.ReportMetric(r.Per(r.Wire.BytesOut+r.Wire.BytesIn), "wire-B/op")
 	b.ReportMetric(r.Throughput(), "jobs/s")
+	b.ReportMetric(float64(r.P50.Nanoseconds())/1000, "p50-µs/call")
 	reportCPU(b, r.CPU, r.Jobs)
 	reportBatches(b, r.Batches)
 	if r.Design == "jobkey" {
