@@ -2,7 +2,6 @@ package jobkey
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
 )
 
@@ -72,12 +71,24 @@ type keyspace struct {
 	queue  string
 	shards int
 	tags   []string // "<prefix>:{<queue>/<shard>}" per shard
+	// indexes holds every shard's index key names, built once: the hot
+	// paths name several per job. Read-only after newKeyspace.
+	indexes []map[string]string
 }
 
+// indexNames are the names whose keys newKeyspace builds ahead.
+var indexNames = append([]string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt,
+	seenNewer, seenVanished, seenStuck}, readyIndexes...)
+
 func newKeyspace(prefix, queue string, shards int) *keyspace {
-	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards)}
+	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards),
+		indexes: make([]map[string]string, shards)}
 	for i := range shards {
 		ks.tags[i] = prefix + ":{" + shardTag(queue, i, shards) + "}"
+		ks.indexes[i] = make(map[string]string, len(indexNames))
+		for _, name := range indexNames {
+			ks.indexes[i][name] = ks.tags[i] + ":" + name
+		}
 	}
 	return ks
 }
@@ -131,9 +142,18 @@ func (ks *keyspace) shardOf(id string) int {
 	if ks.shards == 1 {
 		return 0
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return int(h.Sum32() % uint32(ks.shards))
+	return int(fnv32a(id) % uint32(ks.shards))
+}
+
+// fnv32a is the 32-bit FNV-1a hash of s (hash/fnv's New32a), without its
+// allocations.
+func fnv32a(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
 }
 
 func (ks *keyspace) jobKey(shard int, id string) string { return ks.tags[shard] + ":job:" + id }
@@ -145,6 +165,9 @@ func (ks *keyspace) periodicKey(shard int, name string) string {
 }
 
 func (ks *keyspace) index(shard int, name string) string {
+	if k, ok := ks.indexes[shard][name]; ok {
+		return k
+	}
 	return ks.tags[shard] + ":" + name
 }
 
