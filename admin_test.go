@@ -110,9 +110,8 @@ func TestLateTypeCheckRefusesBeforeWrite(t *testing.T) {
 func TestRetryOfPriorityJobIsClaimedBeforeReadAhead(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil
-	admin, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process's Queue
-	require.NoError(t, err)
+	f.q.clock.Fake = nil
+	admin := f.twin(t) // another process's Queue
 	hi, err := admin.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "hi-retried", Priority: MaxPriority, MaxAttempts: 1})
 	require.NoError(t, err)
 	c, err := admin.Claim(f.ctx, "x")
@@ -150,9 +149,8 @@ func TestRetryOfPriorityJobIsClaimedBeforeReadAhead(t *testing.T) {
 func TestUpdateRaisingPriorityIsClaimedBeforeReadAhead(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil
-	admin, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process's Queue
-	require.NoError(t, err)
+	f.q.clock.Fake = nil
+	admin := f.twin(t) // another process's Queue
 	for i := range 4 {
 		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("low%d", i)})
 		require.NoError(t, err)
@@ -175,4 +173,61 @@ func TestUpdateRaisingPriorityIsClaimedBeforeReadAhead(t *testing.T) {
 	}), &WorkOpts{Concurrency: 1})
 	got := waitRuns(t, &log, 2)
 	require.Equal(t, later.ID, got[1].ID, "run 2 must be the job made due at priority 9, got %s (priority %d)", got[1].ID, got[1].Priority)
+}
+
+// A job removed by Delete is not counted as vanished. Claims keep due
+// entries read ahead in a pool, and a claim that tries the entry of a job
+// Delete removed finds no value. Delete is a legitimate jobkey call, not a
+// job Redis lost: Stats.Vanished counts acknowledged jobs that are gone
+// (deleted outside jobkey, or evicted), and a count there sends an operator
+// looking for an eviction.
+func TestDeletedJobIsNotCountedVanished(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
+	var ids []string
+	for range 2 {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	c, err := f.q.Claim(f.ctx, "w") // the other entry goes to the pool
+	require.NoError(t, err)
+	other := ids[0]
+	if other == c.ID {
+		other = ids[1]
+	}
+	require.NoError(t, f.q.Delete(f.ctx, other))
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+	st, err := f.q.Stats(f.ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Vanished, "a job removed by Delete is not a job Redis lost")
+}
+
+// Delete of a job canceled while it ran keeps its ID taken while that run's
+// lease may hold. The handler stops only when it sees the cancel hint or its
+// next write is refused; as Retry of such a job waits for the old lease to
+// end, an ID freed at once would let an idempotent producer (the documented
+// use of EnqueueOpts.ID) enqueue it again and have it run beside the old
+// handler. Here w1's lease lasts 30 s: after Cancel and Delete, an Enqueue
+// of the same ID gives w2 nothing to claim.
+func TestDeleteOfCanceledRunKeepsIDWhileLeaseHolds(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true, Lease: 30 * time.Second})
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "order-42"})
+	require.NoError(t, err)
+	run1, err := f.q.Claim(f.ctx, "w1")
+	require.NoError(t, err)
+	_, err = f.q.Cancel(f.ctx, run1.ID)
+	require.NoError(t, err)
+	derr := f.q.Delete(f.ctx, run1.ID)
+	_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "order-42"})
+	if derr == nil {
+		require.NoError(t, err)
+	}
+	run2, err := f.q.Claim(f.ctx, "w2")
+	if err == nil {
+		t.Logf("Delete: %v; w2 claimed %s at %v while w1's lease runs until %v", derr, run2.ID, f.clock.Now(), run1.LeaseUntil)
+	}
+	require.ErrorIs(t, err, ErrNoJob, "a second run of %s while the first one's lease holds", run1.ID)
 }

@@ -76,7 +76,7 @@ func BenchmarkClaimPriority(b *testing.B) {
 }
 
 // BenchmarkClaimConcurrencyKey is the cost of concurrency keys per claim
-// (concurrency.go), on a queue with Lease 1h (no lease runs out meanwhile)
+// (concurrencykey.go), on a queue with Lease 1h (no lease runs out meanwhile)
 // and no group commit or read ahead, as BenchmarkClaimPriority.
 //
 // With claimers=1 only the Claim is timed, as in BenchmarkClaimPriority,

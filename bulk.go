@@ -9,73 +9,6 @@ import (
 	"time"
 )
 
-// Delete removes a pending or finished job: its value and its index entry
-// go in one compare-and-set, two round trips. An active job is refused
-// with a *StateError (errors.Is ErrState) naming its state, and stays as it
-// is: cancel it first, or let it finish. So is a job canceled while it ran,
-// in any state since (canceled, retried, canceled again), until that run's
-// lease ends (StateError.Running): its handler may still be stopping, and a
-// job enqueued again under its ID must not run beside it. A missing job is
-// ErrNotFound. A value that cannot be read is never deleted: its read
-// error is returned.
-func (q *Queue) Delete(ctx context.Context, id string) error {
-	return q.delete(ctx, id, 0)
-}
-
-// DeleteIn is Delete of a job that is in state s, and only then: a job in
-// any other state is refused with a *StateError and left as it is, in the
-// same compare-and-set. A tool that moves pending jobs elsewhere deletes
-// them with DeleteIn(ctx, id, StatePending), so that a job a worker ran in
-// between is never deleted as if it had been moved. A job in state s is
-// still refused, as by Delete, while a run of it canceled earlier may go on
-// (StateError.Running): a pending job retried after such a cancel, say.
-func (q *Queue) DeleteIn(ctx context.Context, id string, s State) error {
-	if !s.Valid() {
-		return fmt.Errorf("%w: DeleteIn of a %s job", ErrInvalid, s)
-	}
-	return q.delete(ctx, id, s)
-}
-
-// delete is Delete, of a job in state want only when want is not 0.
-func (q *Queue) delete(ctx context.Context, id string, want State) error {
-	if err := validID(id); err != nil {
-		return err
-	}
-	key, shard := q.ks.jobKeyOf(id)
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key},
-		checks: q.checksFor(shard, idxReady, idxSucceeded, idxFailed, idxCanceled, idxCorrupt), follow: q.slotFollowListed([]int{shard}),
-		decide: func(r *casRead) (*casPlan, error) {
-			switch cur := r.jobs[0]; {
-			case r.errs[0] != nil:
-				return nil, r.errs[0]
-			case cur == nil:
-				return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
-			case cur.State == StateActive, want != 0 && cur.State != want:
-				return nil, &StateError{ID: id, Op: "delete", State: cur.State}
-			case lastRunMayGoOn(cur, r.now):
-				return nil, &StateError{ID: id, Op: "delete", State: cur.State, Running: cur.LeaseUntil}
-			default:
-				var ip indexPlan
-				q.deleteJob(&ip, shard, key, cur)
-				plan := &casPlan{}
-				b := q.newSlotBook(r)
-				b.unlistMoved(shard, cur, nil)
-				b.finish(plan, &ip)
-				plan.steps, plan.checks = ip.steps(), ip.checks
-				return plan, nil
-			}
-		}})
-	return err
-}
-
-// deleteJob adds to ip the steps that remove cur, stored at key, and its
-// index entry, and a stale entry in the corrupt index if there is one.
-func (q *Queue) deleteJob(ip *indexPlan, shard int, key string, cur *Job) {
-	q.move(ip, shard, cur.ID, cur, nil, "")
-	ip.zrem(q.ks.index(shard, idxCorrupt), cur.ID)
-	ip.extra = append(ip.extra, []any{"del", key})
-}
-
 // BulkResult counts what a bulk action did.
 type BulkResult struct {
 	// Done counts the jobs the action changed.
@@ -155,7 +88,7 @@ func (q *Queue) bulkAll(ctx context.Context, op string, o ListOpts, to func(*Job
 	var start time.Time
 	if o.State == StatePending {
 		var err error
-		if start, err = q.clock.now(ctx, q.rdb); err != nil {
+		if start, err = q.clock.Now(ctx, q.rdb); err != nil {
 			return BulkResult{}, err
 		}
 	}
@@ -165,7 +98,7 @@ func (q *Queue) bulkAll(ctx context.Context, op string, o ListOpts, to func(*Job
 		return res, missing
 	}
 	// A claim that finds a keyed job's key full moves the job's entry to
-	// when the key's first lease would end (concurrency.go): past the
+	// when the key's first lease would end (concurrencykey.go): past the
 	// walk, which goes newest first, when that happens behind it. So the
 	// listing is walked once more, whole, for the keyed jobs that were
 	// pending, and due, when the walk started; jobs enqueued since are left

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -105,35 +104,6 @@ func TestBulkActionFailingAtOnceIsABulkError(t *testing.T) {
 	require.Contains(t, err.Error(), "retry: 0 done")
 }
 
-// A job removed by Delete is not counted as vanished. Claims keep due
-// entries read ahead in a pool, and a claim that tries the entry of a job
-// Delete removed finds no value. Delete is a legitimate jobkey call, not a
-// job Redis lost: Stats.Vanished counts acknowledged jobs that are gone
-// (deleted outside jobkey, or evicted), and a count there sends an operator
-// looking for an eviction.
-func TestDeletedJobIsNotCountedVanished(t *testing.T) {
-	t.Parallel()
-	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true})
-	var ids []string
-	for range 2 {
-		j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
-		require.NoError(t, err)
-		ids = append(ids, j.ID)
-	}
-	c, err := f.q.Claim(f.ctx, "w") // the other entry goes to the pool
-	require.NoError(t, err)
-	other := ids[0]
-	if other == c.ID {
-		other = ids[1]
-	}
-	require.NoError(t, f.q.Delete(f.ctx, other))
-	_, err = f.q.Claim(f.ctx, "w")
-	require.ErrorIs(t, err, ErrNoJob)
-	st, err := f.q.Stats(f.ctx)
-	require.NoError(t, err)
-	require.Zero(t, st.Vanished, "a job removed by Delete is not a job Redis lost")
-}
-
 // CancelPending ends while producers keep enqueueing, and leaves alone the
 // jobs enqueued after it was called. Pending jobs are listed by RunAt, and
 // new jobs are due now, after the cursor: a walk that followed them would
@@ -148,9 +118,7 @@ func TestCancelPendingEndsWhileProducersEnqueue(t *testing.T) {
 		_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
 		require.NoError(t, err)
 	}
-	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
-	require.NoError(t, err)
-	producer.clock.fake = f.clock.Now
+	producer := f.otherProcess(t, Config{Shards: 1})
 	var produced atomic.Int64
 	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 		if has(cmds, "zrange", ":ready") {
@@ -168,34 +136,6 @@ func TestCancelPendingEndsWhileProducersEnqueue(t *testing.T) {
 	t.Logf("CancelPending: %+v, err %v; enqueued meanwhile %d", res, err, produced.Load())
 	require.NoError(t, err, "CancelPending must end: it was called with 2 jobs pending")
 	require.LessOrEqual(t, res.Done, 2+3)
-}
-
-// Delete of a job canceled while it ran keeps its ID taken while that run's
-// lease may hold. The handler stops only when it sees the cancel hint or its
-// next write is refused; as Retry of such a job waits for the old lease to
-// end, an ID freed at once would let an idempotent producer (the documented
-// use of EnqueueOpts.ID) enqueue it again and have it run beside the old
-// handler. Here w1's lease lasts 30 s: after Cancel and Delete, an Enqueue
-// of the same ID gives w2 nothing to claim.
-func TestDeleteOfCanceledRunKeepsIDWhileLeaseHolds(t *testing.T) {
-	t.Parallel()
-	f := setup(t, &Config{Shards: 1, DisableGroupCommit: true, Lease: 30 * time.Second})
-	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "order-42"})
-	require.NoError(t, err)
-	run1, err := f.q.Claim(f.ctx, "w1")
-	require.NoError(t, err)
-	_, err = f.q.Cancel(f.ctx, run1.ID)
-	require.NoError(t, err)
-	derr := f.q.Delete(f.ctx, run1.ID)
-	_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "order-42"})
-	if derr == nil {
-		require.NoError(t, err)
-	}
-	run2, err := f.q.Claim(f.ctx, "w2")
-	if err == nil {
-		t.Logf("Delete: %v; w2 claimed %s at %v while w1's lease runs until %v", derr, run2.ID, f.clock.Now(), run1.LeaseUntil)
-	}
-	require.ErrorIs(t, err, ErrNoJob, "a second run of %s while the first one's lease holds", run1.ID)
 }
 
 // fillerJobs enqueues a page of unkeyed jobs of type t, so that a bulk

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redisclock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -158,14 +159,14 @@ func (m *casMetrics) snapshot() MetricsSnapshot {
 type casEngine struct {
 	rdb    redis.UniversalClient
 	limits casLimits
-	clock  *serverClock
+	clock  *redisclock.Clock
 	m      casMetrics
 	// check, when set, runs before every transaction: the Queue's one-time
 	// checks of the server, which refuse writes it must not make.
 	check func(ctx context.Context) error
 }
 
-func newCASEngine(rdb redis.UniversalClient, limits casLimits, clock *serverClock) (*casEngine, error) {
+func newCASEngine(rdb redis.UniversalClient, limits casLimits, clock *redisclock.Clock) (*casEngine, error) {
 	switch rdb.(type) {
 	case *redis.Client, *redis.ClusterClient:
 	default:

@@ -99,7 +99,7 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		reads = 2
 	}
 	e.m.commands.Add(int64(2 + reads + len(t.checks) + len(t.guards) + len(t.aux)))
-	sent := e.clock.local()
+	sent := e.clock.Local()
 	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, watch...)
 		clock = p.Time(ctx)
@@ -125,7 +125,7 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		}
 		return nil
 	})
-	recv := e.clock.local()
+	recv := e.clock.Local()
 	if err := unanswered(cmds, err); err != nil {
 		return nil, fmt.Errorf("jobkey: read %s: %w", t.route, err)
 	}
@@ -155,7 +155,7 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 	if err != nil {
 		return nil, err
 	}
-	r.now = e.clock.observe(server, sent, recv)
+	r.now = e.clock.Observe(server, sent, recv)
 	for _, g := range guards {
 		n, err := g.Result()
 		if err != nil {

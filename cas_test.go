@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redisclock"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -17,7 +18,7 @@ import (
 func testEngine(t *testing.T, rdb redis.UniversalClient, attempts int) *casEngine {
 	t.Helper()
 	e, err := newCASEngine(rdb, casLimits{attempts: attempts, baseBackoff: 200 * time.Microsecond, maxBackoff: 5 * time.Millisecond},
-		&serverClock{local: time.Now})
+		&redisclock.Clock{Local: time.Now})
 	require.NoError(t, err)
 	return e
 }

@@ -465,9 +465,8 @@ func TestClaimReachesPastManyNewerMajorJobs(t *testing.T) {
 func TestClaimPoolGivesWayToOtherProcessHigherPriority(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil
-	other, err := NewQueue(f.rdb, "q", &f.q.cfg)
-	require.NoError(t, err)
+	f.q.clock.Fake = nil
+	other := f.twin(t)
 	for i := range 4 {
 		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("low%d", i)})
 		require.NoError(t, err)
@@ -492,8 +491,7 @@ func TestClusterClaimManyTakesHigherPriorityOnOtherShard(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Shards: 3})
-	require.NoError(t, err)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Shards: 3})
 	low, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, "low-", 0)})
 	require.NoError(t, err)
 	hi, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, "hi-", 1), Priority: MaxPriority})

@@ -39,15 +39,14 @@ func TestClusterLifecycle(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Lease: time.Second})
-	require.NoError(t, err)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second})
 	require.Equal(t, defaultClusterShards, q.cfg.Shards, "the cluster default")
 
 	batch := make([]JobSpec, 300)
 	for i := range batch {
 		batch[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprintf("b%d", i)}}
 	}
-	_, err = q.EnqueueMany(ctx, batch)
+	_, err := q.EnqueueMany(ctx, batch)
 	require.NoError(t, err)
 	for i := range 20 {
 		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("s%d", i)})
@@ -278,8 +277,7 @@ func TestClusterGroupEnqueueAnswersPerShard(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Shards: 8})
-	require.NoError(t, err)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Shards: 8})
 	const broken = 3
 	require.NoError(t, rdb.Set(ctx, q.ks.index(broken, idxReady), "not a zset", 0).Err())
 
@@ -322,13 +320,12 @@ func TestClusterDeadMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
 	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DialTimeout, o.MaxRetries = 300*time.Millisecond, 1 })
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Lease: time.Second})
-	require.NoError(t, err)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second})
 	batch := make([]JobSpec, 600)
 	for i := range batch {
 		batch[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprintf("j%d", i)}}
 	}
-	_, err = q.EnqueueMany(ctx, batch)
+	_, err := q.EnqueueMany(ctx, batch)
 	require.NoError(t, err)
 
 	dead := cl.Nodes[2]
@@ -458,9 +455,8 @@ func TestClusterClaimTimeoutMarksNoShardDown(t *testing.T) {
 		return nil
 	}))
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Logger: quietLog()})
-	require.NoError(t, err)
-	_, err = q.Enqueue(ctx, "t", nil, nil)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog()})
+	_, err := q.Enqueue(ctx, "t", nil, nil)
 	require.NoError(t, err)
 
 	slow.Store(true)
@@ -491,9 +487,8 @@ func TestClusterCanceledClaimMarksNoShardDown(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Logger: quietLog(), DisableGroupCommit: true})
-	require.NoError(t, err)
-	_, err = q.Enqueue(ctx, "t", nil, nil)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog(), DisableGroupCommit: true})
+	_, err := q.Enqueue(ctx, "t", nil, nil)
 	require.NoError(t, err)
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
@@ -519,9 +514,8 @@ func TestClusterRenewalsNeverFailFast(t *testing.T) {
 		return nil
 	}))
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Lease: time.Second, Logger: quietLog()})
-	require.NoError(t, err)
-	_, err = q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "long"})
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second, Logger: quietLog()})
+	_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "long"})
 	require.NoError(t, err)
 
 	started := make(chan struct{})
@@ -562,8 +556,7 @@ func TestClusterOperatorSurface(t *testing.T) {
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	q, err := NewQueue(rdb, "q", &Config{Prefix: prefix, Lease: time.Second})
-	require.NoError(t, err)
+	q := queueOn(t, rdb, prefix, Config{Lease: time.Second})
 	other, err := NewQueue(rdb, "other", &Config{Prefix: prefix, Shards: 2})
 	require.NoError(t, err)
 	_, err = other.Enqueue(ctx, "t", nil, nil)

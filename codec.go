@@ -51,6 +51,11 @@ const maxSkipDepth = 16
 
 // Marshal encodes j in the current value format. The result is allocated
 // once, at its exact size.
+//
+// Marshal and Unmarshal are API for tools that handle stored values
+// without a Queue: one that inspects a value redis-cli printed, backs up
+// and restores values, or keeps golden files of the format. A Queue never
+// needs them from its caller.
 func Marshal(j *Job) ([]byte, error) {
 	if j == nil {
 		return nil, errors.New("jobkey: marshal nil job")

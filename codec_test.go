@@ -674,27 +674,6 @@ func FuzzMarshal(f *testing.F) {
 	})
 }
 
-func TestCRC16MatchesRedis(t *testing.T) {
-	t.Parallel()
-	// Reference values from the Redis Cluster specification and CLUSTER KEYSLOT.
-	require.EqualValues(t, 0x31C3, crc16("123456789"))
-	require.Equal(t, 12182, int(crc16("foo"))%clusterSlots)
-	require.Equal(t, 5061, int(crc16("bar"))%clusterSlots)
-}
-
-func TestShardTagsSpreadOverTheSlotRange(t *testing.T) {
-	t.Parallel()
-	for _, n := range []int{2, 3, 16, 100, 1024} {
-		part := clusterSlots / n
-		for i := range n {
-			slot := int(crc16(shardTag("emails", i, n))) % clusterSlots
-			require.GreaterOrEqual(t, slot, i*clusterSlots/n+part/4, "n=%d i=%d", n, i)
-			require.Less(t, slot, i*clusterSlots/n+part/4+max(1, part/2), "n=%d i=%d", n, i)
-		}
-	}
-	require.Equal(t, "emails/0", shardTag("emails", 0, 1))
-}
-
 // A worker of this version claims, extends, fails, claims again, completes,
 // and an operator updates a job that a newer minor version wrote: every
 // write keeps the newer version's fields and its minor version.

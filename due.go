@@ -126,7 +126,7 @@ func (q *Queue) dueOf(ctx context.Context, n int, shards []int) (dueView, error)
 		return dueView{}, err
 	}
 	sent := time.Now()
-	t, err := q.clock.now(ctx, q.rdb)
+	t, err := q.clock.Now(ctx, q.rdb)
 	if err != nil {
 		return dueView{}, err
 	}
@@ -306,7 +306,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	var up []int
 	idx := q.dueIdx()
 	prios := func() bool { return false }
-	sent := q.clock.local()
+	sent := q.clock.Local()
 	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if !q.cluster() {
 			// On a cluster TIME would go to a node at random, perhaps one
@@ -318,7 +318,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 				continue
 			}
 			n := int64(min(q.newer.size(), maxSkip))
-			paused = append(paused, p.Exists(ctx, q.pauseKey(s)))
+			paused = append(paused, p.Exists(ctx, q.ks.pauseKey(s)))
 			for _, d := range idx {
 				cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, d.index), 0, n))
 			}
@@ -335,9 +335,9 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	if err := unanswered(all, err); err != nil || ctx.Err() != nil {
 		return 0, false, fmt.Errorf("jobkey: read next due time: %w", cmp.Or(err, ctx.Err()))
 	}
-	now, _ := q.clock.estimate()
+	now, _ := q.clock.Estimate()
 	if clock != nil && clock.Err() == nil {
-		now = q.clock.observe(clock.Val(), sent, q.clock.local())
+		now = q.clock.Observe(clock.Val(), sent, q.clock.Local())
 	}
 	var next time.Time
 	q.paused.Store(len(paused) > 0 && !slices.ContainsFunc(paused, func(c *redis.IntCmd) bool { return c.Val() == 0 }))

@@ -12,6 +12,48 @@ import (
 // MaxTypeLen bounds a job's Type.
 const MaxTypeLen = 256
 
+// EnqueueOpts are per-job options of Enqueue. A nil *EnqueueOpts means all
+// defaults.
+type EnqueueOpts struct {
+	// ID is the caller's job ID. Enqueueing an ID that exists returns
+	// ErrJobExists and the stored job, so retrying an enqueue whose outcome
+	// was unknown is safe (default: a new ULID).
+	ID string
+	// RunAt is the earliest time the job may run (default: now).
+	RunAt time.Time
+	// Delay, when RunAt is zero, sets RunAt to now + Delay.
+	Delay time.Duration
+	// MaxAttempts overrides Config.MaxAttempts for this job.
+	MaxAttempts int
+	// Meta is stored as the job's Job.Meta: small string metadata, such as
+	// the trace context the otel package's Inject writes. It is copied, and
+	// refused with ErrInvalid beyond MaxMetaEntries entries, MaxMetaBytes
+	// bytes or with an empty key (default: none).
+	Meta map[string]string
+	// Timeout bounds each run of the job (see Job.Timeout), rounded up to
+	// whole milliseconds, at most MaxTimeout (default: WorkOpts.Timeout).
+	Timeout time.Duration
+	// Priority orders due jobs, 0 to MaxPriority, higher first (see
+	// Job.Priority; default: 0).
+	Priority int
+	// ConcurrencyKey puts the job under a concurrency limit: at most the
+	// key's limit of the queue's jobs with this key run at once, across
+	// every worker and process (see Job.ConcurrencyKey,
+	// Queue.SetConcurrencyLimit and Config.ConcurrencyLimit). On a queue of
+	// several shards the job lives in its key's shard: an ID of the
+	// caller's must be there too (Queue.IDFor makes one), and a generated
+	// ID is drawn there (default: none).
+	ConcurrencyKey string
+}
+
+// JobSpec describes one job to enqueue, as an element of an EnqueueMany
+// batch. Its Opts carry the job's ID, times and Meta.
+type JobSpec struct {
+	Type    string       // what kind of work
+	Payload []byte       // the arguments
+	Opts    *EnqueueOpts // may be nil
+}
+
 // Enqueue stores a new pending job in two round trips. With opts.ID set and
 // taken, it writes nothing and returns the stored job with an error that
 // matches ErrJobExists, so an enqueue whose outcome was unknown can be
@@ -188,7 +230,7 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 	}
 	// Provisional times, of the size the real ones will have, so the size
 	// check below is exact.
-	now := q.clock.guess()
+	now := q.clock.Guess()
 	j := &Job{
 		ID: o.ID, Queue: q.name, Type: spec.Type, Payload: spec.Payload, State: StatePending,
 		MaxAttempts: q.cfg.MaxAttempts, RunAt: now, CreatedAt: now, UpdatedAt: now,

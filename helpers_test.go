@@ -181,7 +181,7 @@ func setup(t *testing.T, cfg *Config) *fixture {
 	}
 	q, err := NewQueue(rdb, "q", &c)
 	require.NoError(t, err)
-	q.clock.fake = clock.Now // Redis's clock, as far as the queue can tell
+	q.clock.Fake = clock.Now // Redis's clock, as far as the queue can tell
 	require.NoError(t, q.check(context.Background(), true), "the one-time checks, outside every count")
 	return &fixture{q: q, rdb: rdb, hook: hook, clock: clock, ctx: context.Background()}
 }
@@ -242,7 +242,7 @@ func realQueue(t *testing.T, cfg *Config) *Queue {
 	return q
 }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = quietLog()
 
 // startWork runs q.Work in the background; the returned stop ends it and
 // waits for it to return.
@@ -293,7 +293,7 @@ func state(t *testing.T, q *Queue, id string) State {
 }
 
 // queueOn returns a queue named "q" under prefix on rdb.
-func queueOn(t *testing.T, rdb *redis.Client, prefix string, cfg Config) *Queue {
+func queueOn(t *testing.T, rdb redis.UniversalClient, prefix string, cfg Config) *Queue {
 	t.Helper()
 	cfg.Prefix = prefix
 	q, err := NewQueue(rdb, "q", &cfg)
@@ -356,7 +356,17 @@ func (f *fixture) otherProcess(t *testing.T, cfg Config) *Queue {
 	cfg.Prefix = f.q.cfg.Prefix
 	q, err := NewQueue(redistest.Client(t, nil), "q", &cfg)
 	require.NoError(t, err)
-	q.clock.fake = f.clock.Now
+	q.clock.Fake = f.clock.Now
+	return q
+}
+
+// twin returns another process's Queue on f's client and configuration,
+// on the clock f.q runs on (the fake one, unless the test turned it off).
+func (f *fixture) twin(t *testing.T) *Queue {
+	t.Helper()
+	q, err := NewQueue(f.rdb, "q", &f.q.cfg)
+	require.NoError(t, err)
+	q.clock.Fake = f.q.clock.Fake
 	return q
 }
 

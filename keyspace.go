@@ -3,6 +3,7 @@ package jobkey
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Index names: each shard keeps one sorted set per derived index.
@@ -55,7 +56,8 @@ var readyIndexes = func() []string {
 //
 //	<prefix>:{<shard tag>}:job:<id>   the job value, the only truth
 //	<prefix>:{<shard tag>}:<index>    derived sorted sets of job IDs
-//	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrency.go)
+//	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrencykey.go)
+//	<prefix>:{<shard tag>}:paused     exists while the shard is paused (pause.go)
 //	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued (periodic.go)
 //	<prefix>:{<queue>}:meta           the queue's shard count
 //	<prefix>:{<queue>}:wake           pub/sub hint that work arrived
@@ -84,7 +86,7 @@ func newKeyspace(prefix, queue string, shards int) *keyspace {
 	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards),
 		indexes: make([]map[string]string, shards)}
 	for i := range shards {
-		ks.tags[i] = prefix + ":{" + shardTag(queue, i, shards) + "}"
+		ks.tags[i] = prefix + ":" + hashTag(shardTag(queue, i, shards))
 		ks.indexes[i] = make(map[string]string, len(indexNames))
 		for _, name := range indexNames {
 			ks.indexes[i][name] = ks.tags[i] + ":" + name
@@ -93,68 +95,8 @@ func newKeyspace(prefix, queue string, shards int) *keyspace {
 	return ks
 }
 
-// clusterSlots is the number of Redis Cluster hash slots.
-const clusterSlots = 16384
-
-// shardTag returns the hash tag of shard i of n. Tags are chosen so that
-// shard i's slot falls in the middle half of the i-th of n equal parts of
-// the slot range: "<queue>/<i>" when it already does, else the first
-// "<queue>/<i>.<k>" that does. Masters own contiguous slot ranges, so the
-// shards, and the jobs, spread over the masters as evenly as the slots do
-// instead of where chance would put them; keeping to the middle of each
-// part keeps a shard off the edge between two masters' ranges. The choice
-// depends only on the queue name, i and n, so it never changes for a queue.
-func shardTag(queue string, i, n int) string {
-	if n == 1 {
-		return queue + "/0"
-	}
-	part := clusterSlots / n
-	lo := i*clusterSlots/n + part/4
-	hi := lo + max(1, part/2)
-	tag := queue + "/" + strconv.Itoa(i)
-	for k := 1; ; k++ {
-		if s := int(crc16(tag)) % clusterSlots; s >= lo && s < hi {
-			return tag
-		}
-		tag = queue + "/" + strconv.Itoa(i) + "." + strconv.Itoa(k)
-	}
-}
-
-// crc16 is the CRC16-CCITT (XMODEM) Redis Cluster hashes keys with.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// shardOf maps an ID to its shard. It must never change for a queue's
-// life, or existing jobs would be looked for in the wrong place.
-func (ks *keyspace) shardOf(id string) int {
-	if ks.shards == 1 {
-		return 0
-	}
-	return int(fnv32a(id) % uint32(ks.shards))
-}
-
-// fnv32a is the 32-bit FNV-1a hash of s (hash/fnv's New32a), without its
-// allocations.
-func fnv32a(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
-}
+// shardOf is the shard of id in this queue (jobhash.go).
+func (ks *keyspace) shardOf(id string) int { return shardOfID(id, ks.shards) }
 
 func (ks *keyspace) jobKey(shard int, id string) string { return ks.tags[shard] + ":job:" + id }
 
@@ -171,11 +113,11 @@ func (ks *keyspace) index(shard int, name string) string {
 	return ks.tags[shard] + ":" + name
 }
 
-func (ks *keyspace) wakeChannel() string { return ks.prefix + ":{" + ks.queue + "}:wake" }
+func (ks *keyspace) wakeChannel() string { return ks.prefix + ":" + hashTag(ks.queue) + ":wake" }
 
-func (ks *keyspace) metaKey() string { return ks.prefix + ":{" + ks.queue + "}:meta" }
+func (ks *keyspace) metaKey() string { return ks.prefix + ":" + hashTag(ks.queue) + ":meta" }
 
-func (ks *keyspace) cancelChannel() string { return ks.prefix + ":{" + ks.queue + "}:cancel" }
+func (ks *keyspace) cancelChannel() string { return ks.prefix + ":" + hashTag(ks.queue) + ":cancel" }
 
 // jobKeyOf returns the key of id, with its shard.
 func (ks *keyspace) jobKeyOf(id string) (string, int) {
@@ -226,4 +168,47 @@ func (q *Queue) Keys(id string) JobKeys {
 		Succeeded: q.ks.index(s, idxSucceeded), Failed: q.ks.index(s, idxFailed), Canceled: q.ks.index(s, idxCanceled),
 		Corrupt: q.ks.index(s, idxCorrupt),
 	}
+}
+
+// pauseFlag is the name, under each shard's hash tag, of the key whose
+// existence pauses the shard: "<prefix>:{<queue>/<shard>}:paused". It lives
+// in the shard's slot, so a claim's compare-and-set watches it beside the
+// jobs it takes, and a Pause that lands before the claim's EXEC aborts it.
+const pauseFlag = "paused"
+
+// pauseKey is shard s's pause flag (pause.go).
+func (ks *keyspace) pauseKey(s int) string { return ks.index(s, pauseFlag) }
+
+// slotKey is the key of concurrency key name's value (concurrencykey.go) in shard: the shard
+// of the job, so that the two share a hash slot.
+func (ks *keyspace) slotKey(shard int, name string) string { return ks.tags[shard] + ":ck:" + name }
+
+// metaKeyPattern is a SCAN pattern that matches the meta key of every
+// queue under prefix (Queues).
+func metaKeyPattern(prefix string) string { return globEscape(prefix) + ":{*}:meta" }
+
+// queueOfMetaKey returns the queue whose meta key under prefix key is, or
+// false when key is not one.
+func queueOfMetaKey(prefix, key string) (string, bool) {
+	name, okPrefix := strings.CutPrefix(key, prefix+":{")
+	name, ok := strings.CutSuffix(name, "}:meta")
+	return name, okPrefix && ok && validName("queue name", name, false) == nil
+}
+
+// parseJobKey returns the queue and the ID of a job key, or false when key
+// is not a job key. A job key is a hash tag ending in "}", then ":job:" and
+// the ID; IDs cannot hold braces, so what follows the last "}" is exactly
+// that. The tag is "<queue>/<shard>..."; queue names hold neither braces
+// nor slashes (validName).
+func parseJobKey(key string) (queue, id string, ok bool) {
+	end := strings.LastIndex(key, "}")
+	if end < 0 {
+		return "", "", false
+	}
+	if id, ok = strings.CutPrefix(key[end+1:], ":job:"); !ok {
+		return "", "", false
+	}
+	tag := key[strings.LastIndex(key[:end], "{")+1 : end]
+	queue, _, _ = strings.Cut(tag, "/")
+	return queue, id, true
 }

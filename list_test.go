@@ -423,8 +423,7 @@ func TestListKeepsJobWhenEarlierEntryLeaves(t *testing.T) {
 	require.Len(t, p1.Jobs, 2)
 	require.Equal(t, ids[:2], []string{p1.Jobs[0].ID, p1.Jobs[1].ID})
 
-	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
-	require.NoError(t, err)
+	other := queueOn(t, redistest.Client(t, nil), f.q.cfg.Prefix, Config{Shards: 1})
 	var fired, offset atomic.Bool
 	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 		// A page reads the ties of its cursor's millisecond in one command,
@@ -476,9 +475,7 @@ func TestListPageHoldsNoJobTwice(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a", p1.Jobs[0].ID)
 
-	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 1})
-	require.NoError(t, err)
-	other.clock.fake = f.clock.Now
+	other := f.otherProcess(t, Config{Shards: 1})
 	var fired atomic.Bool
 	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 		// The change lands between the index read and the values read of

@@ -120,7 +120,7 @@ func (m *model) takeable(id string) bool {
 	return m.claimable(j) && (j.key == "" || m.live(j.key, id) < m.limit(j.key))
 }
 
-// The concurrency keys, as designed (concurrency.go): a lease counts
+// The concurrency keys, as designed (concurrencykey.go): a lease counts
 // while it has not run out; a claim that finds its key full leaves the
 // job waiting, its entry moved to when the first live lease runs out; a
 // write that frees a slot pulls the first waiting jobs forward, each to
@@ -585,7 +585,7 @@ func TestModel(t *testing.T) {
 			ClaimWindow:      20, // every due job of an index: bases x keys
 		})
 		require.NoError(rt, err)
-		q.clock.fake = clock.Now
+		q.clock.Fake = clock.Now
 		f := &fixture{q: q, rdb: rdb, clock: clock, ctx: ctx}
 		m := &model{jobs: map[string]*mjob{}, keys: map[string]*mkey{}, now: clock.Now(), lease: q.cfg.Lease,
 			backoff: backoff, defLimit: q.cfg.ConcurrencyLimit}

@@ -7,12 +7,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// pauseFlag is the name, under each shard's hash tag, of the key whose
-// existence pauses the shard: "<prefix>:{<queue>/<shard>}:paused". It lives
-// in the shard's slot, so a claim's compare-and-set watches it beside the
-// jobs it takes, and a Pause that lands before the claim's EXEC aborts it.
-const pauseFlag = "paused"
-
 // Pause stops Claim and Work from taking jobs of the queue, on every shard,
 // until Resume. Jobs already claimed run to their end and record their
 // outcome; Enqueue still accepts jobs; Stats reports Paused. It costs one
@@ -41,9 +35,9 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for s := range q.ks.shards {
 			if paused {
-				cmds[s] = p.Set(ctx, q.pauseKey(s), "1", 0)
+				cmds[s] = p.Set(ctx, q.ks.pauseKey(s), "1", 0)
 			} else {
-				cmds[s] = p.Del(ctx, q.pauseKey(s))
+				cmds[s] = p.Del(ctx, q.ks.pauseKey(s))
 			}
 		}
 		if !paused {
@@ -59,7 +53,7 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 	failed := &ShardsError{Of: q.ks.shards, Write: true}
 	for s, c := range cmds {
 		if err := c.Err(); err != nil {
-			failed.add(s, fmt.Errorf("jobkey: write %s: %w", q.pauseKey(s), err))
+			failed.add(s, fmt.Errorf("jobkey: write %s: %w", q.ks.pauseKey(s), err))
 		}
 	}
 	return failed.orNil()
@@ -68,9 +62,6 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 // resumeHint is the wake-up message Resume publishes: the one a worker that
 // found the queue paused listens to.
 const resumeHint = "resume"
-
-// pauseKey is shard s's pause flag.
-func (q *Queue) pauseKey(s int) string { return q.ks.index(s, pauseFlag) }
 
 // shardGuards returns the pause flags of the shards of cands, for a claim's
 // compare-and-set to watch, and which of them guards each candidate.
@@ -82,7 +73,7 @@ func (q *Queue) shardGuards(cands []candidate) (keys []string, of []int) {
 		if !ok {
 			k = len(keys)
 			pos[c.shard] = k
-			keys = append(keys, q.pauseKey(c.shard))
+			keys = append(keys, q.ks.pauseKey(c.shard))
 		}
 		of[i] = k
 	}
@@ -97,7 +88,7 @@ func (q *Queue) readPaused(ctx context.Context, p redis.Pipeliner, shards []int)
 	flags := map[int]*redis.IntCmd{}
 	for _, s := range shards {
 		if _, ok := flags[s]; !ok {
-			flags[s] = p.Exists(ctx, q.pauseKey(s))
+			flags[s] = p.Exists(ctx, q.ks.pauseKey(s))
 		}
 	}
 	return func(s int) bool {

@@ -56,8 +56,7 @@ func TestPauseAbortsAClaimInFlight(t *testing.T) {
 			f := setup(t, &Config{DisableGroupCommit: true})
 			_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
 			require.NoError(t, err)
-			admin, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix})
-			require.NoError(t, err)
+			admin := queueOn(t, redistest.Client(t, nil), f.q.cfg.Prefix, Config{})
 			var paused atomic.Bool
 			f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 				if slices.ContainsFunc(names(cmds), func(n string) bool { return strings.HasPrefix(n, at) }) && paused.CompareAndSwap(false, true) {
@@ -82,7 +81,7 @@ func TestPauseAbortsAClaimInFlight(t *testing.T) {
 func TestPauseWork(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil // Work's leases run on real time
+	f.q.clock.Fake = nil // Work's leases run on real time
 	release := make(chan struct{})
 	started := make(chan string, 10)
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -151,7 +150,7 @@ func (h dropKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 func TestPauseNamesTheShardsItCouldNotWrite(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 4})
-	f.rdb.AddHook(dropKey(f.q.pauseKey(2)))
+	f.rdb.AddHook(dropKey(f.q.ks.pauseKey(2)))
 	err := f.q.Pause(f.ctx)
 	var se *ShardsError
 	require.ErrorAs(t, err, &se)
@@ -160,7 +159,7 @@ func TestPauseNamesTheShardsItCouldNotWrite(t *testing.T) {
 	require.ErrorContains(t, err, "1 of 4 shards could not be written ([2])")
 	plain := redistest.Client(t, nil)
 	for s := range 4 {
-		n, err := plain.Exists(f.ctx, f.q.pauseKey(s)).Result()
+		n, err := plain.Exists(f.ctx, f.q.ks.pauseKey(s)).Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(map[bool]int{true: 0, false: 1}[s == 2]), n, "shard %d's flag", s)
 	}

@@ -210,7 +210,7 @@ func look(s Schedule, now time.Time) (last, next, after time.Time, err error) {
 func (w *worker) periodic(ctx context.Context, p PeriodicJob) {
 	var done time.Time // the latest tick this process saw settled
 	for ctx.Err() == nil {
-		now, err := w.q.clock.now(ctx, w.q.rdb)
+		now, err := w.q.clock.Now(ctx, w.q.rdb)
 		if err != nil {
 			_ = sleepCtx(ctx, w.o.PollInterval)
 			continue
@@ -303,7 +303,7 @@ func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (ti
 	var out tickOutcome
 	_, _, err = q.cas.run(ctx, &casTxn{
 		keys: []string{key}, checks: q.checksFor(shard, readyIndex(j.Priority)),
-		guards: []string{q.pauseKey(shard)}, aux: []string{marker},
+		guards: []string{q.ks.pauseKey(shard)}, aux: []string{marker},
 		decide: func(r *casRead) (*casPlan, error) {
 			last, err := readMarker(marker, r.aux[marker])
 			switch {

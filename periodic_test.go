@@ -71,8 +71,7 @@ type periodicProcess struct {
 
 func startPeriodic(t *testing.T, prefix, name string, sched Schedule, ran func(id string)) *periodicProcess {
 	t.Helper()
-	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quiet})
-	require.NoError(t, err)
+	q := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quiet})
 	ctx, stop := context.WithCancel(context.Background())
 	p := &periodicProcess{stop: stop, done: make(chan error, 1)}
 	go func() {
@@ -108,8 +107,7 @@ func TestPeriodicLeaderless(t *testing.T) {
 		startPeriodic(t, prefix, "b", sched, ran),
 		startPeriodic(t, prefix, "c", sched, ran),
 	}
-	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix})
-	require.NoError(t, err)
+	q := queueOn(t, redistest.Client(t, nil), prefix, Config{})
 	// The window opens at the first tick the running processes enqueued:
 	// starting up (slower under -race) may outlast a 200 ms tick, and a
 	// tick before any process ran is not theirs to enqueue.
@@ -179,8 +177,7 @@ func TestPeriodicMissedTicksDoNotFlood(t *testing.T) {
 	time.Sleep(time.Until(sched.Next(time.Now()).Add(10 * time.Millisecond)))
 	up := time.Now()
 	p = startPeriodic(t, prefix, "a", sched, ran)
-	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix})
-	require.NoError(t, err)
+	q := queueOn(t, redistest.Client(t, nil), prefix, Config{})
 	missed := lastTick(sched, up)
 	require.Eventually(t, func() bool {
 		_, err := q.Get(context.Background(), periodicID("tick", missed))
@@ -303,8 +300,7 @@ func TestPeriodicScheduleFasterThanAMillisecondOrPanicking(t *testing.T) {
 
 	for _, panics := range []bool{false, true} {
 		prefix := redistest.Prefix(t)
-		q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
-		require.NoError(t, err)
+		q := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quietLog()})
 		var bad atomic.Bool
 		var calls atomic.Int64
 		s := toggled{bad: &bad, panic: panics, calls: &calls}
@@ -335,8 +331,7 @@ func TestPeriodicScheduleFasterThanAMillisecondOrPanicking(t *testing.T) {
 func TestPeriodicTicksWhilePausedGiveOneJobOnResume(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
-	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
-	require.NoError(t, err)
+	q := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quietLog()})
 	ctx := context.Background()
 	require.NoError(t, q.Pause(ctx))
 	const every = 100 * time.Millisecond
@@ -418,8 +413,7 @@ func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
 				opts = &EnqueueOpts{ConcurrencyKey: c.key}
 			}
 			ps := []PeriodicJob{{Name: "tick", Schedule: sched, Type: "t", Opts: opts}}
-			first, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Shards: 4, Logger: quietLog(), Retention: c.retention})
-			require.NoError(t, err)
+			first := queueOn(t, redistest.Client(t, nil), prefix, Config{Shards: 4, Logger: quietLog(), Retention: c.retention})
 			id, err := first.IDFor(c.key, periodicID("tick", sched.at))
 			require.NoError(t, err)
 			stop := runPeriodic(first, h, ps)
@@ -438,8 +432,7 @@ func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
 
 			// Another process, of the default Retention, looks at the tick
 			// again.
-			again, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Shards: 4, Logger: quietLog()})
-			require.NoError(t, err)
+			again := queueOn(t, redistest.Client(t, nil), prefix, Config{Shards: 4, Logger: quietLog()})
 			stop = runPeriodic(again, h, ps)
 			time.Sleep(500 * time.Millisecond)
 			require.NoError(t, stop())
@@ -466,8 +459,7 @@ func TestPeriodicUnreadableMarkerIsKept(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
-	require.NoError(t, err)
+	q := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quietLog()})
 	sched := once{at: time.Now().Truncate(time.Millisecond)}
 	id := periodicID("tick", sched.at)
 	_, shard := q.ks.jobKeyOf(id)
@@ -477,7 +469,7 @@ func TestPeriodicUnreadableMarkerIsKept(t *testing.T) {
 		[]PeriodicJob{{Name: "tick", Schedule: sched, Type: "t"}})
 	defer func() { require.NoError(t, stop()) }()
 	time.Sleep(300 * time.Millisecond)
-	_, err = q.Get(ctx, id)
+	_, err := q.Get(ctx, id)
 	require.ErrorIs(t, err, ErrNotFound)
 	v, err := q.rdb.Get(ctx, marker).Result()
 	require.NoError(t, err)
@@ -512,8 +504,7 @@ func TestClusterPeriodicTickStaysRan(t *testing.T) {
 		{Name: "keyed", Schedule: once{at: at}, Type: "t", Opts: &EnqueueOpts{ConcurrencyKey: "tenant-a"}},
 	}
 	newQ := func() *Queue {
-		q, err := NewQueue(cl.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
-		require.NoError(t, err)
+		q := queueOn(t, cl.Client(t, nil), prefix, Config{Logger: quietLog()})
 		return q
 	}
 	q := newQ()
@@ -560,8 +551,7 @@ func TestPeriodicTickRunsOnceWhenItsConcurrencyKeyChanges(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
 	newQ := func() *Queue {
-		q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Shards: 8, Logger: quietLog()})
-		require.NoError(t, err)
+		q := queueOn(t, redistest.Client(t, nil), prefix, Config{Shards: 8, Logger: quietLog()})
 		return q
 	}
 	var mu sync.Mutex
@@ -732,8 +722,7 @@ func (s stuck) Next(time.Time) time.Time { s.calls.Add(1); return s.at }
 func TestPeriodicNonAdvancingScheduleDoesNotSpin(t *testing.T) {
 	redistest.RequireReal(t)
 	prefix := redistest.Prefix(t)
-	q, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix, Logger: quietLog()})
-	require.NoError(t, err)
+	q := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quietLog()})
 	var calls atomic.Int64
 	s := stuck{at: time.Now().Add(-10 * time.Second).Truncate(time.Second).UTC(), calls: &calls}
 	ctx, stop := context.WithCancel(context.Background())

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -85,7 +84,7 @@ func TestPriorityOrder(t *testing.T) {
 func TestPriorityWork(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	for range 50 {
 		_, err := f.q.Enqueue(f.ctx, "low", nil, nil)
 		require.NoError(t, err)
@@ -153,9 +152,7 @@ func TestPriorityLearnedFromTheFlag(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, f.q.prios.Load())
 
-	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 2})
-	require.NoError(t, err)
-	other.clock.fake = f.clock.Now
+	other := f.otherProcess(t, Config{Shards: 2})
 	hi, err := other.Enqueue(f.ctx, "high", nil, &EnqueueOpts{Priority: 9})
 	require.NoError(t, err)
 

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redisclock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,7 +20,7 @@ type Queue struct {
 	cfg   Config
 	ks    *keyspace
 	cas   *casEngine
-	clock *serverClock
+	clock *redisclock.Clock
 	newer *expiring[string] // jobs of a newer format that claimers look past
 	down  *expiring[int]    // shards whose node could not be reached
 	srv   serverCheck       // what the first call checks about Redis
@@ -64,7 +64,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	clock := &serverClock{local: c.Now}
+	clock := &redisclock.Clock{Local: c.Now}
 	engine, err := newCASEngine(rdb, casLimits{attempts: c.CASAttempts, baseBackoff: c.CASBackoff, maxBackoff: c.CASMaxBackoff}, clock)
 	if err != nil {
 		return nil, err
@@ -110,6 +110,11 @@ func (q *Queue) Name() string { return q.name }
 // Metrics returns the queue's counters in this process since the Queue
 // was made: the compare-and-set engine's attempts, conflicts, round trips
 // and commands, and the stuck handlers of its Works.
+//
+// It is API because the counters are what an operator watches and no
+// other call exposes them: the otel module exports them as OpenTelemetry
+// instruments, the bench module reads conflicts and retries from them, and
+// an application may feed them to its own metrics.
 func (q *Queue) Metrics() MetricsSnapshot {
 	m := q.cas.m.snapshot()
 	m.StuckHandlers, m.StuckDetected = q.handlers.stuck.Load(), q.handlers.detected.Load()
@@ -158,20 +163,14 @@ func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 // (checkJob), again at each lease's end. Keys that are not job keys are not
 // judged.
 func storedAt(key string, j *Job) error {
-	// A job key is a hash tag ending in "}", then ":job:" and the ID; IDs
-	// cannot hold braces, so what follows the last "}" is exactly that.
-	end := strings.LastIndex(key, "}")
-	id, ok := strings.CutPrefix(key[end+1:], ":job:")
-	if !ok || end < 0 {
+	queue, id, ok := parseJobKey(key)
+	if !ok {
 		return nil
 	}
 	if id != j.ID {
 		return &CorruptError{Key: key, Field: "ID", Reason: fmt.Sprintf("the value names job %q, not the job of its key (copied or forged)", j.ID)}
 	}
-	// The tag is "<queue>/<shard>..."; queue names hold neither braces nor
-	// slashes (validName).
-	tag := key[strings.LastIndex(key[:end], "{")+1 : end]
-	if queue, _, _ := strings.Cut(tag, "/"); queue != j.Queue {
+	if queue != j.Queue {
 		return &CorruptError{Key: key, Field: "Queue",
 			Reason: fmt.Sprintf("the value names queue %q, not %q, the queue of its key (copied or restored from another queue)", j.Queue, queue)}
 	}

@@ -106,7 +106,7 @@ func TestRoundTripBudget(t *testing.T) {
 	measure("Delete", 2, func() error { return f.q.Delete(f.ctx, "mine") })
 	measure("CancelPending (100)", 5, func() (err error) { _, err = f.q.CancelPending(f.ctx, ""); return })
 
-	// Concurrency keys (concurrency.go). These counts are exact, not
+	// Concurrency keys (concurrencykey.go). These counts are exact, not
 	// ceilings: a keyed claim learns the job's key only once it read the
 	// job, so it makes one more round trip than an unkeyed one, and a
 	// fenced write reads the key its caller's copy names in round trip 1.
@@ -163,13 +163,12 @@ func TestExactlyOnce(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	const jobs, claimers = 1000, 32
-	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: prefix})
-	require.NoError(t, err)
+	producer := queueOn(t, redistest.Client(t, nil), prefix, Config{})
 	batch := make([]JobSpec, jobs)
 	for i := range batch {
 		batch[i] = JobSpec{Type: "t", Payload: []byte(fmt.Sprint(i))}
 	}
-	_, err = producer.EnqueueMany(ctx, batch)
+	_, err := producer.EnqueueMany(ctx, batch)
 	require.NoError(t, err)
 
 	var mu sync.Mutex

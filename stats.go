@@ -25,7 +25,7 @@ type Stats struct {
 	// inspection (see Verify).
 	Corrupt int64
 	// Newer counts jobs written in a newer major format that claimers of an
-	// older jobkey met in the last NewerWindow and left where they were, for
+	// older jobkey met in the last 10 minutes and left where they were, for
 	// the workers that can read them. Not zero for long during a rolling
 	// upgrade means no worker of the newer version is taking them.
 	Newer int64
@@ -54,8 +54,10 @@ type Stats struct {
 	DueByPriority [MaxPriority + 1]int64
 }
 
-// NewerWindow is how far back Stats.Newer looks.
-const NewerWindow = 10 * time.Minute
+// newerWindow is how far back Stats.Newer looks (and Trim keeps the log
+// it counts): a fixed part of Stats.Newer's meaning, stated in its doc,
+// not a setting.
+const newerWindow = 10 * time.Minute
 
 // Stats returns exact counts of pending, due, scheduled, active and expired
 // jobs, read from the indexes in one round trip per node. Finished counts
@@ -69,7 +71,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if err := q.check(ctx, false); err != nil {
 		return Stats{}, err
 	}
-	now, err := q.clock.now(ctx, q.rdb)
+	now, err := q.clock.Now(ctx, q.rdb)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -81,7 +83,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	}
 	per := make([]counts, q.ks.shards)
 	var clock *redis.TimeCmd
-	sent := q.clock.local()
+	sent := q.clock.Local()
 	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if !q.cluster() {
 			clock = p.Time(ctx) // on a cluster, to a node at random: the estimate serves
@@ -98,9 +100,9 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 			c.leased, c.expired = card(idxLeased), p.ZCount(ctx, key(idxLeased), "-inf", nowS)
 			c.ok, c.failed = after(idxSucceeded, q.cfg.Retention), after(idxFailed, q.cfg.FailedRetention)
 			c.canceled, c.corrupt = after(idxCanceled, q.cfg.Retention), card(idxCorrupt)
-			c.newer, c.vanished = after(seenNewer, NewerWindow), after(seenVanished, q.cfg.Retention)
+			c.newer, c.vanished = after(seenNewer, newerWindow), after(seenVanished, q.cfg.Retention)
 			c.stuck = p.ZCount(ctx, key(seenStuck), "("+nowS, "+inf") // reports not lapsed
-			c.paused = p.Exists(ctx, q.pauseKey(s))
+			c.paused = p.Exists(ctx, q.ks.pauseKey(s))
 		}
 		return nil
 	})
@@ -108,7 +110,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
 	}
 	if clock != nil && clock.Err() == nil {
-		q.clock.observe(clock.Val(), sent, q.clock.local())
+		q.clock.Observe(clock.Val(), sent, q.clock.Local())
 	}
 	var st Stats
 	missing := &ShardsError{Of: q.ks.shards}

@@ -164,7 +164,7 @@ func (s *stuckWatch) report(quit, reported chan struct{}) {
 		}
 		t.Reset(every)
 		ctx, cancel := context.WithTimeout(s.w.writes, every)
-		now, err := q.clock.now(ctx, q.rdb)
+		now, err := q.clock.Now(ctx, q.rdb)
 		if err == nil {
 			err = q.rdb.ZAdd(ctx, key, redis.Z{Score: float64(toMillis(now.Add(q.cfg.Lease))), Member: member}).Err()
 		}

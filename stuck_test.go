@@ -268,7 +268,7 @@ func TestLapsedStuckReportIsNotCountedAndIsTrimmed(t *testing.T) {
 	q := realQueue(t, nil)
 	ctx := context.Background()
 	rdb := redistest.Client(t, nil)
-	now, err := q.clock.now(ctx, q.rdb)
+	now, err := q.clock.Now(ctx, q.rdb)
 	require.NoError(t, err)
 	key := q.ks.index(0, seenStuck)
 	require.NoError(t, rdb.ZAdd(ctx, key,

@@ -16,7 +16,7 @@ import (
 func TestTimeoutFailsTheAttempt(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	f.q.clock.fake = nil // Work's leases run on real time
+	f.q.clock.Fake = nil // Work's leases run on real time
 	short, err := f.q.Enqueue(f.ctx, "slow", nil, &EnqueueOpts{Timeout: 100 * time.Millisecond, MaxAttempts: 3})
 	require.NoError(t, err)
 	require.Equal(t, 100*time.Millisecond, short.Timeout)

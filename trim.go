@@ -40,7 +40,7 @@ func (q *Queue) Trim(ctx context.Context) (int, error) {
 	if err := q.check(ctx, true); err != nil {
 		return 0, err
 	}
-	now, err := q.clock.now(ctx, q.rdb)
+	now, err := q.clock.Now(ctx, q.rdb)
 	if err != nil {
 		return 0, err
 	}
@@ -53,7 +53,7 @@ func (q *Queue) Trim(ctx context.Context) (int, error) {
 			// entry stays as long, so the job stays listed.
 			trimTarget{q.ks.index(s, idxCanceled), q.cfg.Retention + q.cfg.Lease},
 			trimTarget{q.ks.index(s, idxFailed), q.cfg.FailedRetention},
-			trimTarget{q.ks.index(s, seenNewer), NewerWindow},
+			trimTarget{q.ks.index(s, seenNewer), newerWindow},
 			trimTarget{q.ks.index(s, seenVanished), q.cfg.Retention},
 			trimTarget{q.ks.index(s, seenStuck), 0}) // scored by when they lapse
 	}

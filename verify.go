@@ -78,7 +78,7 @@ func (q *Queue) Verify(ctx context.Context, opts *VerifyOpts) (VerifyReport, err
 	if err := q.check(ctx, false); err != nil {
 		return rep, err
 	}
-	now, err := q.clock.now(ctx, q.rdb)
+	now, err := q.clock.Now(ctx, q.rdb)
 	if err != nil {
 		return rep, err
 	}

@@ -135,7 +135,7 @@ func (q *Queue) judge(id string, v value, have []placed, now time.Time) (Finding
 		return Finding{ID: id, Kind: "wrong-entry", Detail: fmt.Sprintf("in %s, value says %s", have[0].index, describe(want))}, true
 	case waitingForSlot(v.job, have[0]):
 		// A keyed job whose key was full: its entry waits, later than its
-		// RunAt, for a slot (concurrency.go).
+		// RunAt, for a slot (concurrencykey.go).
 	case want.index != idxCorrupt && have[0].score != want.score:
 		return Finding{ID: id, Kind: "wrong-entry", Detail: fmt.Sprintf("%s score %d, value says %d", want.index, have[0].score, want.score)}, true
 	}

@@ -162,9 +162,8 @@ func TestVerifyIgnoresJobsThatExpireDuringTheWalk(t *testing.T) {
 		return next(ctx, cmd)
 	}))
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Retention: time.Second, Logger: quietLog()})
-	require.NoError(t, err)
-	_, err = q.Enqueue(ctx, "t", nil, nil)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Retention: time.Second, Logger: quietLog()})
+	_, err := q.Enqueue(ctx, "t", nil, nil)
 	require.NoError(t, err)
 	j, err := q.Claim(ctx, "w")
 	require.NoError(t, err)
@@ -188,13 +187,12 @@ func TestVerifyPagesByScore(t *testing.T) {
 	redistest.RequireReal(t)
 	rdb := redistest.Client(t, nil)
 	ctx := context.Background()
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Logger: quietLog()})
-	require.NoError(t, err)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog()})
 	batch := make([]JobSpec, verifyPage)
 	for i := range batch {
 		batch[i] = JobSpec{Type: "t"}
 	}
-	_, err = q.EnqueueMany(ctx, batch)
+	_, err := q.EnqueueMany(ctx, batch)
 	require.NoError(t, err)
 	// A job that finished, whose ID someone also put back in ready by hand,
 	// due later than the others: rank 1000 of ready.
@@ -275,9 +273,7 @@ func TestVerifySnapshotAbortedIsReadAgain(t *testing.T) {
 	j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
 	require.NoError(t, err)
 	require.NoError(t, f.rdb.ZRem(f.ctx, f.q.Keys(j.ID).Ready, j.ID).Err(), "changed outside jobkey: a suspect")
-	other, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix})
-	require.NoError(t, err)
-	other.clock.fake = f.clock.Now
+	other := f.otherProcess(t, Config{})
 	var fired atomic.Bool
 	f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
 		n := names(cmds)

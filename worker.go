@@ -211,7 +211,7 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 	if err := validOwner(o.Name + "/" + strconv.Itoa(o.Concurrency)); err != nil {
 		return o, err
 	}
-	if err := q.validPeriodic(o.Periodic, q.clock.guess()); err != nil {
+	if err := q.validPeriodic(o.Periodic, q.clock.Guess()); err != nil {
 		return o, err
 	}
 	return o, nil
@@ -366,7 +366,7 @@ func (w *worker) idle(ctx context.Context, d time.Duration) {
 // execute runs the handler under a kept lease and records the outcome.
 // ctx is Work's: when it has ended, shutdown began while the claim was in
 // flight, and the job goes back unrun. A success is completed together
-// with the claim of the slot's next job when one is due (see fuse.go); the
+// with the claim of the slot's next job when one is due (see completeclaim.go); the
 // job claimed so is returned, with when it was asked for.
 func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name string) (next *Job, nextAsked time.Time) {
 	r := w.start(j, asked)

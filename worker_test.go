@@ -347,8 +347,7 @@ func TestWorkDoesNotSpinBehindNewerMajorJob(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
 	rdb, hook := hooked(t, 0)
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Logger: quietLog()})
-	require.NoError(t, err)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog()})
 	ctx := context.Background()
 	now, err := rdb.Time(ctx).Result()
 	require.NoError(t, err)
@@ -446,10 +445,9 @@ func (h *replyDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func TestPausedWorkerWaitsThroughEnqueues(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 2})
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	require.NoError(t, f.q.Pause(f.ctx))
-	producer, err := NewQueue(redistest.Client(t, nil), "q", &Config{Prefix: f.q.cfg.Prefix, Shards: 2})
-	require.NoError(t, err)
+	producer := queueOn(t, redistest.Client(t, nil), f.q.cfg.Prefix, Config{Shards: 2})
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
 	done := make(chan error, 1)

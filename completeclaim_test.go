@@ -101,9 +101,7 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 		first, err := f.q.Claim(f.ctx, "w")
 		require.NoError(t, err)
 		f.clock.Advance(31 * time.Second) // the lease runs out, and another process takes the job
-		elsewhere, err := NewQueue(f.rdb, "q", &f.q.cfg)
-		require.NoError(t, err)
-		elsewhere.clock.fake = f.clock.Now
+		elsewhere := f.twin(t)
 		var thief *Job
 		for thief == nil { // the thief takes the job; the others it takes go back
 			j, err := elsewhere.Claim(f.ctx, "thief")
@@ -135,9 +133,7 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 		}
 		first, err := f.q.Claim(f.ctx, "w") // the other is in the pool now
 		require.NoError(t, err)
-		other, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process, with a pool of its own
-		require.NoError(t, err)
-		other.clock.fake = f.clock.Now
+		other := f.twin(t) // another process, with a pool of its own
 		taken, err := other.Claim(f.ctx, "other-worker")
 		require.NoError(t, err)
 		require.NotEqual(t, first.ID, taken.ID)
@@ -159,15 +155,14 @@ func TestWorkRoundTripsPerJob(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
 	rdb, hook := hooked(t, 0)
-	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), Logger: quietLog()})
-	require.NoError(t, err)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog()})
 	ctx := context.Background()
 	const n = 300
 	specs := make([]JobSpec, n)
 	for i := range specs {
 		specs[i] = JobSpec{Type: "t", Payload: []byte{byte(i)}}
 	}
-	_, err = q.EnqueueMany(ctx, specs)
+	_, err := q.EnqueueMany(ctx, specs)
 	require.NoError(t, err)
 
 	var runs sync.Map
@@ -331,14 +326,13 @@ func dueLatencies(t *testing.T, q, producer *Queue, jobs []dueJob) map[string]ti
 func TestWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 8, Logger: quietLog()})
-	f.q.clock.fake = nil
-	producer, err := NewQueue(f.rdb, "q", &f.q.cfg) // another process
-	require.NoError(t, err)
+	f.q.clock.Fake = nil
+	producer := f.twin(t) // another process
 	specs := make([]JobSpec, 300)
 	for i := range specs {
 		specs[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: idOnShard(f.q, fmt.Sprintf("b%d-", i), 0)}}
 	}
-	_, err = f.q.EnqueueMany(f.ctx, specs)
+	_, err := f.q.EnqueueMany(f.ctx, specs)
 	require.NoError(t, err)
 	jobs := []dueJob{
 		{id: idOnShard(f.q, "hi-", 3), prio: MaxPriority, delay: 300 * time.Millisecond},
@@ -359,7 +353,7 @@ func TestWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 func TestFusedReadAheadReadsEveryShard(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Shards: 4})
-	f.q.clock.fake = nil
+	f.q.clock.Fake = nil
 	q := f.q
 	for i := range 4 {
 		_, err := q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: idOnShard(q, fmt.Sprintf("low%d-", i), 0)})

@@ -335,7 +335,7 @@ func (q *Queue) aheadOf(shards []int) []int {
 // replies into a view in *into, for the pool.
 func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, into *dueView) func() {
 	sent := time.Now()
-	now, _ := q.clock.estimate()
+	now, _ := q.clock.Estimate()
 	upTo := strconv.FormatInt(toMillis(now), 10)
 	type read struct {
 		shard int

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -218,10 +217,6 @@ func decodeSlots(s string) (slotValue, error) {
 	}
 	return v, nil
 }
-
-// slotKey is the key of concurrency key name's value in shard: the shard
-// of the job, so that the two share a hash slot.
-func (ks *keyspace) slotKey(shard int, name string) string { return ks.tags[shard] + ":ck:" + name }
 
 // slotKeyOf is the key of j's concurrency value in shard, or "" when j has
 // no concurrency key.
@@ -623,7 +618,7 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 	shard := q.ks.shardOf(key)
 	probe := &Job{ConcurrencyKey: key}
 	slot := q.slotKeyOf(shard, probe)
-	now, err := q.clock.now(ctx, q.rdb)
+	now, err := q.clock.Now(ctx, q.rdb)
 	if err != nil {
 		return ConcurrencyInfo{}, err
 	}
@@ -637,67 +632,4 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 		return ConcurrencyInfo{}, e.err
 	}
 	return ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e), Waiting: len(e.v.waiting)}, nil
-}
-
-// IDFor returns an ID for a job of concurrency key key, made from base. On
-// a queue of several shards a keyed job must live in its key's shard, so
-// that the job and its key's value share a hash slot and one transaction
-// changes both; Enqueue refuses a caller's ID that is not there. IDFor
-// returns base itself when it is there and does not end in "~<digits>",
-// and else base with the first suffix "~<n>" (n = 1, 2, ...) that is
-// there. On a queue of one shard, or for an empty key, it returns base.
-//
-// Distinct bases always give distinct IDs for one key: an ID that ends in
-// "~<digits>" came from the base before its last "~", and any other ID is
-// its own base. The same key and base always give the same ID, so it
-// deduplicates as base would. A base that is not a valid ID, or too long
-// to take its suffix within MaxIDLen, and a key Enqueue would refuse, are
-// refused with ErrInvalid.
-func (q *Queue) IDFor(key, base string) (string, error) {
-	if err := validID(base); err != nil {
-		return "", err
-	}
-	if key != "" {
-		if err := validConcurrencyKey(key); err != nil {
-			return "", err
-		}
-	}
-	if q.ks.shards == 1 || key == "" {
-		return base, nil
-	}
-	want := q.ks.shardOf(key)
-	if q.ks.shardOf(base) == want && !suffixed(base) {
-		return base, nil
-	}
-	for n := 1; n <= maxIDForTries; n++ {
-		id := base + "~" + strconv.Itoa(n)
-		if len(id) > MaxIDLen {
-			break
-		}
-		if q.ks.shardOf(id) == want {
-			return id, nil
-		}
-	}
-	return "", fmt.Errorf("%w: job ID base %q (%d bytes) leaves no room within MaxIDLen (%d) for a suffix that places it in the shard of concurrency key %q",
-		ErrInvalid, base, len(base), MaxIDLen, key)
-}
-
-// maxIDForTries bounds IDFor's search. Each suffix lands in the key's shard
-// with a chance of one in the shard count, so the bound is never reached;
-// it only keeps a hash that misbehaved from looping forever.
-const maxIDForTries = 1 << 20
-
-// suffixed reports whether id ends in "~<digits>", the form of the IDs
-// IDFor makes by adding a suffix.
-func suffixed(id string) bool {
-	i := strings.LastIndexByte(id, '~')
-	if i < 0 || i == len(id)-1 {
-		return false
-	}
-	for _, c := range []byte(id[i+1:]) {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }

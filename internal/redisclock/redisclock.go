@@ -1,4 +1,6 @@
-package jobkey
+// Package redisclock tells time by a Redis server's clock, never by this
+// host's: the TIME replies a caller observes, and an estimate between them.
+package redisclock
 
 import (
 	"context"
@@ -9,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// serverClock tells time by Redis's clock, never by this host's.
+// Clock tells time by Redis's clock, never by this host's.
 //
 // Every decision about time (is a job due, has a lease run out, when does a
 // new lease end) is made in a compare-and-set whose first round trip also
@@ -20,10 +22,12 @@ import (
 // the time this host measured since, refreshed by every round trip that
 // carries a TIME. A wrong estimate can only make a claimer look at a job
 // too early or too late; the compare-and-set still decides by TIME.
-type serverClock struct {
-	local func() time.Time // this host's clock (Config.Now)
-	// fake, when set, replaces Redis's clock: tests move time with it.
-	fake func() time.Time
+//
+// Set Local before use, and Fake, if at all, before sharing the Clock.
+type Clock struct {
+	Local func() time.Time // this host's clock (jobkey's Config.Now)
+	// Fake, when set, replaces Redis's clock: tests move time with it.
+	Fake func() time.Time
 
 	// The last sample: Redis's clock read at local time at. Estimates add
 	// the local time elapsed since, which uses the monotonic clock when the
@@ -35,11 +39,11 @@ type serverClock struct {
 	known  bool
 }
 
-// observe turns a TIME reply read between sent and recv (local clock) into
+// Observe turns a TIME reply read between sent and recv (local clock) into
 // the time to decide with, and keeps it as the sample for later estimates.
-func (c *serverClock) observe(server, sent, recv time.Time) time.Time {
-	if c.fake != nil {
-		server = c.fake()
+func (c *Clock) Observe(server, sent, recv time.Time) time.Time {
+	if c.Fake != nil {
+		server = c.Fake()
 	}
 	mid := sent.Add(recv.Sub(sent) / 2)
 	c.mu.Lock()
@@ -48,39 +52,39 @@ func (c *serverClock) observe(server, sent, recv time.Time) time.Time {
 	return server.UTC().Truncate(time.Millisecond)
 }
 
-// estimate returns Redis's time as estimated from the last TIME reply, and
+// Estimate returns Redis's time as estimated from the last TIME reply, and
 // false when no reply has been seen yet.
-func (c *serverClock) estimate() (time.Time, bool) {
-	if c.fake != nil {
-		return c.fake().UTC().Truncate(time.Millisecond), true
+func (c *Clock) Estimate() (time.Time, bool) {
+	if c.Fake != nil {
+		return c.Fake().UTC().Truncate(time.Millisecond), true
 	}
 	c.mu.Lock()
 	server, at, ok := c.server, c.at, c.known
 	c.mu.Unlock()
 	if !ok {
-		return c.local().UTC().Truncate(time.Millisecond), false
+		return c.Local().UTC().Truncate(time.Millisecond), false
 	}
-	return server.Add(c.local().Sub(at)).UTC().Truncate(time.Millisecond), true
+	return server.Add(c.Local().Sub(at)).UTC().Truncate(time.Millisecond), true
 }
 
-// now returns the estimate of Redis's time, asking Redis once when nothing
+// Now returns the estimate of Redis's time, asking Redis once when nothing
 // is known yet (the first call of a new Queue that reads before it writes).
-func (c *serverClock) now(ctx context.Context, rdb redis.UniversalClient) (time.Time, error) {
-	if t, ok := c.estimate(); ok {
+func (c *Clock) Now(ctx context.Context, rdb redis.UniversalClient) (time.Time, error) {
+	if t, ok := c.Estimate(); ok {
 		return t, nil
 	}
-	sent := c.local()
+	sent := c.Local()
 	t, err := rdb.Time(ctx).Result()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("jobkey: read Redis's clock: %w", err)
 	}
-	return c.observe(t, sent, c.local()), nil
+	return c.Observe(t, sent, c.Local()), nil
 }
 
-// guess is the estimate, or this host's clock when nothing is known yet. It
+// Guess is the estimate, or this host's clock when nothing is known yet. It
 // serves only where the exact value does not matter, such as sizing a value
 // whose times the compare-and-set will set.
-func (c *serverClock) guess() time.Time {
-	t, _ := c.estimate()
+func (c *Clock) Guess() time.Time {
+	t, _ := c.Estimate()
 	return t
 }

@@ -328,7 +328,7 @@ func (q *Queue) fits(next, cur *Job) error {
 // resultFits refuses a result that would push the value past the limit.
 func (q *Queue) resultFits(j *Job, result []byte) error {
 	probe := *j
-	probe.Result, probe.State, probe.LeaseUntil = result, StateSucceeded, q.clock.guess()
+	probe.Result, probe.State, probe.LeaseUntil = result, StateSucceeded, q.clock.Guess()
 	if n := encodedSize(&probe); n > q.cfg.MaxValueBytes {
 		return fmt.Errorf("%w: job %q with its result would be %d bytes, limit %d", ErrTooLarge, j.ID, n, q.cfg.MaxValueBytes)
 	}

@@ -32,28 +32,6 @@ type serverCheck struct {
 // again after it could not reach the node of the queue's meta key.
 const checkRetry = time.Second
 
-// LookupShards returns the shard count of the queue name under prefix, as
-// stored in Redis by the first Queue that reached it, so that tools can
-// open a queue without being told its configuration. It returns
-// ErrNotFound when no Queue of that name has reached Redis.
-func LookupShards(ctx context.Context, rdb redis.UniversalClient, prefix, name string) (int, error) {
-	if err := validName("queue name", name, false); err != nil {
-		return 0, err
-	}
-	if err := validName("prefix", prefix, true); err != nil {
-		return 0, err
-	}
-	key := newKeyspace(prefix, name, 1).metaKey()
-	s, err := rdb.Get(ctx, key).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return 0, fmt.Errorf("%w: no queue %q under prefix %q", ErrNotFound, name, prefix)
-	case err != nil:
-		return 0, cmp.Or(unreachable(rdb, err), fmt.Errorf("jobkey: read %s: %w", key, err))
-	}
-	return parseShards(key, s)
-}
-
 func parseShards(key, s string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimPrefix(s, "shards="))
 	if err != nil || !strings.HasPrefix(s, "shards=") || n < 1 || n > maxShards {
@@ -132,10 +110,10 @@ func (q *Queue) runChecks(ctx context.Context) error {
 			"a job's shard comes from its ID, so every process must use the count the queue was created with",
 			ErrInvalid, q.name, n, q.ks.shards)
 	}
-	sent := q.clock.local()
+	sent := q.clock.Local()
 	t, err := q.rdb.Time(ctx).Result()
-	if recv := q.clock.local(); err == nil {
-		q.clock.observe(t, sent, recv)
+	if recv := q.clock.Local(); err == nil {
+		q.clock.Observe(t, sent, recv)
 	}
 	if q.cfg.SkipEvictionCheck {
 		return nil

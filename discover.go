@@ -3,9 +3,9 @@ package jobkey
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -23,16 +23,14 @@ func Queues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]st
 	if err := validName("prefix", prefix, true); err != nil {
 		return nil, err
 	}
-	pattern := globEscape(prefix) + ":{*}:meta"
+	pattern := metaKeyPattern(prefix)
 	var mu sync.Mutex // ForEachMaster scans the masters at once
 	var names []string
 	scan := func(ctx context.Context, c *redis.Client) error {
 		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		var found []string
 		for it.Next(ctx) {
-			k := it.Val()
-			name, okPrefix := strings.CutPrefix(k, prefix+":{")
-			if name, ok := strings.CutSuffix(name, "}:meta"); okPrefix && ok && validName("queue name", name, false) == nil {
+			if name, ok := queueOfMetaKey(prefix, it.Val()); ok {
 				found = append(found, name)
 			}
 		}
@@ -57,4 +55,26 @@ func Queues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]st
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil
+}
+
+// LookupShards returns the shard count of the queue name under prefix, as
+// stored in Redis by the first Queue that reached it, so that tools can
+// open a queue without being told its configuration. It returns
+// ErrNotFound when no Queue of that name has reached Redis.
+func LookupShards(ctx context.Context, rdb redis.UniversalClient, prefix, name string) (int, error) {
+	if err := validName("queue name", name, false); err != nil {
+		return 0, err
+	}
+	if err := validName("prefix", prefix, true); err != nil {
+		return 0, err
+	}
+	key := newKeyspace(prefix, name, 1).metaKey()
+	s, err := rdb.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, fmt.Errorf("%w: no queue %q under prefix %q", ErrNotFound, name, prefix)
+	case err != nil:
+		return 0, cmp.Or(unreachable(rdb, err), fmt.Errorf("jobkey: read %s: %w", key, err))
+	}
+	return parseShards(key, s)
 }

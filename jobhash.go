@@ -1,0 +1,154 @@
+package jobkey
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// This file says where a job hashes: the hash tag of each shard of a
+// queue, the shard of a job ID, and the Redis Cluster slot a key falls in.
+// keyspace.go builds every key name from these; nothing else may choose a
+// tag or a shard, or a job would be looked for in the wrong place.
+
+// hashTag wraps s in braces: Redis Cluster hashes only what is between the
+// first "{" and the "}" after it, so every key holding hashTag(s) shares
+// one slot.
+func hashTag(s string) string { return "{" + s + "}" }
+
+// shardOfID maps an ID to its shard of n. It must never change for a
+// queue's life, or existing jobs would be looked for in the wrong place.
+func shardOfID(id string, n int) int {
+	if n == 1 {
+		return 0
+	}
+	return int(fnv32a(id) % uint32(n))
+}
+
+// fnv32a is the 32-bit FNV-1a hash of s (hash/fnv's New32a), without its
+// allocations.
+func fnv32a(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// keySlot is the Redis Cluster slot of key, by the cluster's rule: the
+// CRC16 of the hash tag when key has a non-empty one, else of the whole key.
+func keySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key)) % clusterSlots
+}
+
+// clusterSlots is the number of Redis Cluster hash slots.
+const clusterSlots = 16384
+
+// shardTag returns the hash tag of shard i of n. Tags are chosen so that
+// shard i's slot falls in the middle half of the i-th of n equal parts of
+// the slot range: "<queue>/<i>" when it already does, else the first
+// "<queue>/<i>.<k>" that does. Masters own contiguous slot ranges, so the
+// shards, and the jobs, spread over the masters as evenly as the slots do
+// instead of where chance would put them; keeping to the middle of each
+// part keeps a shard off the edge between two masters' ranges. The choice
+// depends only on the queue name, i and n, so it never changes for a queue.
+func shardTag(queue string, i, n int) string {
+	if n == 1 {
+		return queue + "/0"
+	}
+	part := clusterSlots / n
+	lo := i*clusterSlots/n + part/4
+	hi := lo + max(1, part/2)
+	tag := queue + "/" + strconv.Itoa(i)
+	for k := 1; ; k++ {
+		if s := int(crc16(tag)) % clusterSlots; s >= lo && s < hi {
+			return tag
+		}
+		tag = queue + "/" + strconv.Itoa(i) + "." + strconv.Itoa(k)
+	}
+}
+
+// crc16 is the CRC16-CCITT (XMODEM) Redis Cluster hashes keys with.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// IDFor returns an ID for a job of concurrency key key, made from base. On
+// a queue of several shards a keyed job must live in its key's shard, so
+// that the job and its key's value share a hash slot and one transaction
+// changes both; Enqueue refuses a caller's ID that is not there. IDFor
+// returns base itself when it is there and does not end in "~<digits>",
+// and else base with the first suffix "~<n>" (n = 1, 2, ...) that is
+// there. On a queue of one shard, or for an empty key, it returns base.
+//
+// Distinct bases always give distinct IDs for one key: an ID that ends in
+// "~<digits>" came from the base before its last "~", and any other ID is
+// its own base. The same key and base always give the same ID, so it
+// deduplicates as base would. A base that is not a valid ID, or too long
+// to take its suffix within MaxIDLen, and a key Enqueue would refuse, are
+// refused with ErrInvalid.
+func (q *Queue) IDFor(key, base string) (string, error) {
+	if err := validID(base); err != nil {
+		return "", err
+	}
+	if key != "" {
+		if err := validConcurrencyKey(key); err != nil {
+			return "", err
+		}
+	}
+	if q.ks.shards == 1 || key == "" {
+		return base, nil
+	}
+	want := q.ks.shardOf(key)
+	if q.ks.shardOf(base) == want && !suffixed(base) {
+		return base, nil
+	}
+	for n := 1; n <= maxIDForTries; n++ {
+		id := base + "~" + strconv.Itoa(n)
+		if len(id) > MaxIDLen {
+			break
+		}
+		if q.ks.shardOf(id) == want {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("%w: job ID base %q (%d bytes) leaves no room within MaxIDLen (%d) for a suffix that places it in the shard of concurrency key %q",
+		ErrInvalid, base, len(base), MaxIDLen, key)
+}
+
+// maxIDForTries bounds IDFor's search. Each suffix lands in the key's shard
+// with a chance of one in the shard count, so the bound is never reached;
+// it only keeps a hash that misbehaved from looping forever.
+const maxIDForTries = 1 << 20
+
+// suffixed reports whether id ends in "~<digits>", the form of the IDs
+// IDFor makes by adding a suffix.
+func suffixed(id string) bool {
+	i := strings.LastIndexByte(id, '~')
+	if i < 0 || i == len(id)-1 {
+		return false
+	}
+	for _, c := range []byte(id[i+1:]) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
