@@ -57,16 +57,16 @@ func DecodeArgs[T Args](j *Job) (T, error) {
 	}
 	// The checks name the payload as the field of the job value they are in.
 	where := fmt.Sprintf("args of %s job %q", args.Kind(), j.ID)
-	d := decoder{b: j.Payload}
-	if err := d.skipDepth(where, 0, maxArgsDepth); err != nil {
+	d := newDecoder(j.Payload, false)
+	if err := d.SkipDepth(where, 0, maxArgsDepth); err != nil {
 		return args, err
 	}
-	if d.off != len(d.b) {
-		return args, corruptAt(d.off, where, fmt.Sprintf("%d trailing bytes", len(d.b)-d.off))
+	if d.Off != len(d.B) {
+		return args, corruptAt(d.Off, where, fmt.Sprintf("%d trailing bytes", len(d.B)-d.Off))
 	}
-	if cost := elemCost(reflect.TypeFor[T]()); d.elems > argsDecodeBudget/cost {
+	if cost := elemCost(reflect.TypeFor[T]()); d.Elems > argsDecodeBudget/cost {
 		return args, corruptAt(0, where, fmt.Sprintf("%d elements at up to %d bytes each could make the decoder allocate %d bytes, over the %d-byte budget",
-			d.elems, cost, d.elems*cost, argsDecodeBudget))
+			d.Elems, cost, d.Elems*cost, argsDecodeBudget))
 	}
 	if err := msgpack.Unmarshal(j.Payload, &args); err != nil {
 		return args, &ArgsError{ID: j.ID, Kind: args.Kind(), Type: reflect.TypeFor[T]().String(),

@@ -7,6 +7,8 @@ import (
 	"math"
 	"time"
 	"unsafe"
+
+	"github.com/jobkey/jobkey/internal/msgpk"
 )
 
 // MaxValueBytes is the hard ceiling on an encoded job value. The codec
@@ -99,130 +101,130 @@ func Unmarshal(data []byte, j *Job) error {
 	}
 	// One copy of the input backs every string and byte field of the result:
 	// one allocation per decode, and the Job never aliases the caller's buffer.
-	return decodeJob(decoder{b: bytes.Clone(data), own: true}, j)
+	return decodeJob(newDecoder(bytes.Clone(data), true), j)
 }
 
 // unmarshalString decodes a value held in a string, as go-redis returns it.
 // A string never changes, so the Job's strings share its memory; only the
 // byte fields, which callers may modify, are copied.
 func unmarshalString(s string, j *Job) error {
-	return decodeJob(decoder{b: unsafe.Slice(unsafe.StringData(s), len(s))}, j)
+	return decodeJob(newDecoder(unsafe.Slice(unsafe.StringData(s), len(s)), false), j)
 }
 
-func decodeJob(d decoder, j *Job) error { return decodeJobAs(d, j, knownFields) }
+func decodeJob(d *msgpk.Decoder, j *Job) error { return decodeJobAs(d, j, knownFields) }
 
 // decodeJobAs decodes as a build that knows the first known fields of the
 // array would (known is v1Fields plus its minor version): the fields past
 // them are kept raw in Job.future. Only tests pass less than knownFields,
 // to read a value the way an older build reads it.
-func decodeJobAs(d decoder, j *Job, known int) error {
+func decodeJobAs(d *msgpk.Decoder, j *Job, known int) error {
 	*j = Job{}
-	if len(d.b) > MaxValueBytes {
-		return fmt.Errorf("%w: value is %d bytes, limit %d", ErrTooLarge, len(d.b), MaxValueBytes)
+	if len(d.B) > MaxValueBytes {
+		return fmt.Errorf("%w: value is %d bytes, limit %d", ErrTooLarge, len(d.B), MaxValueBytes)
 	}
-	n, err := d.arrayLen("value")
+	n, err := d.ArrayLen("value")
 	if err != nil {
 		return err
 	}
 	if n < 2 {
-		return d.corrupt("value", fmt.Sprintf("array of %d elements has no version", n))
+		return d.Corrupt("value", fmt.Sprintf("array of %d elements has no version", n))
 	}
-	major, err := d.uint("format major version", math.MaxUint32)
+	major, err := d.Uint("format major version", math.MaxUint32)
 	if err != nil {
 		return err
 	}
 	if major != formatMajor {
 		return fmt.Errorf("%w: major version %d, this build reads %d", ErrUnsupportedFormat, major, formatMajor)
 	}
-	minor, err := d.uint("format minor version", math.MaxUint32)
+	minor, err := d.Uint("format minor version", math.MaxUint32)
 	if err != nil {
 		return err
 	}
 	if n < v1Fields {
-		return d.corrupt("value", fmt.Sprintf("array of %d elements, v1 needs %d", n, v1Fields))
+		return d.Corrupt("value", fmt.Sprintf("array of %d elements, v1 needs %d", n, v1Fields))
 	}
 	var out Job
-	if err := d.fields(&out); err != nil {
+	if err := decodeFields(d, &out); err != nil {
 		return err
 	}
 	// The fields of later minor versions, each read when the value has it
 	// and this build knows it.
 	has := func(i int) bool { return i < n && i < known }
 	if has(v1Fields) { // 1.1
-		if out.LeaseToken, err = d.uint("LeaseToken", math.MaxUint64); err != nil {
+		if out.LeaseToken, err = d.Uint("LeaseToken", math.MaxUint64); err != nil {
 			return err
 		}
 	}
 	if has(v1Fields + 1) { // 1.2
-		if out.Meta, err = d.meta("Meta"); err != nil {
+		if out.Meta, err = decodeMeta(d, "Meta"); err != nil {
 			return err
 		}
 	}
 	if has(v1Fields + 2) { // 1.3
-		ms, err := d.int("Timeout", 0, MaxTimeout.Milliseconds())
+		ms, err := d.Int("Timeout", 0, MaxTimeout.Milliseconds())
 		if err != nil {
 			return err
 		}
 		out.Timeout = time.Duration(ms) * time.Millisecond
 	}
 	if has(v1Fields + 3) { // 1.4
-		p, err := d.uint("Priority", MaxPriority)
+		p, err := d.Uint("Priority", MaxPriority)
 		if err != nil {
 			return err
 		}
 		out.Priority = int(p)
 	}
 	if has(v1Fields + 4) { // 1.5
-		if out.ConcurrencyKey, err = d.str("ConcurrencyKey"); err != nil {
+		if out.ConcurrencyKey, err = d.Str("ConcurrencyKey"); err != nil {
 			return err
 		}
 		if len(out.ConcurrencyKey) > MaxConcurrencyKeyLen {
-			return d.corrupt("ConcurrencyKey", fmt.Sprintf("%d bytes, limit %d", len(out.ConcurrencyKey), MaxConcurrencyKeyLen))
+			return d.Corrupt("ConcurrencyKey", fmt.Sprintf("%d bytes, limit %d", len(out.ConcurrencyKey), MaxConcurrencyKeyLen))
 		}
 	}
 	// Fields appended by a newer minor version are checked to be well
 	// formed and kept as they are, to be written back unchanged.
 	known = max(known, v1Fields)
-	start := d.off
+	start := d.Off
 	for i := known; i < n; i++ {
-		if err := d.skip(fmt.Sprintf("appended field %d", i), 0); err != nil {
+		if err := d.SkipDepth(fmt.Sprintf("appended field %d", i), 0, maxSkipDepth); err != nil {
 			return err
 		}
 	}
 	if n > known {
-		out.future = futureFields{minor: minor, n: n - known, raw: d.b[start:d.off:d.off]}
+		out.future = futureFields{minor: minor, n: n - known, raw: d.B[start:d.Off:d.Off]}
 	}
-	if d.off != len(d.b) {
-		return d.corrupt("value", fmt.Sprintf("%d trailing bytes", len(d.b)-d.off))
+	if d.Off != len(d.B) {
+		return d.Corrupt("value", fmt.Sprintf("%d trailing bytes", len(d.B)-d.Off))
 	}
 	*j = out
 	return nil
 }
 
 // fields decodes the v1 fields in wire order.
-func (d *decoder) fields(j *Job) error {
+func decodeFields(d *msgpk.Decoder, j *Job) error {
 	var err error
 	str := func(name string, dst *string) {
 		if err == nil {
-			*dst, err = d.str(name)
+			*dst, err = d.Str(name)
 		}
 	}
 	bin := func(name string, dst *[]byte) {
 		if err == nil {
-			*dst, err = d.bin(name)
+			*dst, err = d.Bin(name)
 		}
 	}
 	num := func(name string, dst *int) {
 		if err == nil {
 			var v int64
-			v, err = d.int(name, 0, MaxAttemptsLimit)
+			v, err = d.Int(name, 0, MaxAttemptsLimit)
 			*dst = int(v)
 		}
 	}
 	tm := func(name string, dst *time.Time) {
 		if err == nil {
 			var v int64
-			v, err = d.int(name, math.MinInt64, math.MaxInt64)
+			v, err = d.Int(name, math.MinInt64, math.MaxInt64)
 			*dst = fromMillis(v)
 		}
 	}
@@ -231,9 +233,9 @@ func (d *decoder) fields(j *Job) error {
 	str("Type", &j.Type)
 	bin("Payload", &j.Payload)
 	if err == nil {
-		at := d.off
+		at := d.Off
 		var s uint64
-		s, err = d.uint("State", math.MaxUint8)
+		s, err = d.Uint("State", math.MaxUint8)
 		j.State = State(s)
 		if err == nil && !j.State.Valid() {
 			err = corruptAt(at, "State", fmt.Sprintf("unknown state %d", s))
@@ -249,7 +251,7 @@ func (d *decoder) fields(j *Job) error {
 	tm("CreatedAt", &j.CreatedAt)
 	tm("UpdatedAt", &j.UpdatedAt)
 	if err == nil {
-		j.Rev, err = d.uint("Rev", math.MaxUint64)
+		j.Rev, err = d.Uint("Rev", math.MaxUint64)
 	}
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/msgpk"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
@@ -211,7 +212,7 @@ func TestCodecGoldenV1(t *testing.T) {
 	require.NoError(t, Unmarshal(v13, &got))
 	require.Equal(t, *fullJobTimeout(), got, "a v1.3 value has priority 0")
 	require.Equal(t, []byte{0xdc, 0, 20, 1, 3}, v13[:5], "array16 of 20, version 1.3")
-	timeout := appendInt(nil, fullJobTimeout().Timeout.Milliseconds())
+	timeout := msgpk.AppendInt(nil, fullJobTimeout().Timeout.Milliseconds())
 	require.Equal(t, v12[5:], v13[5:len(v13)-len(timeout)], "1.3 appends one element to 1.2: Timeout")
 	require.Equal(t, timeout, v13[len(v13)-len(timeout):])
 
@@ -232,7 +233,7 @@ func TestCodecGoldenV1(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, golden, b)
 	require.Equal(t, []byte{0xdc, 0, 22, 1, 5}, golden[:5], "array16 of 22, version 1.5")
-	ck := appendStr(nil, fullJobConcurrency().ConcurrencyKey)
+	ck := msgpk.AppendStr(nil, fullJobConcurrency().ConcurrencyKey)
 	require.Equal(t, v14[5:], golden[5:len(golden)-len(ck)], "1.5 appends one element to 1.4: ConcurrencyKey")
 	require.Equal(t, ck, golden[len(golden)-len(ck):])
 }
@@ -325,7 +326,7 @@ func TestCodecGoldenReadByOlderMinor(t *testing.T) {
 			v11b, err := os.ReadFile(filepath.Join("testdata", "job-v1.1.msgpack"))
 			require.NoError(t, err)
 			var old Job
-			require.NoError(t, decodeJobAs(decoder{b: v11b}, &old, v11))
+			require.NoError(t, decodeJobAs(newDecoder(v11b, false), &old, v11))
 			require.Equal(t, *fullJob(), old)
 			require.Equal(t, v11b, appendJobAs(nil, &old, v11))
 		}},
@@ -352,7 +353,7 @@ func TestCodecGoldenReadByOlderMinor(t *testing.T) {
 			t.Parallel()
 			golden := c.golden(t)
 			var j Job
-			require.NoError(t, decodeJobAs(decoder{b: bytes.Clone(golden), own: true}, &j, c.reader))
+			require.NoError(t, decodeJobAs(newDecoder(bytes.Clone(golden), true), &j, c.reader))
 			require.Equal(t, 1, j.future.n, "the appended field is one the older build does not know")
 			known := j
 			known.future = futureFields{}
@@ -372,7 +373,7 @@ func appendFields(t *testing.T, j *Job, minor uint64, extra ...any) []byte {
 	require.EqualValues(t, 0xdc, b[0], "v1 values start with an array16 header")
 	body := b[3:]
 	body[1] = byte(minor) // minor is the second element, a positive fixint
-	out := appendArrayHdr(nil, knownFields+len(extra))
+	out := msgpk.AppendArrayHdr(nil, knownFields+len(extra))
 	out = append(out, body...)
 	for _, e := range extra {
 		eb, err := msgpack.Marshal(e)
@@ -546,7 +547,7 @@ func metaRaw(t testing.TB, hdr byte, strs ...string) []byte {
 	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0}, b[len(b)-4:], "an empty Meta, then the zero Timeout and Priority, and no ConcurrencyKey")
 	b = append(b[:len(b)-4], hdr)
 	for _, s := range strs {
-		b = appendStr(b, s)
+		b = msgpk.AppendStr(b, s)
 	}
 	return append(b, 0x00, 0x00, 0xa0)
 }

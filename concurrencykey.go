@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"github.com/jobkey/jobkey/internal/msgpk"
 )
 
 // Concurrency limits per key (docs/design.md, "Concurrency keys").
@@ -114,23 +116,23 @@ func (v *slotValue) encode() []byte {
 	if v.limit == 0 && len(v.leases) == 0 && len(v.waiting) == 0 {
 		return nil
 	}
-	b := appendArrayHdr(nil, 4)
-	b = appendUint(b, slotFormat)
-	b = appendUint(b, uint64(v.limit))
-	b = appendArrayHdr(b, len(v.leases))
+	b := msgpk.AppendArrayHdr(nil, 4)
+	b = msgpk.AppendUint(b, slotFormat)
+	b = msgpk.AppendUint(b, uint64(v.limit))
+	b = msgpk.AppendArrayHdr(b, len(v.leases))
 	for _, l := range v.leases {
-		b = appendArrayHdr(b, 3)
-		b = appendStr(b, l.id)
-		b = appendUint(b, l.token)
-		b = appendInt(b, l.until)
+		b = msgpk.AppendArrayHdr(b, 3)
+		b = msgpk.AppendStr(b, l.id)
+		b = msgpk.AppendUint(b, l.token)
+		b = msgpk.AppendInt(b, l.until)
 	}
-	b = appendArrayHdr(b, len(v.waiting))
+	b = msgpk.AppendArrayHdr(b, len(v.waiting))
 	for _, w := range v.waiting {
-		b = appendArrayHdr(b, 4)
-		b = appendStr(b, w.id)
-		b = appendUint(b, uint64(w.prio))
-		b = appendInt(b, w.runAt)
-		b = appendInt(b, w.pulled)
+		b = msgpk.AppendArrayHdr(b, 4)
+		b = msgpk.AppendStr(b, w.id)
+		b = msgpk.AppendUint(b, uint64(w.prio))
+		b = msgpk.AppendInt(b, w.runAt)
+		b = msgpk.AppendInt(b, w.pulled)
 	}
 	return b
 }
@@ -143,77 +145,77 @@ func decodeSlots(s string) (slotValue, error) {
 	if len(s) > MaxValueBytes {
 		return v, fmt.Errorf("%w: concurrency value is %d bytes, limit %d", ErrTooLarge, len(s), MaxValueBytes)
 	}
-	d := decoder{b: unsafe.Slice(unsafe.StringData(s), len(s))}
-	n, err := d.arrayLen("concurrency value")
+	d := newDecoder(unsafe.Slice(unsafe.StringData(s), len(s)), false)
+	n, err := d.ArrayLen("concurrency value")
 	if err != nil {
 		return v, err
 	}
 	if n != 4 {
-		return v, d.corrupt("concurrency value", fmt.Sprintf("array of %d elements, want 4", n))
+		return v, d.Corrupt("concurrency value", fmt.Sprintf("array of %d elements, want 4", n))
 	}
-	if f, err := d.uint("concurrency format", math.MaxUint32); err != nil {
+	if f, err := d.Uint("concurrency format", math.MaxUint32); err != nil {
 		return v, err
 	} else if f != slotFormat {
 		return v, fmt.Errorf("%w: concurrency value format %d, this build reads %d", ErrUnsupportedFormat, f, slotFormat)
 	}
-	limit, err := d.uint("limit", MaxConcurrencyLimit)
+	limit, err := d.Uint("limit", MaxConcurrencyLimit)
 	if err != nil {
 		return v, err
 	}
 	v.limit = int(limit)
-	n, err = d.arrayLen("leases")
+	n, err = d.ArrayLen("leases")
 	if err != nil {
 		return v, err
 	}
 	v.leases = make([]slotLease, 0, n)
 	for range n {
-		if m, err := d.arrayLen("lease"); err != nil {
+		if m, err := d.ArrayLen("lease"); err != nil {
 			return v, err
 		} else if m != 3 {
-			return v, d.corrupt("lease", fmt.Sprintf("array of %d elements, want 3", m))
+			return v, d.Corrupt("lease", fmt.Sprintf("array of %d elements, want 3", m))
 		}
 		var l slotLease
-		if l.id, err = d.str("lease ID"); err != nil {
+		if l.id, err = d.Str("lease ID"); err != nil {
 			return v, err
 		}
-		if l.token, err = d.uint("lease token", math.MaxUint64); err != nil {
+		if l.token, err = d.Uint("lease token", math.MaxUint64); err != nil {
 			return v, err
 		}
-		if l.until, err = d.int("lease until", math.MinInt64, math.MaxInt64); err != nil {
+		if l.until, err = d.Int("lease until", math.MinInt64, math.MaxInt64); err != nil {
 			return v, err
 		}
 		v.leases = append(v.leases, l)
 	}
-	n, err = d.arrayLen("waiting")
+	n, err = d.ArrayLen("waiting")
 	if err != nil {
 		return v, err
 	}
 	v.waiting = make([]slotWait, 0, n)
 	for range n {
-		if m, err := d.arrayLen("waiting job"); err != nil {
+		if m, err := d.ArrayLen("waiting job"); err != nil {
 			return v, err
 		} else if m != 4 {
-			return v, d.corrupt("waiting job", fmt.Sprintf("array of %d elements, want 4", m))
+			return v, d.Corrupt("waiting job", fmt.Sprintf("array of %d elements, want 4", m))
 		}
 		var w slotWait
-		if w.id, err = d.str("waiting ID"); err != nil {
+		if w.id, err = d.Str("waiting ID"); err != nil {
 			return v, err
 		}
-		p, err := d.uint("waiting priority", MaxPriority)
+		p, err := d.Uint("waiting priority", MaxPriority)
 		if err != nil {
 			return v, err
 		}
 		w.prio = int(p)
-		if w.runAt, err = d.int("waiting RunAt", math.MinInt64, math.MaxInt64); err != nil {
+		if w.runAt, err = d.Int("waiting RunAt", math.MinInt64, math.MaxInt64); err != nil {
 			return v, err
 		}
-		if w.pulled, err = d.int("waiting pulled", math.MinInt64, math.MaxInt64); err != nil {
+		if w.pulled, err = d.Int("waiting pulled", math.MinInt64, math.MaxInt64); err != nil {
 			return v, err
 		}
 		v.waiting = append(v.waiting, w)
 	}
-	if d.off != len(d.b) {
-		return v, d.corrupt("concurrency value", fmt.Sprintf("%d trailing bytes", len(d.b)-d.off))
+	if d.Off != len(d.B) {
+		return v, d.Corrupt("concurrency value", fmt.Sprintf("%d trailing bytes", len(d.B)-d.Off))
 	}
 	return v, nil
 }

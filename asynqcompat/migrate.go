@@ -190,7 +190,11 @@ func (o *MigrateOpts) defaults() error {
 // key, for its whole length, renewed while it runs: a second Migrate or
 // MigrateToAsynq of the same asynq queue refuses to start with a
 // *MigrationRunningError (errors.Is ErrMigrationRunning), or waits up to
-// Wait for it. A killed run's lock ends within 6 seconds. A run that loses
+// Wait for it. A killed run's lock ends within 6 seconds. The run then
+// claims the jobkey queue To for its asynq queue: a migration through
+// another asynq queue that runs on To, or stopped with moves in it
+// unfinished, makes it refuse with a *JobkeyQueueBusyError (errors.Is
+// ErrJobkeyQueueBusy), or wait up to Wait while that one runs. A run that loses
 // the lock stops with an error that wraps ErrLockLost, and leaves a queue
 // it paused paused, for the next run to resume.
 //
@@ -208,12 +212,12 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 	if !opts.DryRun {
 		var ses *session
 		var finish func(*error)
-		ctx, ses, finish, err = startSession(ctx, rdb, opts.FromQueue, opts.lockTTL, opts.Wait)
+		ctx, ses, finish, err = startSession(ctx, rdb, opts.FromQueue, opts.To, opts.lockTTL, opts.Wait)
 		if err != nil {
 			return rep, fmt.Errorf("asynqcompat: migrate: %w", err)
 		}
 		defer finish(&err)
-		m.sh = &shifter{st: ses.st, q: opts.To, ins: m.ins, cli: asynq.NewClientFromRedisClient(rdb), m: m,
+		m.sh = &shifter{st: ses.st, q: opts.To, m: m,
 			hook: opts.crashAt, after: opts.afterEnqueue}
 		if err := m.sh.recoverMoves(ctx); err != nil {
 			return rep, err

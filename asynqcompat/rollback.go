@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/jobkey/jobkey"
 	"github.com/redis/go-redis/v9"
 )
@@ -80,7 +79,16 @@ type RollbackOpts struct {
 //
 // A run (but a dry run) holds the migration lock of the asynq queue
 // ToQueue, as Migrate does: one migration of an asynq queue runs at a
-// time, in either direction.
+// time, in either direction; and it claims the jobkey queue From, as
+// Migrate claims To (see there).
+//
+// The asynq copy is written by the run itself, as asynq's Client would
+// enqueue it, in the transaction that records it: the job's LastError
+// becomes the task's LastErr (asynq's Client has no option for it), with
+// the job's last write as LastFailedAt. A copy that is gone when the move
+// makes it due was run by hand (Inspector.RunTask) and finished, or
+// deleted: it is not written again, and the held jobkey job is deleted
+// (MigrateReport.Undone).
 //
 // Active jobs are left to finish in jobkey and listed in
 // MigrateReport.Left; finished jobs stay where they are. So is a pending
@@ -112,17 +120,17 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 8
 	}
-	b := &backMover{ins: asynq.NewInspectorFromRedisClient(rdb), cli: asynq.NewClientFromRedisClient(rdb), opts: opts}
+	b := &backMover{opts: opts}
 	b.m = &mover{rep: &rep, opts: MigrateOpts{Progress: opts.Progress}}
 	if !opts.DryRun {
 		var ses *session
 		var finish func(*error)
-		ctx, ses, finish, err = startSession(ctx, rdb, opts.ToQueue, opts.lockTTL, opts.Wait)
+		ctx, ses, finish, err = startSession(ctx, rdb, opts.ToQueue, opts.From, opts.lockTTL, opts.Wait)
 		if err != nil {
 			return rep, fmt.Errorf("asynqcompat: migrate to asynq: %w", err)
 		}
 		defer finish(&err)
-		b.sh = &shifter{st: ses.st, q: opts.From, ins: b.ins, cli: b.cli, m: b.m, hook: opts.crashAt, after: opts.afterEnqueue}
+		b.sh = &shifter{st: ses.st, q: opts.From, m: b.m, hook: opts.crashAt, after: opts.afterEnqueue}
 		if err := b.sh.recoverMoves(ctx); err != nil {
 			return rep, err
 		}
@@ -146,8 +154,6 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 }
 
 type backMover struct {
-	ins  *asynq.Inspector
-	cli  *asynq.Client
 	opts RollbackOpts
 	m    *mover   // the report and progress
 	sh   *shifter // the moves; nil in a dry run
@@ -245,6 +251,11 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 		return fmt.Errorf("asynqcompat: migrate to asynq: read Redis's clock: %w", err)
 	}
 	rec := &moveRec{Dir: dirToAsynq, Step: stepHold, JobkeyQueue: b.opts.From.Name(), Type: j.Type, RunAt: j.RunAt}
+	if j.LastError != "" {
+		// The failure's time, as near as jobkey keeps it: the job's last
+		// write, which set its LastError.
+		rec.LastFailedAt = j.UpdatedAt.Unix()
+	}
 	if err := b.sh.st.begin(ctx, j.ID, *rec); err != nil {
 		return fmt.Errorf("asynqcompat: migrate to asynq: job %q: %w", j.ID, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -363,4 +364,97 @@ func TestMigrateToAsynqPausesTheTargetQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Moved)
 	require.True(t, paused(), "the operator's pause stays")
+}
+
+// The held asynq copy of a move into asynq, run by hand (asynq's CLI "task
+// run", Inspector.RunTask) while the move waits between its steps, runs in
+// asynq only: neither the run nor its rerun puts the task into asynq again
+// once that copy is done and gone, and the held jobkey job never runs.
+func TestMigrateToAsynqHeldCopyRunByHandRunsOnce(t *testing.T) {
+	t.Parallel()
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			q := e.queue(t, "emails", nil)
+			ins := asynq.NewInspectorFromRedisClient(e.rdb)
+			// Due later: pending, not taken by the worker, when the run
+			// lists it.
+			runAt := time.Now().Add(time.Second)
+			_, err := q.Enqueue(e.ctx, moveType, []byte("p"), &jobkey.EnqueueOpts{ID: "h", RunAt: runAt})
+			require.NoError(t, err)
+			var runs sync.Map
+			stop := both(t, e, q, &runs)
+			defer stop()
+			hook := func(p, id string) error {
+				if p != atAfterEnqueue {
+					return nil
+				}
+				// The copy is held at the year 9999: run it by hand, and
+				// let asynq's server finish it (no retention: it is gone).
+				require.NoError(t, ins.RunTask("default", id))
+				require.Eventually(t, func() bool {
+					_, err := ins.GetTaskInfo("default", id)
+					return errors.Is(err, asynq.ErrTaskNotFound)
+				}, 10*time.Second, 10*time.Millisecond)
+				if crash {
+					return errCrash
+				}
+				return nil
+			}
+			_, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, crashAt: hook, lockTTL: time.Second})
+			if crash {
+				require.ErrorIs(t, err, errCrash)
+			}
+			rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
+			require.NoError(t, err)
+			require.Empty(t, rep.Twice)
+			time.Sleep(time.Until(runAt) + 500*time.Millisecond) // a second copy would be due by now
+			ranOnce(t, &runs, []string{"h"})
+			_, err = q.Get(e.ctx, "h")
+			require.ErrorIs(t, err, jobkey.ErrNotFound, "the held jobkey job is gone")
+			_, err = ins.GetTaskInfo("default", "h")
+			require.ErrorIs(t, err, asynq.ErrTaskNotFound, "no second asynq copy")
+			n, err := e.rdb.Exists(e.ctx, stateKey("default"), lockKey("default")).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "no migration state or lock is left")
+		})
+	}
+}
+
+// The jobkey job's LastError becomes the asynq copy's LastErr (with a
+// LastFailedAt), also when a killed run's move is finished by a rerun; the
+// copy is otherwise what asynq's Client would have enqueued.
+func TestMigrateToAsynqCarriesTheLastError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	for _, id := range []string{"a", "b"} {
+		_, err := q.Enqueue(e.ctx, moveType, []byte(id), &jobkey.EnqueueOpts{ID: id, MaxAttempts: 5})
+		require.NoError(t, err)
+		_, err = q.Update(e.ctx, id, func(j *jobkey.Job) error { j.LastError = "fails in jobkey"; return nil })
+		require.NoError(t, err)
+	}
+	before := time.Now().Add(-time.Second)
+	var crashed atomic.Bool
+	_, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Concurrency: 1,
+		crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second})
+	require.ErrorIs(t, err, errCrash)
+	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.AlreadyMoved)
+	require.Equal(t, 1, rep.Moved)
+	for _, id := range []string{"a", "b"} {
+		ti, err := ins.GetTaskInfo("default", id)
+		require.NoError(t, err, id)
+		require.Equal(t, "fails in jobkey", ti.LastErr, id)
+		require.True(t, ti.LastFailedAt.After(before), "%s: LastFailedAt %v", id, ti.LastFailedAt)
+		require.Equal(t, moveType, ti.Type)
+		require.Equal(t, []byte(id), ti.Payload)
+		require.Equal(t, "default", ti.Queue)
+		require.Equal(t, 4, ti.MaxRetry)
+		require.Equal(t, 30*time.Minute, ti.Timeout, "asynq's default, as its Client would store")
+		require.Equal(t, asynq.TaskStatePending, ti.State)
+	}
 }

@@ -38,10 +38,18 @@ type session struct {
 // context is canceled when the lock is lost; finish, deferred with the
 // run's error, resumes the queue if a migration paused it and releases the
 // lock, and says in *errp what it could not do.
-func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, ttl, wait time.Duration) (context.Context, *session, func(*error), error) {
+func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, q *jobkey.Queue, ttl, wait time.Duration) (context.Context, *session, func(*error), error) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	start := time.Now()
 	l, err := acquireLock(ctx, rdb, queue, ttl, wait, cancel)
 	if err != nil {
+		cancel(nil)
+		return nil, nil, nil, err
+	}
+	// Then the jobkey queue: no migration through another asynq queue may
+	// have moves in it at the same time.
+	if err := claimQueue(ctx, rdb, q, queue, wait-time.Since(start)); err != nil {
+		l.release()
 		cancel(nil)
 		return nil, nil, nil, err
 	}
@@ -57,6 +65,9 @@ func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, 
 		if l.Lost() == nil {
 			if _, rerr := s.st.resume(bg); rerr != nil && !errors.Is(rerr, ErrLockLost) {
 				*errp = errors.Join(*errp, fmt.Errorf("asynqcompat: resume asynq queue %q, which a migration paused: %w; rerun to resume it", queue, rerr))
+			}
+			if cerr := unclaimQueue(bg, s.st, q); cerr != nil {
+				*errp = errors.Join(*errp, fmt.Errorf("asynqcompat: release the claim %q of jobkey queue %q: %w (the next migration of it takes it over)", claimKey(q), q.Name(), cerr))
 			}
 		}
 		if st, rerr := s.st.read(bg); rerr == nil && st.Paused {
@@ -79,8 +90,6 @@ func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, 
 type shifter struct {
 	st    *stateStore
 	q     *jobkey.Queue
-	ins   *asynq.Inspector
-	cli   *asynq.Client
 	m     *mover // the report
 	hook  func(point, id string) error
 	after func(id string) error // the tests' older hook, at atAfterEnqueue
@@ -365,15 +374,20 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 				return fmt.Errorf("asynqcompat: migrate to asynq: unfinished move of job %q: read it in jobkey: %w", id, err)
 			}
 		}
-		if skipped, err := s.enqueueHeld(ctx, cur, rec); err != nil || skipped {
+		if skipped, err := s.writeCopy(ctx, cur, rec); err != nil || skipped {
 			return err
 		}
 		if err := s.at(atAfterEnqueue, id); err != nil {
 			return err
 		}
-		retried, _ := asynqCounts(cur)
-		err = s.st.releaseHeld(ctx, id, rec.RunAt, retried, stepDelete, func() error { return s.at(atAfterReread, id) })
-		if err != nil {
+		rec.Step = stepCopied
+	}
+	if rec.Step == stepCopied {
+		err := s.st.releaseHeld(ctx, id, rec.RunAt, stepDelete, func() error { return s.at(atAfterReread, id) })
+		switch {
+		case errors.Is(err, errCopyGone):
+			return s.copyGone(ctx, id, rec)
+		case err != nil:
 			return fmt.Errorf("asynqcompat: migrate to asynq: job %q: make its asynq copy due: %w (rerun to finish the move)", id, err)
 		}
 		if err := s.at(atAfterRelease, id); err != nil {
@@ -423,36 +437,27 @@ func asynqCounts(j *jobkey.Job) (retried, maxRetry int) {
 	return retried, min(max(MaxRetry(j), retried), math.MaxInt32)
 }
 
-// enqueueHeld enqueues the asynq copy of a held jobkey job, scheduled at
-// holdUntil. A task of another type or payload under the ID skips the job:
-// it is made due again in jobkey.
-func (s *shifter) enqueueHeld(ctx context.Context, j *jobkey.Job, rec *moveRec) (skipped bool, err error) {
-	// The copy's Retried (set by releaseHeld) counts the retries spent in
-	// both systems, and its MaxRetry leaves it the runs jobkey would have.
-	_, maxRetry := asynqCounts(j)
-	opts := []asynq.Option{asynq.TaskID(j.ID), asynq.Queue(s.st.queue), asynq.MaxRetry(maxRetry), asynq.ProcessAt(holdUntil)}
+// writeCopy writes the asynq copy of a held jobkey job, scheduled at
+// holdUntil, and records step "copied" in the same transaction. A task of
+// another type or payload under the ID skips the job: it is made due
+// again in jobkey.
+func (s *shifter) writeCopy(ctx context.Context, j *jobkey.Job, rec *moveRec) (skipped bool, err error) {
+	// The copy's Retried counts the retries spent in both systems, and its
+	// MaxRetry leaves it the runs jobkey would have.
+	retried, maxRetry := asynqCounts(j)
+	m := &asynqMsg{Type: j.Type, Payload: j.Payload, ID: j.ID, Queue: s.st.queue, Retry: maxRetry, Retried: retried,
+		ErrorMsg: j.LastError, LastFailedAt: rec.LastFailedAt, Timeout: int64(asynqDefaultTimeout / time.Second)}
 	if j.Timeout > 0 {
-		// asynq keeps whole seconds, truncated: round up, so that the
-		// timeout is never shorter, nor 0 (asynq's default).
-		opts = append(opts, asynq.Timeout((j.Timeout + time.Second - 1).Truncate(time.Second)))
+		// asynq keeps whole seconds: round up, so that the timeout is never
+		// shorter, nor 0 (asynq's default).
+		m.Timeout = int64((j.Timeout + time.Second - 1) / time.Second)
 	}
-	_, err = s.cli.EnqueueContext(ctx, asynq.NewTask(j.Type, j.Payload), opts...)
+	err = s.st.writeHeld(ctx, j.ID, m, stepCopied)
 	switch {
 	case err == nil:
 		return false, nil
-	case errors.Is(err, asynq.ErrTaskIDConflict):
-	case ctx.Err() != nil:
-		// asynq does not wrap the context's error.
-		return false, fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %v: %w (rerun to finish the move)", j.ID, err, context.Cause(ctx))
-	default:
-		return false, fmt.Errorf("asynqcompat: migrate to asynq: enqueue job %q into asynq: %w (rerun to finish the move)", j.ID, err)
-	}
-	var ti *asynq.TaskInfo
-	if gerr := safe(func() (err error) { ti, err = s.ins.GetTaskInfo(s.st.queue, j.ID); return err }); gerr != nil {
-		return false, fmt.Errorf("asynqcompat: migrate to asynq: job %q: asynq holds its ID; read that task: %w (rerun to finish the move)", j.ID, gerr)
-	}
-	if ti != nil && ti.Type == j.Type && bytes.Equal(ti.Payload, j.Payload) {
-		return false, nil // this move's held copy, or the same task
+	case !errors.Is(err, errIDTaken):
+		return false, fmt.Errorf("asynqcompat: migrate to asynq: write the asynq copy of job %q: %w (rerun to finish the move)", j.ID, err)
 	}
 	_, err = s.q.Update(ctx, j.ID, func(c *jobkey.Job) error {
 		if !held(c, rec) {
@@ -467,4 +472,29 @@ func (s *shifter) enqueueHeld(ctx context.Context, j *jobkey.Job, rec *moveRec) 
 	s.m.note(&s.m.rep.Skipped, TaskNote{ID: j.ID, State: "pending",
 		Reason: fmt.Sprintf("asynq queue %q holds another task under this ID", s.st.queue)})
 	return true, s.st.forget(ctx, j.ID)
+}
+
+// copyGone ends a move into asynq whose held asynq copy is gone before
+// its release: someone ran it by hand (asynq's "task run",
+// Inspector.RunTask) and asynq is done with it, or deleted it. It is not
+// written again, and the held jobkey job, which nothing could claim, is
+// deleted: the task ran once, in asynq, or was deleted as its operator
+// asked.
+func (s *shifter) copyGone(ctx context.Context, id string, rec *moveRec) error {
+	const what = "its asynq copy, held, was run by hand (or deleted) in asynq before the move made it due, and asynq is done with it"
+	err := s.q.DeleteIn(ctx, id, jobkey.StatePending)
+	var se *jobkey.StateError
+	switch {
+	case err == nil:
+		s.m.note(&s.m.rep.Undone, TaskNote{ID: id, State: "gone", Reason: what + "; it is not put into asynq again, and its held jobkey job was deleted"})
+	case errors.Is(err, jobkey.ErrNotFound):
+		s.m.note(&s.m.rep.Undone, TaskNote{ID: id, State: "gone", Reason: what + "; it is not put into asynq again"})
+	case errors.As(err, &se):
+		// The held job is claimable only if someone changed it by hand.
+		s.m.note(&s.m.rep.Twice, TaskNote{ID: id, State: "gone",
+			Reason: fmt.Sprintf("%s, and its jobkey job, no longer held, is %s: it runs in both", what, se.State)})
+	default:
+		return fmt.Errorf("asynqcompat: migrate to asynq: job %q: %s; delete its held jobkey job: %w (rerun to finish)", id, what, err)
+	}
+	return s.st.forget(ctx, id)
 }

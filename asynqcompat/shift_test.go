@@ -21,6 +21,16 @@ import (
 // ID across the two; stop ends both.
 func both(t *testing.T, e *env, q *jobkey.Queue, runs *sync.Map) (stop func()) {
 	t.Helper()
+	return bothOn(t, e, q, runs, "default")
+}
+
+// bothOn is both, with asynq's server on the given asynq queues.
+func bothOn(t *testing.T, e *env, q *jobkey.Queue, runs *sync.Map, queues ...string) (stop func()) {
+	t.Helper()
+	weights := map[string]int{}
+	for _, aq := range queues {
+		weights[aq] = 1
+	}
 	hit := func(id string) {
 		n, _ := runs.LoadOrStore(id, new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
@@ -29,7 +39,7 @@ func both(t *testing.T, e *env, q *jobkey.Queue, runs *sync.Map) (stop func()) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{
-		Concurrency: 1, Queues: map[string]int{"default": 1}, LogLevel: asynq.FatalLevel,
+		Concurrency: 1, Queues: weights, LogLevel: asynq.FatalLevel,
 		DelayedTaskCheckInterval: 100 * time.Millisecond,
 	})
 	require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {

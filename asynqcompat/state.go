@@ -1,6 +1,7 @@
 package asynqcompat
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // A migration's own state lives in one Redis value per asynq queue: which
@@ -33,11 +33,14 @@ import (
 //     nothing can claim, is deleted.
 //   - into asynq: record the move (step "hold"); hold the jobkey job (RunAt
 //     = holdUntil, by Queue.Update, only while it is pending with no run in
-//     force); enqueue the asynq copy scheduled at holdUntil; in one
-//     transaction, under WATCH of that copy, make it due and record step
-//     "delete"; then delete the held jobkey job, and forget the move. A job
-//     jobkey claimed before the hold stays in jobkey, and nothing was put
-//     into asynq.
+//     force); in one transaction, write the asynq copy scheduled at
+//     holdUntil and record step "copied"; in one transaction, under WATCH
+//     of that copy, make it due and record step "delete"; then delete the
+//     held jobkey job, and forget the move. A job jobkey claimed before the
+//     hold stays in jobkey, and nothing was put into asynq. The asynq copy
+//     exists exactly from step "copied" on: one found gone at its release
+//     was run by hand (asynq's "task run", Inspector.RunTask) and is done,
+//     or was deleted, and is never written again; its held jobkey job goes.
 //
 // A crash between any two steps leaves the move recorded at a step that
 // says which copies exist and which may run, and recover goes on from it.
@@ -53,7 +56,8 @@ const (
 
 	stepEnqueue = "enqueue" // to jobkey: a held jobkey copy may exist; the asynq task is untouched
 	stepRelease = "release" // to jobkey: the asynq task is deleted; the held jobkey copy is to be made due
-	stepHold    = "hold"    // to asynq: the jobkey job may be held, and a held asynq copy may exist
+	stepHold    = "hold"    // to asynq: the jobkey job may be held; no asynq copy was written
+	stepCopied  = "copied"  // to asynq: the jobkey job is held, and so is the asynq copy written with this step
 	stepDelete  = "delete"  // to asynq: the asynq copy is due; the held jobkey job is to be deleted
 )
 
@@ -76,6 +80,9 @@ type moveRec struct {
 	// LastErr, into jobkey, is the asynq task's last error, for the jobkey
 	// copy's LastError.
 	LastErr string `json:"last_err,omitempty"`
+	// LastFailedAt, into asynq, is when the jobkey job was last written
+	// with its LastError (Unix seconds), for the asynq copy's LastFailedAt.
+	LastFailedAt int64 `json:"last_failed_at,omitempty"`
 }
 
 // stateKey is the Redis key of the migration state of an asynq queue: in
@@ -137,7 +144,7 @@ func (r *moveRec) invalid() string {
 	case r == nil:
 		return "the move is null"
 	case r.Dir == dirToJobkey && (r.Step == stepEnqueue || r.Step == stepRelease):
-	case r.Dir == dirToAsynq && (r.Step == stepHold || r.Step == stepDelete):
+	case r.Dir == dirToAsynq && (r.Step == stepHold || r.Step == stepCopied || r.Step == stepDelete):
 	default:
 		return fmt.Sprintf("direction %q with step %q", r.Dir, r.Step)
 	}
@@ -294,13 +301,71 @@ func (s *stateStore) deleteWaiting(ctx context.Context, id, next string, checked
 	})
 }
 
+// errIDTaken is what writeHeld returns when asynq holds another task
+// under the ID.
+var errIDTaken = errors.New("asynq holds another task under this ID")
+
+// writeHeld writes the asynq copy msg of a move into asynq, scheduled at
+// holdUntil, as asynq's Client would enqueue it, and records the move's
+// next step, in one transaction under WATCH of the task key. A task there
+// already with the same type and payload is taken for this move's copy: a
+// held one (an older run's, enqueued by asynq's Client) gets msg, one not
+// held is left as it is and the release below finds it due. Another task
+// under the ID is errIDTaken, and nothing is written.
+func (s *stateStore) writeHeld(ctx context.Context, id string, m *asynqMsg, next string) error {
+	tk := asynqTaskKey(s.queue, id)
+	sched := asynqListKey(s.queue, "scheduled")
+	msg := m.encode()
+	// asynq's Client lists the queue in asynq:queues (its own key, outside
+	// the queue's slot) before it writes a task, and so does this.
+	if err := s.rdb.SAdd(ctx, "asynq:queues", s.queue).Err(); err != nil {
+		return fmt.Errorf("asynqcompat: list asynq queue %q in asynq:queues: %w", s.queue, err)
+	}
+	return s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		raw, err := tx.HGet(ctx, tk, "msg").Bytes()
+		exists := err == nil
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		held := false
+		if exists {
+			typ, payload, derr := msgTypePayload(raw)
+			if derr != nil || typ != m.Type || !bytes.Equal(payload, m.Payload) {
+				return nil, errIDTaken
+			}
+			score, err := tx.ZScore(ctx, sched, id).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+			held = err == nil && int64(score) >= holdUntil.Unix()
+		}
+		if rec := st.Moves[id]; rec != nil {
+			rec.Step = next
+		}
+		if exists && !held {
+			return nil, nil
+		}
+		return func(p redis.Pipeliner) {
+			if held {
+				p.HSet(ctx, tk, "msg", msg)
+				return
+			}
+			p.HSet(ctx, tk, "msg", msg, "state", "scheduled")
+			p.ZAdd(ctx, sched, redis.Z{Score: float64(holdUntil.Unix()), Member: id})
+		}, nil
+	})
+}
+
+// errCopyGone is what releaseHeld returns when the asynq copy is gone
+// before its release: run by hand and done, or deleted.
+var errCopyGone = errors.New("the asynq copy is gone before its release")
+
 // releaseHeld makes a held asynq copy (scheduled at holdUntil) due at
-// runAt, with retried as its Retried count (asynq's client enqueues every
-// task with none), and records the move's next step, in one transaction. A
-// copy not held (an earlier run released it, or it was enqueued due) is
-// left as it is; a copy gone is an error. checked, if set, runs before the
-// EXEC.
-func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time, retried int, next string, checked func() error) error {
+// runAt, and records the move's next step, in one transaction. A copy not
+// held (run by hand, or an older run's copy enqueued due) is left as it
+// is; a copy gone is errCopyGone, and nothing is written. checked, if set,
+// runs before the EXEC.
+func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time, next string, checked func() error) error {
 	tk := asynqTaskKey(s.queue, id)
 	sched := asynqListKey(s.queue, "scheduled")
 	// The task key, not the busy scheduled set: a held copy's score is
@@ -308,7 +373,7 @@ func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time
 	return s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
 		state, err := tx.HGet(ctx, tk, "state").Result()
 		if errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("asynqcompat: the asynq copy of task %q is gone before its release", id)
+			return nil, errCopyGone
 		}
 		if err != nil {
 			return nil, err
@@ -320,16 +385,6 @@ func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time
 				return nil, err
 			}
 			held = err == nil && int64(score) >= holdUntil.Unix()
-		}
-		var msg []byte
-		if held && retried > 0 {
-			raw, err := tx.HGet(ctx, tk, "msg").Bytes()
-			if err != nil {
-				return nil, fmt.Errorf("asynqcompat: read the asynq copy of task %q: %w", id, err)
-			}
-			if msg, err = setRetried(raw, retried); err != nil {
-				return nil, fmt.Errorf("asynqcompat: the asynq copy of task %q: %w", id, err)
-			}
 		}
 		if checked != nil {
 			if err := checked(); err != nil {
@@ -343,9 +398,6 @@ func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time
 			return nil, nil
 		}
 		return func(p redis.Pipeliner) {
-			if msg != nil {
-				p.HSet(ctx, tk, "msg", msg)
-			}
 			if runAt.After(time.Now()) {
 				p.ZAdd(ctx, sched, redis.Z{Score: float64(runAt.Unix()), Member: id})
 				return
@@ -392,31 +444,4 @@ func (s *stateStore) resume(ctx context.Context) (bool, error) {
 		return func(p redis.Pipeliner) { p.Del(ctx, pk) }, nil
 	})
 	return did, err
-}
-
-// asynqRetriedField is the field number of Retried in asynq's task message
-// (asynq's internal/proto TaskMessage, stored protobuf-encoded in the task
-// hash's "msg" field).
-const asynqRetriedField = 6
-
-// setRetried returns asynq's encoded task message msg with its Retried
-// field set to n: every other field is kept as it is, byte for byte.
-func setRetried(msg []byte, n int) ([]byte, error) {
-	out := make([]byte, 0, len(msg)+6)
-	for rest := msg; len(rest) > 0; {
-		num, typ, tl := protowire.ConsumeTag(rest)
-		if tl < 0 {
-			return nil, fmt.Errorf("the task message cannot be decoded: %w", protowire.ParseError(tl))
-		}
-		vl := protowire.ConsumeFieldValue(num, typ, rest[tl:])
-		if vl < 0 {
-			return nil, fmt.Errorf("the task message cannot be decoded: %w", protowire.ParseError(vl))
-		}
-		if num != asynqRetriedField {
-			out = append(out, rest[:tl+vl]...)
-		}
-		rest = rest[tl+vl:]
-	}
-	out = protowire.AppendTag(out, asynqRetriedField, protowire.VarintType)
-	return protowire.AppendVarint(out, uint64(int32(n))), nil
 }

@@ -84,12 +84,13 @@ func RunWork(ctx context.Context, url, design string, p WorkParams) (WorkResult,
 }
 
 // NewDesign builds a design by name. "asynq" supports the enqueue scenario
-// only; its other methods return errors.ErrUnsupported.
-func NewDesign(name string, rdb redis.UniversalClient, prefix string) (Design, error) {
+// only; its other methods return errors.ErrUnsupported. minReplicas is
+// jobkey's Config.MinReplicas; the other designs have nothing like it.
+func NewDesign(name string, rdb redis.UniversalClient, prefix string, minReplicas int) (Design, error) {
 	if name == "asynq" {
 		return asynqProducer{newAsynq(rdb, prefix)}, nil
 	}
-	return benchscenario.NewDesign(name, rdb, prefix)
+	return benchscenario.NewDesign(name, rdb, prefix, minReplicas)
 }
 
 // asynqProducer is asynq's Client as a Design: enqueue only.

@@ -13,8 +13,9 @@ import (
 // asynq worker looks for tasks (asynq's default is 1 s).
 const asynqFastCheck = 10 * time.Millisecond
 
-// NewWorkerDesign builds a worker design by name, on rdb under prefix.
-func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string) (WorkerDesign, error) {
+// NewWorkerDesign builds a worker design by name, on rdb under prefix;
+// minReplicas is jobkey's Config.MinReplicas.
+func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string, minReplicas int) (WorkerDesign, error) {
 	switch name {
 	case "asynq", "asynq-fast":
 		d := newAsynq(rdb, prefix)
@@ -23,7 +24,7 @@ func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string) (Wor
 		}
 		return d, nil
 	}
-	return benchscenario.NewWorkerDesign(name, rdb, prefix)
+	return benchscenario.NewWorkerDesign(name, rdb, prefix, minReplicas)
 }
 
 // Asynq is asynq v0.26's Client and Server on the same Redis, with

@@ -30,6 +30,7 @@ const (
 	exitLocked   = 4 // another migration of the asynq queue holds its lock (see -wait)
 	exitNoQueue  = 5 // the source queue does not exist: nothing was written
 	exitTwice    = 6 // tasks were found run by both systems: look at them
+	exitBusy     = 7 // a migration through another asynq queue holds the jobkey queue (running, or stopped with moves unfinished)
 )
 
 // exitError is an error with the exit code the command ends with.
@@ -441,8 +442,11 @@ func (m *migration) run(ctx context.Context, stdout, stderr io.Writer,
 		progress, done := bar(stderr)
 		rep, err := move(ctx, q, rdb, typ, progress)
 		done()
-		if errors.Is(err, asynqcompat.ErrMigrationRunning) {
+		switch {
+		case errors.Is(err, asynqcompat.ErrMigrationRunning):
 			return m.finish(stdout, runs, &exitError{exitLocked, fmt.Errorf("%s refused: %w", m.name, err)})
+		case errors.Is(err, asynqcompat.ErrJobkeyQueueBusy):
+			return m.finish(stdout, runs, &exitError{exitBusy, fmt.Errorf("%s refused: %w", m.name, err)})
 		}
 		runs = append(runs, typeRun{typ: typ, rep: rep, err: err})
 		if err != nil {
@@ -460,32 +464,55 @@ func quoteAll(ss []string) []string {
 	return out
 }
 
-// migrateAsynqCmd moves types' waiting asynq tasks into a jobkey queue.
-func migrateAsynqCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	m := &migration{name: "migrate-asynq"}
-	if err := m.f.parse(m.name, args, stderr, "from-queue", "to",
-		"pause the asynq queue (every type in it) while tasks move, so no asynq server starts one mid-move"); err != nil {
+// direction is what tells the two commands apart; the rest of a run is
+// the same both ways.
+type direction struct {
+	name                  string
+	asynqFlag, jobkeyFlag string // the names of the queue flags
+	pauseHelp             string
+	jobkeyFrom            bool // the jobkey queue is the source
+	move                  func(ctx context.Context, rdb redis.UniversalClient, f *migrateFlags, q *jobkey.Queue, typ string, p func(asynqcompat.MigrateProgress)) (asynqcompat.MigrateReport, error)
+}
+
+var (
+	intoJobkey = direction{name: "migrate-asynq", asynqFlag: "from-queue", jobkeyFlag: "to",
+		pauseHelp: "pause the asynq queue (every type in it) while tasks move, so no asynq server starts one mid-move",
+		move: func(ctx context.Context, rdb redis.UniversalClient, f *migrateFlags, q *jobkey.Queue, typ string, p func(asynqcompat.MigrateProgress)) (asynqcompat.MigrateReport, error) {
+			return asynqcompat.Migrate(ctx, rdb, asynqcompat.MigrateOpts{FromQueue: f.asynqQueue, Type: typ, To: q,
+				DryRun: f.dryRun, PauseQueue: f.pause, Concurrency: f.concurrency, Progress: p, Wait: f.wait})
+		}}
+	intoAsynq = direction{name: "migrate-to-asynq", asynqFlag: "to-queue", jobkeyFlag: "from", jobkeyFrom: true,
+		pauseHelp: "pause the asynq queue (every type in it) while jobs move into it, so no asynq server starts one before the run ends",
+		move: func(ctx context.Context, rdb redis.UniversalClient, f *migrateFlags, q *jobkey.Queue, typ string, p func(asynqcompat.MigrateProgress)) (asynqcompat.MigrateReport, error) {
+			return asynqcompat.MigrateToAsynq(ctx, rdb, asynqcompat.RollbackOpts{From: q, Type: typ, ToQueue: f.asynqQueue,
+				DryRun: f.dryRun, PauseQueue: f.pause, Concurrency: f.concurrency, Progress: p, Wait: f.wait})
+		}}
+)
+
+// command runs one direction's command.
+func (d direction) command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	m := &migration{name: d.name, jobkeyFrom: d.jobkeyFrom}
+	if err := m.f.parse(m.name, args, stderr, d.asynqFlag, d.jobkeyFlag, d.pauseHelp); err != nil {
 		return refused(err)
 	}
-	m.from, m.to = fmt.Sprintf("asynq queue %q", m.f.asynqQueue), fmt.Sprintf("jobkey queue %q", m.f.queue)
+	asynqQ, jobkeyQ := fmt.Sprintf("asynq queue %q", m.f.asynqQueue), fmt.Sprintf("jobkey queue %q", m.f.queue)
+	m.from, m.to = asynqQ, jobkeyQ
+	if d.jobkeyFrom {
+		m.from, m.to = jobkeyQ, asynqQ
+	}
 	return m.run(ctx, stdout, stderr, func(ctx context.Context, q *jobkey.Queue, rdb redis.UniversalClient, typ string, p func(asynqcompat.MigrateProgress)) (asynqcompat.MigrateReport, error) {
-		return asynqcompat.Migrate(ctx, rdb, asynqcompat.MigrateOpts{FromQueue: m.f.asynqQueue, Type: typ, To: q,
-			DryRun: m.f.dryRun, PauseQueue: m.f.pause, Concurrency: m.f.concurrency, Progress: p, Wait: m.f.wait})
+		return d.move(ctx, rdb, &m.f, q, typ, p)
 	})
+}
+
+// migrateAsynqCmd moves types' waiting asynq tasks into a jobkey queue.
+func migrateAsynqCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return intoJobkey.command(ctx, args, stdout, stderr)
 }
 
 // migrateToAsynqCmd moves types' pending jobkey jobs back into asynq.
 func migrateToAsynqCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	m := &migration{name: "migrate-to-asynq", jobkeyFrom: true}
-	if err := m.f.parse(m.name, args, stderr, "to-queue", "from",
-		"pause the asynq queue (every type in it) while jobs move into it, so no asynq server starts one before the run ends"); err != nil {
-		return refused(err)
-	}
-	m.from, m.to = fmt.Sprintf("jobkey queue %q", m.f.queue), fmt.Sprintf("asynq queue %q", m.f.asynqQueue)
-	return m.run(ctx, stdout, stderr, func(ctx context.Context, q *jobkey.Queue, rdb redis.UniversalClient, typ string, p func(asynqcompat.MigrateProgress)) (asynqcompat.MigrateReport, error) {
-		return asynqcompat.MigrateToAsynq(ctx, rdb, asynqcompat.RollbackOpts{From: q, Type: typ, ToQueue: m.f.asynqQueue,
-			DryRun: m.f.dryRun, PauseQueue: m.f.pause, Concurrency: m.f.concurrency, Progress: p, Wait: m.f.wait})
-	})
+	return intoAsynq.command(ctx, args, stdout, stderr)
 }
 
 // refused gives a flag error its exit code; -h stays as it is.

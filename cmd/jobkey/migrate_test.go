@@ -178,6 +178,98 @@ func TestMigrateAsynqKilledAndRerunRunsEachTaskOnce(t *testing.T) {
 	require.False(t, qi.Paused, "the rerun resumed the queue the killed run paused")
 }
 
+// migrate-to-asynq -pause killed with SIGKILL mid-run, while asynq's
+// server and jobkey's workers both run, then run again with -wait: every
+// job runs exactly once, in one system or the other, the queue the killed
+// run paused is resumed, and nothing is left held in either system.
+func TestMigrateToAsynqKilledAndRerunRunsEachJobOnce(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	rdb := redistest.ClientFor(t, s.URL(), nil)
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(rdb, "emails", &jobkey.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	const n = 2000
+	ids := make([]string, n)
+	var specs []jobkey.JobSpec
+	// Due after the killed run's lock expires: the rerun has jobs to move.
+	later := time.Now().Add(9 * time.Second)
+	for i := range n {
+		ids[i] = fmt.Sprintf("j-%d", i)
+		specs = append(specs, jobkey.JobSpec{Type: "email:welcome", Payload: []byte(ids[i]), Opts: &jobkey.EnqueueOpts{ID: ids[i], RunAt: later}})
+	}
+	_, err = q.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	// asynq knows the queue: it has held a task.
+	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("other", nil), asynq.TaskID("other"))
+	require.NoError(t, err)
+	var runs sync.Map
+	hit := func(id string) {
+		c, _ := runs.LoadOrStore(id, new(atomic.Int32))
+		c.(*atomic.Int32).Add(1)
+		time.Sleep(time.Millisecond)
+	}
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 4, LogLevel: asynq.FatalLevel, DelayedTaskCheckInterval: 100 * time.Millisecond})
+	require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		hit(id)
+		return nil
+	})))
+	defer srv.Shutdown()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		_ = q.Work(wctx, jobkey.HandlerFunc(func(_ context.Context, j *jobkey.Job) ([]byte, error) {
+			hit(j.ID)
+			return nil, nil
+		}), &jobkey.WorkOpts{Concurrency: 4, PollInterval: 10 * time.Millisecond})
+	}()
+
+	args := "migrate-to-asynq -redis " + s.URL() + " -to-queue default -type email:welcome -from emails"
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS="+args+" -pause")
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool {
+		v, err := rdb.Get(ctx, "asynqcompat:{default}:migration").Result()
+		return err == nil && strings.Contains(v, `"moves"`)
+	}, 20*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	state, _ := rdb.Get(ctx, "asynqcompat:{default}:migration").Result()
+	t.Logf("state left by the killed run: %.300s", state)
+
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(ctx, append(strings.Fields(args), "-wait", "20s"), &out, &errOut), "%s\n%s", out.String(), errOut.String())
+	t.Logf("rerun: %s", strings.SplitN(out.String(), "\n", 2)[0])
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		done := 0
+		runs.Range(func(_, _ any) bool { done++; return true })
+		if done >= n {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, id := range ids {
+		c, ok := runs.Load(id)
+		got := 0
+		if ok {
+			got = int(c.(*atomic.Int32).Load())
+		}
+		require.Equal(t, 1, got, "job %s ran %d times (0: lost or stuck)", id, got)
+	}
+	qi, err := asynq.NewInspectorFromRedisClient(rdb).GetQueueInfo("default")
+	require.NoError(t, err)
+	require.False(t, qi.Paused, "the rerun resumed the queue the killed run paused")
+	held, err := rdb.ZCount(ctx, "asynq:{default}:scheduled", "253370764800", "+inf").Result()
+	require.NoError(t, err)
+	require.Zero(t, held, "no asynq copy is left held")
+	n2, err := rdb.Exists(ctx, "asynqcompat:{default}:migration", "asynqcompat:{default}:migrate-lock", "asynqcompat:jobkey:{jobkey/emails}:migration").Result()
+	require.NoError(t, err)
+	require.Zero(t, n2, "no migration state, lock or claim is left")
+}
+
 // migrateEnv is a Redis of its own (asynq's keys have a fixed prefix) with
 // tasks of two types in asynq's queue "default".
 func migrateEnv(t *testing.T, perType int) (url string, rdb redis.UniversalClient) {
@@ -238,13 +330,16 @@ func TestMigrateCommandsRefuseNamesThatMatchNothing(t *testing.T) {
 }
 
 // Each outcome of a migration exits with its own code, from the process
-// itself: all moved 0, tasks skipped by design 3, bad flags 2, the lock
-// held by another run 4, a missing queue 5, a stop 1.
+// itself, in both directions: all moved 0, a stop 1, bad flags or a type
+// that matches nothing 2, tasks skipped by design 3, the lock held by
+// another run 4, a missing queue 5, a task run by both systems 6, the
+// jobkey queue held by a migration through another asynq queue 7.
 func TestMigrateCommandsExitCodes(t *testing.T) {
 	t.Parallel()
 	url, rdb := migrateEnv(t, 2)
 	ctx := context.Background()
-	_, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("email:welcome", nil), asynq.TaskID("bad{x}"))
+	ac := asynq.NewClientFromRedisClient(rdb)
+	_, err := ac.Enqueue(asynq.NewTask("email:welcome", nil), asynq.TaskID("bad{x}"))
 	require.NoError(t, err)
 	exit := func(args string) int {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -258,25 +353,69 @@ func TestMigrateCommandsExitCodes(t *testing.T) {
 		return ee.ExitCode()
 	}
 	base := "migrate-asynq -redis " + url + " -to emails "
+	back := "migrate-to-asynq -redis " + url + " -from emails "
+	lock := "asynqcompat:{default}:migrate-lock"
+
 	require.Equal(t, exitRefused, exit(base))
 	require.Equal(t, exitRefused, exit(base+"-type a,,b"))
 	require.Equal(t, exitRefused, exit(base+"-type a,a"))
 	require.Equal(t, exitRefused, exit(base+"-type nosuch"))
+	require.Equal(t, exitRefused, exit(base+"-type email:welcome -nosuchflag"), "an unknown flag is a refusal too")
 	require.Equal(t, exitNoQueue, exit(base+"-type email:welcome -from-queue nosuch"))
 	require.Equal(t, exitNoQueue, exit("migrate-to-asynq -redis "+url+" -from nosuch -type email:welcome"))
-	require.Equal(t, exitRefused, exit(base+"-type email:welcome -nosuchflag"), "an unknown flag is a refusal too")
-	require.NoError(t, rdb.Set(ctx, "asynqcompat:{default}:migrate-lock", "another run", time.Minute).Err())
+	require.NoError(t, rdb.Set(ctx, lock, "another run", time.Minute).Err())
 	require.Equal(t, exitLocked, exit(base+"-type email:welcome"))
-	require.NoError(t, rdb.Del(ctx, "asynqcompat:{default}:migrate-lock").Err())
+	require.NoError(t, rdb.Del(ctx, lock).Err())
 	require.Equal(t, exitLeft, exit(base+"-type email:welcome"), "the task with '{' in its ID stays in asynq")
 	require.Equal(t, exitMigrated, exit(base+"-type image:resize"))
-	require.Equal(t, exitMigrated, exit("migrate-to-asynq -redis "+url+" -from emails -type image:resize,email:welcome -pause"))
 
-	// A run stopped by its context.
+	// The way back.
+	require.Equal(t, exitRefused, exit(back))
+	require.Equal(t, exitRefused, exit(back+"-type nosuch"))
+	require.NoError(t, rdb.Set(ctx, lock, "another run", time.Minute).Err())
+	require.Equal(t, exitLocked, exit(back+"-type image:resize"))
+	require.NoError(t, rdb.Del(ctx, lock).Err())
+	q, err := jobkey.NewQueue(rdb, "emails", nil)
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "image:resize", nil, &jobkey.EnqueueOpts{ID: "prio", Priority: 3})
+	require.NoError(t, err)
+	require.Equal(t, exitLeft, exit(back+"-type image:resize"), "a job with a Priority stays in jobkey")
+	require.NoError(t, q.Delete(ctx, "prio"))
+	require.Equal(t, exitMigrated, exit(back+"-type image:resize,email:welcome -pause"))
+
+	// A task run by both systems: the state a killed migration into asynq
+	// leaves after writing the held asynq copy, when someone then ran that
+	// copy by hand in asynq and also made the held jobkey job due, where it
+	// ran. The rerun, in either direction, finds it and lists it.
+	_, err = q.Enqueue(ctx, "email:twice", []byte("u"), &jobkey.EnqueueOpts{ID: "u1"})
+	require.NoError(t, err)
+	j, err := q.Claim(ctx, "test")
+	require.NoError(t, err)
+	require.Equal(t, "u1", j.ID)
+	_, err = q.Complete(ctx, j, nil)
+	require.NoError(t, err)
+	forged := fmt.Sprintf(`{"moves":{"u1":{"dir":"to-asynq","step":"copied","jobkey_queue":"emails","type":"email:twice","run_at":%q}}}`,
+		time.Now().UTC().Format(time.RFC3339Nano))
+	for _, cmd := range []string{base, back} {
+		require.NoError(t, rdb.Set(ctx, "asynqcompat:{default}:migration", forged, 0).Err())
+		require.Equal(t, exitTwice, exit(cmd+"-type email:twice"), cmd)
+	}
+
+	// The jobkey queue held by a migration through another asynq queue,
+	// in either direction.
+	require.NoError(t, rdb.Set(ctx, "asynqcompat:{other}:migrate-lock", "another run", time.Minute).Err())
+	require.NoError(t, rdb.Set(ctx, "asynqcompat:jobkey:{jobkey/emails}:migration", "other", 0).Err())
+	require.Equal(t, exitBusy, exit(base+"-type image:resize"))
+	require.Equal(t, exitBusy, exit(back+"-type image:resize"))
+
+	// A run stopped by its context, both ways.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	var out, errOut bytes.Buffer
+	require.NoError(t, rdb.Del(ctx, "asynqcompat:{other}:migrate-lock").Err())
 	err = run(cctx, strings.Fields(base+"-type image:resize"), &out, &errOut)
+	require.Equal(t, exitStopped, exitCode(err), "%v", err)
+	err = run(cctx, strings.Fields(back+"-type image:resize"), &out, &errOut)
 	require.Equal(t, exitStopped, exitCode(err), "%v", err)
 }
 

@@ -48,12 +48,13 @@ type Jobkey struct {
 	GaveUp atomic.Int64
 }
 
-// NewJobkey returns the jobkey design under prefix.
-func NewJobkey(rdb redis.UniversalClient, prefix string) (*Jobkey, error) {
+// NewJobkey returns the jobkey design under prefix; its writes wait for
+// minReplicas replicas (jobkey.Config.MinReplicas).
+func NewJobkey(rdb redis.UniversalClient, prefix string, minReplicas int) (*Jobkey, error) {
 	// The eviction check is skipped: the embedded server cannot answer it,
 	// and a benchmark's queue lives for seconds.
 	q, err := jobkey.NewQueue(rdb, "bench", &jobkey.Config{Prefix: prefix, MaxValueBytes: jobkey.MaxValueBytes, MaxBatch: 512,
-		SkipEvictionCheck: true})
+		SkipEvictionCheck: true, MinReplicas: minReplicas})
 	if err != nil {
 		return nil, err
 	}
@@ -243,15 +244,17 @@ func (d *Multikey) Retries() int64   { return 0 }
 // Designs lists the design names every scenario knows.
 var Designs = []string{"jobkey", "multikey"}
 
-// Factory builds a design by name on rdb under prefix. A design that also
-// has a Close method is closed when its run ends, before rdb is.
-type Factory func(name string, rdb redis.UniversalClient, prefix string) (Design, error)
+// Factory builds a design by name on rdb under prefix; minReplicas is
+// jobkey's Config.MinReplicas, which the other designs have nothing like.
+// A design that also has a Close method is closed when its run ends,
+// before rdb is.
+type Factory func(name string, rdb redis.UniversalClient, prefix string, minReplicas int) (Design, error)
 
 // NewDesign builds one of Designs by name.
-func NewDesign(name string, rdb redis.UniversalClient, prefix string) (Design, error) {
+func NewDesign(name string, rdb redis.UniversalClient, prefix string, minReplicas int) (Design, error) {
 	switch name {
 	case "jobkey":
-		return NewJobkey(rdb, prefix)
+		return NewJobkey(rdb, prefix, minReplicas)
 	case "multikey":
 		return NewMultikey(rdb, prefix), nil
 	}

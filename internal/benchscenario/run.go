@@ -44,6 +44,9 @@ type Params struct {
 	Duration time.Duration
 	// OnStart is called as the timed phase begins (a benchmark's ResetTimer).
 	OnStart func()
+	// MinReplicas is jobkey's Config.MinReplicas: every write waits for
+	// that many replicas (default 0; other designs ignore it).
+	MinReplicas int
 	// Cluster treats the URL as a seed node of a Redis Cluster, and reports
 	// each master's share of keys and commands.
 	Cluster bool
@@ -127,7 +130,7 @@ func RunWith(ctx context.Context, url, design string, p Params, newDesign Factor
 	prefix := "bench-" + jobkey.NewID()
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
 	calls0 := nodeCalls(ctx, rdb)
-	d, err := newDesign(design, rdb, prefix)
+	d, err := newDesign(design, rdb, prefix, p.MinReplicas)
 	if err != nil {
 		return Result{}, err
 	}

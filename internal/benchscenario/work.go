@@ -43,13 +43,14 @@ type WorkerDesign interface {
 }
 
 // WorkerFactory builds a worker design by name on rdb under prefix.
-type WorkerFactory func(name string, rdb redis.UniversalClient, prefix string) (WorkerDesign, error)
+type WorkerFactory func(name string, rdb redis.UniversalClient, prefix string, minReplicas int) (WorkerDesign, error)
 
-// NewWorkerDesign builds one of WorkerDesigns by name, on rdb under prefix.
-func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string) (WorkerDesign, error) {
+// NewWorkerDesign builds one of WorkerDesigns by name, on rdb under prefix;
+// minReplicas is jobkey's Config.MinReplicas.
+func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string, minReplicas int) (WorkerDesign, error) {
 	switch name {
 	case "jobkey":
-		d, err := NewJobkey(rdb, prefix)
+		d, err := NewJobkey(rdb, prefix, minReplicas)
 		return jobkeyWorker{d}, err
 	case "multikey":
 		return multikeyWorker{NewMultikey(rdb, prefix)}, nil
@@ -89,6 +90,9 @@ type WorkParams struct {
 	// the Ops-th job has been handled, before the workers shut down): a
 	// benchmark's ResetTimer and StopTimer.
 	OnStart, OnEnd func()
+	// MinReplicas is jobkey's Config.MinReplicas (default 0; other
+	// designs ignore it).
+	MinReplicas int
 }
 
 // WorkResult is what one worker run measured.
@@ -149,7 +153,7 @@ func RunWorkWith(ctx context.Context, url, design string, p WorkParams, newDesig
 	defer rdb.Close()
 	prefix := "bench-" + jobkey.NewID()
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
-	d, err := newDesign(design, rdb, prefix)
+	d, err := newDesign(design, rdb, prefix, p.MinReplicas)
 	if err != nil {
 		return WorkResult{}, err
 	}
