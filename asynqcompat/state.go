@@ -35,7 +35,9 @@ import (
 //     = holdUntil, by Queue.Update, only while it is pending with no run in
 //     force); in one transaction, write the asynq copy scheduled at
 //     holdUntil and record step "copied"; in one transaction, under WATCH
-//     of that copy, make it due and record step "delete"; then delete the
+//     of that copy, make it due and record step "delete", only while the
+//     jobkey job is still held (one made due or deleted by hand stays in
+//     jobkey, and the held copy is deleted instead); then delete the
 //     held jobkey job, and forget the move. A job jobkey claimed before the
 //     hold stays in jobkey, and nothing was put into asynq. The asynq copy
 //     exists exactly from step "copied" on: one found gone at its release
@@ -444,4 +446,37 @@ func (s *stateStore) resume(ctx context.Context) (bool, error) {
 		return func(p redis.Pipeliner) { p.Del(ctx, pk) }, nil
 	})
 	return did, err
+}
+
+// dropHeldCopy deletes the held asynq copy of a move into asynq (one still
+// scheduled at holdUntil) and forgets the move, in one transaction under
+// WATCH of the copy. A copy no longer held (run by hand) is left as it is,
+// and the move is forgotten all the same. It says whether it deleted it.
+func (s *stateStore) dropHeldCopy(ctx context.Context, id string) (bool, error) {
+	tk := asynqTaskKey(s.queue, id)
+	sched := asynqListKey(s.queue, "scheduled")
+	dropped := false
+	err := s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		dropped = false
+		state, err := tx.HGet(ctx, tk, "state").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		if state == "scheduled" {
+			score, err := tx.ZScore(ctx, sched, id).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+			dropped = err == nil && int64(score) >= holdUntil.Unix()
+		}
+		delete(st.Moves, id)
+		if !dropped {
+			return nil, nil
+		}
+		return func(p redis.Pipeliner) {
+			p.ZRem(ctx, sched, id)
+			p.Del(ctx, tk)
+		}, nil
+	})
+	return dropped, err
 }
