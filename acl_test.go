@@ -54,6 +54,11 @@ const (
 	// Appended to every line when the client selects a DB other than 0:
 	// go-redis sends SELECT on each new connection then.
 	aclSelect = "+select"
+	// Appended to every line that writes when Config.MinReplicas is set:
+	// each write ends with WAIT. A call that answers from a write it
+	// recognises first writes a key of the queue's with SET, which every
+	// line that writes already grants.
+	aclReplicas = "+wait"
 )
 
 // aclPassword is the password of every line.
@@ -706,7 +711,46 @@ func TestACLLinesInREADME(t *testing.T) {
 	for _, line := range []string{aclProducer, aclWorker, aclAdmin, aclReader} {
 		require.True(t, strings.Contains(readme, "\n"+line+"\n"), "README.md lacks the line\n%s", line)
 	}
-	for _, extra := range []string{aclCluster, aclSelect} {
+	for _, extra := range []string{aclCluster, aclSelect, aclReplicas} {
 		require.True(t, strings.Contains(readme, "`"+extra+"`"), "README.md lacks `%s`", extra)
 	}
+}
+
+// With MinReplicas, the producer, worker and admin lines need aclReplicas,
+// and nothing more: every write ends with WAIT, and a retried write that
+// recognises its own writes with SET first.
+func TestLeastPrivilegeWithReplicas(t *testing.T) {
+	t.Parallel()
+	set := redistest.StartReplicated(t, 1)
+	srv := set.Master
+	ctx := context.Background()
+	cfg := &Config{MinReplicas: 1, ReplicaTimeout: 5 * time.Second, Backoff: func(int) time.Duration { return 0 }}
+	root, err := NewQueue(redistest.ClientFor(t, srv.URL(), nil), "q", cfg)
+	require.NoError(t, err)
+	for _, line := range []string{aclProducer, aclWorker, aclAdmin} {
+		createUser(t, line, aclReplicas, srv.Addr)
+	}
+	producer, err := NewQueue(asUser(t, srv.URL(), aclProducer), "q", cfg)
+	require.NoError(t, err)
+	produce(t, producer, "p")
+	_, err = producer.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "p-a"})
+	require.ErrorIs(t, err, ErrJobExists, "a taken ID: SET, then WAIT")
+	worker, err := NewQueue(asUser(t, srv.URL(), aclWorker), "q", cfg)
+	require.NoError(t, err)
+	produce(t, root, "w")
+	work(t, worker)
+	admin, err := NewQueue(asUser(t, srv.URL(), aclAdmin), "q", cfg)
+	require.NoError(t, err)
+	_, err = admin.CancelPending(ctx, "")
+	require.NoError(t, err)
+	requireNothingRefused(t, srv.Addr)
+
+	// Without +wait the write lands on the master, unconfirmed, and says why.
+	createUser(t, aclProducer, "", srv.Addr)
+	bare, err := NewQueue(asUser(t, srv.URL(), aclProducer), "q", cfg)
+	require.NoError(t, err)
+	_, err = bare.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "bare"})
+	require.ErrorIs(t, err, ErrNotReplicated)
+	require.ErrorContains(t, err, "NOPERM this user has no permissions to run the 'wait' command")
+	require.True(t, final(err), "Work does not retry what only a grant can fix")
 }

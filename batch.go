@@ -53,6 +53,15 @@ func (q *Queue) eachTxn(ctx context.Context, failFast bool, pos []int, id func(i
 				continue
 			}
 			failed(set, err)
+		case errors.Is(err, ErrNotReplicated):
+			// Applied, not yet confirmed. On one Redis the rest is not
+			// tried: it would wait for the same replicas. It is told so
+			// without matching ErrNotReplicated, since nothing of it was
+			// written.
+			failed(set, err)
+			if !q.cluster() {
+				stop = errors.New(err.Error())
+			}
 		default:
 			failed(set, err)
 			switch {

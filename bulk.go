@@ -267,8 +267,8 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 			plan.steps, plan.checks = ip.steps(), ip.checks
 			return plan, nil
 		}})
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotReplicated) {
 		return 0, 0, err
 	}
-	return done, skipped, nil
+	return done, skipped, err // done counts jobs a *ReplicationError's EXEC applied
 }

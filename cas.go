@@ -54,6 +54,10 @@ type casPlan struct {
 	// results holds, once EXEC answered, every command's reply, for the
 	// decisions that depend on what a step found (vanishedFound).
 	results []redis.Cmder
+	// confirm says the decision answers from a write it recognised as its
+	// own (a retried Complete, an Enqueue that found its job): when writes
+	// wait for replicas, that write is waited for too (casEngine.confirm).
+	confirm bool
 }
 
 func (p *casPlan) empty() bool {
@@ -160,6 +164,11 @@ type casEngine struct {
 	// check, when set, runs before every transaction: the Queue's one-time
 	// checks of the server, which refuse writes it must not make.
 	check func(ctx context.Context) error
+	// dur is what a write waits for after its EXEC (Config.MinReplicas);
+	// readTimeout is the client's ReadTimeout, which bounds the WAIT sent
+	// in a pipeline (firstWait).
+	dur         durability
+	readTimeout time.Duration
 }
 
 func newCASEngine(rdb redis.UniversalClient, limits casLimits, clock *redisclock.Clock) (*casEngine, error) {
@@ -243,6 +252,8 @@ func (e *casEngine) put(ctx context.Context, node *redis.Client, conn *redis.Con
 
 // run applies t with bounded, jittered retries. It returns the read and the
 // plan of the attempt that committed (or that decided to write nothing).
+// A *ReplicationError comes with them: the attempt committed on the
+// master, and its replicas did not confirm it in time.
 func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) {
 	e.m.txns.Add(1)
 	if dup, ok := duplicate(t.keys); ok {

@@ -13,7 +13,9 @@ import (
 
 // attempt is one pass: read under WATCH, decide, check the types of keys
 // nobody predicted, EXEC, and classify what came back. Any error it returns
-// means nothing was written, except one that says the outcome is unknown.
+// means nothing was written, except one that says the outcome is unknown
+// and a *ReplicationError, which comes with the read and plan of a write
+// that committed on the master.
 func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casPlan, err error) {
 	e.m.attempts.Add(1)
 	node, err := e.node(ctx, t.route)
@@ -41,6 +43,12 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 		}
 	}
 	plan, err := t.decide(read)
+	if err == nil && plan != nil && plan.confirm && plan.empty() && e.dur.on() {
+		armed = false // confirm's round trip starts with UNWATCH
+		healthy, err := e.confirm(ctx, conn, t.route)
+		sick = !healthy
+		return read, nil, err
+	}
 	if err != nil || plan.empty() {
 		return read, nil, err // the deferred UNWATCH releases the watch
 	}
@@ -57,15 +65,25 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	if err := ctx.Err(); err != nil {
 		return read, nil, err
 	}
-	cmds, err := e.exec(ctx, conn, plan, values)
+	var cmds []redis.Cmder
+	var unconfirmed error
+	if e.dur.on() {
+		cmds, unconfirmed, err = e.execWait(ctx, conn, t.route, plan, values)
+	} else {
+		cmds, err = e.exec(ctx, conn, plan, values)
+	}
 	armed, err = classify(t.route, cmds, err)
 	if err != nil {
 		var r *retry
 		sick = !errors.As(err, &r) && !errors.Is(err, ErrStep)
 		return nil, nil, err
 	}
+	var re *ReplicationError
+	if errors.As(unconfirmed, &re) && re.Err != nil && !isRedisErr(re.Err) {
+		sick = true // WAIT's reply did not come: the connection may be out of step
+	}
 	plan.results = cmds
-	return read, plan, nil
+	return read, plan, unconfirmed
 }
 
 // read is round trip 1: WATCH, TIME, every job key, and TYPE of every

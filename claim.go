@@ -389,6 +389,14 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 			plan.steps, plan.checks = ip.steps(), ip.checks
 			return plan, nil
 		}})
+	if errors.Is(err, ErrNotReplicated) {
+		// The claims stand on the master: running their jobs is safer than
+		// leaving them leased to nobody until their leases run out. Should a
+		// failover lose a claim, its lease token refuses this holder's
+		// writes, and the run's renewals and outcome wait for the replicas.
+		q.cfg.Logger.Warn("jobkey: claim not yet confirmed by replicas; its job runs", "queue", q.name, "err", err)
+		err = nil
+	}
 	if err != nil {
 		return nil, false, err
 	}

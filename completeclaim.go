@@ -192,6 +192,18 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	if errors.Is(err, ErrOutcomeUnknown) {
 		q.recoverClaims(fs, err)
 	}
+	if errors.Is(err, ErrNotReplicated) {
+		// Committed on the master, not yet confirmed: each completion is
+		// answered with the error, for its caller to retry (it recognises
+		// its own write, and waits again), and each claim stands, as
+		// claimTxn's do.
+		for k := range errs {
+			if errs[k] == nil {
+				errs[k] = err
+			}
+		}
+		err = nil
+	}
 	if err != nil {
 		return err
 	}

@@ -75,6 +75,21 @@ type Config struct {
 	// Logger receives what jobkey notices but cannot return: a job that
 	// vanished from Redis, a risky server setting (default: slog.Default()).
 	Logger *slog.Logger
+	// MinReplicas makes every write wait, before it is answered, until this
+	// many replicas confirm it (WAIT, sent after EXEC in the same round
+	// trip), so an acknowledged write survives the loss of its master to a
+	// failover that promotes one of them. A write they do not confirm within
+	// ReplicaTimeout returns a *ReplicationError (ErrNotReplicated): it was
+	// applied on the master and is not yet safe; call again with the same
+	// ID. It is not consensus: see docs/operations.md, "Running with
+	// replicas". The ACL needs +wait (default: 0, no wait).
+	MinReplicas int
+	// ReplicaTimeout bounds how long a write waits for MinReplicas (default:
+	// 1s; from 1ms to 1 minute). It may exceed the client's ReadTimeout:
+	// the WAIT in the write's round trip waits at most half of ReadTimeout,
+	// and a WAIT of its own, with its own read deadline, waits for the rest
+	// when the replicas are that slow.
+	ReplicaTimeout time.Duration
 	// Now is this host's clock (default: time.Now). jobkey does not decide
 	// by it: whether a job is due, whether a lease has run out and when a
 	// new lease ends are judged by Redis's clock (TIME, read in the same
@@ -99,6 +114,7 @@ func DefaultBackoff(attempt int) time.Duration {
 const (
 	defaultClusterShards = 16
 	maxShards            = 1024
+	maxReplicas          = 64 // Config.MinReplicas
 )
 
 func (c *Config) withDefaults(cluster bool) Config {
@@ -125,6 +141,7 @@ func (c *Config) withDefaults(cluster bool) Config {
 	out.CASMaxBackoff = cmp.Or(out.CASMaxBackoff, 100*time.Millisecond)
 	out.MaxBatch = cmp.Or(out.MaxBatch, 256)
 	out.ConcurrencyLimit = cmp.Or(out.ConcurrencyLimit, 1)
+	out.ReplicaTimeout = cmp.Or(out.ReplicaTimeout, time.Second)
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -168,6 +185,12 @@ func (c *Config) validate() error {
 	}
 	if c.ConcurrencyLimit < 1 || c.ConcurrencyLimit > MaxConcurrencyLimit {
 		bad("ConcurrencyLimit is %d, want 1..%d", c.ConcurrencyLimit, MaxConcurrencyLimit)
+	}
+	if c.MinReplicas < 0 || c.MinReplicas > maxReplicas {
+		bad("MinReplicas is %d, want 0..%d", c.MinReplicas, maxReplicas)
+	}
+	if c.ReplicaTimeout < time.Millisecond || c.ReplicaTimeout > time.Minute {
+		bad("ReplicaTimeout is %v, want 1ms..1m", c.ReplicaTimeout)
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > 4096 {
 		bad("MaxBatch is %d, want 1..4096", c.MaxBatch)

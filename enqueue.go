@@ -339,7 +339,9 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 			case r.errs[k] != nil:
 				errs[i] = wrapf(r.errs[k], "enqueue %q", in.job.ID)
 			case r.jobs[k] != nil:
+				// Perhaps this very enqueue, retried: waited for as if just made.
 				errs[i] = &JobExistsError{Index: i, Job: r.jobs[k]}
+				plan.confirm = true
 			default:
 				j := in.job
 				j.CreatedAt, j.UpdatedAt = r.now, r.now

@@ -2,6 +2,7 @@ package jobkey_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -161,4 +162,39 @@ func ExampleQueues() {
 	}
 	fmt.Println(names)
 	// Output: [emails images]
+}
+
+// With MinReplicas, a write is answered once that many replicas have it,
+// so it survives a failover. Here the server has no replica: the enqueue
+// is applied on the master, but not confirmed, and says so. Calling again
+// with the same ID is safe, and answers once the replicas catch up.
+func ExampleConfig_minReplicas() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	cfg := exampleConfig("replicas")
+	cfg.MinReplicas = 1
+	cfg.ReplicaTimeout = 50 * time.Millisecond
+	q, err := jobkey.NewQueue(rdb, "billing", cfg)
+	if err != nil {
+		panic(err)
+	}
+
+	_, err = q.Enqueue(ctx, "invoice", []byte("april"), &jobkey.EnqueueOpts{ID: "inv-4"})
+	var re *jobkey.ReplicationError
+	if errors.As(err, &re) {
+		fmt.Println("not replicated:", errors.Is(err, jobkey.ErrNotReplicated))
+		fmt.Printf("confirmed by %d of %d replicas\n", re.Acked, re.Want)
+	}
+	j, _ := q.Get(ctx, "inv-4")
+	fmt.Println("on the master:", j.State)
+
+	// The retry finds its job, and waits for the replicas again.
+	_, err = q.Enqueue(ctx, "invoice", []byte("april"), &jobkey.EnqueueOpts{ID: "inv-4"})
+	fmt.Println("retry:", errors.Is(err, jobkey.ErrJobExists), errors.Is(err, jobkey.ErrNotReplicated))
+	// Output:
+	// not replicated: true
+	// confirmed by 0 of 1 replicas
+	// on the master: pending
+	// retry: false true
 }

@@ -141,6 +141,7 @@ func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fenced
 	case cur == nil:
 		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, j.ID, q.name)
 	case f.done != nil && f.done(j, cur):
+		plan.confirm = true // answered from a write of its own: waited for as if just made
 		return cur, nil
 	case cur.State != StateActive || cur.LeaseToken != j.LeaseToken:
 		return nil, &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Token: j.LeaseToken, Now: cur}

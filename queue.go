@@ -72,6 +72,8 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine, clock: clock,
 		newer: &expiring[string]{ttl: skipFor, max: maxSkip}, down: &expiring[int]{ttl: downFor, max: maxShards}}
 	engine.check = func(ctx context.Context) error { return q.check(ctx, true) }
+	engine.dur = durability{replicas: c.MinReplicas, timeout: c.ReplicaTimeout}
+	engine.readTimeout = readTimeoutOf(rdb)
 	q.pool = newDuePool(c.Shards, q.down.has)
 	if !c.DisableGroupCommit {
 		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims,

@@ -48,12 +48,13 @@ type Jobkey struct {
 	GaveUp atomic.Int64
 }
 
-// NewJobkey returns the jobkey design under prefix.
-func NewJobkey(rdb redis.UniversalClient, prefix string) (*Jobkey, error) {
+// NewJobkey returns the jobkey design under prefix; its writes wait for
+// minReplicas replicas (jobkey.Config.MinReplicas).
+func NewJobkey(rdb redis.UniversalClient, prefix string, minReplicas int) (*Jobkey, error) {
 	// The eviction check is skipped: the embedded server cannot answer it,
 	// and a benchmark's queue lives for seconds.
 	q, err := jobkey.NewQueue(rdb, "bench", &jobkey.Config{Prefix: prefix, MaxValueBytes: jobkey.MaxValueBytes, MaxBatch: 512,
-		SkipEvictionCheck: true})
+		SkipEvictionCheck: true, MinReplicas: minReplicas})
 	if err != nil {
 		return nil, err
 	}
@@ -223,11 +224,12 @@ var Designs = []string{"jobkey", "multikey"}
 var EnqueueDesigns = []string{"jobkey", "multikey", "asynq"}
 
 // NewDesign builds a design by name. "asynq" supports the enqueue scenario
-// only; its other methods return errors.ErrUnsupported.
-func NewDesign(name string, rdb redis.UniversalClient, prefix string) (Design, error) {
+// only; its other methods return errors.ErrUnsupported. minReplicas is
+// jobkey's Config.MinReplicas; the other designs have nothing like it.
+func NewDesign(name string, rdb redis.UniversalClient, prefix string, minReplicas int) (Design, error) {
 	switch name {
 	case "jobkey":
-		return NewJobkey(rdb, prefix)
+		return NewJobkey(rdb, prefix, minReplicas)
 	case "multikey":
 		return NewMultikey(rdb, prefix), nil
 	case "asynq":

@@ -49,10 +49,11 @@ type WorkerDesign interface {
 }
 
 // NewWorkerDesign builds a worker design by name, on rdb under prefix.
-func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string) (WorkerDesign, error) {
+// minReplicas is jobkey's Config.MinReplicas.
+func NewWorkerDesign(name string, rdb redis.UniversalClient, prefix string, minReplicas int) (WorkerDesign, error) {
 	switch name {
 	case "jobkey":
-		d, err := NewJobkey(rdb, prefix)
+		d, err := NewJobkey(rdb, prefix, minReplicas)
 		return jobkeyWorker{d}, err
 	case "multikey":
 		return multikeyWorker{NewMultikey(rdb, prefix)}, nil
@@ -147,6 +148,9 @@ type WorkParams struct {
 	Slots     int // worker slots (default 8)
 	Producers int // producers in produce-and-work (default 8)
 	Ops       int // jobs
+	// MinReplicas is jobkey's Config.MinReplicas (default 0; other
+	// designs ignore it).
+	MinReplicas int
 	// OnStart is called as the timed phase begins, OnEnd as it ends (when
 	// the Ops-th job has been handled, before the workers shut down): a
 	// benchmark's ResetTimer and StopTimer.
@@ -155,33 +159,16 @@ type WorkParams struct {
 
 // WorkResult is what one worker run measured.
 type WorkResult struct {
-	Design    string        `json:"design"`
-	Scenario  string        `json:"scenario"`
-	Payload   int           `json:"payload"`
-	Slots     int           `json:"slots"`
-	Producers int           `json:"producers"`
-	Jobs      int64         `json:"jobs"` // handled
-	Elapsed   time.Duration `json:"elapsed_ns"`
+	Design    string `json:"design"`
+	Scenario  string `json:"scenario"`
+	Payload   int    `json:"payload"`
+	Slots     int    `json:"slots"`
+	Producers int    `json:"producers"`
+	Tally
 	// P50 and P99 are enqueue-to-start latencies (produce-and-work).
 	P50  time.Duration `json:"p50_ns"`
 	P99  time.Duration `json:"p99_ns"`
 	Wire Snapshot      `json:"wire"`
-}
-
-// Throughput is jobs handled per second.
-func (r WorkResult) Throughput() float64 {
-	if r.Elapsed <= 0 {
-		return 0
-	}
-	return float64(r.Jobs) / r.Elapsed.Seconds()
-}
-
-// Per divides a counter by the jobs handled.
-func (r WorkResult) Per(n int64) float64 {
-	if r.Jobs == 0 {
-		return 0
-	}
-	return float64(n) / float64(r.Jobs)
 }
 
 // RunWork runs one worker scenario of one design against the Redis at url,
@@ -203,7 +190,7 @@ func RunWork(ctx context.Context, url, design string, p WorkParams) (WorkResult,
 	prefix := "bench-" + jobkey.NewID()
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
 	defer Cleanup(context.WithoutCancel(ctx), rdb, AsynqKeys(prefix))
-	d, err := NewWorkerDesign(design, rdb, prefix)
+	d, err := NewWorkerDesign(design, rdb, prefix, p.MinReplicas)
 	if err != nil {
 		return WorkResult{}, err
 	}
@@ -264,8 +251,8 @@ func RunWork(ctx context.Context, url, design string, p WorkParams) (WorkResult,
 	if err := ctx.Err(); err != nil {
 		return WorkResult{}, err
 	}
-	r := WorkResult{Design: design, Scenario: p.Scenario, Payload: p.Payload, Slots: p.Slots, Jobs: int64(p.Ops),
-		Elapsed: elapsed, Wire: wire}
+	r := WorkResult{Design: design, Scenario: p.Scenario, Payload: p.Payload, Slots: p.Slots,
+		Tally: Tally{Jobs: int64(p.Ops), Elapsed: elapsed}, Wire: wire}
 	if p.Scenario == ProduceAndWork {
 		r.Producers = p.Producers
 		slices.Sort(lats)

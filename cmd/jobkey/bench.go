@@ -36,6 +36,8 @@ type benchFlags struct {
 	cluster    bool
 	workers    bool
 	workerJobs int
+	replicas   int
+	onlyJobkey bool // -min-replicas was given: the other designs have nothing like it
 }
 
 // run is one planned measurement.
@@ -62,6 +64,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&f.cluster, "cluster", false, "-redis names a node of a Redis Cluster: report each master's share of keys and commands")
 	fs.BoolVar(&f.workers, "workers", false, "also run each design's own worker (jobkey Work, the multi-key worker loop, asynq's Server): burn-down and produce-and-work")
 	fs.IntVar(&f.workerJobs, "worker-jobs", 20000, "jobs per worker run (-workers)")
+	fs.IntVar(&f.replicas, "min-replicas", 0, "jobkey's Config.MinReplicas: every jobkey write waits for this many replicas of the -redis master; when given (0 too), only jobkey runs, so runs with and without it compare")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -69,6 +72,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		switch fl.Name {
 		case "scenarios", "payloads", "contention":
 			f.matrix = true
+		case "min-replicas":
+			f.onlyJobkey = true
 		}
 	})
 	f.matrix = f.matrix || f.full
@@ -96,11 +101,18 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.cluster && embedded {
 		return fmt.Errorf("-cluster needs -redis: the embedded server is not a cluster")
 	}
+	if f.replicas > 0 && embedded {
+		return fmt.Errorf("-min-replicas needs -redis, a master with replicas: the embedded server has none")
+	}
 	if err := reachable(ctx, url, embedded); err != nil {
 		return err
 	}
+	if f.onlyJobkey {
+		specs = slices.DeleteFunc(specs, func(s runSpec) bool { return s.design != "jobkey" })
+	}
 	for i := range specs {
 		specs[i].params.Cluster = f.cluster
+		specs[i].params.MinReplicas = f.replicas
 	}
 
 	var works []workSpec
@@ -109,6 +121,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("-workers runs on a single Redis; drop -cluster")
 		}
 		works = workPlan(f)
+		if f.onlyJobkey {
+			works = slices.DeleteFunc(works, func(s workSpec) bool { return s.design != "jobkey" })
+		}
 	}
 
 	results, workResults, err := runPlan(ctx, url, f.reps, specs, works, stderr)
@@ -206,6 +221,8 @@ func (f benchFlags) check() error {
 		return fmt.Errorf("bench: -duration is %v, want at least 100ms (each timed run lasts this long)", f.duration)
 	case f.drainOps < 1:
 		return fmt.Errorf("bench: -drain-jobs is %d, want at least 1", f.drainOps)
+	case f.replicas < 0 || f.replicas > 64:
+		return fmt.Errorf("bench: -min-replicas is %d, want 0..64", f.replicas)
 	case f.workerJobs < 100 || f.workerJobs > 10_000_000:
 		return fmt.Errorf("bench: -worker-jobs is %d, want 100..10000000", f.workerJobs)
 	}
@@ -293,7 +310,8 @@ func workPlan(f benchFlags) []workSpec {
 	var out []workSpec
 	for _, sc := range []string{bench.BurnDown, bench.ProduceAndWork} {
 		for _, d := range bench.WorkerDesigns {
-			out = append(out, workSpec{design: d, params: bench.WorkParams{Scenario: sc, Payload: 1 << 10, Slots: 8, Producers: 8, Ops: f.workerJobs}})
+			out = append(out, workSpec{design: d, params: bench.WorkParams{Scenario: sc, Payload: 1 << 10, Slots: 8, Producers: 8, Ops: f.workerJobs,
+				MinReplicas: f.replicas}})
 		}
 	}
 	return out
