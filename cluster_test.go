@@ -714,10 +714,7 @@ func TestClusterConcurrencyKeys(t *testing.T) {
 				Logger: quietLog(), OnRecorded: log.onRecorded})
 		})
 	}
-	for log.finished() < len(ids) {
-		require.NoError(t, wctx.Err(), "%d of %d jobs finished", log.finished(), len(ids))
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitSucceeded(t, wctx, q, len(ids))
 	stop()
 	wg.Wait()
 	close(werrs)
