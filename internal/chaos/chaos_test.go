@@ -622,13 +622,14 @@ const (
 )
 
 // cancelMidRun cancels, now and then until ctx ends, a job whose handler
-// has run for a while, and at once retries it, then either leaves it so,
+// has run for a while, and at once retries it, then in turn leaves it so,
 // moves its RunAt back to when it was enqueued with Update (due now, ahead
 // of the jobs that waited since), or deletes it and enqueues it again
 // under its ID, as due since then. Every job it cancels is made pending again (or deleted and
 // enqueued again), so that the drain finishes it.
 func cancelMidRun(ctx context.Context, e *env, q *jobkey.Queue, running *sync.Map) {
 	bg := context.Background()
+	turn := 0 // the actions take turns, so that each happens in a short run
 	for ctx.Err() == nil {
 		time.Sleep(time.Duration(100+rand.N(200)) * time.Millisecond)
 		var id string
@@ -658,7 +659,8 @@ func cancelMidRun(ctx context.Context, e *env, q *jobkey.Queue, running *sync.Ma
 			_, _ = settle(func() (*jobkey.Job, error) { return q.Retry(bg, id) })
 			continue
 		}
-		action := rand.N(3)
+		action := turn % 3
+		turn++
 		if _, ok := settle(func() (*jobkey.Job, error) { return q.Retry(bg, id) }); !ok {
 			continue
 		}
