@@ -548,3 +548,32 @@ func TestMigrateToAsynqIgnoresALeftoverHoldMark(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Moved, "%+v", rep)
 }
+
+// A job too near jobkey's value limit to take the hold's mark stays in
+// jobkey, listed, and the run goes on.
+func TestMigrateToAsynqSkipsAJobTooLargeToHold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", &jobkey.Config{MaxValueBytes: 1024})
+	n := 0
+	for size := 600; size < 1024; size++ {
+		_, err := q.Enqueue(e.ctx, moveType, make([]byte, size), &jobkey.EnqueueOpts{ID: "probe"})
+		if errors.Is(err, jobkey.ErrTooLarge) {
+			break
+		}
+		require.NoError(t, err)
+		require.NoError(t, q.Delete(e.ctx, "probe"))
+		n = size
+	}
+	require.NotZero(t, n)
+	_, err := q.Enqueue(e.ctx, moveType, make([]byte, n), &jobkey.EnqueueOpts{ID: "x"})
+	require.NoError(t, err)
+	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
+	require.NoError(t, err)
+	require.Zero(t, rep.Moved)
+	require.Len(t, rep.Skipped, 1, "%+v", rep)
+	require.Contains(t, rep.Skipped[0].Reason, "value limit")
+	j, err := q.Get(e.ctx, "x")
+	require.NoError(t, err)
+	require.False(t, j.RunAt.Equal(holdUntil), "not held")
+}

@@ -487,6 +487,10 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 			case errors.Is(err, jobkey.ErrNotFound):
 				s.m.note(&s.m.rep.Undone, TaskNote{ID: id, State: "gone", Reason: left("gone") + "; nothing was put into asynq"})
 				return s.st.forget(ctx, id)
+			case errors.Is(err, jobkey.ErrTooLarge):
+				s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: "pending",
+					Reason: fmt.Sprintf("with the hold's mark (Meta %q), the job would be over jobkey's value limit: it stays in jobkey", metaHeldRunAt)})
+				return s.st.forget(ctx, id)
 			case err != nil:
 				return fmt.Errorf("asynqcompat: migrate to asynq: hold job %q in jobkey: %w (rerun to finish the move)", id, err)
 			}
