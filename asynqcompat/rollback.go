@@ -229,6 +229,20 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 			Reason: fmt.Sprintf("concurrency key %q: asynq has no per-key limit, so the job stays in jobkey", j.ConcurrencyKey)})
 		return nil
 	}
+	if _, ok := j.Meta[metaHeldRunAt]; ok && j.RunAt.Equal(holdUntil) && !b.opts.DryRun {
+		// Held by a move into asynq that no state records (recover finished
+		// this queue's moves, and the claim keeps other queues' out): a run
+		// that lost its lock held it late. It gets its RunAt back, and is
+		// moved as any other.
+		r, err := b.sh.releaseAbandonedHold(ctx, j)
+		switch {
+		case errors.Is(err, errNotHeld), errors.Is(err, jobkey.ErrNotFound):
+			return nil // changed since it was listed: the next pass sees it as it is
+		case err != nil:
+			return fmt.Errorf("asynqcompat: migrate to asynq: job %q: give its abandoned hold its RunAt back: %w", j.ID, err)
+		}
+		j = r
+	}
 	if reason := whyNotToAsynq(j); reason != "" {
 		b.m.note(&b.m.rep.Skipped, TaskNote{ID: j.ID, State: "pending", Reason: reason})
 		return nil
@@ -280,7 +294,7 @@ func whyNotToAsynq(j *jobkey.Job) string {
 	}
 	var own []string
 	for k := range j.Meta {
-		if k != MetaRetried && k != MetaQueue {
+		if k != MetaRetried && k != MetaQueue && k != metaHeldRunAt {
 			own = append(own, k)
 		}
 	}

@@ -204,9 +204,10 @@ func TestMigrateToAsynqLeavesCanceledRunUntilItsLeaseEnds(t *testing.T) {
 	}
 }
 
-// A pending job held by a migration into jobkey under way (from another
-// asynq queue, under another lock) is left to that move: moved back and
-// then deleted again by that move, it would run in both asynq queues.
+// A pending job held without a hold's mark of a move into asynq (the
+// held copy of a move into jobkey, or one held by hand) is left as it is:
+// moved back and then deleted again by a move into jobkey, it would run in
+// both asynq queues.
 func TestMigrateToAsynqLeavesAJobHeldByAnotherMove(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -503,4 +504,76 @@ func TestMigrateToAsynqCarriesTheLastError(t *testing.T) {
 		require.Equal(t, 30*time.Minute, ti.Timeout, "asynq's default, as its Client would store")
 		require.Equal(t, asynq.TaskStatePending, ti.State)
 	}
+}
+
+// A jobkey job held by a move into asynq that no state records (a run
+// that lost its lock held it after a rerun forgot the move) is given its
+// RunAt back from the hold's mark, and moved by the next run: it runs in
+// asynq only, when it was due, and is not stranded held in jobkey.
+func TestMigrateToAsynqReleasesAnAbandonedHold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	_, err := q.Enqueue(e.ctx, moveType, []byte("x"), &jobkey.EnqueueOpts{ID: "x", RunAt: at})
+	require.NoError(t, err)
+	// The stale run's late hold, with no move recorded.
+	_, err = q.Update(e.ctx, "x", func(c *jobkey.Job) error { holdJob(c); return nil })
+	require.NoError(t, err)
+	j, err := q.Get(e.ctx, "x")
+	require.NoError(t, err)
+	require.True(t, j.RunAt.Equal(holdUntil))
+
+	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Moved, "%+v", rep)
+	_, err = q.Get(e.ctx, "x")
+	require.ErrorIs(t, err, jobkey.ErrNotFound, "out of jobkey")
+	ti, err := asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo("default", "x")
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateScheduled, ti.State)
+	require.True(t, ti.NextProcessAt.Equal(at), "due when the job was: %v, want %v", ti.NextProcessAt, at)
+}
+
+// A job released by hand from a move's hold keeps the hold's mark, which
+// never keeps it from moving into asynq later.
+func TestMigrateToAsynqIgnoresALeftoverHoldMark(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	_, err := q.Enqueue(e.ctx, moveType, []byte("x"), &jobkey.EnqueueOpts{ID: "x",
+		Meta: map[string]string{metaHeldRunAt: time.Now().UTC().Format(time.RFC3339Nano)}})
+	require.NoError(t, err)
+	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Moved, "%+v", rep)
+}
+
+// A job too near jobkey's value limit to take the hold's mark stays in
+// jobkey, listed, and the run goes on.
+func TestMigrateToAsynqSkipsAJobTooLargeToHold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", &jobkey.Config{MaxValueBytes: 1024})
+	n := 0
+	for size := 600; size < 1024; size++ {
+		_, err := q.Enqueue(e.ctx, moveType, make([]byte, size), &jobkey.EnqueueOpts{ID: "probe"})
+		if errors.Is(err, jobkey.ErrTooLarge) {
+			break
+		}
+		require.NoError(t, err)
+		require.NoError(t, q.Delete(e.ctx, "probe"))
+		n = size
+	}
+	require.NotZero(t, n)
+	_, err := q.Enqueue(e.ctx, moveType, make([]byte, n), &jobkey.EnqueueOpts{ID: "x"})
+	require.NoError(t, err)
+	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
+	require.NoError(t, err)
+	require.Zero(t, rep.Moved)
+	require.Len(t, rep.Skipped, 1, "%+v", rep)
+	require.Contains(t, rep.Skipped[0].Reason, "value limit")
+	j, err := q.Get(e.ctx, "x")
+	require.NoError(t, err)
+	require.False(t, j.RunAt.Equal(holdUntil), "not held")
 }

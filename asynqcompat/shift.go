@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -150,6 +151,118 @@ var errNotHeld = errors.New("not held")
 // migration's move.
 var errHeldElsewhere = errors.New("held by another migration's move")
 
+// metaHeldRunAt is the Meta entry a move into asynq writes on the jobkey
+// job it holds: the job's RunAt before the hold (RFC 3339, nanoseconds).
+// It marks the hold as a migration's, and lets a later run give an
+// abandoned hold its RunAt back.
+const metaHeldRunAt = "asynqcompat.runat"
+
+// abandonedToJobkey says whether a held jobkey job carries the marks of a
+// held copy of a move into jobkey from asynq queue queue: the asynq queue
+// in Meta, and no mark of a hold into asynq.
+func abandonedToJobkey(j *jobkey.Job, queue string) bool {
+	_, holdBack := j.Meta[metaHeldRunAt]
+	return j.Meta[MetaQueue] == queue && !holdBack
+}
+
+// fenced returns nil while this run holds both its migration lock and the
+// claim of its jobkey queue: then no other migration has a move under way
+// with the jobkey queue, and a held copy that this run's state does not
+// record (recover has finished the recorded ones) is abandoned. A run
+// that lost its lock wrote it late, after a rerun had forgotten its move.
+// It runs inside the CAS of the jobkey job that acts on such a copy: a
+// write of the job by anyone in between fails that CAS, which reads again.
+func (s *shifter) fenced(ctx context.Context) error {
+	vals, err := s.st.rdb.MGet(ctx, s.st.lock.key, claimKey(s.q)).Result()
+	if err != nil {
+		return err
+	}
+	if tok, _ := vals[0].(string); tok != s.st.lock.token {
+		return fmt.Errorf("%w: asynq queue %q: key %q no longer holds this run's token", ErrLockLost, s.st.queue, s.st.lock.key)
+	}
+	if cl, _ := vals[1].(string); cl != s.st.queue {
+		return fmt.Errorf("%w: the claim %q of jobkey queue %q is no longer this migration's", ErrLockLost, claimKey(s.q), s.q.Name())
+	}
+	return nil
+}
+
+// adoptHeld makes an abandoned held copy of a move into jobkey (see
+// abandonedToJobkey) the held copy of this run's move of the task, with
+// the options this run read from asynq, in one CAS of the job, only while
+// it is still held and this run still holds its lock and claim. The move
+// goes on from the held copy as if this run had enqueued it: the asynq
+// task, never deleted, is deleted only while it still waits.
+func (s *shifter) adoptHeld(ctx context.Context, id string, rec *moveRec, eo *jobkey.EnqueueOpts) error {
+	_, err := s.q.Update(ctx, id, func(c *jobkey.Job) error {
+		if !held(c, rec) || !abandonedToJobkey(c, s.st.queue) {
+			return errNotHeld
+		}
+		if err := s.fenced(ctx); err != nil {
+			return err
+		}
+		c.Meta = eo.Meta
+		c.MaxAttempts = eo.MaxAttempts
+		c.Timeout = eo.Timeout
+		c.Deadline = eo.Deadline
+		c.Retention = eo.Retention
+		return nil
+	})
+	if errors.Is(err, jobkey.ErrNotFound) {
+		return errNotHeld
+	}
+	return err
+}
+
+// releaseAbandonedHold gives a jobkey job held by a move into asynq that
+// no state records (a run that lost its lock held it after a rerun forgot
+// its move; see fenced) its RunAt from before the hold back, in one CAS
+// of the job, only while it is still that hold and this run still holds
+// its lock and claim. Nothing was written to asynq for it (that write is
+// fenced). It returns the job released, to be moved as listed.
+func (s *shifter) releaseAbandonedHold(ctx context.Context, j *jobkey.Job) (*jobkey.Job, error) {
+	mark := j.Meta[metaHeldRunAt]
+	runAt, perr := time.Parse(time.RFC3339Nano, mark)
+	if perr != nil {
+		return nil, fmt.Errorf("its hold's mark %s=%q cannot be read (the job is kept held): %v", metaHeldRunAt, mark, perr)
+	}
+	return s.q.Update(ctx, j.ID, func(c *jobkey.Job) error {
+		if c.State != jobkey.StatePending || !c.RunAt.Equal(holdUntil) || c.Meta[metaHeldRunAt] != mark {
+			return errNotHeld
+		}
+		if err := s.fenced(ctx); err != nil {
+			return err
+		}
+		unholdJob(c, runAt)
+		return nil
+	})
+}
+
+// holdJob holds a jobkey job for a move into asynq: never due, with its
+// RunAt kept in Meta (metaHeldRunAt).
+func holdJob(c *jobkey.Job) {
+	meta := maps.Clone(c.Meta)
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	meta[metaHeldRunAt] = c.RunAt.UTC().Format(time.RFC3339Nano)
+	c.Meta = meta
+	c.RunAt = holdUntil
+}
+
+// unholdJob gives a held jobkey job its RunAt back (runAt) and drops the
+// hold's mark.
+func unholdJob(c *jobkey.Job, runAt time.Time) {
+	if _, ok := c.Meta[metaHeldRunAt]; ok {
+		meta := maps.Clone(c.Meta)
+		delete(meta, metaHeldRunAt)
+		if len(meta) == 0 {
+			meta = nil
+		}
+		c.Meta = meta
+	}
+	c.RunAt = runAt
+}
+
 // toJobkey runs a move into jobkey from its recorded step. ti and eo are
 // the task and its job options for a fresh move; nil for one recovered
 // from the state.
@@ -171,16 +284,32 @@ func (s *shifter) toJobkey(ctx context.Context, id string, rec *moveRec, ti *asy
 						Reason: fmt.Sprintf("jobkey queue %q holds another job under this ID", s.q.Name())})
 					return s.st.forget(ctx, id)
 				}
-				if j.RunAt.Equal(holdUntil) {
-					// Held by another migration's move under way (recover
-					// finished this queue's own): it is that move's to end.
+				if j.RunAt.Equal(holdUntil) && abandonedToJobkey(j, s.st.queue) {
+					// The held copy of a move into jobkey from this asynq
+					// queue that no state records: a run that lost its lock
+					// enqueued it after a rerun forgot the move. Its asynq
+					// task was never deleted (that delete is fenced): this
+					// move takes the copy over as its own held copy.
+					if err := s.adoptHeld(ctx, id, rec, eo); err != nil {
+						if errors.Is(err, errNotHeld) {
+							s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: state,
+								Reason: fmt.Sprintf("jobkey queue %q holds this job, changed while this move took over its abandoned held copy; rerun to move it", s.q.Name())})
+							return s.st.forget(ctx, id)
+						}
+						return fmt.Errorf("asynqcompat: migrate: task %q: take over its abandoned held jobkey copy: %w (rerun to finish the move)", id, err)
+					}
+				} else if j.RunAt.Equal(holdUntil) {
+					// Held, but not by a move into jobkey from this asynq
+					// queue (none of this run's markers): written by hand or
+					// by an older version, it is left as it is.
 					s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: state,
 						Reason: fmt.Sprintf("jobkey queue %q holds this job, held by another migration's move under way", s.q.Name())})
 					return s.st.forget(ctx, id)
+				} else {
+					// The same task, enqueued due by an older run: the
+					// delete below decides, as for a held copy.
+					recovered = true
 				}
-				// The same task, enqueued due by an older run: the delete
-				// below decides, as for a held copy.
-				recovered = true
 			case errors.Is(err, jobkey.ErrTooLarge), errors.Is(err, jobkey.ErrInvalid):
 				s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: state, Reason: err.Error()})
 				return s.st.forget(ctx, id)
@@ -339,7 +468,7 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 					// another asynq queue: that move decides where it runs.
 					return errHeldElsewhere
 				}
-				c.RunAt = holdUntil
+				holdJob(c)
 				return nil
 			})
 			var np *errNotPending
@@ -357,6 +486,10 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 				return s.st.forget(ctx, id)
 			case errors.Is(err, jobkey.ErrNotFound):
 				s.m.note(&s.m.rep.Undone, TaskNote{ID: id, State: "gone", Reason: left("gone") + "; nothing was put into asynq"})
+				return s.st.forget(ctx, id)
+			case errors.Is(err, jobkey.ErrTooLarge):
+				s.m.note(&s.m.rep.Skipped, TaskNote{ID: id, State: "pending",
+					Reason: fmt.Sprintf("with the hold's mark (Meta %q), the job would be over jobkey's value limit: it stays in jobkey", metaHeldRunAt)})
 				return s.st.forget(ctx, id)
 			case err != nil:
 				return fmt.Errorf("asynqcompat: migrate to asynq: hold job %q in jobkey: %w (rerun to finish the move)", id, err)
@@ -493,7 +626,7 @@ func (s *shifter) writeCopy(ctx context.Context, j *jobkey.Job, rec *moveRec) (s
 		if !held(c, rec) {
 			return errNotHeld
 		}
-		c.RunAt = rec.RunAt
+		unholdJob(c, rec.RunAt)
 		return nil
 	})
 	if err != nil && !errors.Is(err, errNotHeld) {

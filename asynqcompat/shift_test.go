@@ -235,9 +235,10 @@ func TestMigrateRerunWaitsForADeadRunsLock(t *testing.T) {
 	require.False(t, errors.Is(err, jobkey.ErrNotFound))
 }
 
-// A task whose ID jobkey holds as another migration's held copy (a move
-// into asynq under way, from this jobkey queue to another asynq queue) is
-// left where it is: making that copy due would run the task in both.
+// A task whose ID jobkey holds as a held copy without this migration's
+// marks (no asynq queue in Meta: written by hand, or by a version before
+// the marks) is left where it is: making that copy due could run the task
+// in both.
 func TestMigrateLeavesATaskHeldByAnotherMove(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -286,4 +287,82 @@ func TestMigrateRerunLeavesAUniqueTaskItFindsMidMove(t *testing.T) {
 	n, err := e.rdb.Exists(e.ctx, stateKey("default")).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "the move is forgotten")
+}
+
+// A run paused between recording a move into jobkey and enqueuing its held
+// copy, past its lock's lifetime, while a second run takes the lock over
+// and finishes the queue, leaves no held copy behind when it resumes: every
+// task ends runnable in exactly one system, and a third run can still move it.
+func TestMigratePausedPastItsLockStrandsNoHeldCopy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("x")), asynq.TaskID("x"))
+	require.NoError(t, err)
+	bAt := make(chan struct{})
+	bErr := make(chan error, 1)
+	bRep := make(chan MigrateReport, 1)
+	a := MigrateOpts{Type: moveType, To: q, lockTTL: time.Minute} // no renewal during the "stop"
+	a.crashAt = func(p, id string) error {
+		if p != atBeforeEnqueue {
+			return nil
+		}
+		require.NoError(t, e.rdb.Del(e.ctx, lockKey("default")).Err()) // A's lock expires while stopped
+		b := MigrateOpts{Type: moveType, To: q}
+		b.crashAt = func(p, id string) error {
+			if p != atBeforeEnqueue {
+				return nil
+			}
+			close(bAt)
+			require.Eventually(t, func() bool { _, err := q.Get(e.ctx, id); return err == nil }, 10*time.Second, 5*time.Millisecond)
+			return nil
+		}
+		go func() { rep, err := Migrate(e.ctx, e.rdb, b); bRep <- rep; bErr <- err }()
+		<-bAt
+		return nil // A "resumes": enqueues its held copy
+	}
+	_, aErr := Migrate(e.ctx, e.rdb, a)
+	require.ErrorIs(t, aErr, ErrLockLost)
+	require.NoError(t, <-bErr)
+	t.Logf("B: %+v", <-bRep)
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+	t.Logf("C: %+v", rep)
+	j, jerr := q.Get(e.ctx, "x")
+	_, aerr := asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo("default", "x")
+	switch {
+	case jerr == nil && aerr == nil:
+		t.Fatalf("x is in both systems; jobkey copy RunAt %v", j.RunAt)
+	case jerr == nil:
+		require.False(t, j.RunAt.Equal(holdUntil), "x is stranded held in jobkey, with no move recorded")
+	case aerr != nil:
+		t.Fatalf("x is in neither system: %v / %v", jerr, aerr)
+	}
+}
+
+// A held copy of a move into jobkey from this asynq queue that no state
+// records (its run lost the lock, and a rerun forgot the move before the
+// copy was enqueued) is taken over by the next run, which holds the lock
+// and the jobkey queue's claim: the task moves, with the options it has in
+// asynq now, and runs in jobkey only.
+func TestMigrateTakesOverAnAbandonedHeldCopy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	_, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("x")), asynq.TaskID("x"), asynq.MaxRetry(7))
+	require.NoError(t, err)
+	// As a stale run enqueues it: held, with this migration's Meta, and
+	// options read before the task changed.
+	_, err = q.Enqueue(e.ctx, moveType, []byte("x"), &jobkey.EnqueueOpts{ID: "x", RunAt: holdUntil, MaxAttempts: 2,
+		Meta: map[string]string{MetaRetried: "0", MetaQueue: "default"}})
+	require.NoError(t, err)
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Moved, "%+v", rep)
+	j, err := q.Get(e.ctx, "x")
+	require.NoError(t, err)
+	require.False(t, j.RunAt.Equal(holdUntil), "the copy is made due")
+	require.Equal(t, 8, j.MaxAttempts, "with the task's options as the run read them")
+	require.NotContains(t, allTasks(t, asynq.NewInspectorFromRedisClient(e.rdb), "default"), "x")
 }

@@ -46,9 +46,15 @@ import (
 //
 // A crash between any two steps leaves the move recorded at a step that
 // says which copies exist and which may run, and recover goes on from it.
+//
+// The writes to jobkey (the enqueue of a held copy, the hold) are not
+// fenced by the lock: a run paused past its lock may make one after a
+// rerun forgot its move. Such a copy is recorded nowhere; a run holding
+// the lock and the jobkey queue's claim takes it as abandoned (shifter's
+// adoptHeld and releaseAbandonedHold), recognized by its marks in Meta.
 
 // holdUntil is the run time of a held copy: never due. A rerun recognizes
-// a held copy by it (and by the recorded move).
+// a held copy by it (and by the recorded move, or the marks in its Meta).
 var holdUntil = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // The directions and steps of a recorded move.
