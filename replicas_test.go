@@ -378,3 +378,52 @@ func TestReplicaConfigIsValidated(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalid, "%+v", c)
 	}
 }
+
+// A claim the replicas have not confirmed could be lost by a failover,
+// and the job run again beside its first run: Work starts no handler on
+// it until a renewal of its lease is confirmed, on the plain claim path
+// and on the fused one (the next job claimed with a completion).
+func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond, Lease: 10 * time.Second})
+	_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "first"})
+	require.NoError(t, err)
+	started := make(chan string, 2)
+	hold := make(chan struct{})
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	// The plain claim.
+	thaw := r.freeze(t)
+	go func() {
+		done <- r.q.Work(ctx, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+			started <- j.ID // first: a read of the frozen replica would wait for it
+			if j.ID == "first" {
+				<-hold
+			}
+			return nil, nil
+		}), &WorkOpts{Concurrency: 1})
+	}()
+	select {
+	case id := <-started:
+		t.Fatalf("handler of %s started on a claim no replica confirmed", id)
+	case <-time.After(700 * time.Millisecond):
+	}
+	thaw()
+	require.Equal(t, "first", <-started)
+
+	// The fused path: completing "first" claims "second" in one EXEC.
+	_, err = r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "second"})
+	require.NoError(t, err)
+	thaw = r.freeze(t)
+	close(hold)
+	select {
+	case id := <-started:
+		t.Fatalf("handler of %s started on a claim no replica confirmed", id)
+	case <-time.After(700 * time.Millisecond):
+	}
+	thaw()
+	require.Equal(t, "second", <-started)
+	cancel()
+	require.NoError(t, <-done)
+}
