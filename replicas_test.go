@@ -427,3 +427,25 @@ func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// In a batch whose write the replicas did not confirm, a job that the
+// batch refused (its lease lost) is told so, not that its write is
+// unconfirmed: nothing was written for it.
+func TestUnconfirmedBatchKeepsEachRefusal(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond})
+	_, err := r.q.EnqueueMany(r.ctx, []JobSpec{{Type: "t", Opts: &EnqueueOpts{ID: "a"}}, {Type: "t", Opts: &EnqueueOpts{ID: "b"}}})
+	require.NoError(t, err)
+	a, err := r.q.Claim(r.ctx, "w")
+	require.NoError(t, err)
+	b, err := r.q.Claim(r.ctx, "w")
+	require.NoError(t, err)
+	stale := cloneJob(a)
+	stale.LeaseToken++ // a lease this copy no longer holds
+	_ = r.freeze(t)
+	_, errs := r.q.fencedMany(r.ctx, []*Job{stale, b}, []string{idxLeased}, nil,
+		func(int) transition { return r.q.extend }, nil)
+	require.ErrorIs(t, errs[0], ErrLeaseLost)
+	require.NotErrorIs(t, errs[0], ErrNotReplicated, "nothing was written for it")
+	require.ErrorIs(t, errs[1], ErrNotReplicated)
+}
