@@ -42,7 +42,9 @@ func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 // Update edits a job by compare-and-set: fn gets the job as stored now and
 // edits it in place; the edit is written only if nobody changed the job in
 // between (otherwise fn runs again on the newer job). fn may change Type,
-// Payload, RunAt, MaxAttempts, LastError, Result, Meta, Timeout and Priority; ConcurrencyKey
+// Payload, RunAt, MaxAttempts, LastError, Result, Meta, Timeout, Priority,
+// Retention and Deadline (any edit of a finished job keeps it for its
+// retention, its own or the queue's, from the edit on); ConcurrencyKey
 // never changes (its leases are counted under it), and the fields that say
 // where the job stands are changed by Claim, Complete, Fail, Release, Cancel
 // and Retry only. An error from fn is returned and nothing is written.
@@ -103,6 +105,12 @@ func (q *Queue) editable(before, after *Job) error {
 	}
 	after.Timeout = t
 	if err := validPriority(after.Priority); err != nil {
+		return err
+	}
+	if after.Retention, err = validRetention(after.Retention); err != nil {
+		return err
+	}
+	if after.Deadline, err = validDeadline(after.Deadline); err != nil {
 		return err
 	}
 	if !after.RunAt.IsZero() && !after.RunAt.Equal(before.RunAt) {

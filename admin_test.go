@@ -175,6 +175,67 @@ func TestUpdateRaisingPriorityIsClaimedBeforeReadAhead(t *testing.T) {
 	require.Equal(t, later.ID, got[1].ID, "run 2 must be the job made due at priority 9, got %s (priority %d)", got[1].ID, got[1].Priority)
 }
 
+// A job's Retention and Deadline travel with it through every path that
+// rewrites it: Update of other fields keeps them (and may change them),
+// Fail, Retry and RetryFailed keep them, EnqueueMany and a periodic tick
+// store them.
+func TestRetentionAndDeadlineSurviveEveryRewrite(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	deadline := ms(f.clock.Now().Add(24 * time.Hour))
+	opts := func(id string) *EnqueueOpts {
+		return &EnqueueOpts{ID: id, Retention: 90 * time.Second, Deadline: deadline}
+	}
+	kept := func(step, id string, retention time.Duration, deadline time.Time) {
+		t.Helper()
+		got, err := f.q.Get(f.ctx, id)
+		require.NoError(t, err, step)
+		require.Equal(t, retention, got.Retention, step)
+		require.Equal(t, deadline, got.Deadline, step)
+	}
+	_, err := f.q.Enqueue(f.ctx, "t", nil, opts("a"))
+	require.NoError(t, err)
+	_, err = f.q.Update(f.ctx, "a", func(j *Job) error { j.Payload = []byte("new"); return nil })
+	require.NoError(t, err)
+	kept("Update of the payload", "a", 90*time.Second, deadline)
+
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	_, err = f.q.Fail(f.ctx, c, fmt.Errorf("no: %w", ErrSkipRetry))
+	require.NoError(t, err)
+	kept("Fail", "a", 90*time.Second, deadline)
+	_, err = f.q.Retry(f.ctx, "a")
+	require.NoError(t, err)
+	kept("Retry", "a", 90*time.Second, deadline)
+	c, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	_, err = f.q.Fail(f.ctx, c, fmt.Errorf("no: %w", ErrSkipRetry))
+	require.NoError(t, err)
+	_, err = f.q.RetryFailed(f.ctx, "")
+	require.NoError(t, err)
+	kept("RetryFailed", "a", 90*time.Second, deadline)
+
+	later := deadline.Add(time.Hour)
+	j, err := f.q.Update(f.ctx, "a", func(j *Job) error { j.Retention, j.Deadline = time.Hour, later; return nil })
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, j.Retention)
+	kept("Update of both", "a", time.Hour, later)
+	_, err = f.q.Update(f.ctx, "a", func(j *Job) error { j.Retention, j.Deadline = 0, time.Time{}; return nil })
+	require.NoError(t, err)
+	kept("Update back to none", "a", 0, time.Time{})
+
+	_, err = f.q.EnqueueMany(f.ctx, []JobSpec{{Type: "t", Opts: opts("b")}, {Type: "t", Opts: opts("c")}})
+	require.NoError(t, err)
+	kept("EnqueueMany", "b", 90*time.Second, deadline)
+	kept("EnqueueMany", "c", 90*time.Second, deadline)
+
+	out, id, err := f.q.enqueueTick(f.ctx, PeriodicJob{Name: "p", Schedule: Every(time.Minute), Type: "t",
+		Opts: &EnqueueOpts{Retention: 90 * time.Second, Deadline: deadline}}, f.clock.Now())
+	require.NoError(t, err)
+	require.Equal(t, tickWritten, out)
+	kept("a periodic tick", id, 90*time.Second, deadline)
+}
+
 // A job removed by Delete is not counted as vanished. Claims keep due
 // entries read ahead in a pool, and a claim that tries the entry of a job
 // Delete removed finds no value. Delete is a legitimate jobkey call, not a

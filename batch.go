@@ -41,7 +41,8 @@ func (q *Queue) eachTxn(ctx context.Context, failFast bool, pos []int, id func(i
 		// timeout: nothing is written, and the caller tries again later.
 		shard := q.ks.shardOf(id(set[0]))
 		if failFast && q.cluster() && q.down.has(shard) {
-			failed(set, fmt.Errorf("jobkey: not attempted, nothing written: the node of shard %d could not be reached within the last %v", shard, downFor))
+			failed(set, fmt.Errorf("jobkey: not attempted, nothing written: the node of shard %d%s could not be reached within the last %v, "+
+				"and the cluster's slot map still names it", shard, q.down.where(shard), downFor))
 			continue
 		}
 		err := run(set)
@@ -68,7 +69,7 @@ func (q *Queue) eachTxn(ctx context.Context, failFast bool, pos []int, id func(i
 			case !q.cluster() || ctx.Err() != nil:
 				stop = err
 			case q.unreachable(ctx, err):
-				q.down.add(shard)
+				q.down.add(shard, err)
 			}
 		}
 	}

@@ -164,6 +164,10 @@ type casEngine struct {
 	// check, when set, runs before every transaction: the Queue's one-time
 	// checks of the server, which refuse writes it must not make.
 	check func(ctx context.Context) error
+	// failed, when set, is told of every transaction that failed with an
+	// error (not a conflict): the Queue reloads the slot map when the
+	// error says a cluster node could not be reached.
+	failed func(ctx context.Context, err error)
 	// dur is what a write waits for after its EXEC (Config.MinReplicas);
 	// readTimeout is the client's ReadTimeout, which bounds the WAIT sent
 	// in a pipeline (firstWait).
@@ -276,6 +280,9 @@ func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, err
 		read, plan, err := e.attempt(ctx, t)
 		var r *retry
 		if !errors.As(err, &r) {
+			if err != nil && e.failed != nil {
+				e.failed(ctx, err)
+			}
 			return read, plan, err
 		}
 		e.m.conflicts.Add(1)

@@ -516,7 +516,7 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 		q.move(ip, c.shard, c.id, cur, cur, c.index)
 	default:
 		// Same index, but the hint said due: its score may be stale.
-		q.fixScore(ip, c.shard, c.id, derive(cur), now)
+		q.fixScore(ip, c.shard, c.id, q.entryOf(cur), now)
 	}
 	return nil, false
 }

@@ -28,19 +28,37 @@ const MaxValueBytes = 64 << 20
 //	1.3  20 elements: Timeout appended, whole milliseconds (0: none)
 //	1.4  21 elements: Priority appended, 0 to MaxPriority
 //	1.5  22 elements: ConcurrencyKey appended, a string ("" : none)
+//	1.6  24 elements: Retention appended, whole milliseconds (0: the
+//	     queue's), then Deadline, unix milliseconds (0: none)
 const (
 	formatMajor = 1
-	formatMinor = 5
+	formatMinor = 6
 )
 
 // v1Fields is the number of array elements of a v1.0 value, including the
 // two version elements; values with fewer are corrupt. knownFields is the
-// number this build writes: minor version n has v1Fields+n. Values with
-// more come from a newer minor version, whose extra fields are skipped.
+// number this build writes (minorFields[formatMinor]). Values with more
+// come from a newer minor version, whose extra fields are skipped.
 const (
 	v1Fields    = 17
-	knownFields = v1Fields + formatMinor
+	knownFields = v1Fields + 7
 )
+
+// minorFields[n] is the number of array elements minor version n writes:
+// one more per version up to 1.5, two more in 1.6.
+var minorFields = [formatMinor + 1]int{v1Fields, v1Fields + 1, v1Fields + 2, v1Fields + 3, v1Fields + 4, v1Fields + 5, knownFields}
+
+// minorOf is the minor version of a build that knows the first known
+// fields: the newest whose fields it knows all of.
+func minorOf(known int) uint64 {
+	var m uint64
+	for i, n := range minorFields {
+		if n <= known {
+			m = uint64(i)
+		}
+	}
+	return m
+}
 
 // MaxTimeout bounds a job's Timeout, as stored in a value.
 const MaxTimeout = 7 * 24 * time.Hour
@@ -83,6 +101,9 @@ func Marshal(j *Job) ([]byte, error) {
 	}
 	if j.Timeout < 0 || j.Timeout > MaxTimeout || j.Timeout%time.Millisecond != 0 {
 		return nil, fmt.Errorf("%w: marshal job %q: Timeout %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Timeout, MaxTimeout)
+	}
+	if j.Retention < 0 || j.Retention > MaxRetention || j.Retention%time.Millisecond != 0 {
+		return nil, fmt.Errorf("%w: marshal job %q: Retention %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Retention, MaxRetention)
 	}
 	n := encodedSize(j)
 	if n > MaxValueBytes {
@@ -181,6 +202,20 @@ func decodeJobAs(d *msgpk.Decoder, j *Job, known int) error {
 		if len(out.ConcurrencyKey) > MaxConcurrencyKeyLen {
 			return d.Corrupt("ConcurrencyKey", fmt.Sprintf("%d bytes, limit %d", len(out.ConcurrencyKey), MaxConcurrencyKeyLen))
 		}
+	}
+	if has(v1Fields + 5) { // 1.6
+		ms, err := d.Int("Retention", 0, MaxRetention.Milliseconds())
+		if err != nil {
+			return err
+		}
+		out.Retention = time.Duration(ms) * time.Millisecond
+	}
+	if has(v1Fields + 6) { // 1.6
+		ms, err := d.Int("Deadline", math.MinInt64, math.MaxInt64)
+		if err != nil {
+			return err
+		}
+		out.Deadline = fromMillis(ms)
 	}
 	// Fields appended by a newer minor version are checked to be well
 	// formed and kept as they are, to be written back unchanged.

@@ -34,6 +34,12 @@ func encodedSizeAs(j *Job, known int) int {
 	if known > v1Fields+4 {
 		n += msgpk.StrSize(j.ConcurrencyKey)
 	}
+	if known > v1Fields+5 {
+		n += msgpk.IntSize(j.Retention.Milliseconds())
+	}
+	if known > v1Fields+6 {
+		n += msgpk.IntSize(toMillis(j.Deadline))
+	}
 	return n
 }
 
@@ -75,6 +81,12 @@ func appendJobAs(b []byte, j *Job, known int) []byte {
 	}
 	if known > v1Fields+4 {
 		b = msgpk.AppendStr(b, j.ConcurrencyKey) // 1.5
+	}
+	if known > v1Fields+5 {
+		b = msgpk.AppendInt(b, j.Retention.Milliseconds()) // 1.6
+	}
+	if known > v1Fields+6 {
+		b = msgpk.AppendInt(b, toMillis(j.Deadline)) // 1.6
 	}
 	return append(b, j.future.raw...)
 }

@@ -65,6 +65,14 @@ func fullJobConcurrency() *Job {
 	return j
 }
 
+// fullJobRetention is fullJobConcurrency with the fields of format 1.6.
+func fullJobRetention() *Job {
+	j := fullJobConcurrency()
+	j.Retention = 36*time.Hour + 500*time.Millisecond
+	j.Deadline = ms(time.Date(2026, 12, 24, 18, 0, 0, 250e6, time.UTC))
+	return j
+}
+
 // bigMeta is a Meta at both limits: MaxMetaEntries entries, MaxMetaBytes
 // bytes, some of them strings of every msgpack width up to str16.
 func bigMeta() map[string]string {
@@ -86,6 +94,9 @@ func TestCodecRoundTrip(t *testing.T) {
 		"minimal":      {State: StatePending},
 		"full":         fullJob(),
 		"meta":         fullJobMeta(),
+		"retention":    fullJobRetention(),
+		"maxRetention": {ID: "r", State: StateSucceeded, Retention: MaxRetention, Deadline: ms(time.UnixMilli(1<<62 - 1))},
+		"negDeadline":  {ID: "d", State: StatePending, Deadline: ms(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))},
 		"metaAtLimits": {ID: "m", State: StatePending, Meta: bigMeta()},
 		"metaOneEmpty": {ID: "e", State: StatePending, Meta: map[string]string{"k": ""}},
 		"unicode":      {ID: "ジョブ-🚀", Queue: "κουέ", Type: "тип", LastError: "ошибка: 失败", State: StateFailed},
@@ -119,7 +130,7 @@ func TestCodecEmptyBytesDecodeNil(t *testing.T) {
 	require.NoError(t, Unmarshal(b, &out))
 	require.Nil(t, out.Payload)
 	require.Nil(t, out.Meta)
-	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0}, b[len(b)-4:], "an empty Meta is one byte, an empty fixmap; then the zero Timeout and Priority, and no ConcurrencyKey")
+	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0, 0x00, 0x00}, b[len(b)-6:], "an empty Meta is one byte, an empty fixmap; then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention and no Deadline")
 	nilMeta, err := Marshal(&Job{State: StatePending})
 	require.NoError(t, err)
 	require.Equal(t, b, nilMeta, "nil and empty Meta encode alike")
@@ -170,6 +181,9 @@ func TestMarshalRefuses(t *testing.T) {
 		{State: StatePending, Meta: map[string]string{"": "v"}},
 		{State: StatePending, Meta: func() map[string]string { m := bigMeta(); m["one"] = "more"; return m }()},
 		{State: StatePending, Meta: func() map[string]string { m := bigMeta(); m["long"] += "x"; return m }()},
+		{State: StatePending, Retention: -time.Millisecond},
+		{State: StatePending, Retention: MaxRetention + time.Millisecond},
+		{State: StatePending, Retention: time.Second + time.Microsecond},
 	} {
 		_, err = Marshal(j)
 		require.ErrorIs(t, err, ErrInvalid, "%+v", j)
@@ -224,18 +238,27 @@ func TestCodecGoldenV1(t *testing.T) {
 	require.Equal(t, v13[5:], v14[5:len(v14)-1], "1.4 appends one element to 1.3: Priority")
 	require.Equal(t, byte(7), v14[len(v14)-1])
 
-	golden := goldenV15(t)
+	v15 := goldenV15(t)
+	got = Job{}
+	require.NoError(t, Unmarshal(v15, &got))
+	require.Equal(t, *fullJobConcurrency(), got, "a v1.5 value has no Retention or Deadline of its own")
+	require.Equal(t, []byte{0xdc, 0, 22, 1, 5}, v15[:5], "array16 of 22, version 1.5")
+	ck := msgpk.AppendStr(nil, fullJobConcurrency().ConcurrencyKey)
+	require.Equal(t, v14[5:], v15[5:len(v15)-len(ck)], "1.5 appends one element to 1.4: ConcurrencyKey")
+	require.Equal(t, ck, v15[len(v15)-len(ck):])
+
+	golden := goldenV16(t)
 	got = Job{}
 	require.NoError(t, Unmarshal(golden, &got))
-	require.Equal(t, *fullJobConcurrency(), got)
-	// The current encoder writes v1.5 byte for byte.
-	b, err := Marshal(fullJobConcurrency())
+	require.Equal(t, *fullJobRetention(), got)
+	// The current encoder writes v1.6 byte for byte.
+	b, err := Marshal(fullJobRetention())
 	require.NoError(t, err)
 	require.Equal(t, golden, b)
-	require.Equal(t, []byte{0xdc, 0, 22, 1, 5}, golden[:5], "array16 of 22, version 1.5")
-	ck := msgpk.AppendStr(nil, fullJobConcurrency().ConcurrencyKey)
-	require.Equal(t, v14[5:], golden[5:len(golden)-len(ck)], "1.5 appends one element to 1.4: ConcurrencyKey")
-	require.Equal(t, ck, golden[len(golden)-len(ck):])
+	require.Equal(t, []byte{0xdc, 0, 24, 1, 6}, golden[:5], "array16 of 24, version 1.6")
+	tail := msgpk.AppendInt(msgpk.AppendInt(nil, fullJobRetention().Retention.Milliseconds()), toMillis(fullJobRetention().Deadline))
+	require.Equal(t, v15[5:], golden[5:len(golden)-len(tail)], "1.6 appends two elements to 1.5: Retention and Deadline")
+	require.Equal(t, tail, golden[len(golden)-len(tail):])
 }
 
 // goldenV12 is the value 1.2 wrote for fullJobMeta, checked in. It is
@@ -265,13 +288,22 @@ func goldenV14(t *testing.T) []byte {
 	return b
 }
 
-// goldenV15 is the value this build writes for fullJobConcurrency, checked
-// in.
+// goldenV15 is the value 1.5 wrote for fullJobConcurrency, checked in;
+// never written again.
 func goldenV15(t *testing.T) []byte {
 	t.Helper()
-	path := filepath.Join("testdata", "job-v1.5.msgpack")
+	b, err := os.ReadFile(filepath.Join("testdata", "job-v1.5.msgpack"))
+	require.NoError(t, err)
+	return b
+}
+
+// goldenV16 is the value this build writes for fullJobRetention, checked
+// in.
+func goldenV16(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", "job-v1.6.msgpack")
 	if *updateGolden {
-		b, err := Marshal(fullJobConcurrency())
+		b, err := Marshal(fullJobRetention())
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
@@ -295,17 +327,22 @@ func goldenV15(t *testing.T) []byte {
 // this file with Meta kept raw and writes it back byte for byte.) 1.3
 // appended Timeout, which this build reads again once 1.2 moved the job on;
 // 1.4 appended Priority, and 1.5 ConcurrencyKey, which an older worker so
-// never drops.
+// never drops. 1.6 appended two fields at once, Retention and Deadline:
+// 1.5 skips both, keeps them raw, and writes them back with minor version
+// 6, so this build reads them again once 1.5 moved the job on. (Checked
+// once by hand against the 1.5 codec itself, from git: it reads this
+// file, keeps both fields raw and writes it back byte for byte.)
 func TestCodecGoldenReadByOlderMinor(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		golden func(*testing.T) []byte
 		reader int                                       // the fields the older build knows
+		added  int                                       // the fields the newer version appended
 		known  func() *Job                               // the job as the older build wrote it
 		check  func(t *testing.T, golden []byte, j *Job) // the checks of this version
 	}{
-		{"1.2 read by 1.1", goldenV12, v1Fields + 1, fullJob, func(t *testing.T, golden []byte, j *Job) {
+		{"1.2 read by 1.1", goldenV12, v1Fields + 1, 1, fullJob, func(t *testing.T, golden []byte, j *Job) {
 			const v11 = v1Fields + 1
 			require.Nil(t, j.Meta, "1.1 knows no Meta")
 			require.EqualValues(t, 2, j.future.minor)
@@ -330,7 +367,7 @@ func TestCodecGoldenReadByOlderMinor(t *testing.T) {
 			require.Equal(t, *fullJob(), old)
 			require.Equal(t, v11b, appendJobAs(nil, &old, v11))
 		}},
-		{"1.3 read by 1.2", goldenV13, v1Fields + 2, fullJobMeta, func(t *testing.T, golden []byte, j *Job) {
+		{"1.3 read by 1.2", goldenV13, v1Fields + 2, 1, fullJobMeta, func(t *testing.T, golden []byte, j *Job) {
 			const v12 = v1Fields + 2
 			require.Zero(t, j.Timeout, "1.2 knows no Timeout")
 			require.EqualValues(t, 3, j.future.minor)
@@ -341,12 +378,28 @@ func TestCodecGoldenReadByOlderMinor(t *testing.T) {
 			require.NoError(t, Unmarshal(appendJobAs(nil, j, v12), &now))
 			require.Equal(t, fullJobTimeout().Timeout, now.Timeout)
 		}},
-		{"1.4 read by 1.3", goldenV14, v1Fields + 3, fullJobTimeout, func(t *testing.T, golden []byte, j *Job) {
+		{"1.4 read by 1.3", goldenV14, v1Fields + 3, 1, fullJobTimeout, func(t *testing.T, golden []byte, j *Job) {
 			require.Zero(t, j.Priority, "1.3 knows no Priority")
 		}},
-		{"1.5 read by 1.4", goldenV15, v1Fields + 4, fullJobPriority, func(t *testing.T, golden []byte, j *Job) {
+		{"1.5 read by 1.4", goldenV15, v1Fields + 4, 1, fullJobPriority, func(t *testing.T, golden []byte, j *Job) {
 			require.Empty(t, j.ConcurrencyKey, "1.4 knows no ConcurrencyKey")
 			require.EqualValues(t, 5, j.future.minor)
+		}},
+		{"1.6 read by 1.5", goldenV16, v1Fields + 5, 2, fullJobConcurrency, func(t *testing.T, golden []byte, j *Job) {
+			const v15 = v1Fields + 5
+			require.Zero(t, j.Retention, "1.5 knows no Retention")
+			require.Zero(t, j.Deadline, "1.5 knows no Deadline")
+			require.EqualValues(t, 6, j.future.minor)
+			require.Len(t, golden, encodedSizeAs(j, v15))
+
+			// A 1.5 worker completes the job; this build still reads what 1.6
+			// wrote, and keeps the job for its own Retention.
+			j.State, j.LeaseOwner, j.Result, j.Rev = StateSucceeded, "", []byte("done"), j.Rev+1
+			var now Job
+			require.NoError(t, Unmarshal(appendJobAs(nil, j, v15), &now))
+			require.Equal(t, fullJobRetention().Retention, now.Retention)
+			require.Equal(t, fullJobRetention().Deadline, now.Deadline)
+			require.Zero(t, now.future.n, "no field is unknown to this build")
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -354,7 +407,7 @@ func TestCodecGoldenReadByOlderMinor(t *testing.T) {
 			golden := c.golden(t)
 			var j Job
 			require.NoError(t, decodeJobAs(newDecoder(bytes.Clone(golden), true), &j, c.reader))
-			require.Equal(t, 1, j.future.n, "the appended field is one the older build does not know")
+			require.Equal(t, c.added, j.future.n, "the appended fields are ones the older build does not know")
 			known := j
 			known.future = futureFields{}
 			require.Equal(t, *c.known(), known, "every field the older build knows reads as that build wrote it")
@@ -411,12 +464,12 @@ func TestCodecNewerMinorDecodes(t *testing.T) {
 // must keep its bytes through every transition an older worker makes. (It
 // is written anew whenever a minor version defines the element where its
 // first unknown field sat: no real writer puts a string where 1.2 put
-// Meta, 1.3 Timeout, 1.4 Priority or 1.5 ConcurrencyKey.)
+// Meta, 1.3 Timeout, 1.4 Priority, 1.5 ConcurrencyKey or 1.6 Retention.)
 func futureGolden(t *testing.T) []byte {
 	t.Helper()
 	path := filepath.Join("testdata", "job-future-minor.msgpack")
 	if *updateGolden {
-		j := fullJobConcurrency()
+		j := fullJobRetention()
 		j.State, j.Attempt, j.LeaseOwner, j.LeaseUntil, j.LeaseToken = StatePending, 0, "", time.Time{}, 0
 		b := appendFields(t, j, 9, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
 		require.NoError(t, os.WriteFile(path, b, 0o644))
@@ -436,6 +489,8 @@ func TestCodecGoldenFutureMinor(t *testing.T) {
 	require.Equal(t, fullJobTimeout().Timeout, j.Timeout)
 	require.Equal(t, fullJobPriority().Priority, j.Priority)
 	require.Equal(t, fullJobConcurrency().ConcurrencyKey, j.ConcurrencyKey)
+	require.Equal(t, fullJobRetention().Retention, j.Retention)
+	require.Equal(t, fullJobRetention().Deadline, j.Deadline)
 	require.Equal(t, 2, j.future.n)
 	again, err := Marshal(&j)
 	require.NoError(t, err)
@@ -466,36 +521,42 @@ func TestCodecCorrupt(t *testing.T) {
 		in    []byte
 		field string
 	}{
-		"empty":            {nil, "value"},
-		"notArray":         {[]byte{0xa1, 'x'}, "value"},
-		"noVersion":        {[]byte{0x91, 0x01}, "value"},
-		"tooFewFields":     {[]byte{0x92, 0x01, 0x00}, "value"},
-		"trailing":         {append(bytes.Clone(good), 0x00), "value"},
-		"truncated":        {good[:len(good)-15], "UpdatedAt"},
-		"truncatedToken":   {good[:len(good)-6], "LeaseToken"},
-		"idNotString":      {set(5, 0x05), "ID"},
-		"badState":         {stateAt(t, good, 9), "State"},
-		"versionString":    {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
-		"negativeAttempt":  {replaceField(t, 7, int64(-1)), "Attempt"},
-		"badAppendedField": {badAppended(t), "appended field 22"},
-		"badToken":         {replaceField(t, 17, "not a number"), "LeaseToken"},
-		"metaNotMap":       {replaceField(t, 18, "not a map"), "Meta"},
-		"metaNil":          {replaceField(t, 18, nil), "Meta"},
-		"timeoutNotInt":    {replaceField(t, 19, "90s"), "Timeout"},
-		"timeoutNegative":  {replaceField(t, 19, int64(-1)), "Timeout"},
-		"timeoutTooLong":   {replaceField(t, 19, MaxTimeout.Milliseconds()+1), "Timeout"},
-		"priorityTooHigh":  {replaceField(t, 20, uint64(MaxPriority+1)), "Priority"},
-		"priorityNegative": {replaceField(t, 20, int64(-1)), "Priority"},
-		"ckNotString":      {replaceField(t, 21, uint64(5)), "ConcurrencyKey"},
-		"ckTooLong":        {replaceField(t, 21, strings.Repeat("k", MaxConcurrencyKeyLen+1)), "ConcurrencyKey"},
-		"metaIntValue":     {replaceField(t, 18, map[string]any{"k": 1}), "Meta value"},
-		"metaIntKey":       {replaceField(t, 18, map[int]string{1: "v"}), "Meta key"},
-		"metaEmptyKey":     {replaceField(t, 18, map[string]string{"": "v"}), "Meta"},
-		"metaDuplicateKey": {metaRaw(t, 0x82, "k", "a", "k", "b"), "Meta"},
-		"metaTooMany":      {replaceField(t, 18, func() map[string]string { m := bigMeta(); m["x"] = ""; return m }()), "Meta"},
-		"metaTooLarge":     {replaceField(t, 18, func() map[string]string { m := bigMeta(); m["long"] += "x"; return m }()), "Meta"},
-		"metaTruncated":    {metaRaw(t, 0x82, "k", "a", "j"), "Meta value"},
-		"metaShort":        {metaRaw(t, 0x82, "k"), "Meta value"},
+		"empty":             {nil, "value"},
+		"notArray":          {[]byte{0xa1, 'x'}, "value"},
+		"noVersion":         {[]byte{0x91, 0x01}, "value"},
+		"tooFewFields":      {[]byte{0x92, 0x01, 0x00}, "value"},
+		"trailing":          {append(bytes.Clone(good), 0x00), "value"},
+		"truncated":         {good[:len(good)-17], "UpdatedAt"},
+		"truncatedToken":    {good[:len(good)-8], "LeaseToken"},
+		"idNotString":       {set(5, 0x05), "ID"},
+		"badState":          {stateAt(t, good, 9), "State"},
+		"versionString":     {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
+		"negativeAttempt":   {replaceField(t, 7, int64(-1)), "Attempt"},
+		"badAppendedField":  {badAppended(t), "appended field 24"},
+		"badToken":          {replaceField(t, 17, "not a number"), "LeaseToken"},
+		"metaNotMap":        {replaceField(t, 18, "not a map"), "Meta"},
+		"metaNil":           {replaceField(t, 18, nil), "Meta"},
+		"timeoutNotInt":     {replaceField(t, 19, "90s"), "Timeout"},
+		"timeoutNegative":   {replaceField(t, 19, int64(-1)), "Timeout"},
+		"timeoutTooLong":    {replaceField(t, 19, MaxTimeout.Milliseconds()+1), "Timeout"},
+		"priorityTooHigh":   {replaceField(t, 20, uint64(MaxPriority+1)), "Priority"},
+		"priorityNegative":  {replaceField(t, 20, int64(-1)), "Priority"},
+		"ckNotString":       {replaceField(t, 21, uint64(5)), "ConcurrencyKey"},
+		"ckTooLong":         {replaceField(t, 21, strings.Repeat("k", MaxConcurrencyKeyLen+1)), "ConcurrencyKey"},
+		"retentionNotInt":   {replaceField(t, 22, "36h"), "Retention"},
+		"retentionNeg":      {replaceField(t, 22, int64(-1)), "Retention"},
+		"retentionTooLong":  {replaceField(t, 22, MaxRetention.Milliseconds()+1), "Retention"},
+		"deadlineNotInt":    {replaceField(t, 23, "tomorrow"), "Deadline"},
+		"deadlineFloat":     {replaceField(t, 23, 1.5), "Deadline"},
+		"truncatedDeadline": {replaceField(t, 23, uint64(1<<40))[:len(replaceField(t, 23, uint64(1<<40)))-2], "Deadline"},
+		"metaIntValue":      {replaceField(t, 18, map[string]any{"k": 1}), "Meta value"},
+		"metaIntKey":        {replaceField(t, 18, map[int]string{1: "v"}), "Meta key"},
+		"metaEmptyKey":      {replaceField(t, 18, map[string]string{"": "v"}), "Meta"},
+		"metaDuplicateKey":  {metaRaw(t, 0x82, "k", "a", "k", "b"), "Meta"},
+		"metaTooMany":       {replaceField(t, 18, func() map[string]string { m := bigMeta(); m["x"] = ""; return m }()), "Meta"},
+		"metaTooLarge":      {replaceField(t, 18, func() map[string]string { m := bigMeta(); m["long"] += "x"; return m }()), "Meta"},
+		"metaTruncated":     {metaRaw(t, 0x82, "k", "a", "j"), "Meta value"},
+		"metaShort":         {metaRaw(t, 0x82, "k"), "Meta value"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -531,7 +592,7 @@ func replaceField(t *testing.T, i int, v any) []byte {
 	j := fullJob()
 	elems := []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
 		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
-		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0), uint64(0), ""}
+		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0), uint64(0), "", int64(0), int64(0)}
 	elems[i] = v
 	b, err := msgpack.Marshal(elems)
 	require.NoError(t, err)
@@ -544,12 +605,12 @@ func metaRaw(t testing.TB, hdr byte, strs ...string) []byte {
 	t.Helper()
 	b, err := Marshal(fullJob())
 	require.NoError(t, err)
-	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0}, b[len(b)-4:], "an empty Meta, then the zero Timeout and Priority, and no ConcurrencyKey")
-	b = append(b[:len(b)-4], hdr)
+	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0, 0x00, 0x00}, b[len(b)-6:], "an empty Meta, then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention and no Deadline")
+	b = append(b[:len(b)-6], hdr)
 	for _, s := range strs {
 		b = msgpk.AppendStr(b, s)
 	}
-	return append(b, 0x00, 0x00, 0xa0)
+	return append(b, 0x00, 0x00, 0xa0, 0x00, 0x00)
 }
 
 func badAppended(t *testing.T) []byte {
@@ -593,7 +654,7 @@ func TestCodecHostileHeaders(t *testing.T) {
 }
 
 func FuzzUnmarshal(f *testing.F) {
-	for _, j := range []*Job{fullJob(), fullJobMeta(), fullJobConcurrency(), {State: StatePending}, {ID: "ü", State: StateFailed, Payload: make([]byte, 300)},
+	for _, j := range []*Job{fullJob(), fullJobMeta(), fullJobConcurrency(), fullJobRetention(), {State: StatePending}, {ID: "ü", State: StateFailed, Payload: make([]byte, 300)},
 		{State: StatePending, Meta: bigMeta()}} {
 		b, err := Marshal(j)
 		require.NoError(f, err)
@@ -636,12 +697,13 @@ func FuzzUnmarshal(f *testing.F) {
 func FuzzMarshal(f *testing.F) {
 	j := fullJob()
 	tp := "traceparent=" + fullJobMeta().Meta["traceparent"] + "\ntracestate=" + fullJobMeta().Meta["tracestate"]
-	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev, tp, int64(fullJobTimeout().Timeout), 7, "customer-42")
-	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0), "", int64(-1), -1, strings.Repeat("k", MaxConcurrencyKeyLen+1))
-	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0), "=v", int64(MaxTimeout)+1, 10, "") // MaxAttempts past the decoder's limit
-	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1), "a=\nb=c=d\na=e", int64(MaxTimeout), 9, "{ü}")
-	f.Add("y", "t", []byte{}, uint8(3), int64(1), int64(2), int64(5), uint64(1), uint64(2), strings.Repeat("k=v\n", 70), int64(1500*time.Microsecond), 0, strings.Repeat("k", MaxConcurrencyKeyLen))
-	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64, meta string, timeout int64, priority int, ck string) {
+	r := fullJobRetention()
+	f.Add(j.ID, j.Type, j.Payload, uint8(j.State), int64(j.Attempt), int64(j.MaxAttempts), toMillis(j.RunAt), j.LeaseToken, j.Rev, tp, int64(fullJobTimeout().Timeout), 7, "customer-42", int64(r.Retention), toMillis(r.Deadline))
+	f.Add("", "", []byte(nil), uint8(0), int64(-1), int64(1<<40), int64(0), uint64(0), uint64(0), "", int64(-1), -1, strings.Repeat("k", MaxConcurrencyKeyLen+1), int64(-1), int64(-1))
+	f.Add("m", "t", []byte(nil), uint8(1), int64(0), int64(1<<40), int64(0), uint64(0), uint64(0), "=v", int64(MaxTimeout)+1, 10, "", int64(MaxRetention)+1, int64(0)) // MaxAttempts past the decoder's limit
+	f.Add("x", "t", []byte{}, uint8(1), int64(1<<31), int64(1<<31-1), int64(-1), uint64(1<<63), uint64(1<<64-1), "a=\nb=c=d\na=e", int64(MaxTimeout), 9, "{ü}", int64(MaxRetention), int64(-1<<62))
+	f.Add("y", "t", []byte{}, uint8(3), int64(1), int64(2), int64(5), uint64(1), uint64(2), strings.Repeat("k=v\n", 70), int64(1500*time.Microsecond), 0, strings.Repeat("k", MaxConcurrencyKeyLen), int64(1500*time.Microsecond), int64(1<<62))
+	f.Fuzz(func(t *testing.T, id, typ string, payload []byte, state uint8, attempt, maxAttempts, runAt int64, token, rev uint64, meta string, timeout int64, priority int, ck string, retention, deadline int64) {
 		var m map[string]string
 		if meta != "" {
 			m = map[string]string{}
@@ -652,7 +714,8 @@ func FuzzMarshal(f *testing.F) {
 		}
 		in := &Job{ID: id, Type: typ, Payload: payload, State: State(state), Attempt: int(attempt), MaxAttempts: int(maxAttempts),
 			RunAt: fromMillis(runAt), LeaseUntil: fromMillis(runAt / 2), LeaseToken: token, Rev: rev, LastError: typ, Result: payload,
-			Meta: m, Timeout: time.Duration(timeout), Priority: priority, ConcurrencyKey: ck}
+			Meta: m, Timeout: time.Duration(timeout), Priority: priority, ConcurrencyKey: ck,
+			Retention: time.Duration(retention), Deadline: fromMillis(deadline)}
 		b, err := Marshal(in)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {

@@ -259,7 +259,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 				firstErr = cmp.Or(firstErr, fmt.Errorf("jobkey: read %s: %w", key, err))
 				broken[r.shard] = true
 				if q.unreachable(ctx, err) {
-					q.down.add(r.shard)
+					q.down.add(r.shard, err)
 				}
 				continue
 			}
@@ -407,6 +407,12 @@ func (s *expiring[K]) purge() {
 		}
 	}
 	s.purged = now
+}
+
+func (s *expiring[K]) remove(k K) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.until, k)
 }
 
 func (s *expiring[K]) has(k K) bool {

@@ -45,6 +45,7 @@ type duePool struct {
 	mu     sync.Mutex
 	shards []poolShard
 	skip   func(shard int) bool // shards no read reaches now (their node is down)
+	moved  func(shard int) bool // shards whose slot names another node since they were unreachable
 	// refreshing says a read of every shard is under way (refreshDue).
 	refreshing bool
 	// probing says a read of the shards whose node could not be reached
@@ -106,7 +107,14 @@ func newDuePool(shards int, skip func(int) bool) *duePool {
 // skipped reports a shard no read reaches now, or none reached last.
 // p.mu is held.
 func (p *duePool) skipped(s int) bool {
-	return p.shards[s].gone || p.skip != nil && p.skip(s)
+	return p.gone(s) || p.skip != nil && p.skip(s)
+}
+
+// gone reports a shard the last read of it could not reach, unless the
+// slot map names another node for it since (a replica promoted). p.mu is
+// held.
+func (p *duePool) gone(s int) bool {
+	return p.shards[s].gone && (p.moved == nil || !p.moved(s))
 }
 
 // probeDue returns the shards whose node the last read could not reach
@@ -117,7 +125,7 @@ func (p *duePool) probeDue() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	if p.probing || now.Sub(p.probeAt) <= downFor {
+	if p.probing || now.Sub(p.probeAt) <= downFor && !p.anyMoved() {
 		return nil
 	}
 	var out []int
@@ -136,7 +144,18 @@ func (p *duePool) probeDue() []int {
 func (p *duePool) isGone(s int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return s >= 0 && s < len(p.shards) && p.shards[s].gone
+	return s >= 0 && s < len(p.shards) && p.gone(s)
+}
+
+// anyMoved reports a shard gone from the pool whose slot map names another
+// node now: it is read again at once. p.mu is held.
+func (p *duePool) anyMoved() bool {
+	for s := range p.shards {
+		if p.shards[s].gone && p.moved != nil && p.moved(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // probeFor bounds a read of the shards whose node could not be reached.

@@ -44,6 +44,16 @@ type EnqueueOpts struct {
 	// caller's must be there too (Queue.IDFor makes one), and a generated
 	// ID is drawn there (default: none).
 	ConcurrencyKey string
+	// Retention keeps the job this long once it has succeeded or been
+	// canceled, in place of Config.Retention (see Job.Retention): 1s to
+	// MaxRetention, rounded up to whole milliseconds (default: 0, the
+	// queue's Config.Retention).
+	Retention time.Duration
+	// Deadline is an absolute time after which no run of the job may go on
+	// (see Job.Deadline), judged against Redis's clock as RunAt is. It may
+	// already be past: the job's attempts then fail without running, as in
+	// asynq. Kept to the millisecond, within 1970..9999 (default: none).
+	Deadline time.Time
 }
 
 // JobSpec describes one job to enqueue, as an element of an EnqueueMany
@@ -256,6 +266,12 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 		return nil, err
 	}
 	j.Timeout = timeout
+	if j.Retention, err = validRetention(o.Retention); err != nil {
+		return nil, err
+	}
+	if j.Deadline, err = validDeadline(o.Deadline); err != nil {
+		return nil, err
+	}
 	if err := validPriority(o.Priority); err != nil {
 		return nil, err
 	}

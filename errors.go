@@ -96,6 +96,11 @@ var (
 	// ran out: a handler that returns an error then fails the attempt, with
 	// a cause that says "timeout", and the job is retried under backoff.
 	ErrTimeout = errors.New("jobkey: timeout: the handler ran past the job's timeout")
+	// ErrDeadline is the cause when the job's Deadline passed during a run
+	// (ctx.Err() is then context.DeadlineExceeded), and what the attempt of
+	// a job claimed after its Deadline fails with, unrun: the attempt fails
+	// and the job is retried under backoff while attempts remain.
+	ErrDeadline = errors.New("jobkey: deadline: the job's deadline passed")
 )
 
 // outcomeUnknown is the error of a call whose context ended while the

@@ -154,6 +154,54 @@ func Example_timeout() {
 	// failed true
 }
 
+// A job's Deadline is an absolute time after which no run of it goes on:
+// the handler's context ends then with ErrDeadline as the cause, and the
+// attempt fails. A job claimed after its Deadline is not run at all.
+func Example_deadline() {
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "reports", exampleConfig("deadline"))
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	q.Enqueue(ctx, "report", nil, &jobkey.EnqueueOpts{Deadline: time.Now().Add(100 * time.Millisecond), MaxAttempts: 1})
+
+	h := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		<-ctx.Done() // a report not done in time is of no use
+		fmt.Println(errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(context.Cause(ctx), jobkey.ErrDeadline))
+		return nil, ctx.Err()
+	})
+	q.Work(ctx, h, &jobkey.WorkOpts{OnRecorded: func(j *jobkey.Job, err error) {
+		fmt.Println(j.State, strings.Contains(j.LastError, "deadline"))
+		stop()
+	}})
+	// Output:
+	// true true
+	// failed true
+}
+
+// A job's Retention keeps it, once it has succeeded, for its own time
+// instead of the queue's Config.Retention: here a receipt kept 30 days on a
+// queue that keeps jobs a day.
+func Example_retention() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "payments", exampleConfig("retention"))
+	if err != nil {
+		panic(err)
+	}
+	j, _ := q.Enqueue(ctx, "charge", nil, &jobkey.EnqueueOpts{Retention: 30 * 24 * time.Hour})
+	c, _ := q.Claim(ctx, "worker-1")
+	q.Complete(ctx, c, []byte("receipt-42"))
+	got, _ := q.Get(ctx, j.ID)
+	fmt.Println(got.State, got.Retention)
+	// Output:
+	// succeeded 720h0m0s
+}
+
 // Periodic jobs need no leader: every Work that lists the schedule enqueues
 // the tick's job under one ID, so each tick runs once however many processes
 // run. A Work that starts between ticks enqueues the latest one.

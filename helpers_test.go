@@ -223,7 +223,7 @@ func (f *fixture) requireIndexed(t *testing.T, j *Job) {
 	got, err := f.q.Get(f.ctx, j.ID)
 	require.NoError(t, err)
 	idx, score := f.indexOf(t, j.ID)
-	want := derive(got)
+	want := f.q.entryOf(got)
 	require.Equal(t, want.index, idx, "index of %s (%s)", j.ID, got.State)
 	require.Equal(t, want.score, score, "score of %s", j.ID)
 }

@@ -1,9 +1,6 @@
 package jobkey
 
-import (
-	"slices"
-	"time"
-)
+import "slices"
 
 // entry is where a job value says its ID belongs: one index and a score.
 // Every job is in exactly one index, so an entry is a pure function of the
@@ -123,10 +120,10 @@ func (p *indexPlan) steps() [][]any {
 func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
 	var from, to entry
 	if old != nil {
-		from = derive(old)
+		from = q.entryOf(old)
 	}
 	if new != nil {
-		to = derive(new)
+		to = q.entryOf(new)
 		if new.State == StatePending && new.Priority > 0 {
 			// The due entries read ahead may hold lower priorities than
 			// this job: they must not go before it. Readers that do not
@@ -148,14 +145,6 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 	}
 }
 
-// retention is how long a finished job's key lives.
-func (q *Queue) retention(s State) time.Duration {
-	if s == StateFailed {
-		return q.cfg.FailedRetention
-	}
-	return q.cfg.Retention
-}
-
 // write returns the casWrite storing j, with the retention expiry a
 // finished job gets in the same EXEC that finishes it. j.UpdatedAt is the
 // transaction's time. A job canceled while it ran keeps its key, and so its
@@ -164,7 +153,7 @@ func (q *Queue) retention(s State) time.Duration {
 func (q *Queue) write(key string, j *Job) casWrite {
 	w := casWrite{key: key, job: j}
 	if j.State.Finished() {
-		w.ttl = max(q.retention(j.State), lastRunLeft(j, j.UpdatedAt))
+		w.ttl = max(q.retention(j), lastRunLeft(j, j.UpdatedAt))
 	}
 	return w
 }

@@ -99,6 +99,26 @@ type Job struct {
 	// and never changes (format 1.5; a value written before decodes with
 	// none). At most MaxConcurrencyKeyLen bytes.
 	ConcurrencyKey string
+	// Retention is how long the job's key is kept once it has succeeded
+	// or been canceled, in place of Config.Retention; zero means the
+	// queue's. Its listing entries go with its key (Trim), and, as for any
+	// job, the key lives at least until its last run's lease ends
+	// (lastrun.go). A failed job keeps Config.FailedRetention, as asynq
+	// keeps an archived task whatever its Retention (format 1.6; a value
+	// written before decodes with zero). Whole milliseconds, 1s to
+	// MaxRetention.
+	Retention time.Duration
+	// Deadline is an absolute time after which no run of the job may go on:
+	// Work ends the handler's context at Deadline, or at the run's Timeout
+	// if that comes first (context.Cause is ErrDeadline, ctx.Err() is
+	// context.DeadlineExceeded), and the attempt fails and is retried under
+	// the normal backoff while attempts remain, as asynq's Deadline does. A
+	// job claimed once its Deadline has passed is not run: the attempt
+	// fails at once with ErrDeadline, as asynq fails a task whose context
+	// is already done. It is judged by Redis's clock. Zero means none
+	// (format 1.6; a value written before decodes with none). Whole
+	// milliseconds, within 1970..9999.
+	Deadline time.Time
 
 	// future holds the fields a newer minor version appended, as read, so
 	// that writing the job back keeps them: an older worker's claim or
@@ -117,7 +137,7 @@ type futureFields struct {
 // minorAs is the minor version to write for a build that knows the first
 // known fields: that build's, or the newer one whose fields the job
 // carries (tests use it to play an older build: see decodeJobAs).
-func (j *Job) minorAs(known int) uint64 { return max(uint64(known-v1Fields), j.future.minor) }
+func (j *Job) minorAs(known int) uint64 { return max(minorOf(known), j.future.minor) }
 
 // Limits of Job.Meta, checked by Enqueue, EnqueueMany, Update, Marshal and
 // Unmarshal alike.
@@ -125,6 +145,36 @@ const (
 	MaxMetaEntries = 64   // entries in Job.Meta
 	MaxMetaBytes   = 4096 // bytes of Job.Meta's keys and values together
 )
+
+// MaxRetention bounds a job's own Retention (Job.Retention).
+const MaxRetention = 10 * 365 * 24 * time.Hour
+
+// validRetention refuses a Retention the value format does not hold, or
+// one under the second Config.Retention needs at least, with ErrInvalid,
+// and rounds a fraction of a millisecond up. Zero is the queue's.
+func validRetention(d time.Duration) (time.Duration, error) {
+	if d != 0 && (d < time.Second || d > MaxRetention) {
+		return 0, fmt.Errorf("%w: Retention is %v, want 0 (the queue's) or 1s..%v", ErrInvalid, d, MaxRetention)
+	}
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond), nil
+}
+
+// validDeadline refuses a Deadline a value cannot hold in milliseconds,
+// with ErrInvalid, and keeps it to the millisecond, in UTC. Zero is none.
+func validDeadline(t time.Time) (time.Time, error) {
+	if t.IsZero() {
+		return time.Time{}, nil
+	}
+	if err := validTime("Deadline", t); err != nil {
+		return time.Time{}, err
+	}
+	t = t.UTC().Truncate(time.Millisecond)
+	if t.UnixMilli() == 0 {
+		// 0 is how a value says "none".
+		return time.Time{}, fmt.Errorf("%w: Deadline %v is the Unix epoch, which a value stores as no deadline", ErrInvalid, t)
+	}
+	return t, nil
+}
 
 // MaxPriority is the highest Job.Priority.
 const MaxPriority = 9

@@ -518,7 +518,7 @@ func observe(rt *rapid.T, f *fixture, m *model, ids, keys []string) view {
 			jv.Index, jv.Score = indexes[i], int64(sc)
 		}
 		if got.State.Finished() {
-			require.Equal(rt, derive(got).score, jv.Score, "score of %s", id)
+			require.Equal(rt, f.q.entryOf(got).score, jv.Score, "score of %s", id)
 			jv.Score = 0
 		}
 		v.Jobs[id] = jv

@@ -22,7 +22,7 @@ type Queue struct {
 	cas   *casEngine
 	clock *redisclock.Clock
 	newer *expiring[string] // jobs of a newer format that claimers look past
-	down  *expiring[int]    // shards whose node could not be reached
+	down  *shardsDown       // shards whose node could not be reached
 	srv   serverCheck       // what the first call checks about Redis
 	pool  *duePool          // due entries read ahead, for the claims that follow
 	// listeners counts the Works of this Queue subscribed to the wake-up
@@ -70,11 +70,19 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 		return nil, err
 	}
 	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine, clock: clock,
-		newer: &expiring[string]{ttl: skipFor, max: maxSkip}, down: &expiring[int]{ttl: downFor, max: maxShards}}
+		newer: &expiring[string]{ttl: skipFor, max: maxSkip}}
+	crdb, _ := rdb.(*redis.ClusterClient)
+	q.down = newShardsDown(&slotMap{rdb: crdb}, func(s int) string { return q.ks.index(s, idxReady) })
 	engine.check = func(ctx context.Context) error { return q.check(ctx, true) }
+	engine.failed = func(ctx context.Context, err error) {
+		if q.unreachable(ctx, err) {
+			q.down.slots.reload()
+		}
+	}
 	engine.dur = durability{replicas: c.MinReplicas, timeout: c.ReplicaTimeout}
 	engine.readTimeout = readTimeoutOf(rdb)
 	q.pool = newDuePool(c.Shards, q.down.has)
+	q.pool.moved = q.down.moved
 	if !c.DisableGroupCommit {
 		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims,
 			unknown: func(w string, err error) error { return outcomeUnknown("claim", w, err) },

@@ -323,7 +323,7 @@ func (q *Queue) rederive(ctx context.Context, shard int, id string) error {
 				want = idxCorrupt
 				ip.zadd(q.ks.index(shard, idxCorrupt), toMillis(r.now), id)
 			case r.jobs[0] != nil:
-				e := derive(r.jobs[0])
+				e := q.entryOf(r.jobs[0])
 				want = e.index
 				ip.zadd(q.ks.index(shard, e.index), e.score, id)
 				if j := r.jobs[0]; j.State == StatePending && j.Priority > 0 {

@@ -123,7 +123,7 @@ func (q *Queue) judge(id string, v value, have []placed, now time.Time) (Finding
 	}
 	want := placed{index: idxCorrupt}
 	if v.job != nil {
-		e := derive(v.job)
+		e := q.entryOf(v.job)
 		want = placed(e)
 	}
 	switch {

@@ -20,8 +20,9 @@ import (
 // Handler runs jobs for Work. It returns the job's result, or an error to
 // fail the attempt. Its ctx is canceled when the job is canceled, when the
 // lease is lost or could not be renewed in time, when the job's timeout
-// runs out, or when shutdown's grace period runs out; context.Cause says
-// which. A handler must return soon
+// or its Deadline passes, or when shutdown's grace period runs out;
+// context.Cause says which. A job claimed after its Deadline is not handed
+// to the handler (Job.Deadline). A handler must return soon
 // after: past that point another worker may run the job.
 type Handler interface {
 	Work(ctx context.Context, j *Job) ([]byte, error)
@@ -375,17 +376,25 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 		w.record(r, w.q.Release)
 		return nil, time.Time{}
 	}
+	if pastDeadline(j) {
+		// As asynq does, the handler is not run: the attempt fails.
+		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, deadlineError(j, nil)) })
+		return nil, time.Time{}
+	}
 	hctx, timeout := r.ctx, cmp.Or(j.Timeout, w.o.Timeout)
 	if timeout > 0 {
 		var stop context.CancelFunc
 		hctx, stop = context.WithTimeoutCause(r.ctx, timeout, ErrTimeout)
 		defer stop()
 	}
+	hctx, stopDeadline := withDeadline(hctx, j, asked)
+	defer stopDeadline()
 	watch := w.watch(r, hctx)
 	result, err := w.call(hctx, j)
 	watch.returned()
 	cause := context.Cause(r.ctx)
 	timedOut := err != nil && cause == nil && errors.Is(context.Cause(hctx), ErrTimeout)
+	deadlined := err != nil && cause == nil && errors.Is(context.Cause(hctx), ErrDeadline)
 	switch {
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled):
 		// Someone else owns the job's fate now: any write would be fenced off.
@@ -417,6 +426,9 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 		// now would race that claim for nothing.
 	case errors.Is(cause, ErrShutdown):
 		w.record(r, w.q.Release)
+	case deadlined:
+		// An attempt like any failed one, as in asynq: retried under backoff.
+		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, deadlineError(j, err)) })
 	case timedOut:
 		// An attempt like any failed one: retried under backoff.
 		w.record(r, func(ctx context.Context, j *Job) (*Job, error) {

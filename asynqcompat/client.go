@@ -65,14 +65,25 @@ func (r Route) matches(typ string) bool {
 //     deadline already past, and a d over jobkey.MaxTimeout (7 days) are
 //     refused. Without a Timeout the job has none of its own and
 //     WorkOpts.Timeout applies; asynq applies 30 minutes instead, so set
-//     WorkOpts.Timeout to 30*time.Minute to keep that.
+//     WorkOpts.Timeout to 30*time.Minute to keep that;
+//   - Deadline(t) → EnqueueOpts.Deadline t, kept to the millisecond
+//     (asynq truncates it to whole seconds): Work ends each run's context
+//     at t, or at its Timeout if sooner, and the attempt fails and is
+//     retried; a job claimed after t fails its attempt without running,
+//     as in asynq. A zero t is none, as in asynq; a t before 1970 or after
+//     9999 is refused. With a Deadline and no Timeout, asynq applies no
+//     default timeout, and neither does the job;
+//   - Retention(d) → EnqueueOpts.Retention d: the job is kept d after it
+//     succeeds (or is canceled) instead of the queue's Config.Retention.
+//     Under a second, which asynq truncates to 0 and keeps not at all, the
+//     job is kept 1s, the least jobkey keeps; a d over jobkey.MaxRetention
+//     is refused. A failed job keeps Config.FailedRetention, as asynq
+//     keeps an archived task whatever its Retention.
 //
-// Deadline, Unique, Retention, Group and any option this package does not
-// know have no equivalent in jobkey: the enqueue is refused with an
-// *OptionError, never carried out without them. (Deadline is an absolute
-// time that bounds every run and ends the retries once passed; jobkey's
-// Timeout bounds each run by itself and nothing ends the retries at a
-// time.) A task with headers is refused too (jobkey jobs have none).
+// Unique, Group and any option this package does not know have no
+// equivalent in jobkey: the enqueue is refused with an *OptionError, never
+// carried out without them. A task with headers is refused too (jobkey
+// jobs have none).
 // Options given to asynq.NewTask count as asynq counts them: before those
 // given to Enqueue.
 //
@@ -173,7 +184,8 @@ func (c *Client) EnqueueContext(ctx context.Context, task *asynq.Task, opts ...a
 // asynq queue the task was enqueued to, see QueueName), Type, Payload,
 // State, MaxRetry (see MaxRetry), Retried (the retries spent before a move,
 // plus Attempt, less the attempt running while active), LastErr, Timeout (the job's own; 0 when
-// it has none), NextProcessAt (RunAt while pending), CompletedAt and
+// it has none), Deadline and Retention (the job's own; zero when it has
+// none), NextProcessAt (RunAt while pending), CompletedAt and
 // Result. A pending job due later is
 // TaskStateScheduled, one due now TaskStatePending; a failed job is
 // TaskStateArchived, a canceled one too.
@@ -182,7 +194,8 @@ func TaskInfo(j *jobkey.Job) *asynq.TaskInfo {
 		return nil
 	}
 	ti := &asynq.TaskInfo{ID: j.ID, Queue: QueueName(j), Type: j.Type, Payload: j.Payload,
-		MaxRetry: MaxRetry(j), Retried: retriedBefore(j) + j.Attempt, LastErr: j.LastError, Timeout: j.Timeout, Result: j.Result}
+		MaxRetry: MaxRetry(j), Retried: retriedBefore(j) + j.Attempt, LastErr: j.LastError, Timeout: j.Timeout, Result: j.Result,
+		Deadline: j.Deadline, Retention: j.Retention}
 	switch j.State {
 	case jobkey.StatePending:
 		ti.NextProcessAt = j.RunAt
@@ -294,11 +307,29 @@ func (c *Client) mapOptions(typ string, r Route, opts []asynq.Option) (*jobkey.E
 			}
 			eo.Timeout = d // 0: none, as in asynq (the last Timeout wins)
 		case asynq.DeadlineOpt:
-			return nil, nil, bad(o, "jobkey has no per-job deadline (an absolute time that bounds every run and ends the retries); use Timeout to bound each run")
+			t, ok := v.(time.Time)
+			switch {
+			case !ok:
+				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want time.Time", v))
+			case t.IsZero():
+				eo.Deadline = time.Time{} // none, as in asynq
+			case t.Year() < 1970 || t.Year() > 9999 || t.Unix() == 0:
+				return nil, nil, bad(o, "outside what jobkey stores: after the Unix epoch, within 9999")
+			default:
+				eo.Deadline = t
+			}
 		case asynq.UniqueOpt:
 			return nil, nil, bad(o, "jobkey has no uniqueness lock with a TTL; use TaskID (or jobkey.ContentID) for idempotent enqueues")
 		case asynq.RetentionOpt:
-			return nil, nil, bad(o, "jobkey keeps finished jobs for the queue's Config.Retention, not per job")
+			d, ok := v.(time.Duration)
+			switch {
+			case !ok:
+				return nil, nil, bad(o, fmt.Sprintf("value of type %T, want time.Duration", v))
+			case d > jobkey.MaxRetention:
+				return nil, nil, bad(o, fmt.Sprintf("over jobkey's MaxRetention, %v", jobkey.MaxRetention))
+			}
+			// Under a second asynq keeps nothing; jobkey keeps a job 1s at least.
+			eo.Retention = max(d, time.Second)
 		case asynq.GroupOpt:
 			return nil, nil, bad(o, "jobkey has no task aggregation")
 		default:

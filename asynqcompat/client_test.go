@@ -74,8 +74,8 @@ func TestClientRefusesUnmappedOptions(t *testing.T) {
 	c := NewClient(nil, []Route{{Type: "email:welcome", To: q}})
 	for _, o := range []asynq.Option{
 		asynq.Timeout(-time.Second), asynq.Timeout(jobkey.MaxTimeout + time.Second),
-		asynq.Deadline(time.Now().Add(time.Hour)), asynq.Unique(time.Hour),
-		asynq.Retention(time.Hour), asynq.Group("g"), asynq.Queue("nope"), strangeOption{},
+		asynq.Deadline(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)), asynq.Deadline(time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC)),
+		asynq.Unique(time.Hour), asynq.Retention(jobkey.MaxRetention + time.Second), asynq.Group("g"), asynq.Queue("nope"), strangeOption{},
 	} {
 		_, err := c.EnqueueContext(e.ctx, asynq.NewTask("email:welcome", []byte("p")), asynq.TaskID("x"), o)
 		var oe *OptionError
@@ -154,4 +154,38 @@ func TestClientMapsAsynqQueueNames(t *testing.T) {
 	// A name neither mapped nor a jobkey queue's is still refused.
 	_, err = c.Enqueue(asynq.NewTask("email:welcome", nil), asynq.Queue("low"), asynq.TaskID("l"))
 	require.ErrorIs(t, err, ErrUnsupportedOption)
+}
+
+// asynq.Deadline(t) and asynq.Retention(d) become the job's Deadline and
+// Retention, given to Enqueue or to NewTask, the last one winning, a zero
+// Deadline none, and a Retention under a second the second jobkey keeps at
+// least; the TaskInfo returned reports both.
+func TestClientMapsDeadlineAndRetention(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	c := NewClient(nil, []Route{{Type: moveType, To: q}})
+	at := time.Date(2030, 1, 2, 3, 4, 5, 678e6, time.UTC)
+	for _, tc := range []struct {
+		id        string
+		task      []asynq.Option
+		opts      []asynq.Option
+		deadline  time.Time
+		retention time.Duration
+	}{
+		{id: "none"},
+		{id: "deadline", opts: []asynq.Option{asynq.Deadline(at)}, deadline: at},
+		{id: "on-task", task: []asynq.Option{asynq.Deadline(at), asynq.Retention(time.Hour)}, deadline: at, retention: time.Hour},
+		{id: "last-wins", task: []asynq.Option{asynq.Retention(time.Hour)}, opts: []asynq.Option{asynq.Retention(2 * time.Hour), asynq.Deadline(at), asynq.Deadline(time.Time{})}, retention: 2 * time.Hour},
+		{id: "sub-second", opts: []asynq.Option{asynq.Retention(300 * time.Millisecond)}, retention: time.Second},
+		{id: "max", opts: []asynq.Option{asynq.Retention(jobkey.MaxRetention)}, retention: jobkey.MaxRetention},
+	} {
+		info, err := c.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(tc.id), tc.task...), append(tc.opts, asynq.TaskID(tc.id))...)
+		require.NoError(t, err, tc.id)
+		require.Equal(t, tc.deadline, info.Deadline, tc.id)
+		require.Equal(t, tc.retention, info.Retention, tc.id)
+		j, err := q.Get(e.ctx, tc.id)
+		require.NoError(t, err, tc.id)
+		require.Equal(t, tc.deadline, j.Deadline, "%s: the stored job's Deadline", tc.id)
+		require.Equal(t, tc.retention, j.Retention, "%s: the stored job's Retention", tc.id)
+	}
 }

@@ -10,15 +10,15 @@
 //   - Client enqueues each task type to jobkey or to asynq by a per-type
 //     route, with asynq.Client's Enqueue and EnqueueContext, so call sites
 //     keep their code; every asynq.Option is mapped (ProcessAt, ProcessIn,
-//     TaskID, MaxRetry, Queue, Timeout) or refused with an *OptionError
-//     (Deadline, Unique, Retention, Group), never dropped.
+//     TaskID, MaxRetry, Queue, Timeout, Deadline, Retention) or refused
+//     with an *OptionError (Unique, Group), never dropped.
 //   - Migrate moves asynq's waiting tasks (pending, scheduled, retry) of one
 //     type into a jobkey queue, with their ID, payload, run time, remaining
-//     retries and Timeout: each task is enqueued into jobkey under its
-//     asynq task ID first, and only then deleted from asynq, so an
-//     interrupted run is rerun safely. Tasks with a Deadline are skipped.
+//     retries, Timeout, Deadline and Retention: each task is enqueued
+//     into jobkey under its asynq task ID first, and only then deleted
+//     from asynq, so an interrupted run is rerun safely.
 //   - MigrateToAsynq moves a type's pending jobs back, in the same order,
-//     with their Timeout, for a rollback.
+//     with their Timeout, Deadline and Retention, for a rollback.
 //   - One migration of an asynq queue runs at a time, in either direction:
 //     a run holds the queue's migration lock in Redis, and a second one
 //     refuses to start with ErrMigrationRunning.

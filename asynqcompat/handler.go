@@ -37,9 +37,11 @@ import (
 // (context.Cause is jobkey.ErrTimeout) and the attempt fails and is
 // retried. asynq fails the attempt at the timeout whatever the handler
 // returns later; so does Handler: a handler that returns nil after its
-// timeout has passed fails the attempt with jobkey.ErrTimeout. asynq's
-// Deadline has no jobkey equivalent (Client refuses it, Migrate skips the
-// tasks that have one).
+// timeout has passed fails the attempt with jobkey.ErrTimeout. The job's
+// Deadline (from asynq.Deadline through Client, or carried by Migrate)
+// ends the context likewise (context.Cause is jobkey.ErrDeadline), and a
+// job claimed after it fails its attempt without running, as asynq fails a
+// task whose deadline has passed before its handler starts.
 //
 // What asynq serves only from inside its own server is served here too,
 // with asynq v0.26.0 (the version whose unexported layout this package
@@ -74,10 +76,10 @@ func Handler(h asynq.Handler) jobkey.Handler {
 		}
 		err := h.ProcessTask(hctx, in.newTask(hctx, j, &res))
 		switch {
-		case err == nil && errors.Is(context.Cause(ctx), jobkey.ErrTimeout):
-			// asynq's server fails the run at the timeout and does not wait
-			// for the handler's nil.
-			return nil, fmt.Errorf("asynqcompat: the handler returned after the job's timeout, which fails the run as in asynq: %w", context.Cause(ctx))
+		case err == nil && (errors.Is(context.Cause(ctx), jobkey.ErrTimeout) || errors.Is(context.Cause(ctx), jobkey.ErrDeadline)):
+			// asynq's server fails the run at the timeout or deadline and
+			// does not wait for the handler's nil.
+			return nil, fmt.Errorf("asynqcompat: the handler returned after the job's timeout or deadline, which fails the run as in asynq: %w: %w", context.Cause(ctx), ctx.Err())
 		case err == nil:
 			return res.get(), nil
 		case errors.Is(err, asynq.SkipRetry), errors.Is(err, asynq.RevokeTask):

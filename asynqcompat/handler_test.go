@@ -220,3 +220,48 @@ func TestHandlerResultWriterRefusesAfterTheRunEnds(t *testing.T) {
 	require.Nil(t, res)
 	require.ErrorIs(t, werr, context.Canceled)
 }
+
+// An unchanged asynq handler run by Work sees its context end at the
+// Deadline given through the Client (ctx.Err() is DeadlineExceeded, as in
+// asynq), and a nil it returns after that fails the attempt, as asynq's
+// server fails it; a job whose Deadline passed before it was claimed is
+// never handed to the handler, and fails, as asynq fails such a task.
+func TestHandlerDeadline(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue(t, "h", &jobkey.Config{Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	c := NewClient(nil, []Route{{Type: moveType, To: q}})
+	for id, deadline := range map[string]time.Time{
+		"ignores-ctx": time.Now().Add(300 * time.Millisecond),
+		"past":        time.Now().Add(-time.Minute),
+		"fast":        time.Now().Add(time.Hour),
+	} {
+		_, err := c.Enqueue(asynq.NewTask(moveType, []byte(id)), asynq.TaskID(id), asynq.Deadline(deadline), asynq.MaxRetry(0))
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	errs, causes := map[string]error{}, map[string]error{}
+	h := HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id := string(task.Payload())
+		if id == "ignores-ctx" {
+			time.Sleep(600 * time.Millisecond)
+		}
+		mu.Lock()
+		errs[id], causes[id] = ctx.Err(), context.Cause(ctx)
+		mu.Unlock()
+		return nil
+	})
+	loadInternals()
+	jobs := work(t, e, q, h, "ignores-ctx", "past", "fast")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, jobkey.StateFailed, jobs["ignores-ctx"].State)
+	require.ErrorIs(t, errs["ignores-ctx"], context.DeadlineExceeded)
+	require.ErrorIs(t, causes["ignores-ctx"], jobkey.ErrDeadline)
+	require.Contains(t, jobs["ignores-ctx"].LastError, "deadline")
+	require.Equal(t, jobkey.StateFailed, jobs["past"].State)
+	require.NotContains(t, errs, "past", "never handed to the handler")
+	require.Contains(t, jobs["past"].LastError, "not run")
+	require.Equal(t, jobkey.StateSucceeded, jobs["fast"].State)
+	require.NoError(t, errs["fast"])
+}

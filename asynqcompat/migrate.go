@@ -144,11 +144,13 @@ func (o *MigrateOpts) defaults() error {
 // (NextProcessAt becomes RunAt), remaining retries (MaxAttempts =
 // MaxRetry - Retried + 1, at least 1), the retries spent
 // (Meta[MetaRetried] = Retried, which asynq.GetRetryCount goes on from),
-// the asynq queue (Meta[MetaQueue] = FromQueue) and Timeout (jobkey's Job.Timeout,
-// applied by Work to each run as asynq's server does). asynq stores a
+// the asynq queue (Meta[MetaQueue] = FromQueue), Timeout (jobkey's Job.Timeout,
+// applied by Work to each run as asynq's server does), Deadline (Job.Deadline,
+// which ends every run at that time, as asynq's does) and Retention
+// (Job.Retention: how long the job is kept once it succeeded). asynq stores a
 // Timeout with every task it enqueues without a Deadline, its default of 30
 // minutes when none was given, and that is what the job gets; a task that
-// stores none (a Timeout under a second, which asynq truncates to 0) gets
+// stores neither (a Timeout under a second, which asynq truncates to 0) gets
 // those 30 minutes too, as asynq's server would apply them.
 //
 // Each move is recorded in the asynq queue's migration state (one Redis
@@ -172,8 +174,8 @@ func (o *MigrateOpts) defaults() error {
 // listed in MigrateReport.Skipped with the option's name and the reason,
 // and stays in asynq as it is: an ID jobkey refuses (empty, longer than
 // jobkey.MaxIDLen, or with '{' or '}'), headers (jobkey jobs have none), a
-// Deadline (jobkey has none: it is an absolute time across all runs and
-// retries), a Retention (jobkey has no per-job retention), a Group (jobkey
+// Deadline before 1970 or after 9999, a Retention over
+// jobkey.MaxRetention, a Group (jobkey
 // has no aggregation; the tasks aggregating in a group are listed too), a
 // unique lock it still holds (asynq.Unique: deleting the task would
 // release the lock, and jobkey has no uniqueness by state to take it
@@ -402,10 +404,10 @@ func (m *mover) why(ti *asynq.TaskInfo) string {
 		return "task ID contains '{' or '}', which jobkey IDs may not (they would break the cluster hash tag)"
 	case len(ti.Headers) > 0:
 		return fmt.Sprintf("task has %d headers; jobkey jobs have none", len(ti.Headers))
-	case !ti.Deadline.IsZero():
-		return fmt.Sprintf("Deadline (%s): jobkey has no per-job deadline yet", ti.Deadline.UTC().Format("2006-01-02T15:04:05Z"))
-	case ti.Retention > 0:
-		return fmt.Sprintf("Retention (%v): jobkey has no per-job retention yet", ti.Retention)
+	case !ti.Deadline.IsZero() && (ti.Deadline.Year() < 1970 || ti.Deadline.Year() > 9999 || ti.Deadline.Unix() == 0):
+		return fmt.Sprintf("Deadline (%s) outside what jobkey stores: after the Unix epoch, within 9999", ti.Deadline.UTC().Format(time.RFC3339))
+	case ti.Retention > jobkey.MaxRetention:
+		return fmt.Sprintf("Retention (%v) over jobkey's MaxRetention, %v", ti.Retention, jobkey.MaxRetention)
 	case ti.Group != "":
 		return groupReason(ti.Group)
 	case ti.Timeout < 0:
@@ -445,10 +447,14 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	eo := &jobkey.EnqueueOpts{ID: ti.ID, MaxAttempts: max(ti.MaxRetry-ti.Retried+1, 1), Timeout: ti.Timeout, Meta: meta}
-	if eo.Timeout == 0 {
+	eo := &jobkey.EnqueueOpts{ID: ti.ID, MaxAttempts: max(ti.MaxRetry-ti.Retried+1, 1), Timeout: ti.Timeout, Meta: meta,
+		Deadline: ti.Deadline}
+	if ti.Retention > 0 {
+		eo.Retention = max(ti.Retention, time.Second) // asynq keeps whole seconds
+	}
+	if eo.Timeout == 0 && eo.Deadline.IsZero() {
 		// Neither Timeout nor Deadline stored: asynq's server applies its
-		// default (why skipped the tasks with a Deadline).
+		// default. With a Deadline alone it applies the Deadline only.
 		eo.Timeout = asynqDefaultTimeout
 	}
 	if eo.MaxAttempts > jobkey.MaxAttemptsLimit {

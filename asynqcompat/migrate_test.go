@@ -511,10 +511,10 @@ func TestMigrateLeavesUniqueTasksWithTheirLock(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// Tasks with a per-task Retention, or in an asynq Group (waiting to be
-// aggregated, or scheduled to join one), stay in asynq, each listed by
-// name with the reason: jobkey has neither, and would drop them.
-func TestMigrateLeavesRetentionAndGroupTasks(t *testing.T) {
+// Tasks in an asynq Group (waiting to be aggregated, or scheduled to join
+// one) stay in asynq, each listed by name with the reason: jobkey has no
+// aggregation, and would drop it. A task with a Retention moves.
+func TestMigrateLeavesGroupTasks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	q := e.queue(t, "emails", nil)
@@ -534,15 +534,14 @@ func TestMigrateLeavesRetentionAndGroupTasks(t *testing.T) {
 	for _, dry := range []bool{true, false} {
 		rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, DryRun: dry, PageSize: 1})
 		require.NoError(t, err)
-		require.Equal(t, 1, rep.Moved+rep.WouldMove, "dry run %v", dry)
+		require.Equal(t, 2, rep.Moved+rep.WouldMove, "dry run %v", dry)
 		skipped := skippedReasons(rep)
-		require.Len(t, skipped, 3, "dry run %v", dry)
-		require.Contains(t, skipped["retained"].Reason, "Retention (1h0m0s)")
+		require.Len(t, skipped, 2, "dry run %v", dry)
 		require.Contains(t, skipped["grouped"].Reason, `Group ("batch")`)
 		require.Equal(t, "aggregating", skipped["grouped"].State)
 		require.Contains(t, skipped["grouped-later"].Reason, `Group ("batch")`)
 	}
-	for _, id := range []string{"retained", "grouped", "grouped-later"} {
+	for _, id := range []string{"grouped", "grouped-later"} {
 		_, err := q.Get(e.ctx, id)
 		require.ErrorIs(t, err, jobkey.ErrNotFound, id)
 		ti, err := ins.GetTaskInfo("default", id)
@@ -553,6 +552,82 @@ func TestMigrateLeavesRetentionAndGroupTasks(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, asynq.TaskStateAggregating, ti.State)
 	require.Equal(t, "batch", ti.Group)
+}
+
+// Migrate carries a task's Retention and Deadline into the job, and
+// MigrateToAsynq carries them back as asynq.Retention and asynq.Deadline
+// (whole seconds, as asynq keeps them): no task with either stays behind
+// any more, and a round trip keeps both. What jobkey cannot hold (a
+// Retention over MaxRetention) stays in asynq, listed with the reason.
+func TestMigrateCarriesRetentionAndDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", nil)
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	deadline := time.Now().Add(time.Hour).Truncate(time.Second)
+	for id, opts := range map[string][]asynq.Option{
+		"retained":  {asynq.Retention(90 * time.Minute)},
+		"deadlined": {asynq.Deadline(deadline)},
+		"both":      {asynq.Retention(time.Hour), asynq.Deadline(deadline), asynq.Timeout(time.Minute)},
+		"too-long":  {asynq.Retention(jobkey.MaxRetention + time.Hour)},
+	} {
+		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
+		require.NoError(t, err, id)
+	}
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+	require.Equal(t, 3, rep.Moved)
+	skipped := skippedReasons(rep)
+	require.Len(t, skipped, 1)
+	require.Contains(t, skipped["too-long"].Reason, "MaxRetention")
+	want := map[string]struct {
+		retention time.Duration
+		deadline  time.Time
+		timeout   time.Duration
+	}{
+		"retained":  {90 * time.Minute, time.Time{}, 30 * time.Minute},
+		"deadlined": {0, deadline.UTC(), 0}, // asynq's server applies the Deadline alone
+		"both":      {time.Hour, deadline.UTC(), time.Minute},
+	}
+	for id, w := range want {
+		j, err := q.Get(e.ctx, id)
+		require.NoError(t, err, id)
+		require.Equal(t, w.retention, j.Retention, id)
+		require.Equal(t, w.deadline, j.Deadline, id)
+		require.Equal(t, w.timeout, j.Timeout, id)
+	}
+
+	// A job enqueued in jobkey itself, to the millisecond, goes back too.
+	_, err = q.Enqueue(e.ctx, moveType, []byte("own"), &jobkey.EnqueueOpts{ID: "own", Retention: 1500 * time.Millisecond,
+		Deadline: deadline.Add(700 * time.Millisecond)})
+	require.NoError(t, err)
+	back, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
+	require.NoError(t, err)
+	require.Equal(t, 4, back.Moved)
+	require.Empty(t, back.Skipped)
+	want["own"] = struct {
+		retention time.Duration
+		deadline  time.Time
+		timeout   time.Duration
+	}{2 * time.Second, deadline.UTC(), 0}
+	for id, w := range want {
+		ti, err := ins.GetTaskInfo("default", id)
+		require.NoError(t, err, id)
+		require.Equal(t, w.retention, ti.Retention, "%s: Retention rounded up to whole seconds", id)
+		require.Equal(t, w.deadline.Unix(), ti.Deadline.Unix(), "%s: Deadline kept to the second, as asynq keeps it", id)
+		require.Equal(t, w.deadline.IsZero(), ti.Deadline.IsZero(), id)
+	}
+	require.Empty(t, allJobs(t, e.ctx, q))
+
+	// And into jobkey again: a round trip keeps both.
+	rep, err = Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
+	require.NoError(t, err)
+	require.Equal(t, 4, rep.Moved)
+	j, err := q.Get(e.ctx, "both")
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, j.Retention)
+	require.Equal(t, deadline.UTC(), j.Deadline)
 }
 
 // The error of a task's last failure in asynq becomes the jobkey job's

@@ -58,10 +58,13 @@ type RollbackOpts struct {
 // count (Retried = Meta[MetaRetried] + Attempt: the retries spent in both
 // systems), remaining attempts (MaxRetry = Meta[MetaRetried] + MaxAttempts
 // - 1, so that it has MaxAttempts - Attempt runs left, at least one, as in
-// jobkey) and Timeout
-// (asynq.Timeout, rounded up to whole seconds, which is what asynq keeps).
-// A job without a Timeout of its own gets asynq's default, 30 minutes:
-// asynq has no task without one (WorkOpts.Timeout does not travel).
+// jobkey), Timeout
+// (asynq.Timeout, rounded up to whole seconds, which is what asynq keeps),
+// Retention (asynq.Retention, rounded up to whole seconds) and Deadline
+// (asynq.Deadline, which asynq truncates to whole seconds).
+// A job with neither a Timeout of its own nor a Deadline gets asynq's
+// default timeout, 30 minutes: asynq has no task without one
+// (WorkOpts.Timeout does not travel).
 //
 // Each move is recorded in the asynq queue's migration state first, as
 // Migrate's are, and goes in steps: hold the jobkey job (its RunAt set to

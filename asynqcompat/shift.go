@@ -452,6 +452,16 @@ func (s *shifter) writeCopy(ctx context.Context, j *jobkey.Job, rec *moveRec) (s
 		// shorter, nor 0 (asynq's default).
 		m.Timeout = int64((j.Timeout + time.Second - 1) / time.Second)
 	}
+	if j.Retention > 0 {
+		// Rounded up, as the Timeout: never kept shorter.
+		m.Retention = int64((j.Retention + time.Second - 1) / time.Second)
+	}
+	if !j.Deadline.IsZero() {
+		m.Deadline = j.Deadline.Unix() // whole seconds, as asynq's Client keeps it
+		if j.Timeout == 0 {
+			m.Timeout = 0 // asynq's Client gives a task with a Deadline no default timeout
+		}
+	}
 	err = s.st.writeHeld(ctx, j.ID, m, stepCopied)
 	switch {
 	case err == nil:

@@ -51,11 +51,7 @@ func TestClientMapsTimeout(t *testing.T) {
 		_, err = c.Enqueue(asynq.NewTask(moveType, nil, o), asynq.TaskID("refused"))
 		require.ErrorIs(t, err, ErrUnsupportedOption, "given to NewTask: %s", o)
 	}
-	_, err := c.Enqueue(asynq.NewTask(moveType, nil), asynq.TaskID("refused"), asynq.Timeout(time.Minute), asynq.Deadline(time.Now().Add(time.Hour)))
-	var oe *OptionError
-	require.ErrorAs(t, err, &oe)
-	require.Contains(t, oe.Option, "Deadline")
-	_, err = q.Get(e.ctx, "refused")
+	_, err := q.Get(e.ctx, "refused")
 	require.ErrorIs(t, err, jobkey.ErrNotFound, "nothing was enqueued")
 }
 
@@ -120,8 +116,9 @@ func TestHandlerTimeout(t *testing.T) {
 }
 
 // Migrate carries each task's Timeout into the job (asynq's default of 30
-// minutes included), skips what jobkey cannot hold, and MigrateToAsynq
-// carries the Timeout back, rounded up to asynq's whole seconds.
+// minutes included, but not beside a Deadline, as asynq's server applies
+// none then), skips what jobkey cannot hold, and MigrateToAsynq carries the
+// Timeout back, rounded up to asynq's whole seconds.
 func TestMigrateCarriesTimeout(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue(t, "emails", nil)
@@ -133,8 +130,8 @@ func TestMigrateCarriesTimeout(t *testing.T) {
 		"t-default": nil,
 		"t-sub":     {asynq.Timeout(500 * time.Millisecond)}, // asynq stores 0 and applies 30 minutes
 		"t-later":   {asynq.Timeout(time.Hour), asynq.ProcessAt(later)},
-		"t-dl":      {asynq.Deadline(later)},
-		"t-both":    {asynq.Timeout(time.Minute), asynq.Deadline(later)},
+		"t-dl":      {asynq.Deadline(later)},                             // asynq stores no Timeout, and applies the Deadline only
+		"t-both":    {asynq.Timeout(time.Minute), asynq.Deadline(later)}, // both, the sooner ending each run
 		"t-long":    {asynq.Timeout(jobkey.MaxTimeout + time.Hour)},
 		"t-neg":     {asynq.Timeout(-5 * time.Second)},
 	} {
@@ -147,18 +144,17 @@ func TestMigrateCarriesTimeout(t *testing.T) {
 
 	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
 	require.NoError(t, err)
-	require.Equal(t, 4, rep.Moved)
+	require.Equal(t, 6, rep.Moved)
 	reasons := map[string]string{}
 	for _, s := range rep.Skipped {
 		reasons[s.ID] = s.Reason
 	}
-	require.Len(t, reasons, 4)
-	require.Contains(t, reasons["t-dl"], "Deadline")
-	require.Contains(t, reasons["t-both"], "Deadline")
+	require.Len(t, reasons, 2)
 	require.Contains(t, reasons["t-long"], "MaxTimeout")
 	require.Contains(t, reasons["t-neg"], "negative Timeout")
 	for id, want := range map[string]time.Duration{
 		"t-90s": 90 * time.Second, "t-default": 30 * time.Minute, "t-sub": 30 * time.Minute, "t-later": time.Hour,
+		"t-dl": 0, "t-both": time.Minute,
 	} {
 		j, err := q.Get(e.ctx, id)
 		require.NoError(t, err, id)
@@ -179,23 +175,27 @@ func TestMigrateCarriesTimeout(t *testing.T) {
 	}
 	back, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType})
 	require.NoError(t, err)
-	require.Equal(t, 7, back.Moved)
+	require.Equal(t, 9, back.Moved)
 	require.Empty(t, back.Skipped)
 	for id, want := range map[string]time.Duration{
 		"t-90s": 90 * time.Second, "t-default": 30 * time.Minute, "t-sub": 30 * time.Minute, "t-later": time.Hour,
-		"j-1500ms": 2 * time.Second, "j-1ms": time.Second, "j-none": 30 * time.Minute,
+		"j-1500ms": 2 * time.Second, "j-1ms": time.Second, "j-none": 30 * time.Minute, "t-dl": 0, "t-both": time.Minute,
 	} {
 		ti, err := ins.GetTaskInfo("default", id)
 		require.NoError(t, err, id)
 		require.Equal(t, want, ti.Timeout, id)
-		require.True(t, ti.Deadline.IsZero(), id)
+		if id == "t-dl" || id == "t-both" {
+			require.Equal(t, later.Unix(), ti.Deadline.Unix(), id)
+		} else {
+			require.True(t, ti.Deadline.IsZero(), id)
+		}
 	}
 	require.Empty(t, allJobs(t, e.ctx, q))
 
 	// And a round trip keeps it.
 	rep, err = Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
 	require.NoError(t, err)
-	require.Equal(t, 7, rep.Moved)
+	require.Equal(t, 9, rep.Moved)
 	j, err := q.Get(e.ctx, "j-1500ms")
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Second, j.Timeout)

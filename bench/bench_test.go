@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/jobkey/jobkey/bench"
-	"github.com/jobkey/jobkey/internal/redistest"
 )
 
 // The benchmarks compare jobkey with the multi-key design on the same
@@ -25,7 +24,7 @@ func sizeName(n int) string {
 }
 
 func runScenario(b *testing.B, design string, p bench.Params) {
-	url := redistest.RequireReal(b).URL
+	url := realURL(b)
 	p.Ops = b.N
 	p.OnStart = b.ResetTimer
 	b.ReportAllocs()
@@ -94,7 +93,7 @@ func BenchmarkDrain(b *testing.B) {
 // trips and commands per job, and, for produce-and-work, the
 // enqueue-to-start latency.
 func runWork(b *testing.B, design string, p bench.WorkParams) {
-	url := redistest.RequireReal(b).URL
+	url := realURL(b)
 	p.Ops = max(b.N, 100)
 	p.OnStart, p.OnEnd = b.ResetTimer, b.StopTimer // shutting the workers down is not timed
 	r, err := bench.RunWork(context.Background(), url, design, p)

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/hibiken/asynq v0.26.0
-	github.com/jobkey/jobkey v0.0.0
+	github.com/jobkey/jobkey v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -12,7 +12,6 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/spf13/cast v1.10.0 // indirect
 	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
@@ -23,5 +22,3 @@ require (
 	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
 )
-
-replace github.com/jobkey/jobkey => ../

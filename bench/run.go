@@ -59,19 +59,41 @@ type NodeShare struct {
 	Commands int64  `json:"commands"` // commands the node served during the run (INFO commandstats)
 }
 
+// Tally is the jobs a run handled over its timed phase, and the rates that
+// follow; Result and WorkResult hold one.
+type Tally struct {
+	Jobs    int64         `json:"jobs"` // jobs handled
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// Throughput is jobs handled per second.
+func (t Tally) Throughput() float64 {
+	if t.Elapsed <= 0 {
+		return 0
+	}
+	return float64(t.Jobs) / t.Elapsed.Seconds()
+}
+
+// Per divides a counter by the jobs handled.
+func (t Tally) Per(n int64) float64 {
+	if t.Jobs == 0 {
+		return 0
+	}
+	return float64(n) / float64(t.Jobs)
+}
+
 // Result is what one run measured over its timed phase.
 type Result struct {
-	Design   string        `json:"design"`
-	Scenario string        `json:"scenario"`
-	Payload  int           `json:"payload"`
-	Clients  int           `json:"clients"`
-	Batch    int           `json:"batch"`
-	Jobs     int64         `json:"jobs"`  // jobs handled
-	Calls    int64         `json:"calls"` // operation calls (latency samples)
-	Elapsed  time.Duration `json:"elapsed_ns"`
-	P50      time.Duration `json:"p50_ns"` // per call
-	P99      time.Duration `json:"p99_ns"`
-	Wire     Snapshot      `json:"wire"`
+	Design   string `json:"design"`
+	Scenario string `json:"scenario"`
+	Payload  int    `json:"payload"`
+	Clients  int    `json:"clients"`
+	Batch    int    `json:"batch"`
+	Tally
+	Calls int64         `json:"calls"`  // operation calls (latency samples)
+	P50   time.Duration `json:"p50_ns"` // per call
+	P99   time.Duration `json:"p99_ns"`
+	Wire  Snapshot      `json:"wire"`
 	// Conflicts are EXECs aborted by a concurrent write; Retries are
 	// attempts beyond the first; Errors are failed calls (ErrConflict
 	// give-ups included).
@@ -80,22 +102,6 @@ type Result struct {
 	Errors    int64 `json:"errors"`
 	// Nodes is filled on a cluster: each master's keys and commands.
 	Nodes []NodeShare `json:"nodes,omitempty"`
-}
-
-// Throughput is jobs per second.
-func (r Result) Throughput() float64 {
-	if r.Elapsed <= 0 {
-		return 0
-	}
-	return float64(r.Jobs) / r.Elapsed.Seconds()
-}
-
-// Per divides a counter by the jobs handled.
-func (r Result) Per(n int64) float64 {
-	if r.Jobs == 0 {
-		return 0
-	}
-	return float64(n) / float64(r.Jobs)
 }
 
 // Run runs one scenario of one design against the Redis at url, under a
@@ -179,7 +185,7 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 	slices.Sort(all)
 	r := Result{
 		Design: design, Scenario: p.Scenario, Payload: p.Payload, Clients: p.Clients, Batch: p.Batch,
-		Jobs: jobs.Load(), Calls: int64(len(all)), Elapsed: elapsed, Wire: probe.Snap().Sub(before),
+		Tally: Tally{Jobs: jobs.Load(), Elapsed: elapsed}, Calls: int64(len(all)), Wire: probe.Snap().Sub(before),
 		Conflicts: d.Conflicts() - c0, Retries: d.Retries() - r0, Errors: errs.Load(),
 		P50: percentile(all, 0.50), P99: percentile(all, 0.99),
 	}

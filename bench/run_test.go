@@ -2,12 +2,12 @@ package bench_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jobkey/jobkey/bench"
-	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,7 +16,7 @@ import (
 // reads its figures.
 func TestScenariosRun(t *testing.T) {
 	t.Parallel()
-	url := redistest.RequireReal(t).URL
+	url := realURL(t)
 	for _, scenario := range bench.Scenarios {
 		designs := bench.Designs
 		if scenario == bench.Enqueue {
@@ -40,7 +40,7 @@ func TestScenariosRun(t *testing.T) {
 // asynq has only the enqueue scenario; the others say so.
 func TestAsynqOnlyEnqueues(t *testing.T) {
 	t.Parallel()
-	url := redistest.RequireReal(t).URL
+	url := realURL(t)
 	_, err := bench.Run(context.Background(), url, "asynq", bench.Params{Scenario: bench.Lifecycle, Ops: 10})
 	require.Error(t, err)
 }
@@ -49,7 +49,7 @@ func TestAsynqOnlyEnqueues(t *testing.T) {
 // produce-and-work measures a latency for each job.
 func TestWorkScenariosRun(t *testing.T) {
 	t.Parallel()
-	url := redistest.RequireReal(t).URL
+	url := realURL(t)
 	for _, scenario := range []string{bench.BurnDown, bench.ProduceAndWork} {
 		for _, design := range bench.WorkerDesigns {
 			t.Run(scenario+"/"+design, func(t *testing.T) {
@@ -69,4 +69,26 @@ func TestWorkScenariosRun(t *testing.T) {
 		}
 	}
 	require.True(t, slices.Contains(bench.WorkerDesigns, "asynq"))
+}
+
+// A scenario's result and a worker run's share one tally of jobs over
+// time: the same rates, and the same "jobs" and "elapsed_ns" in the
+// report's JSON.
+func TestResultsShareOneTally(t *testing.T) {
+	tally := bench.Tally{Jobs: 500, Elapsed: 2 * time.Second}
+	for _, r := range []interface {
+		Throughput() float64
+		Per(int64) float64
+	}{bench.Result{Tally: tally}, bench.WorkResult{Tally: tally}} {
+		require.InDelta(t, 250.0, r.Throughput(), 1e-9)
+		require.InDelta(t, 3.0, r.Per(1500), 1e-9)
+		raw, err := json.Marshal(r)
+		require.NoError(t, err)
+		var fields map[string]any
+		require.NoError(t, json.Unmarshal(raw, &fields))
+		require.EqualValues(t, 500, fields["jobs"])
+		require.EqualValues(t, 2e9, fields["elapsed_ns"])
+	}
+	require.Zero(t, bench.Tally{}.Throughput(), "no time, no rate")
+	require.Zero(t, bench.Tally{}.Per(7), "no jobs, no share")
 }

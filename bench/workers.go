@@ -159,33 +159,16 @@ type WorkParams struct {
 
 // WorkResult is what one worker run measured.
 type WorkResult struct {
-	Design    string        `json:"design"`
-	Scenario  string        `json:"scenario"`
-	Payload   int           `json:"payload"`
-	Slots     int           `json:"slots"`
-	Producers int           `json:"producers"`
-	Jobs      int64         `json:"jobs"` // handled
-	Elapsed   time.Duration `json:"elapsed_ns"`
+	Design    string `json:"design"`
+	Scenario  string `json:"scenario"`
+	Payload   int    `json:"payload"`
+	Slots     int    `json:"slots"`
+	Producers int    `json:"producers"`
+	Tally
 	// P50 and P99 are enqueue-to-start latencies (produce-and-work).
 	P50  time.Duration `json:"p50_ns"`
 	P99  time.Duration `json:"p99_ns"`
 	Wire Snapshot      `json:"wire"`
-}
-
-// Throughput is jobs handled per second.
-func (r WorkResult) Throughput() float64 {
-	if r.Elapsed <= 0 {
-		return 0
-	}
-	return float64(r.Jobs) / r.Elapsed.Seconds()
-}
-
-// Per divides a counter by the jobs handled.
-func (r WorkResult) Per(n int64) float64 {
-	if r.Jobs == 0 {
-		return 0
-	}
-	return float64(n) / float64(r.Jobs)
 }
 
 // RunWork runs one worker scenario of one design against the Redis at url,
@@ -268,8 +251,8 @@ func RunWork(ctx context.Context, url, design string, p WorkParams) (WorkResult,
 	if err := ctx.Err(); err != nil {
 		return WorkResult{}, err
 	}
-	r := WorkResult{Design: design, Scenario: p.Scenario, Payload: p.Payload, Slots: p.Slots, Jobs: int64(p.Ops),
-		Elapsed: elapsed, Wire: wire}
+	r := WorkResult{Design: design, Scenario: p.Scenario, Payload: p.Payload, Slots: p.Slots,
+		Tally: Tally{Jobs: int64(p.Ops), Elapsed: elapsed}, Wire: wire}
 	if p.Scenario == ProduceAndWork {
 		r.Producers = p.Producers
 		slices.Sort(lats)

@@ -5,11 +5,11 @@ go 1.26.0
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/hibiken/asynq v0.26.0
-	github.com/jobkey/jobkey v0.0.0
-	github.com/jobkey/jobkey/asynqcompat v0.0.0-00010101000000-000000000000
-	github.com/jobkey/jobkey/bench v0.0.0-00010101000000-000000000000
-	github.com/jobkey/jobkey/otel v0.0.0-00010101000000-000000000000
-	github.com/jobkey/jobkey/ui v0.0.0-00010101000000-000000000000
+	github.com/jobkey/jobkey v0.1.0
+	github.com/jobkey/jobkey/asynqcompat v0.1.0
+	github.com/jobkey/jobkey/bench v0.1.0
+	github.com/jobkey/jobkey/jobkeyotel v0.1.0
+	github.com/jobkey/jobkey/jobkeyui v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stretchr/testify v1.12.1
@@ -31,7 +31,6 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
@@ -58,12 +57,4 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/jobkey/jobkey => ../..
-	github.com/jobkey/jobkey/asynqcompat => ../../asynqcompat
-	github.com/jobkey/jobkey/bench => ../../bench
-	github.com/jobkey/jobkey/otel => ../../otel
-	github.com/jobkey/jobkey/ui => ../../ui
 )

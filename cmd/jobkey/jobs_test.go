@@ -16,96 +16,9 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey"
-	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
-
-// runMainEnv makes the test binary run the command's main instead of the
-// tests, so a test sees its exit status and stderr as an operator would.
-const runMainEnv = "JOBKEY_TEST_RUN_MAIN"
-
-func init() {
-	if os.Getenv(runMainEnv) == "1" {
-		os.Args = append(os.Args[:1], strings.Fields(os.Getenv(runMainEnv+"_ARGS"))...)
-		main()
-		os.Exit(0)
-	}
-}
-
-// fixture is a live queue on the test Redis, under a prefix of its own.
-type fixture struct {
-	t      *testing.T
-	ctx    context.Context
-	rdb    *redis.Client
-	q      *jobkey.Queue
-	url    string
-	prefix string
-}
-
-func newFixture(t *testing.T, shards int) *fixture {
-	t.Helper()
-	url := redistest.RequireReal(t).URL
-	rdb := redistest.Client(t, nil)
-	prefix := redistest.Prefix(t)
-	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix, Shards: shards})
-	require.NoError(t, err)
-	return &fixture{t: t, ctx: context.Background(), rdb: rdb, q: q, url: url, prefix: prefix}
-}
-
-// run runs the command cmd on the fixture's queue with args, and returns
-// its standard output.
-func (f *fixture) run(cmd string, args ...string) (string, error) {
-	f.t.Helper()
-	var out, errOut bytes.Buffer
-	all := append([]string{cmd, "-redis", f.url, "-queue", "mail", "-prefix", f.prefix}, args...)
-	err := run(f.ctx, all, &out, &errOut)
-	if err != nil {
-		require.NotContains(f.t, oneLine(err), "\n", "an error is one line")
-	}
-	return out.String(), err
-}
-
-func (f *fixture) enqueue(typ string, payload []byte) *jobkey.Job {
-	f.t.Helper()
-	j, err := f.q.Enqueue(f.ctx, typ, payload, &jobkey.EnqueueOpts{MaxAttempts: 1})
-	require.NoError(f.t, err)
-	return j
-}
-
-// claimed enqueues a job and claims it; no other job may be due.
-func (f *fixture) claimed(typ string, payload []byte) *jobkey.Job {
-	f.t.Helper()
-	j := f.enqueue(typ, payload)
-	c, err := f.q.Claim(f.ctx, "w")
-	require.NoError(f.t, err)
-	require.Equal(f.t, j.ID, c.ID, "only the job just enqueued is due")
-	return c
-}
-
-// failed makes a job that failed for good with cause; no other job may be
-// due.
-func (f *fixture) failed(typ string, payload []byte, cause string) *jobkey.Job {
-	f.t.Helper()
-	j, err := f.q.Fail(f.ctx, f.claimed(typ, payload), errors.New(cause))
-	require.NoError(f.t, err)
-	require.Equal(f.t, jobkey.StateFailed, j.State)
-	return j
-}
-
-func (f *fixture) state(id string) jobkey.State {
-	f.t.Helper()
-	j, err := f.q.Get(f.ctx, id)
-	require.NoError(f.t, err)
-	return j.State
-}
-
-func (f *fixture) stats() jobkey.Stats {
-	f.t.Helper()
-	st, err := f.q.Stats(f.ctx)
-	require.NoError(f.t, err)
-	return st
-}
 
 func TestLs(t *testing.T) {
 	f := newFixture(t, 4)

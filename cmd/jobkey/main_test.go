@@ -20,8 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
-
 // The demo reproduces the failing group (docs/design.md, section 1) on real Redis and shows
 // jobkey refusing the same fault.
 func TestDemo(t *testing.T) {
@@ -112,14 +110,11 @@ func TestUsage(t *testing.T) {
 }
 
 func TestVerifyAndStats(t *testing.T) {
-	url := redistest.RequireReal(t).URL
-	ctx := context.Background()
-	rdb := redistest.Client(t, nil)
-	prefix := redistest.Prefix(t)
 	// Four shards: the command learns the count from Redis, so its figures
 	// cover every shard without being told.
-	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix, Shards: 4})
-	require.NoError(t, err)
+	f := newFixture(t, 4)
+	ctx, rdb, q, url, prefix := f.ctx, f.rdb, f.q, f.url, f.prefix
+	var err error
 	var ids []string
 	for range 8 {
 		j, err := q.Enqueue(ctx, "t", nil, nil)
@@ -245,13 +240,9 @@ func TestBenchDefaultPlanIsShort(t *testing.T) {
 // ... there is no job value" and exit non-zero on a queue with nothing
 // wrong. (stats likewise counts such expired jobs as succeeded for 24h.)
 func TestVerifyIgnoresExpiredJobsWhateverTheRetention(t *testing.T) {
-	url := redistest.RequireReal(t).URL
-	ctx := context.Background()
-	rdb := redistest.Client(t, nil)
-	prefix := redistest.Prefix(t)
-	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix, Retention: time.Second})
-	require.NoError(t, err)
-	_, err = q.Enqueue(ctx, "t", nil, nil)
+	f := newFixtureWith(t, jobkey.Config{Retention: time.Second})
+	ctx, rdb, q := f.ctx, f.rdb, f.q
+	_, err := q.Enqueue(ctx, "t", nil, nil)
 	require.NoError(t, err)
 	j, err := q.Claim(ctx, "w")
 	require.NoError(t, err)
@@ -263,23 +254,8 @@ func TestVerifyIgnoresExpiredJobsWhateverTheRetention(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings, "the library, with the queue's retention, finds nothing")
 
-	var out, errOut bytes.Buffer
-	err = run(ctx, []string{"verify", "-redis", url, "-queue", "mail", "-prefix", prefix}, &out, &errOut)
-	require.NoError(t, err, "verify of a healthy queue must exit 0:\n%s", out.String())
-}
-
-// secret is the password of the URLs below; it must never be printed.
-const secret = "S3cret"
-
-// requireNoSecret fails when secret appears in what a command printed or
-// returned.
-func requireNoSecret(t *testing.T, what string, err error, outs ...string) {
-	t.Helper()
-	all := strings.Join(outs, "\n")
-	if err != nil {
-		all += "\n" + err.Error() + "\n" + oneLine(err)
-	}
-	require.NotContains(t, all, secret, what)
+	out, err := f.run("verify")
+	require.NoError(t, err, "verify of a healthy queue must exit 0:\n%s", out)
 }
 
 // No command prints the password of a Redis URL: not when the URL does
@@ -360,12 +336,8 @@ func TestBenchReportHidesThePassword(t *testing.T) {
 // stats counts the handlers Work reports stuck: still running after their
 // context ended.
 func TestStatsShowsStuckHandlers(t *testing.T) {
-	url := redistest.RequireReal(t).URL
-	ctx := context.Background()
-	rdb := redistest.Client(t, nil)
-	prefix := redistest.Prefix(t)
-	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix, Lease: time.Second})
-	require.NoError(t, err)
+	f := newFixtureWith(t, jobkey.Config{Lease: time.Second})
+	ctx, q := f.ctx, f.q
 	j, err := q.Enqueue(ctx, "t", nil, nil)
 	require.NoError(t, err)
 
@@ -388,11 +360,10 @@ func TestStatsShowsStuckHandlers(t *testing.T) {
 	_, err = q.Cancel(ctx, j.ID)
 	require.NoError(t, err)
 
-	args := []string{"stats", "-redis", url, "-queue", "mail", "-prefix", prefix}
 	require.Eventually(t, func() bool {
-		var out, errOut bytes.Buffer
-		require.NoError(t, run(ctx, args, &out, &errOut))
-		require.Contains(t, out.String(), "| active | stuck handlers |")
-		return strings.Contains(out.String(), "| mail | 0 | 0 | 0 | 0 | 1 |")
+		out, err := f.run("stats")
+		require.NoError(t, err)
+		require.Contains(t, out, "| active | stuck handlers |")
+		return strings.Contains(out, "| mail | 0 | 0 | 0 | 0 | 1 |")
 	}, 10*time.Second, 50*time.Millisecond, "stats shows the stuck handler")
 }

@@ -17,9 +17,13 @@ import (
 )
 
 // connect opens url: a single Redis, or, when that server says it is a
-// cluster node, the cluster it belongs to. It fails at once, in one line,
-// when Redis cannot be reached.
+// cluster node, the cluster it belongs to, or the master that Sentinels
+// name (redis+sentinel://). It fails at once, in one line, when Redis
+// cannot be reached.
 func connect(ctx context.Context, url string) (redis.UniversalClient, error) {
+	if isSentinelURL(url) {
+		return connectSentinel(ctx, url)
+	}
 	o, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("-redis %s: not a Redis URL: %w", redact.URL(url), redact.Error(err, url))
@@ -87,9 +91,17 @@ func liveQueue(ctx context.Context, name string, args []string, stderr io.Writer
 // connects.
 func liveQueueOperands(ctx context.Context, name string, args []string, stderr io.Writer, extra func(*flag.FlagSet),
 	check func(operands []string) error) (*jobkey.Queue, []string, func(), error) {
+	q, _, operands, closeQ, err := openLive(ctx, name, args, stderr, extra, check)
+	return q, operands, closeQ, err
+}
+
+// openLive is liveQueueOperands that also returns the client it opened.
+func openLive(ctx context.Context, name string, args []string, stderr io.Writer, extra func(*flag.FlagSet),
+	check func(operands []string) error) (*jobkey.Queue, redis.UniversalClient, []string, func(), error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	redisURL := fs.String("redis", "", "Redis URL, required (default: $REDIS_URL; rediss:// for TLS; a cluster node opens the cluster)")
+	redisURL := fs.String("redis", "", "Redis URL, required (default: $REDIS_URL; rediss:// for TLS; a cluster node opens the cluster; "+
+		"redis+sentinel://[:password@]host:port[,host:port]/mastername[/db] asks Sentinels)")
 	queue := fs.String("queue", "", "queue name (required)")
 	prefix := fs.String("prefix", "jobkey", "key prefix of the queue")
 	if extra != nil {
@@ -97,28 +109,28 @@ func liveQueueOperands(ctx context.Context, name string, args []string, stderr i
 	}
 	operands, err := parseInterleaved(fs, args)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if *queue == "" {
-		return nil, nil, nil, fmt.Errorf("%s: -queue is required", name)
+		return nil, nil, nil, nil, fmt.Errorf("%s: -queue is required", name)
 	}
 	url, err := requireURL(name, *redisURL)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if err := check(operands); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	rdb, err := connect(ctx, url)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	q, err := openQueue(ctx, rdb, *prefix, *queue)
 	if err != nil {
 		rdb.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return q, operands, func() { rdb.Close() }, nil
+	return q, rdb, operands, func() { rdb.Close() }, nil
 }
 
 // requireURL returns the -redis flag's URL, else REDIS_URL. Commands that
@@ -169,7 +181,12 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 var errPartial = errors.New("some shards could not be read: the figures above leave them out")
 
 func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	q, closeQ, err := liveQueue(ctx, "stats", args, stderr, nil)
+	q, rdb, _, closeQ, err := openLive(ctx, "stats", args, stderr, nil, func(operands []string) error {
+		if len(operands) > 0 {
+			return fmt.Errorf("stats: unexpected arguments %q", operands)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -184,6 +201,13 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", q.Name(),
 		st.Pending, st.Due, st.Scheduled, st.Active, st.StuckHandlers, st.ExpiredLeases, st.Succeeded, st.Failed, st.Canceled, st.Corrupt,
 		st.Newer, st.Vanished, yesNo(st.Paused))
+	// What a failover would lose: the replicas each master has, and how far
+	// behind they are. An ACL without +info leaves the table out.
+	if repl, err := replication(ctx, rdb); err == nil {
+		printReplication(stdout, repl)
+	} else {
+		fmt.Fprintf(stdout, "\nreplication: cannot read INFO replication: %v\n", err)
+	}
 	if missing != nil {
 		fmt.Fprintf(stdout, "\n%v\n", missing)
 		return errPartial

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey"
-	jobkeyotel "github.com/jobkey/jobkey/otel"
-	jobkeyui "github.com/jobkey/jobkey/ui"
+	jobkeyotel "github.com/jobkey/jobkey/jobkeyotel"
+	jobkeyui "github.com/jobkey/jobkey/jobkeyui"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -16,24 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// syncBuffer is a bytes.Buffer a command and a test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestUIRefusesWithoutRedis(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
 	var out, errOut bytes.Buffer

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +16,14 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// Cluster is a real Redis Cluster of masters on loopback ports, joined with
-// redis-cli --cluster create.
+// Cluster is a real Redis Cluster on loopback ports, joined with redis-cli
+// --cluster create: masters, and replicas of them when started with
+// StartClusterWithReplicas.
 type Cluster struct {
-	Nodes []*Server
+	Nodes []*Server // every node, masters and replicas, in start order
 }
 
-// Addrs returns the masters' host:port addresses.
+// Addrs returns the nodes' host:port addresses.
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
@@ -38,12 +40,45 @@ func (c *Cluster) Addrs() []string {
 // redis-cli it skips tb, or fails it in CI.
 func StartCluster(tb testing.TB, masters int, extra ...string) *Cluster {
 	tb.Helper()
+	return startCluster(tb, masters, 0, append([]string{"--cluster-node-timeout", "5000"}, extra...))
+}
+
+// ClusterNodeTimeout is the cluster-node-timeout of the nodes of
+// StartClusterWithReplicas: how long a silent master takes to be failed
+// and replaced by one of its replicas.
+const ClusterNodeTimeout = time.Second
+
+// StartClusterWithReplicas starts a cluster of masters with replicas
+// replicas each (redis-cli --cluster create --cluster-replicas), tuned to
+// fail a silent master over within about two seconds, and waits until
+// every replica is in sync. extra are as for StartCluster.
+func StartClusterWithReplicas(tb testing.TB, masters, replicas int, extra ...string) *Cluster {
+	tb.Helper()
+	c := startCluster(tb, masters, replicas, append([]string{
+		"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())),
+		// A replica that lost its master a moment ago may stand at once.
+		"--cluster-replica-validity-factor", "0",
+	}, extra...))
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.Nodes {
+		for role(n.Addr) == "slave" && !replicaInSync(n.Addr) {
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: cluster replica %s not in sync after 30s", n.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+func startCluster(tb testing.TB, masters, replicas int, extra []string) *Cluster {
+	tb.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if Binary() == "" || err != nil {
 		missing(tb)
 	}
 	c := &Cluster{}
-	for i := range masters {
+	for i := range masters * (1 + replicas) {
 		dir := filepath.Join(tb.TempDir(), "node"+strconv.Itoa(i))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			tb.Fatal(err)
@@ -56,7 +91,7 @@ func StartCluster(tb testing.TB, masters int, extra ...string) *Cluster {
 		}
 		s, err := start(dir, Options{Args: append([]string{
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "5000", "--cluster-port", strconv.Itoa(bus),
+			"--cluster-port", strconv.Itoa(bus),
 		}, extra...)})
 		if err != nil {
 			tb.Fatalf("redistest: cluster node %d: %v", i, err)
@@ -65,7 +100,7 @@ func StartCluster(tb testing.TB, masters int, extra ...string) *Cluster {
 		c.Nodes = append(c.Nodes, s)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -75,13 +110,16 @@ func StartCluster(tb testing.TB, masters int, extra ...string) *Cluster {
 	return c
 }
 
-// WaitOK waits until every node reports cluster_state:ok and agrees on
-// every slot's owner.
+// WaitOK waits until every node still running reports cluster_state:ok
+// and agrees on every slot's owner.
 func (c *Cluster) WaitOK(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		ok := true
 		for _, n := range c.Nodes {
+			if n.Exited() {
+				continue
+			}
 			cl := redis.NewClient(&redis.Options{Addr: n.Addr, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 			info, err := cl.ClusterInfo(context.Background()).Result()
 			cl.Close()
@@ -141,4 +179,52 @@ func (c *Cluster) Reshard(from, to *Server, n int) error {
 		return fmt.Errorf("redis-cli --cluster reshard: %v\n%s", err, out)
 	}
 	return c.WaitOK(30 * time.Second)
+}
+
+// Masters returns the nodes that say they are masters now (ROLE).
+func (c *Cluster) Masters() []*Server {
+	var out []*Server
+	for _, n := range c.Nodes {
+		if !n.Exited() && role(n.Addr) == "master" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ReplicaOf returns a running node that replicates master, or nil.
+func (c *Cluster) ReplicaOf(master *Server) *Server {
+	_, port, _ := net.SplitHostPort(master.Addr)
+	for _, n := range c.Nodes {
+		if n == master || n.Exited() {
+			continue
+		}
+		cl := plainClient(n.Addr)
+		info, err := cl.Info(context.Background(), "replication").Result()
+		cl.Close()
+		if err == nil && infoField(info, "role") == "slave" && infoField(info, "master_port") == port {
+			return n
+		}
+	}
+	return nil
+}
+
+// WaitPromoted waits until replica says it is a master and every node
+// still running reports cluster_state:ok with every slot served, and
+// returns the time the promotion was first seen (polled every 20 ms).
+func (c *Cluster) WaitPromoted(replica *Server, limit time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(limit)
+	var at time.Time
+	for {
+		if at.IsZero() && role(replica.Addr) == "master" {
+			at = time.Now()
+		}
+		if !at.IsZero() && c.WaitOK(0) == nil {
+			return at, nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("replica %s not promoted, or the cluster not ok, after %v", replica.Addr, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

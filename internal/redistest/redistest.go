@@ -39,6 +39,10 @@ type Options struct {
 	AOF bool // append-only file with appendfsync always (default: off)
 	// Args are extra redis-server arguments, e.g. {"--maxmemory", "10mb"}.
 	Args []string
+
+	// sentinelConf, when set, starts a Sentinel with this configuration
+	// file (which Sentinel rewrites) instead of a data server.
+	sentinelConf string
 }
 
 // Server is a redis-server process started for tests.
@@ -120,12 +124,15 @@ func (s *Server) launch() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	args := []string{
 		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir, "--daemonize", "no",
-		"--logfile", filepath.Join(s.dir, "redis.log"), "--save", "", "--protected-mode", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log"), "--protected-mode", "no",
 	}
-	if s.opts.AOF {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
-	} else {
-		args = append(args, "--appendonly", "no")
+	switch {
+	case s.opts.sentinelConf != "":
+		args = append([]string{s.opts.sentinelConf, "--sentinel"}, args...)
+	case s.opts.AOF:
+		args = append(args, "--save", "", "--appendonly", "yes", "--appendfsync", "always")
+	default:
+		args = append(args, "--save", "", "--appendonly", "no")
 	}
 	args = append(args, s.opts.Args...)
 	s.cmd = exec.Command(Binary(), args...)
@@ -213,6 +220,33 @@ func (s *Server) kill() {
 
 // Stop kills the server and waits for it to exit.
 func (s *Server) Stop() { s.kill() }
+
+// Exited reports whether the server's process has ended (Crash, Stop).
+func (s *Server) Exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stall stops the server's process (SIGSTOP) for d and then lets it go on
+// (SIGCONT), as a long GC pause or a swapped-out host would: it answers
+// nothing meanwhile, and its sockets fill. It returns at once; done is
+// closed when the process runs again.
+func (s *Server) Stall(d time.Duration) (done <-chan struct{}, err error) {
+	if err := s.Freeze(); err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		time.Sleep(d)
+		_ = s.Thaw()
+	}()
+	return ch, nil
+}
 
 // ---- the package-wide target --------------------------------------------
 

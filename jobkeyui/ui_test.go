@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,43 +63,6 @@ func (f *fixture) token(t *testing.T, c *http.Client) string {
 		t.Fatalf("no CSRF token on the page:\n%s", body)
 	}
 	return html.UnescapeString(m[1])
-}
-
-func wantStatus(t *testing.T, resp *http.Response, body string, code int) {
-	t.Helper()
-	if resp.StatusCode != code {
-		t.Fatalf("%s %s: status %d, want %d\n%s", resp.Request.Method, resp.Request.URL, resp.StatusCode, code, body)
-	}
-}
-
-// rowCounts reads the counts of a queue's row on the queues page.
-func rowCounts(t *testing.T, body, queue string) map[string]int64 {
-	t.Helper()
-	row := regexp.MustCompile(`(?s)<tr data-queue="` + regexp.QuoteMeta(html.EscapeString(queue)) + `">(.*?)</tr>`).FindStringSubmatch(body)
-	if row == nil {
-		t.Fatalf("no row for queue %q:\n%s", queue, body)
-	}
-	out := map[string]int64{}
-	for _, m := range regexp.MustCompile(`data-count="(\w+)"[^>]*>(?:<a [^>]*>)?(\d+)`).FindAllStringSubmatch(row[1], -1) {
-		n, _ := strconv.ParseInt(m[2], 10, 64)
-		out[m[1]] = n
-	}
-	return out
-}
-
-// listedIDs reads the IDs of a listing's job rows.
-func listedIDs(body string) []string {
-	var ids []string
-	tbl := body
-	if i := strings.Index(body, `<table class="jobs">`); i >= 0 {
-		tbl = body[i:]
-	} else {
-		return nil
-	}
-	for _, m := range regexp.MustCompile(`<tr data-id="([^"]*)">`).FindAllStringSubmatch(tbl, -1) {
-		ids = append(ids, html.UnescapeString(m[1]))
-	}
-	return ids
 }
 
 func TestQueuesPageCounts(t *testing.T) {
@@ -257,13 +219,6 @@ func TestQueuePageListsEveryState(t *testing.T) {
 	if got := listedIDs(body); len(got) != 0 || !strings.Contains(body, "No failed jobs of type") {
 		t.Errorf("failed of type nope: %q, and the page does not say none", got)
 	}
-}
-
-func sameSet(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
 }
 
 func TestQueuePagePages(t *testing.T) {
@@ -769,8 +724,6 @@ func TestNewRefuses(t *testing.T) {
 	}
 }
 
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 func TestShow(t *testing.T) {
 	for _, tc := range []struct {
 		in   []byte
@@ -798,14 +751,6 @@ func TestShow(t *testing.T) {
 
 // queueForms reads the queue every form of a page posts.
 var queueFieldRE = regexp.MustCompile(`<input type="hidden" name="queue" value="([^"]*)">`)
-
-func formQueues(body string) []string {
-	var out []string
-	for _, m := range queueFieldRE.FindAllStringSubmatch(body, -1) {
-		out = append(out, html.UnescapeString(m[1]))
-	}
-	return out
-}
 
 // A value copied from queue "other" into queue mails' key names "other"
 // as its queue. The job page of mails shows it, and its forms act on

@@ -3,9 +3,16 @@ package jobkeyui
 import (
 	"context"
 	"errors"
+	"html"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,4 +160,58 @@ func (f *fixture) client(t *testing.T) *http.Client {
 		t.Fatal(err)
 	}
 	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func wantStatus(t *testing.T, resp *http.Response, body string, code int) {
+	t.Helper()
+	if resp.StatusCode != code {
+		t.Fatalf("%s %s: status %d, want %d\n%s", resp.Request.Method, resp.Request.URL, resp.StatusCode, code, body)
+	}
+}
+
+// rowCounts reads the counts of a queue's row on the queues page.
+func rowCounts(t *testing.T, body, queue string) map[string]int64 {
+	t.Helper()
+	row := regexp.MustCompile(`(?s)<tr data-queue="` + regexp.QuoteMeta(html.EscapeString(queue)) + `">(.*?)</tr>`).FindStringSubmatch(body)
+	if row == nil {
+		t.Fatalf("no row for queue %q:\n%s", queue, body)
+	}
+	out := map[string]int64{}
+	for _, m := range regexp.MustCompile(`data-count="(\w+)"[^>]*>(?:<a [^>]*>)?(\d+)`).FindAllStringSubmatch(row[1], -1) {
+		n, _ := strconv.ParseInt(m[2], 10, 64)
+		out[m[1]] = n
+	}
+	return out
+}
+
+// listedIDs reads the IDs of a listing's job rows.
+func listedIDs(body string) []string {
+	var ids []string
+	tbl := body
+	if i := strings.Index(body, `<table class="jobs">`); i >= 0 {
+		tbl = body[i:]
+	} else {
+		return nil
+	}
+	for _, m := range regexp.MustCompile(`<tr data-id="([^"]*)">`).FindAllStringSubmatch(tbl, -1) {
+		ids = append(ids, html.UnescapeString(m[1]))
+	}
+	return ids
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func formQueues(body string) []string {
+	var out []string
+	for _, m := range queueFieldRE.FindAllStringSubmatch(body, -1) {
+		out = append(out, html.UnescapeString(m[1]))
+	}
+	return out
 }

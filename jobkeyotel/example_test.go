@@ -9,32 +9,11 @@ import (
 	"strings"
 
 	"github.com/jobkey/jobkey"
-	"github.com/jobkey/jobkey/internal/redistest"
-	jobkeyotel "github.com/jobkey/jobkey/otel"
-	"github.com/redis/go-redis/v9"
+	jobkeyotel "github.com/jobkey/jobkey/jobkeyotel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
-
-// exampleQueue is a queue on the test suite's Redis, under a prefix of its
-// own; in your code, your client and your queue.
-func exampleQueue(name string) (*jobkey.Queue, func()) {
-	t, err := redistest.SharedTarget()
-	if err != nil {
-		panic(err)
-	}
-	opt, err := redis.ParseURL(t.URL)
-	if err != nil {
-		panic(err)
-	}
-	rdb := redis.NewClient(opt)
-	q, err := jobkey.NewQueue(rdb, name, &jobkey.Config{Prefix: "example-otel-" + jobkey.NewID(), Logger: quiet})
-	if err != nil {
-		panic(err)
-	}
-	return q, func() { rdb.Close() }
-}
 
 // A producer enqueues under its request's span; the worker's span for the
 // job is a child of it, in the same trace.

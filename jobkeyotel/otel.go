@@ -10,7 +10,7 @@ import (
 
 // ScopeName is the instrumentation scope of this package's tracer and
 // meter.
-const ScopeName = "github.com/jobkey/jobkey/otel"
+const ScopeName = "github.com/jobkey/jobkey/jobkeyotel"
 
 // Attribute keys of the spans and metrics.
 const (

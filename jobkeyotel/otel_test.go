@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -12,8 +11,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey"
-	"github.com/jobkey/jobkey/internal/redistest"
-	jobkeyotel "github.com/jobkey/jobkey/otel"
+	jobkeyotel "github.com/jobkey/jobkey/jobkeyotel"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -24,67 +22,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
-
-func TestMain(m *testing.M) { redistest.Main(m) }
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// newQueue is a queue on the shared real Redis, under a prefix of the
-// test's own.
-func newQueue(t *testing.T, name string) *jobkey.Queue {
-	t.Helper()
-	redistest.RequireReal(t)
-	q, err := jobkey.NewQueue(redistest.Client(t, nil), name, &jobkey.Config{Prefix: redistest.Prefix(t), Logger: quiet})
-	require.NoError(t, err)
-	return q
-}
-
-// work runs q.Work with h until the returned stop is called (also at the
-// test's end). recorded receives every outcome write.
-func work(t *testing.T, q *jobkey.Queue, h jobkey.Handler) (recorded <-chan *jobkey.Job, stop func()) {
-	t.Helper()
-	ch := make(chan *jobkey.Job, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- q.Work(ctx, h, &jobkey.WorkOpts{Concurrency: 2, Logger: quiet, TrimInterval: -1,
-			OnRecorded: func(j *jobkey.Job, err error) {
-				if err == nil {
-					ch <- j
-				}
-			}})
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Error("Work did not return")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return ch, stop
-}
-
-// waitRecorded waits for n outcome writes and returns the jobs by ID.
-func waitRecorded(t *testing.T, ch <-chan *jobkey.Job, n int) map[string]*jobkey.Job {
-	t.Helper()
-	got := map[string]*jobkey.Job{}
-	timeout := time.After(20 * time.Second)
-	for len(got) < n {
-		select {
-		case j := <-ch:
-			got[j.ID] = j
-		case <-timeout:
-			t.Fatalf("only %d of %d jobs recorded", len(got), n)
-		}
-	}
-	return got
-}
 
 // seen holds the span context each handled job's ctx carried, by job ID.
 var seen sync.Map
@@ -100,14 +37,6 @@ var handler = jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byt
 	}
 	return []byte("done"), nil
 })
-
-func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
-	m := map[attribute.Key]attribute.Value{}
-	for _, kv := range kvs {
-		m[kv.Key] = kv.Value
-	}
-	return m
-}
 
 // The producer's span context travels in the job's Meta and comes out as
 // the parent of the consumer's span, with the job's attributes and its
@@ -205,21 +134,6 @@ func TestInjectWithoutPropagator(t *testing.T) {
 	require.Len(t, out.Meta, 1)
 	require.True(t, strings.HasPrefix(out.Meta["traceparent"], "00-"+span.SpanContext().TraceID().String()+"-"))
 }
-
-func collect(t *testing.T, r sdkmetric.Reader) map[string]metricdata.Metrics {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, r.Collect(context.Background(), &rm))
-	out := map[string]metricdata.Metrics{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			out[m.Name] = m
-		}
-	}
-	return out
-}
-
-func set(kvs ...attribute.KeyValue) attribute.Set { return attribute.NewSet(kvs...) }
 
 // The processed counter, the duration histogram, the depth gauges and the
 // compare-and-set counters read what happened.

@@ -1,0 +1,130 @@
+package jobkey
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// On a cluster, go-redis learns that a slot changed owner from a MOVED or
+// ASK reply, or from its own reload every ClusterStateReloadInterval (a
+// minute by default). A master that died sends no MOVED: until the slot map
+// is reloaded, every call of its shards goes to its dead address, long after
+// the cluster promoted a replica. So a shard whose node cannot be reached
+// has the slot map reloaded at once, and again while the shard stays down,
+// at most once per reloadEvery; and the shard is down only while its slot
+// still names the address that could not be reached.
+
+// reloadEvery bounds how often a Queue asks for the slot map while nodes
+// are unreachable: an outage costs a CLUSTER SLOTS of a live node now and
+// then, not one per call. go-redis runs at most one reload at a time.
+const reloadEvery = 250 * time.Millisecond
+
+// slotMap asks a ClusterClient to reload its slot map, bounded.
+type slotMap struct {
+	rdb  *redis.ClusterClient // nil on a single Redis
+	last atomic.Int64         // when a reload was last asked for (unix ns)
+}
+
+// reload asks for the slot map unless it was asked for within reloadEvery.
+// It returns at once: go-redis reloads in the background.
+func (m *slotMap) reload() {
+	if m.rdb == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	if last := m.last.Load(); now-last < int64(reloadEvery) || !m.last.CompareAndSwap(last, now) {
+		return
+	}
+	m.rdb.ReloadState(context.Background())
+}
+
+// master returns the address the client's slot map gives for key's slot
+// now, or "" when it has none. It does no I/O once the map is loaded.
+func (m *slotMap) master(key string) string {
+	if m.rdb == nil {
+		return ""
+	}
+	c, err := m.rdb.MasterForKey(context.Background(), key)
+	if err != nil {
+		return ""
+	}
+	return c.Options().Addr
+}
+
+// shardsDown are the shards whose node could not be reached lately: claims
+// leave them out, and enqueues of their jobs fail at once, for downFor, or
+// until the slot map names another node for them (a replica promoted).
+type shardsDown struct {
+	set   expiring[int]
+	slots *slotMap
+	key   func(s int) string // a key of shard s, for its slot
+
+	mu   sync.Mutex
+	addr map[int]string // the address that could not be reached, per shard
+}
+
+func newShardsDown(slots *slotMap, key func(int) string) *shardsDown {
+	return &shardsDown{set: expiring[int]{ttl: downFor, max: maxShards}, slots: slots, key: key, addr: map[int]string{}}
+}
+
+// add marks shard s down after err, and asks for the slot map: its node
+// may have been replaced already. A call that failed on an address the slot
+// map no longer gives for s (it was sent before a reload that found a
+// promoted replica) marks nothing: the shard's owner now is another node.
+func (d *shardsDown) add(s int, err error) {
+	addr := d.slots.master(d.key(s))
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Addr != nil && addr != "" && oe.Addr.String() != addr {
+		d.slots.reload()
+		return
+	}
+	d.mu.Lock()
+	d.addr[s] = addr
+	d.mu.Unlock()
+	d.set.add(s)
+	d.slots.reload()
+}
+
+// has reports whether shard s is down: marked within downFor, and its slot
+// still owned by the address that could not be reached. While it is, the
+// slot map is asked for again (bounded by reloadEvery).
+func (d *shardsDown) has(s int) bool {
+	if !d.set.has(s) {
+		return false
+	}
+	if d.moved(s) {
+		d.set.remove(s)
+		return false
+	}
+	d.slots.reload()
+	return true
+}
+
+// moved reports whether the slot map names, for shard s, another node than
+// the one that could not be reached when s was last marked down.
+func (d *shardsDown) moved(s int) bool {
+	d.mu.Lock()
+	was, ok := d.addr[s]
+	d.mu.Unlock()
+	if !ok || was == "" {
+		return false
+	}
+	now := d.slots.master(d.key(s))
+	return now != "" && now != was
+}
+
+// where names the node shard s could not reach, for messages.
+func (d *shardsDown) where(s int) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if a := d.addr[s]; a != "" {
+		return " at " + a
+	}
+	return ""
+}
