@@ -73,6 +73,11 @@ const (
 // Claimers pick at random among the first Config.ClaimWindow due entries, so
 // they rarely race for one job; a claimer that loses a race moves on to
 // another entry instead of retrying the lost one.
+//
+// With Config.MinReplicas, a claim the replicas do not confirm is not
+// handed over until a renewal of its lease is (see confirmClaims); one that
+// cannot be before its lease could end is given back unrun, and Claim
+// returns the *ReplicationError if it got no other job.
 func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
 	if err := validOwner(worker); err != nil {
 		return nil, err
