@@ -449,3 +449,25 @@ func TestUnconfirmedBatchKeepsEachRefusal(t *testing.T) {
 	require.NotErrorIs(t, errs[0], ErrNotReplicated, "nothing was written for it")
 	require.ErrorIs(t, errs[1], ErrNotReplicated)
 }
+
+// A claim the replicas never confirm (more wanted than there are) is
+// given back unrun before its lease could end, and Claim says why.
+func TestClaimNeverConfirmedIsGivenBack(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{Lease: time.Second})
+	j, err := r.q.Enqueue(r.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	cfg := r.q.cfg
+	cfg.MinReplicas, cfg.ReplicaTimeout = 2, 50*time.Millisecond
+	q, err := NewQueue(r.master, "q", &cfg)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = q.Claim(r.ctx, "w")
+	require.ErrorIs(t, err, ErrNotReplicated)
+	require.Less(t, time.Since(start), 4*time.Second)
+	require.Eventually(t, func() bool {
+		got, err := r.q.Get(r.ctx, j.ID)
+		require.NoError(t, err)
+		return got.State == StatePending && got.Attempt == 0 // given back, the attempt it never ran not spent
+	}, 5*time.Second, 20*time.Millisecond)
+}
