@@ -136,6 +136,10 @@ type MetricsSnapshot struct {
 	StuckHandlers int64
 	// StuckDetected counts the handlers ever reported stuck.
 	StuckDetected int64
+	// The sizes of the batches that group commit flushed, by call:
+	// enqueues, claims, completions, lease extensions and Work's fused
+	// complete-and-claim (all zero with Config.DisableGroupCommit).
+	EnqueueBatches, ClaimBatches, CompleteBatches, ExtendBatches, FinishBatches BatchSizes
 }
 
 func (m *casMetrics) snapshot() MetricsSnapshot {

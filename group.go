@@ -3,6 +3,8 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -60,7 +62,11 @@ var errUnanswered = errors.New("jobkey: internal error: a batched call got no an
 // A caller that finds no flush running starts one at once (alone, when
 // uncontended: it costs what it would without the group). Callers arriving
 // while a flush runs queue up, and the flush then takes the whole queue as
-// its next batch. Each job in a batch is still read and decided under its
+// its next batch. Under load the leader first waits a bounded time (fill)
+// for the queue to hold as many calls as there were callers in the group
+// during its flush: the callers it just answered are usually on their way
+// back, and a batch that leaves without them splits the callers into
+// groups that take turns, each paying a batch's fixed cost. Each job in a batch is still read and decided under its
 // own WATCH, and written in the one MULTI/EXEC; only the round trips are
 // shared.
 //
@@ -75,13 +81,21 @@ var errUnanswered = errors.New("jobkey: internal error: a batched call got no an
 type commitGroup[T, R any] struct {
 	max   int // largest batch
 	flush func(ctx context.Context, calls []*call[T, R])
-	// lanes is how many flushes may run at once (0 means 1): a caller that
-	// finds fewer running starts one at once instead of queueing. Lanes
-	// suit calls that never compete for a key, such as enqueues of fresh
-	// IDs; for claims and finishes, which share the head of the queue,
-	// more lanes cut batches and cause conflicts (measured: the burn-down
-	// ran slower with 2 and 3 than with 1).
+	// lanes is how many flushes may run at once (0 means 1). A second
+	// lane opens only when the one running is saturated: a caller that
+	// finds a full batch (max) already queued starts a flush at once
+	// instead of queueing behind it. Lanes suit calls that never compete
+	// for a key, such as enqueues of fresh IDs; for claims and finishes,
+	// which share the head of the queue, more lanes cut batches and cause
+	// conflicts (measured: the burn-down ran slower with 2 and 3 than
+	// with 1).
 	lanes int
+	// fill is how long a leader, between batches, may wait for its next
+	// batch to fill (0: it takes what is queued at once). It waits by
+	// yielding the processor, so the callers it just answered can run.
+	fill time.Duration
+	// hist counts the batches flushed by size.
+	hist batchHist
 	// unknown, when not nil, is the error of a caller whose ctx ended
 	// while its call was in flight; it must match ErrOutcomeUnknown and
 	// err (see outcomeUnknown).
@@ -89,6 +103,11 @@ type commitGroup[T, R any] struct {
 	// orphan, when not nil, takes a call's answer that came after its
 	// caller left (see call.orphan).
 	orphan func(R)
+
+	// inside counts the callers in run now; peak is the most there were
+	// since the last flush began (under mu).
+	inside atomic.Int32
+	peak   int
 
 	mu      sync.Mutex
 	running int // flushes running
@@ -111,9 +130,12 @@ func (g *commitGroup[T, R]) run(ctx context.Context, in T, await bool) (R, error
 		return zero, err
 	}
 	c := &call[T, R]{ctx: ctx, in: in, done: make(chan struct{}), orphan: g.orphan}
+	g.inside.Add(1)
+	defer g.inside.Add(-1)
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
-	if g.running < max(g.lanes, 1) {
+	g.peak = max(g.peak, int(g.inside.Load()))
+	if g.running == 0 || (g.running < g.lanes && len(g.queue) > g.max) {
 		g.running++
 		batch := g.take()
 		g.mu.Unlock()
@@ -168,6 +190,10 @@ func (g *commitGroup[T, R]) lead(batch []*call[T, R]) {
 	conns, release := withConnCache(context.Background())
 	defer release()
 	for len(batch) > 0 {
+		g.hist.add(len(batch))
+		g.mu.Lock()
+		g.peak = int(g.inside.Load())
+		g.mu.Unlock()
 		ctx, cancel := flushContext(batch)
 		ctx = context.WithValue(ctx, connCacheKey{}, conns.Value(connCacheKey{}))
 		g.flush(ctx, batch)
@@ -175,13 +201,31 @@ func (g *commitGroup[T, R]) lead(batch []*call[T, R]) {
 		for _, c := range batch {
 			c.finish(zero, errUnanswered)
 		}
-		g.mu.Lock()
-		batch = g.take()
-		if len(batch) == 0 {
-			g.running--
-		}
-		g.mu.Unlock()
+		batch = g.next()
 	}
+}
+
+// next takes the next batch, first waiting up to fill for the queue to
+// hold as many calls as there were callers during the last flush, and
+// leaves the group when there is none.
+func (g *commitGroup[T, R]) next() []*call[T, R] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if want := min(g.peak, g.max); g.fill > 0 && len(g.queue) < want {
+		deadline := time.Now().Add(g.fill)
+		for len(g.queue) < want && time.Now().Before(deadline) {
+			// A timer would sleep far longer than fill (the runtime's
+			// sleeps are coarse); yielding lets the answered callers run.
+			g.mu.Unlock()
+			runtime.Gosched()
+			g.mu.Lock()
+		}
+	}
+	batch := g.take()
+	if len(batch) == 0 {
+		g.running--
+	}
+	return batch
 }
 
 // flushContext is what a batch is flushed under: not canceled when one
@@ -213,4 +257,56 @@ func live[T, R any](batch []*call[T, R]) []*call[T, R] {
 		}
 	}
 	return out
+}
+
+// batchHist counts a group's flushes by how many calls they carried.
+type batchHist struct {
+	flushes, calls atomic.Int64
+	buckets        [batchBuckets]atomic.Int64
+}
+
+// batchBuckets covers batches of 1 to 4096 calls (Config.MaxBatch's most).
+const batchBuckets = 13
+
+func (h *batchHist) add(n int) {
+	h.flushes.Add(1)
+	h.calls.Add(int64(n))
+	h.buckets[min(bits.Len(uint(n-1)), batchBuckets-1)].Add(1)
+}
+
+func (h *batchHist) snapshot() BatchSizes {
+	var s BatchSizes
+	s.Flushes, s.Calls = h.flushes.Load(), h.calls.Load()
+	for i := range h.buckets {
+		s.Buckets[i] = h.buckets[i].Load()
+	}
+	return s
+}
+
+// BatchSizes is a histogram of one kind of group-committed call (enqueue,
+// claim, ...): how many flushes ran and how many calls they carried.
+// Buckets[0] counts flushes of one call, and Buckets[i] those of more than
+// 2^(i-1) and at most 2^i calls.
+type BatchSizes struct {
+	Flushes int64
+	Calls   int64
+	Buckets [batchBuckets]int64
+}
+
+// Mean is the average number of calls per flush.
+func (s BatchSizes) Mean() float64 {
+	if s.Flushes == 0 {
+		return 0
+	}
+	return float64(s.Calls) / float64(s.Flushes)
+}
+
+// Sub returns s less an earlier snapshot o.
+func (s BatchSizes) Sub(o BatchSizes) BatchSizes {
+	s.Flushes -= o.Flushes
+	s.Calls -= o.Calls
+	for i := range s.Buckets {
+		s.Buckets[i] -= o.Buckets[i]
+	}
+	return s
 }

@@ -81,34 +81,75 @@ func TestCommitGroupAloneThenBatched(t *testing.T) {
 		5*time.Second, time.Millisecond, "the group is idle again")
 }
 
-// With lanes, a caller that finds fewer flushes running than lanes starts
-// one at once; past that, callers queue and the next flush to end takes
-// them as one batch.
-func TestCommitGroupLanes(t *testing.T) {
+// With lanes, a second flush starts only when the one running is
+// saturated: callers queue until a full batch waits, and the caller that
+// finds one starts a flush at once, which takes the head of the queue.
+func TestCommitGroupOpensLaneOnlyWhenSaturated(t *testing.T) {
 	t.Parallel()
 	gt := newGroup(t)
-	gt.g.lanes = 2
+	gt.g.lanes, gt.g.max = 2, 2
 	ctx := context.Background()
-	first := gt.goDo(ctx, 1)
-	require.Equal(t, []int{1}, <-gt.batches)
-	second := gt.goDo(ctx, 2)
-	require.Equal(t, []int{2}, <-gt.batches, "a second lane starts at once")
-	var later []<-chan result
-	for i := 3; i <= 5; i++ {
-		later = append(later, gt.goDo(ctx, i))
+	queued := func(n int) func() bool {
+		return func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == n }
 	}
-	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 3 },
-		5*time.Second, time.Millisecond, "both lanes busy: the rest queue")
+	calls := []<-chan result{gt.goDo(ctx, 1)}
+	require.Equal(t, []int{1}, <-gt.batches)
+	for i := 2; i <= 3; i++ {
+		calls = append(calls, gt.goDo(ctx, i))
+		require.Eventually(t, queued(i-1), 5*time.Second, time.Millisecond, "one lane busy, short of a full batch: the call queues")
+	}
+	select {
+	case b := <-gt.batches:
+		t.Fatalf("a lane opened for %v before the first was saturated", b)
+	case <-time.After(20 * time.Millisecond):
+	}
+	calls = append(calls, gt.goDo(ctx, 4))
+	require.Equal(t, []int{2, 3}, <-gt.batches, "a full batch queued: a second lane takes it at once")
+	require.Eventually(t, queued(1), 5*time.Second, time.Millisecond)
 	gt.hold <- struct{}{}
-	require.ElementsMatch(t, []int{3, 4, 5}, <-gt.batches, "the lane that ended takes the queue")
+	require.Equal(t, []int{4}, <-gt.batches, "the lane that ended takes the rest")
 	gt.hold <- struct{}{}
 	gt.hold <- struct{}{}
-	for _, ch := range append([]<-chan result{first, second}, later...) {
+	for _, ch := range calls {
 		r := <-ch
 		require.NoError(t, r.err)
 	}
 	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return gt.g.running == 0 },
 		5*time.Second, time.Millisecond, "idle again")
+}
+
+// Under load a leader waits up to fill for its next batch to hold as many
+// calls as there were callers during its flush, and no longer.
+func TestCommitGroupLeaderWaitsBoundedForFullerBatch(t *testing.T) {
+	t.Parallel()
+	gt := newGroup(t)
+	gt.g.fill = 200 * time.Millisecond
+	ctx := context.Background()
+	first := gt.goDo(ctx, 1)
+	require.Equal(t, []int{1}, <-gt.batches, "a lone caller goes at once")
+	second := gt.goDo(ctx, 2)
+	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 1 },
+		5*time.Second, time.Millisecond)
+	gt.hold <- struct{}{}
+	require.Equal(t, result{10, nil}, <-first)
+	// Two callers were in the group during the flush: the leader waits for
+	// a second call to join the one queued.
+	third := gt.goDo(ctx, 3)
+	require.ElementsMatch(t, []int{2, 3}, <-gt.batches, "the answered caller came back within fill: one batch")
+	gt.hold <- struct{}{}
+	require.Equal(t, result{20, nil}, <-second)
+	require.Equal(t, result{30, nil}, <-third)
+	// The last batch carried two; none come back, so the leader waits out
+	// fill and leaves.
+	start := time.Now()
+	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return gt.g.running == 0 },
+		5*time.Second, time.Millisecond, "idle again")
+	require.Less(t, time.Since(start), 2*time.Second, "the wait is bounded")
+	h := gt.g.hist.snapshot()
+	require.EqualValues(t, 2, h.Flushes)
+	require.EqualValues(t, 3, h.Calls)
+	require.EqualValues(t, 1, h.Buckets[0])
+	require.EqualValues(t, 1, h.Buckets[1])
 }
 
 func TestCommitGroupCallerLeavesQueue(t *testing.T) {
@@ -304,10 +345,9 @@ func TestGroupAnswersAtDeadlineWhileRedisStalls(t *testing.T) {
 				rdb.AddHook(rig)
 				q := queueOn(t, rdb, redistest.Prefix(t), Config{})
 				bg := context.Background()
-				lanes := 1
-				if op == "enqueue" {
-					lanes = max(q.enqueues.lanes, 1)
-				}
+				// One lane: the others open only when a full batch is
+				// queued.
+				const lanes = 1
 				state := func() (int, int) {
 					switch op {
 					case "enqueue":

@@ -2,7 +2,6 @@ package jobkey
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 )
@@ -23,9 +22,18 @@ func shardOfID(id string, n int) int {
 	if n == 1 {
 		return 0
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return int(h.Sum32() % uint32(n))
+	return int(fnv32a(id) % uint32(n))
+}
+
+// fnv32a is the 32-bit FNV-1a hash of s (hash/fnv's New32a), without its
+// allocations.
+func fnv32a(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
 }
 
 // keySlot is the Redis Cluster slot of key, by the cluster's rule: the

@@ -73,12 +73,24 @@ type keyspace struct {
 	queue  string
 	shards int
 	tags   []string // "<prefix>:{<queue>/<shard>}" per shard
+	// indexes holds every shard's index key names, built once: the hot
+	// paths name several per job. Read-only after newKeyspace.
+	indexes []map[string]string
 }
 
+// indexNames are the names whose keys newKeyspace builds ahead.
+var indexNames = append([]string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt,
+	seenNewer, seenVanished, seenStuck}, readyIndexes...)
+
 func newKeyspace(prefix, queue string, shards int) *keyspace {
-	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards)}
+	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards),
+		indexes: make([]map[string]string, shards)}
 	for i := range shards {
 		ks.tags[i] = prefix + ":" + hashTag(shardTag(queue, i, shards))
+		ks.indexes[i] = make(map[string]string, len(indexNames))
+		for _, name := range indexNames {
+			ks.indexes[i][name] = ks.tags[i] + ":" + name
+		}
 	}
 	return ks
 }
@@ -95,6 +107,9 @@ func (ks *keyspace) periodicKey(shard int, name string) string {
 }
 
 func (ks *keyspace) index(shard int, name string) string {
+	if k, ok := ks.indexes[shard][name]; ok {
+		return k
+	}
 	return ks.tags[shard] + ":" + name
 }
 

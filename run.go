@@ -12,8 +12,8 @@ import (
 )
 
 // run is one claimed job in a Work slot, from the claim until its outcome
-// is recorded. Its keeper renews the lease the whole time, not only while
-// the handler runs: a lease that ran out while a slow outcome write waited
+// is recorded. Work's renewer (renew.go) renews the lease the whole time,
+// not only while the handler runs: a lease that ran out while a slow outcome write waited
 // would let another worker run the job again.
 //
 // Self-fencing: fencing stops a stale worker's writes, not its handler. So
@@ -30,40 +30,41 @@ type run struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
-	deadline time.Time   // last confirmed lease end, less the margin
-	fence    *time.Timer // fires at deadline
+	deadline time.Time // last confirmed lease end, less the margin: the renewer fences the run then
 	expired  chan struct{}
 	once     sync.Once // closes expired
 
-	hints   atomic.Int64  // cancel hints not yet confirmed; a check runs while > 0
-	writing atomic.Bool   // an outcome write is in flight
-	quit    chan struct{} // ends the keeper
-	kept    chan struct{} // closed when the keeper has returned
+	hints   atomic.Int64 // cancel hints not yet confirmed; a check runs while > 0
+	writing atomic.Bool  // an outcome write is in flight
+
+	// Under the renewer's mu: the run's place in its heap (-1 when out),
+	// the time it is keyed by, when the next renewal is due, whether one
+	// is in flight, and whether the run has stopped.
+	idx      int
+	at       time.Time
+	renewAt  time.Time
+	renewing bool
+	stopped  bool
+	renewals sync.WaitGroup // renewals in flight
 }
 
 // start registers a run of j, claimed by a request sent at asked, and
 // starts keeping its lease.
 func (w *worker) start(j *Job, asked time.Time) *run {
-	r := &run{w: w, job: j, expired: make(chan struct{}), quit: make(chan struct{}), kept: make(chan struct{})}
+	r := &run{w: w, job: j, expired: make(chan struct{}), idx: -1}
 	r.ctx, r.cancel = context.WithCancelCause(w.runs)
-	r.mu.Lock()
 	r.deadline = asked.Add(leaseLeft(j) - w.o.LeaseMargin)
-	r.fence = time.AfterFunc(time.Until(r.deadline), r.expire)
-	r.mu.Unlock()
 	w.mu.Lock()
 	w.running[r] = struct{}{}
 	w.mu.Unlock()
-	go r.keep()
+	w.renewer.add(r)
 	return r
 }
 
-// stop ends the run: the keeper stops renewing and the run is forgotten.
+// stop ends the run: its lease is no longer renewed nor fenced, no
+// renewal of it is in flight, and the run is forgotten.
 func (w *worker) stop(r *run) {
-	close(r.quit)
-	<-r.kept
-	r.mu.Lock()
-	r.fence.Stop()
-	r.mu.Unlock()
+	w.renewer.remove(r)
 	r.cancel(nil)
 	w.mu.Lock()
 	delete(w.running, r)
@@ -80,7 +81,8 @@ func (r *run) expire() {
 	r.once.Do(func() { close(r.expired) })
 }
 
-// confirm moves the deadline after a renewal asked for at asked.
+// confirm moves the deadline after a renewal asked for at asked; the
+// renewer then fences the run at the new one.
 func (r *run) confirm(asked time.Time, j *Job) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -91,8 +93,14 @@ func (r *run) confirm(asked time.Time, j *Job) {
 	}
 	if d := asked.Add(leaseLeft(j) - r.w.o.LeaseMargin); d.After(r.deadline) {
 		r.deadline = d
-		r.fence.Reset(time.Until(d))
 	}
+}
+
+// fenceAt is the deadline.
+func (r *run) fenceAt() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.deadline
 }
 
 // nextRenewal is when to renew next: every Lease/3, and sooner when the
@@ -108,58 +116,8 @@ func (r *run) left() time.Duration {
 	return time.Until(r.deadline)
 }
 
-// keep renews the lease every Lease/3 until the run stops, and cancels the
-// handler when the lease is lost (reclaimed, canceled, finished, deleted).
-func (r *run) keep() {
-	defer close(r.kept)
-	q := r.w.q
-	t := time.NewTimer(r.nextRenewal())
-	defer t.Stop()
-	for {
-		select {
-		case <-r.quit:
-			return
-		case <-r.expired:
-			return
-		case <-r.w.abandoned:
-			return // shutdown gave up on this run's stuck handler
-		case <-t.C:
-		}
-		t.Reset(r.nextRenewal())
-		if r.writing.Load() && r.left() > q.cfg.Lease/2 {
-			// A renewal now would only abort the outcome write in flight
-			// (both change the job's key); renew only if the lease needs it.
-			continue
-		}
-		asked := time.Now()
-		// A renewal that lands after the deadline is useless: bound it.
-		ctx, cancel := context.WithTimeout(r.w.writes, max(r.left(), time.Millisecond))
-		j, err := q.Extend(ctx, r.job)
-		cancel()
-		var ll *LeaseLostError
-		switch {
-		case err == nil:
-			r.confirm(asked, j)
-		case errors.As(err, &ll):
-			if ll.Now.State == StateCanceled && ll.Now.LeaseToken == r.job.LeaseToken {
-				r.cancel(ErrJobCanceled)
-			} else {
-				r.cancel(err)
-			}
-			return
-		case errors.Is(err, ErrNotFound):
-			r.cancel(errors.Join(ErrLeaseLost, err)) // the job was deleted under us
-			return
-		default:
-			// Redis unreachable or slow: keep trying; the fence stops the
-			// handler if the lease runs out meanwhile.
-			r.w.o.Logger.Warn("jobkey: lease renewal failed", "queue", q.name, "job", r.job.ID, "err", err)
-		}
-	}
-}
-
 // record writes the run's outcome with write, retrying with backoff while
-// the keeper renews the lease, until it lands, is refused for good (lease
+// the renewer renews the lease, until it lands, is refused for good (lease
 // lost, job gone, bad input), or the lease deadline passes. It returns the
 // last error when the write did not land.
 func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error)) error {
@@ -226,7 +184,7 @@ func (r *run) checkCancel(w *worker) bool {
 	case errors.Is(err, ErrNotFound):
 		r.cancel(errors.Join(ErrLeaseLost, err))
 	case err != nil:
-		return false // unreadable now: the keeper's next renewal will tell
+		return false // unreadable now: the next renewal will tell
 	case cur.State == StateActive && cur.LeaseToken == r.job.LeaseToken:
 		return false // still ours: the hint was stale or forged
 	case cur.State == StateCanceled && cur.LeaseToken == r.job.LeaseToken:

@@ -125,6 +125,8 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	var stopRuns context.CancelCauseFunc
 	w.runs, stopRuns = context.WithCancelCause(w.writes)
 	defer stopRuns(nil)
+	w.renewer = newRenewer(w)
+	defer w.renewer.close()
 	sub := q.rdb.Subscribe(ctx, q.ks.wakeChannel(), q.ks.cancelChannel())
 	q.listeners.Add(1)
 	defer q.listeners.Add(-1)
@@ -237,6 +239,8 @@ type worker struct {
 	// abandoned is closed when shutdown gives up on the stuck handlers:
 	// their leases and reports are no longer renewed.
 	abandoned chan struct{}
+	// renewer keeps the leases of the runs.
+	renewer *renewer
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations. Anyone

@@ -422,6 +422,52 @@ func TestMigrateToAsynqHeldCopyRunByHandRunsOnce(t *testing.T) {
 	}
 }
 
+// The held jobkey job of a move into asynq, made due by hand (Queue.Update
+// of its RunAt) while the move waits between its steps, runs in jobkey
+// only: the asynq copy is never made due beside it.
+func TestMigrateToAsynqHeldJobMadeDueByHandRunsOnce(t *testing.T) {
+	t.Parallel()
+	for _, point := range []string{atBeforeEnqueue, atAfterEnqueue, atAfterReread} {
+		for _, crash := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/crash=%v", point, crash), func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				q := e.queue(t, "emails", nil)
+				runAt := time.Now().Add(time.Second)
+				_, err := q.Enqueue(e.ctx, moveType, []byte("p"), &jobkey.EnqueueOpts{ID: "h", RunAt: runAt})
+				require.NoError(t, err)
+				var runs sync.Map
+				stop := both(t, e, q, &runs)
+				defer stop()
+				hook := func(p, id string) error {
+					if p != point {
+						return nil
+					}
+					_, err := q.Update(e.ctx, id, func(j *jobkey.Job) error { j.RunAt = time.Now(); return nil })
+					require.NoError(t, err)
+					if crash {
+						return errCrash
+					}
+					return nil
+				}
+				_, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, crashAt: hook, lockTTL: time.Second})
+				if crash {
+					require.ErrorIs(t, err, errCrash)
+					_, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
+				}
+				require.NoError(t, err)
+				time.Sleep(time.Until(runAt) + 500*time.Millisecond)
+				ranOnce(t, &runs, []string{"h"})
+				_, err = asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo("default", "h")
+				if err == nil {
+					j, jerr := q.Get(e.ctx, "h")
+					require.Failf(t, "in both", "asynq copy left, jobkey job %+v %v", j, jerr)
+				}
+			})
+		}
+	}
+}
+
 // The jobkey job's LastError becomes the asynq copy's LastErr (with a
 // LastFailedAt), also when a killed run's move is finished by a rerun; the
 // copy is otherwise what asynq's Client would have enqueued.

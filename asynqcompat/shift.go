@@ -383,10 +383,30 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 		rec.Step = stepCopied
 	}
 	if rec.Step == stepCopied {
-		err := s.st.releaseHeld(ctx, id, rec.RunAt, stepDelete, func() error { return s.at(atAfterReread, id) })
+		err := s.st.releaseHeld(ctx, id, rec.RunAt, stepDelete, func() error {
+			if err := s.at(atAfterReread, id); err != nil {
+				return err
+			}
+			// The jobkey job must still be held: one made due (or changed,
+			// or deleted) by hand since the hold may run in jobkey, and its
+			// asynq copy must then never be made due beside it.
+			cur, err := s.q.Get(ctx, id)
+			switch {
+			case errors.Is(err, jobkey.ErrNotFound):
+				return &errJobkeyUnheld{state: "gone"}
+			case err != nil:
+				return fmt.Errorf("read it in jobkey: %w", err)
+			case !held(cur, rec):
+				return &errJobkeyUnheld{state: cur.State.String()}
+			}
+			return nil
+		})
+		var uh *errJobkeyUnheld
 		switch {
 		case errors.Is(err, errCopyGone):
 			return s.copyGone(ctx, id, rec)
+		case errors.As(err, &uh):
+			return s.jobkeyUnheld(ctx, id, uh.state)
 		case err != nil:
 			return fmt.Errorf("asynqcompat: migrate to asynq: job %q: make its asynq copy due: %w (rerun to finish the move)", id, err)
 		}
@@ -507,4 +527,34 @@ func (s *shifter) copyGone(ctx context.Context, id string, rec *moveRec) error {
 		return fmt.Errorf("asynqcompat: migrate to asynq: job %q: %s; delete its held jobkey job: %w (rerun to finish)", id, what, err)
 	}
 	return s.st.forget(ctx, id)
+}
+
+// errJobkeyUnheld says the held jobkey job of a move into asynq is no
+// longer held when its asynq copy is to be made due: someone changed it
+// by hand (Queue.Update of its RunAt), or deleted it. state is the job's
+// state, or "gone".
+type errJobkeyUnheld struct{ state string }
+
+func (e *errJobkeyUnheld) Error() string {
+	return "the held jobkey job is no longer held (" + e.state + ")"
+}
+
+// jobkeyUnheld ends a move into asynq whose held jobkey job was made due,
+// changed or deleted by hand before the asynq copy was made due: the job
+// stays in jobkey (or stays deleted), and the asynq copy, still held and so
+// never run, is deleted with the move's record in one transaction.
+func (s *shifter) jobkeyUnheld(ctx context.Context, id, state string) error {
+	const what = "its held jobkey job was made due, changed or deleted by hand in jobkey before the move made its asynq copy due"
+	dropped, err := s.st.dropHeldCopy(ctx, id)
+	switch {
+	case err != nil:
+		return fmt.Errorf("asynqcompat: migrate to asynq: job %q: %s; delete its held asynq copy: %w (rerun to finish)", id, what, err)
+	case dropped:
+		s.m.note(&s.m.rep.Undone, TaskNote{ID: id, State: state, Reason: what + "; it stays in jobkey, and its held asynq copy was deleted"})
+	default:
+		// The asynq copy was run by hand too.
+		s.m.note(&s.m.rep.Twice, TaskNote{ID: id, State: state,
+			Reason: what + ", and its asynq copy, no longer held, was run by hand in asynq: it runs in both"})
+	}
+	return nil
 }

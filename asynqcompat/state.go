@@ -35,7 +35,9 @@ import (
 //     = holdUntil, by Queue.Update, only while it is pending with no run in
 //     force); in one transaction, write the asynq copy scheduled at
 //     holdUntil and record step "copied"; in one transaction, under WATCH
-//     of that copy, make it due and record step "delete"; then delete the
+//     of that copy, make it due and record step "delete", only while the
+//     jobkey job is still held (one made due or deleted by hand stays in
+//     jobkey, and the held copy is deleted instead); then delete the
 //     held jobkey job, and forget the move. A job jobkey claimed before the
 //     hold stays in jobkey, and nothing was put into asynq. The asynq copy
 //     exists exactly from step "copied" on: one found gone at its release
@@ -66,6 +68,12 @@ type migState struct {
 	// Paused says that a migration paused the asynq queue (and an operator
 	// had not): the run that finds it set resumes the queue when done.
 	Paused bool `json:"paused,omitempty"`
+	// PauseMark is the value the migration wrote to asynq's paused key: a
+	// Unix time in nanoseconds, where asynq's PauseQueue writes seconds
+	// (asynq only tests the key's existence). A paused key with another
+	// value is an operator's pause made since (unpaused and paused again),
+	// and is never resumed. Empty in states written before it existed.
+	PauseMark string `json:"pause_mark,omitempty"`
 	// Moves are the moves under way, by task ID.
 	Moves map[string]*moveRec `json:"moves,omitempty"`
 }
@@ -422,26 +430,72 @@ func (s *stateStore) pause(ctx context.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		if st.Paused || n > 0 {
+		if n > 0 {
+			// Paused already: by an operator (kept), or by a stopped
+			// migration (st.Paused, resumed by this run).
 			return nil, nil
 		}
 		st.Paused = true
-		return func(p redis.Pipeliner) { p.Set(ctx, pk, time.Now().Unix(), 0) }, nil
+		st.PauseMark = strconv.FormatInt(time.Now().UnixNano(), 10)
+		return func(p redis.Pipeliner) { p.Set(ctx, pk, st.PauseMark, 0) }, nil
 	})
 }
 
 // resume unpauses the asynq queue if a migration paused it, and records
-// that, in one transaction. It returns whether it did.
+// that, in one transaction. A pause an operator made since (the paused key
+// no longer holds the migration's mark) stays. It returns whether it
+// unpaused the queue.
 func (s *stateStore) resume(ctx context.Context) (bool, error) {
 	pk := asynqPausedKey(s.queue)
 	did := false
-	err := s.update(ctx, []string{pk}, func(_ *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
-		did = st.Paused
+	err := s.update(ctx, []string{pk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		did = false
 		if !st.Paused {
 			return nil, nil
 		}
-		st.Paused = false
+		cur, err := tx.Get(ctx, pk).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		did = err == nil && (st.PauseMark == "" || cur == st.PauseMark)
+		st.Paused, st.PauseMark = false, ""
+		if !did {
+			return nil, nil
+		}
 		return func(p redis.Pipeliner) { p.Del(ctx, pk) }, nil
 	})
 	return did, err
+}
+
+// dropHeldCopy deletes the held asynq copy of a move into asynq (one still
+// scheduled at holdUntil) and forgets the move, in one transaction under
+// WATCH of the copy. A copy no longer held (run by hand) is left as it is,
+// and the move is forgotten all the same. It says whether it deleted it.
+func (s *stateStore) dropHeldCopy(ctx context.Context, id string) (bool, error) {
+	tk := asynqTaskKey(s.queue, id)
+	sched := asynqListKey(s.queue, "scheduled")
+	dropped := false
+	err := s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+		dropped = false
+		state, err := tx.HGet(ctx, tk, "state").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		if state == "scheduled" {
+			score, err := tx.ZScore(ctx, sched, id).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+			dropped = err == nil && int64(score) >= holdUntil.Unix()
+		}
+		delete(st.Moves, id)
+		if !dropped {
+			return nil, nil
+		}
+		return func(p redis.Pipeliner) {
+			p.ZRem(ctx, sched, id)
+			p.Del(ctx, tk)
+		}, nil
+	})
+	return dropped, err
 }

@@ -1,15 +1,17 @@
 package bench_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
 	"github.com/jobkey/jobkey/bench"
+	"github.com/jobkey/jobkey/internal/benchscenario"
 )
 
-// The benchmarks compare jobkey with the multi-key design on the same
-// server in one run. Every op is one job. Compare with benchstat:
+// The benchmarks compare jobkey with the multi-key design and asynq on the
+// same server in one run, through the scenarios of internal/benchscenario
+// that the root module's bench_test.go runs without asynq. Every op is one
+// job. Compare with benchstat:
 //
 //	go test -run '^$' -bench 'Lifecycle' -count 10 . > lifecycle.txt
 //	benchstat -col /design lifecycle.txt
@@ -24,26 +26,7 @@ func sizeName(n int) string {
 }
 
 func runScenario(b *testing.B, design string, p bench.Params) {
-	url := realURL(b)
-	p.Ops = b.N
-	p.OnStart = b.ResetTimer
-	b.ReportAllocs()
-	r, err := bench.Run(context.Background(), url, design, p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	if r.Errors > 0 {
-		b.Logf("%d failed calls", r.Errors)
-	}
-	b.ReportMetric(r.Per(r.Wire.RTT), "rtt/op")
-	b.ReportMetric(r.Per(r.Wire.Cmds), "redis-cmds/op")
-	b.ReportMetric(r.Per(r.Wire.BytesOut+r.Wire.BytesIn), "wire-B/op")
-	b.ReportMetric(r.Throughput(), "jobs/s")
-	if design == "jobkey" {
-		b.ReportMetric(r.Per(r.Conflicts), "conflicts/op")
-		b.ReportMetric(r.Per(r.Retries), "retries/op")
-	}
+	benchscenario.Bench(b, design, p, bench.NewDesign)
 }
 
 // each runs a scenario for every design that has it at every payload size.
@@ -89,24 +72,8 @@ func BenchmarkDrain(b *testing.B) {
 	}
 }
 
-// runWork runs a worker scenario for b.N jobs and reports jobs/s, round
-// trips and commands per job, and, for produce-and-work, the
-// enqueue-to-start latency.
 func runWork(b *testing.B, design string, p bench.WorkParams) {
-	url := realURL(b)
-	p.Ops = max(b.N, 100)
-	p.OnStart, p.OnEnd = b.ResetTimer, b.StopTimer // shutting the workers down is not timed
-	r, err := bench.RunWork(context.Background(), url, design, p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(r.Throughput(), "jobs/s")
-	b.ReportMetric(r.Per(r.Wire.RTT), "rtt/op")
-	b.ReportMetric(r.Per(r.Wire.Cmds), "redis-cmds/op")
-	if p.Scenario == bench.ProduceAndWork {
-		b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50-ms")
-		b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99-ms")
-	}
+	benchscenario.BenchWork(b, design, p, bench.NewWorkerDesign)
 }
 
 // BenchmarkBurnDown: b.N jobs enqueued first, then 8 worker slots of each

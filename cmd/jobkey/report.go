@@ -97,8 +97,8 @@ func (rep report) markdown() string {
 			continue
 		}
 		fmt.Fprintf(&b, "## %s\n\n", sc)
-		b.WriteString("| payload | clients | design | jobs/s | jobkey × | p50 | p99 | cmds/job | rtt/job | wire B/job | conflicts/job | errors |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| payload | clients | design | jobs/s | jobkey × | p50 | p99 | cmds/job | rtt/job | wire B/job | client µs/job | Redis µs/job | allocs/job | conflicts/job | errors |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, k := range keys {
 			p := by[k]
 			for _, r := range []*bench.Result{p.jk, p.mk, p.aq} {
@@ -109,9 +109,10 @@ func (rep report) markdown() string {
 				if r != p.jk && p.jk != nil && r.Throughput() > 0 {
 					ratio = fmt.Sprintf("%.2f×", p.jk.Throughput()/r.Throughput())
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %.3f | %d |\n",
+				client, redis, allocs, _ := r.CPU.PerJob(r.Jobs)
+				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %.1f | %.1f | %.0f | %.3f | %d |\n",
 					sizeName(r.Payload), r.Clients, r.Design, r.Throughput(), ratio, dur(r.P50), dur(r.P99),
-					r.Per(r.Wire.Cmds), r.Per(r.Wire.RTT), r.Per(r.Wire.BytesOut+r.Wire.BytesIn), r.Per(r.Conflicts), r.Errors)
+					r.Per(r.Wire.Cmds), r.Per(r.Wire.RTT), r.Per(r.Wire.BytesOut+r.Wire.BytesIn), client, redis, allocs, r.Per(r.Conflicts), r.Errors)
 			}
 		}
 		b.WriteString("\n")
@@ -143,7 +144,7 @@ func (rep report) workTable(b *strings.Builder) {
 		if sc == bench.ProduceAndWork {
 			b.WriteString(", 8 producers enqueueing meanwhile; p50/p99 are enqueue-to-start latency")
 		}
-		b.WriteString(".\n\n| design | jobs | jobs/s | jobkey × | rtt/job | cmds/job | p50 | p99 |\n|---|---|---|---|---|---|---|---|\n")
+		b.WriteString(".\n\n| design | jobs | jobs/s | jobkey × | rtt/job | cmds/job | client µs/job | Redis µs/job | allocs/job | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range rows {
 			ratio, p50, p99 := "", "", ""
 			if jk != nil && r.Design != "jobkey" && r.Throughput() > 0 {
@@ -152,8 +153,9 @@ func (rep report) workTable(b *strings.Builder) {
 			if sc == bench.ProduceAndWork {
 				p50, p99 = dur(r.P50), dur(r.P99)
 			}
-			fmt.Fprintf(b, "| %s | %d | %.0f | %s | %.2f | %.2f | %s | %s |\n", r.Design, r.Jobs, r.Throughput(), ratio,
-				r.Per(r.Wire.RTT), r.Per(r.Wire.Cmds), p50, p99)
+			client, redis, allocs, _ := r.CPU.PerJob(r.Jobs)
+			fmt.Fprintf(b, "| %s | %d | %.0f | %s | %.2f | %.2f | %.1f | %.1f | %.0f | %s | %s |\n", r.Design, r.Jobs, r.Throughput(), ratio,
+				r.Per(r.Wire.RTT), r.Per(r.Wire.Cmds), client, redis, allocs, p50, p99)
 		}
 		b.WriteString("\n")
 	}

@@ -1,4 +1,4 @@
-package bench
+package benchscenario
 
 import (
 	"cmp"
@@ -44,12 +44,12 @@ type Params struct {
 	Duration time.Duration
 	// OnStart is called as the timed phase begins (a benchmark's ResetTimer).
 	OnStart func()
-	// Cluster treats the URL as a seed node of a Redis Cluster, and reports
-	// each master's share of keys and commands.
-	Cluster bool
 	// MinReplicas is jobkey's Config.MinReplicas: every write waits for
 	// that many replicas (default 0; other designs ignore it).
 	MinReplicas int
+	// Cluster treats the URL as a seed node of a Redis Cluster, and reports
+	// each master's share of keys and commands.
+	Cluster bool
 }
 
 // NodeShare is one cluster master's part of a run.
@@ -57,29 +57,6 @@ type NodeShare struct {
 	Addr     string `json:"addr"`
 	Keys     int64  `json:"keys"`     // keys under the run's prefix when the timed phase ended
 	Commands int64  `json:"commands"` // commands the node served during the run (INFO commandstats)
-}
-
-// Tally is the jobs a run handled over its timed phase, and the rates that
-// follow; Result and WorkResult hold one.
-type Tally struct {
-	Jobs    int64         `json:"jobs"` // jobs handled
-	Elapsed time.Duration `json:"elapsed_ns"`
-}
-
-// Throughput is jobs handled per second.
-func (t Tally) Throughput() float64 {
-	if t.Elapsed <= 0 {
-		return 0
-	}
-	return float64(t.Jobs) / t.Elapsed.Seconds()
-}
-
-// Per divides a counter by the jobs handled.
-func (t Tally) Per(n int64) float64 {
-	if t.Jobs == 0 {
-		return 0
-	}
-	return float64(n) / float64(t.Jobs)
 }
 
 // Result is what one run measured over its timed phase.
@@ -100,17 +77,49 @@ type Result struct {
 	Conflicts int64 `json:"conflicts"`
 	Retries   int64 `json:"retries"`
 	Errors    int64 `json:"errors"`
+	// CPU is what the client process and Redis spent over the timed phase.
+	CPU CPU `json:"cpu"`
+	// Batches are the sizes of jobkey's group-committed batches.
+	Batches jobkey.BatchSizes `json:"batches"`
 	// Nodes is filled on a cluster: each master's keys and commands.
 	Nodes []NodeShare `json:"nodes,omitempty"`
 }
 
-// Run runs one scenario of one design against the Redis at url, under a
-// fresh key prefix that it deletes afterwards.
+// Tally is what every run counts: the jobs handled and the time they took.
+// Result and WorkResult embed it, and share its methods.
+type Tally struct {
+	Jobs    int64         `json:"jobs"` // jobs handled
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// Throughput is jobs per second.
+func (t Tally) Throughput() float64 {
+	if t.Elapsed <= 0 {
+		return 0
+	}
+	return float64(t.Jobs) / t.Elapsed.Seconds()
+}
+
+// Per divides a counter by the jobs handled.
+func (t Tally) Per(n int64) float64 {
+	if t.Jobs == 0 {
+		return 0
+	}
+	return float64(n) / float64(t.Jobs)
+}
+
+// Run runs one scenario of one of Designs against the Redis at url, under
+// a fresh key prefix that it deletes afterwards.
 func Run(ctx context.Context, url, design string, p Params) (Result, error) {
+	return RunWith(ctx, url, design, p, NewDesign)
+}
+
+// RunWith is Run with the designs that newDesign builds.
+func RunWith(ctx context.Context, url, design string, p Params, newDesign Factory) (Result, error) {
 	p.Clients = cmp.Or(p.Clients, 8)
 	p.Batch = cmp.Or(p.Batch, 32)
 	if p.Ops == 0 && (p.Duration <= 0 || p.Scenario == Drain) {
-		return Result{}, fmt.Errorf("bench: %s needs Ops", p.Scenario)
+		return Result{}, fmt.Errorf("benchscenario: %s needs Ops", p.Scenario)
 	}
 	probe := &Probe{}
 	var rdb redis.UniversalClient
@@ -126,18 +135,17 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 	defer rdb.Close()
 	prefix := "bench-" + jobkey.NewID()
 	defer Cleanup(context.WithoutCancel(ctx), rdb, prefix)
-	defer Cleanup(context.WithoutCancel(ctx), rdb, AsynqKeys(prefix))
 	calls0 := nodeCalls(ctx, rdb)
-	d, err := NewDesign(design, rdb, prefix, p.MinReplicas)
+	d, err := newDesign(design, rdb, prefix, p.MinReplicas)
 	if err != nil {
 		return Result{}, err
 	}
-	if _, ok := d.(asynqProducer); ok && p.Scenario != Enqueue {
-		return Result{}, fmt.Errorf("bench: %s has only the %s scenario", design, Enqueue)
+	if c, ok := d.(interface{ Close() }); ok {
+		defer c.Close()
 	}
 	op, err := setup(ctx, d, p)
 	if err != nil {
-		return Result{}, fmt.Errorf("bench: set up %s/%s: %w", design, p.Scenario, err)
+		return Result{}, fmt.Errorf("benchscenario: set up %s/%s: %w", design, p.Scenario, err)
 	}
 
 	var next, jobs, errs atomic.Int64
@@ -147,6 +155,7 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 	if p.OnStart != nil {
 		p.OnStart()
 	}
+	cpu, b0 := StartCPU(ctx, rdb), batches(d)
 	start := time.Now()
 	if p.Ops == 0 {
 		deadline = start.Add(p.Duration)
@@ -181,13 +190,15 @@ func Run(ctx context.Context, url, design string, p Params) (Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	used := cpu.Stop(ctx)
 	all := slices.Concat(lats...)
 	slices.Sort(all)
 	r := Result{
 		Design: design, Scenario: p.Scenario, Payload: p.Payload, Clients: p.Clients, Batch: p.Batch,
 		Tally: Tally{Jobs: jobs.Load(), Elapsed: elapsed}, Calls: int64(len(all)), Wire: probe.Snap().Sub(before),
 		Conflicts: d.Conflicts() - c0, Retries: d.Retries() - r0, Errors: errs.Load(),
-		P50: percentile(all, 0.50), P99: percentile(all, 0.99),
+		P50: percentile(all, 0.50), P99: percentile(all, 0.99), CPU: used,
+		Batches: batches(d).Sub(b0),
 	}
 	if p.Cluster {
 		r.Nodes = nodeShares(ctx, rdb, prefix, calls0)
@@ -339,7 +350,7 @@ func setup(ctx context.Context, d Design, p Params) (opFunc, error) {
 			return 1, d.Complete(ctx, h, nil)
 		}, nil
 	}
-	return nil, fmt.Errorf("bench: unknown scenario %q", p.Scenario)
+	return nil, fmt.Errorf("benchscenario: unknown scenario %q", p.Scenario)
 }
 
 func worker(c int) string { return fmt.Sprintf("bench-worker-%d", c) }

@@ -1,4 +1,4 @@
-package bench
+package benchscenario
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func (c countingConn) Write(b []byte) (int, error) {
 func ClusterClient(url string, p *Probe, poolSize int) (*redis.ClusterClient, error) {
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("bench: Redis URL %s: %w", redact.URL(url), redact.Error(err, url))
+		return nil, fmt.Errorf("benchscenario: Redis URL %s: %w", redact.URL(url), redact.Error(err, url))
 	}
 	c := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
@@ -83,7 +83,7 @@ func (p *Probe) dial(ctx context.Context, network, addr string) (net.Conn, error
 func Client(url string, p *Probe, poolSize int) (*redis.Client, error) {
 	o, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("bench: Redis URL %s: %w", redact.URL(url), redact.Error(err, url))
+		return nil, fmt.Errorf("benchscenario: Redis URL %s: %w", redact.URL(url), redact.Error(err, url))
 	}
 	if poolSize > 0 {
 		o.PoolSize = poolSize
