@@ -433,7 +433,7 @@ func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
 // unconfirmed: nothing was written for it.
 func TestUnconfirmedBatchKeepsEachRefusal(t *testing.T) {
 	t.Parallel()
-	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond})
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 2 * time.Second}) // a loaded machine's replica is slow
 	_, err := r.q.EnqueueMany(r.ctx, []JobSpec{{Type: "t", Opts: &EnqueueOpts{ID: "a"}}, {Type: "t", Opts: &EnqueueOpts{ID: "b"}}})
 	require.NoError(t, err)
 	a, err := r.q.Claim(r.ctx, "w")
