@@ -691,11 +691,10 @@ func TestClusterConcurrencyKeys(t *testing.T) {
 
 	var mu sync.Mutex
 	running, peak := map[string]int{}, map[string]int{}
-	runs, recorded := map[string]int{}, map[string]int{}
-	var finished atomic.Int64
+	log := newLeaseLog()
 	h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		defer log.begin(j)()
 		mu.Lock()
-		runs[j.ID]++
 		running[j.ConcurrencyKey]++
 		peak[j.ConcurrencyKey] = max(peak[j.ConcurrencyKey], running[j.ConcurrencyKey])
 		mu.Unlock()
@@ -705,14 +704,6 @@ func TestClusterConcurrencyKeys(t *testing.T) {
 		mu.Unlock()
 		return nil, nil
 	})
-	onRecorded := func(j *Job, err error) {
-		if err == nil && j.State == StateSucceeded {
-			mu.Lock()
-			recorded[j.ID]++
-			mu.Unlock()
-			finished.Add(1)
-		}
-	}
 	wctx, stop := context.WithTimeout(ctx, 2*time.Minute)
 	defer stop()
 	var wg sync.WaitGroup
@@ -720,13 +711,10 @@ func TestClusterConcurrencyKeys(t *testing.T) {
 	for w, wq := range []*Queue{q, other} {
 		wg.Go(func() {
 			werrs <- wq.Work(wctx, h, &WorkOpts{Concurrency: 6, Name: fmt.Sprintf("p%d", w), PollInterval: 20 * time.Millisecond,
-				Logger: quietLog(), OnRecorded: onRecorded})
+				Logger: quietLog(), OnRecorded: log.onRecorded})
 		})
 	}
-	for finished.Load() < int64(len(ids)) {
-		require.NoError(t, wctx.Err(), "%d of %d jobs finished", finished.Load(), len(ids))
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitSucceeded(t, wctx, q, len(ids))
 	stop()
 	wg.Wait()
 	close(werrs)
@@ -741,14 +729,12 @@ func TestClusterConcurrencyKeys(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, ConcurrencyInfo{Key: k, Limit: 2, Own: true}, info)
 	}
-	for _, id := range ids {
-		require.Equal(t, 1, runs[id], "job %s ran %d times", id, runs[id])
-		require.Equal(t, 1, recorded[id], "job %s recorded %d times", id, recorded[id])
-		j, err := q.Get(ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, StateSucceeded, j.State, id)
+	// A job may run again when its run's outcome could not be recorded
+	// before its lease ran out (see leaseLog): never two runs at once, and
+	// each job finished once.
+	if n := log.check(t, ctx, q, ids); n > 0 {
+		t.Logf("%d reruns after a lost outcome", n)
 	}
-	require.Len(t, runs, len(ids))
 	st, err := q.Stats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, len(ids), st.Succeeded)

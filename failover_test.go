@@ -185,6 +185,14 @@ func runFailover(t *testing.T, c failoverCase) failoverFigures {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if st.Pending+st.Active > 0 { // name what is left, for the failure
+		for _, state := range []State{StatePending, StateActive} {
+			page, _ := q.List(ctx, ListOpts{State: state, Limit: 10})
+			for _, j := range page.Jobs {
+				t.Logf("left %s: %s, run at %v, lease until %v", state, j.ID, j.RunAt, j.LeaseUntil)
+			}
+		}
+	}
 	stopWork()
 	require.NoError(t, <-werr)
 
@@ -278,9 +286,9 @@ func stallAndKill(t *testing.T, replica, master *redistest.Server) time.Time {
 	return killed
 }
 
-func sentinelFailover(t *testing.T, cfg Config) failoverFigures {
+func sentinelFailover(t *testing.T, cfg Config, replicas int) failoverFigures {
 	t.Helper()
-	s := redistest.StartSentinel(t, 1)
+	s := redistest.StartSentinel(t, replicas)
 	rdb := s.Client(t, func(o *redis.FailoverOptions) { o.DialTimeout = 300 * time.Millisecond })
 	return runFailover(t, failoverCase{rdb: rdb, cfg: cfg, payload: 1 << 10,
 		affected: func(string) bool { return true },
@@ -292,13 +300,13 @@ func sentinelFailover(t *testing.T, cfg Config) failoverFigures {
 		}})
 }
 
-func clusterFailover(t *testing.T, cfg Config) failoverFigures {
+func clusterFailover(t *testing.T, cfg Config, n int) failoverFigures {
 	t.Helper()
-	cl := redistest.StartClusterWithReplicas(t, 3, 1)
+	cl := redistest.StartClusterWithReplicas(t, 3, n)
 	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DialTimeout = 300 * time.Millisecond })
 	master := cl.Masters()[0]
-	replica := cl.ReplicaOf(master)
-	require.NotNil(t, replica)
+	replicas := cl.ReplicasOf(master)
+	require.Len(t, replicas, n)
 	c := failoverCase{rdb: rdb, cfg: cfg, payload: 16 << 10}
 	c.prepare = func(t *testing.T, q *Queue) func(string) bool {
 		on := map[int]bool{}
@@ -311,8 +319,8 @@ func clusterFailover(t *testing.T, cfg Config) failoverFigures {
 		return func(id string) bool { return on[q.ks.shardOf(id)] }
 	}
 	c.fail = func(t *testing.T) (time.Time, time.Time) {
-		killed := stallAndKill(t, replica, master)
-		promoted, err := cl.WaitPromoted(replica, 20*time.Second)
+		killed := stallAndKill(t, replicas[0], master)
+		promoted, err := cl.WaitOnePromoted(20*time.Second, replicas...)
 		require.NoError(t, err)
 		return killed, promoted
 	}
@@ -326,7 +334,7 @@ func clusterFailover(t *testing.T, cfg Config) failoverFigures {
 // resumeWithin of the promotion.
 func TestFailoverSentinelUnderLoad(t *testing.T) {
 	t.Parallel()
-	requireFailoverTargets(t, sentinelFailover(t, Config{}))
+	requireFailoverTargets(t, sentinelFailover(t, Config{}, 1))
 }
 
 // The same on a cluster of three masters with a replica each: the killed
@@ -334,7 +342,7 @@ func TestFailoverSentinelUnderLoad(t *testing.T) {
 // not when go-redis reloads its slot map on its own a minute later.
 func TestFailoverClusterUnderLoad(t *testing.T) {
 	t.Parallel()
-	requireFailoverTargets(t, clusterFailover(t, Config{}))
+	requireFailoverTargets(t, clusterFailover(t, Config{}, 1))
 }
 
 func stamps(ts []time.Time) []string {
@@ -343,4 +351,30 @@ func stamps(ts []time.Time) []string {
 		out[i] = t.Format("05.000")
 	}
 	return out
+}
+
+// With MinReplicas 1 every write is acknowledged only once a replica has
+// it, so the same failover loses no acknowledged enqueue and reverts no
+// acknowledged completion: the writes of the stalled moment return
+// ErrNotReplicated (or fail with the master), the producers retry their
+// IDs and Work retries its outcomes on the promoted replica. It takes two
+// replicas: after the promotion the new master needs a replica of its own
+// to confirm anything, and with one replica every write after the
+// failover would be ErrNotReplicated (Work then renews its runs and
+// retries their outcomes, and nothing finishes, until a replica is back).
+func TestFailoverSentinelWithMinReplicasLosesNothing(t *testing.T) {
+	t.Parallel()
+	f := sentinelFailover(t, Config{MinReplicas: 1, ReplicaTimeout: 500 * time.Millisecond}, 2)
+	requireFailoverTargets(t, f)
+	require.Zero(t, f.EnqueuesLost, "acknowledged enqueues lost")
+	require.Zero(t, f.CompletionsLost, "acknowledged completions lost")
+}
+
+// The same on a cluster of three masters with a replica each.
+func TestFailoverClusterWithMinReplicasLosesNothing(t *testing.T) {
+	t.Parallel()
+	f := clusterFailover(t, Config{MinReplicas: 1, ReplicaTimeout: 500 * time.Millisecond}, 2)
+	requireFailoverTargets(t, f)
+	require.Zero(t, f.EnqueuesLost, "acknowledged enqueues lost")
+	require.Zero(t, f.CompletionsLost, "acknowledged completions lost")
 }

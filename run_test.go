@@ -627,3 +627,84 @@ func TestWorkRechecksCancelHintsDuringCheck(t *testing.T) {
 		t.Fatal("the handler was never stopped")
 	}
 }
+
+// Work runs a job at least once, never twice at once. A success whose
+// completion cannot reach Redis (cut off as the handler returns, so the
+// completion's reply and every renewal are lost) is not recorded: when
+// the run's deadline passes it gives up, reports the outcome it could not
+// record, and lets the job go. The job then runs again, but only once the
+// first run's lease has ended in Redis, after that run's handler returned,
+// and it finishes once: the first completion, delivered late when the link
+// heals, is fenced off.
+func TestWorkRunsAgainOnlyAfterLostCompletionsLease(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	prefix := redistest.Prefix(t)
+	const lease = time.Second
+	q := queueOn(t, cut, prefix, Config{Lease: lease})
+	rival := queueOn(t, redistest.Client(t, nil), prefix, Config{Lease: lease})
+	ctx := context.Background()
+	j, err := rival.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+
+	type event struct {
+		at  time.Time
+		j   *Job
+		err error
+	}
+	returned := make(chan event, 1)
+	recorded := make(chan event, 4)
+	startWork(t, q, HandlerFunc(func(_ context.Context, c *Job) ([]byte, error) {
+		proxy.Partition(true) // nothing this worker writes from now on gets through
+		returned <- event{at: time.Now(), j: c}
+		return []byte("first"), nil
+	}), &WorkOpts{Concurrency: 1, OnRecorded: func(j *Job, err error) { recorded <- event{time.Now(), j, err} }})
+	first := <-returned
+
+	var gaveUp event
+	select {
+	case gaveUp = <-recorded:
+	case <-time.After(10 * lease):
+		t.Fatal("the cut-off run never gave up its outcome")
+	}
+	require.Error(t, gaveUp.err, "the completion could not be recorded")
+	require.NotErrorIs(t, gaveUp.err, ErrLeaseLost, "nobody else took the job: the run gave up at its own deadline")
+	require.Equal(t, first.j.LeaseToken, gaveUp.j.LeaseToken)
+	held, err := rival.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateActive, held.State, "the completion did not land")
+	require.Equal(t, first.j.LeaseToken, held.LeaseToken)
+
+	var c *Job
+	waitFor(t, "the rival's claim after the lease ran out", func() bool {
+		c, err = rival.Claim(ctx, "rival")
+		if errors.Is(err, ErrNoJob) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	})
+	claimedAt := time.Now()
+	require.Equal(t, j.ID, c.ID)
+	require.Equal(t, 2, c.Attempt, "a new attempt")
+	require.NotEqual(t, first.j.LeaseToken, c.LeaseToken)
+	require.False(t, c.UpdatedAt.Before(held.LeaseUntil),
+		"claimed again at %v, by Redis's clock, before the first run's lease ended at %v", c.UpdatedAt, held.LeaseUntil)
+	require.True(t, first.at.Before(gaveUp.at) && gaveUp.at.Before(claimedAt),
+		"the first handler returned, then its run gave up, then the job was claimed again")
+	_, err = rival.Complete(ctx, c, []byte("second"))
+	require.NoError(t, err)
+
+	proxy.Partition(false) // what the cut-off worker sent is delivered now, late
+	time.Sleep(lease)
+	got, err := rival.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, got.State)
+	require.Equal(t, "second", string(got.Result), "finished once, by the second run")
+	require.Equal(t, c.LeaseToken, got.LeaseToken)
+	select {
+	case e := <-recorded:
+		t.Fatalf("the first run recorded a second outcome: %+v", e)
+	default:
+	}
+}

@@ -194,7 +194,16 @@ func (c *Cluster) Masters() []*Server {
 
 // ReplicaOf returns a running node that replicates master, or nil.
 func (c *Cluster) ReplicaOf(master *Server) *Server {
+	if rs := c.ReplicasOf(master); len(rs) > 0 {
+		return rs[0]
+	}
+	return nil
+}
+
+// ReplicasOf returns the running nodes that replicate master.
+func (c *Cluster) ReplicasOf(master *Server) []*Server {
 	_, port, _ := net.SplitHostPort(master.Addr)
+	var out []*Server
 	for _, n := range c.Nodes {
 		if n == master || n.Exited() {
 			continue
@@ -203,27 +212,35 @@ func (c *Cluster) ReplicaOf(master *Server) *Server {
 		info, err := cl.Info(context.Background(), "replication").Result()
 		cl.Close()
 		if err == nil && infoField(info, "role") == "slave" && infoField(info, "master_port") == port {
-			return n
+			out = append(out, n)
 		}
 	}
-	return nil
+	return out
 }
 
 // WaitPromoted waits until replica says it is a master and every node
 // still running reports cluster_state:ok with every slot served, and
 // returns the time the promotion was first seen (polled every 20 ms).
 func (c *Cluster) WaitPromoted(replica *Server, limit time.Duration) (time.Time, error) {
+	return c.WaitOnePromoted(limit, replica)
+}
+
+// WaitOnePromoted is WaitPromoted for the first of replicas to say it is a
+// master: the replicas of one master, of which the cluster promotes one.
+func (c *Cluster) WaitOnePromoted(limit time.Duration, replicas ...*Server) (time.Time, error) {
 	deadline := time.Now().Add(limit)
 	var at time.Time
 	for {
-		if at.IsZero() && role(replica.Addr) == "master" {
-			at = time.Now()
+		for _, r := range replicas {
+			if at.IsZero() && role(r.Addr) == "master" {
+				at = time.Now()
+			}
 		}
 		if !at.IsZero() && c.WaitOK(0) == nil {
 			return at, nil
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("replica %s not promoted, or the cluster not ok, after %v", replica.Addr, limit)
+			return time.Time{}, fmt.Errorf("no replica of %d promoted, or the cluster not ok, after %v", len(replicas), limit)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
