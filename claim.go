@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,6 +73,11 @@ const (
 // Claimers pick at random among the first Config.ClaimWindow due entries, so
 // they rarely race for one job; a claimer that loses a race moves on to
 // another entry instead of retrying the lost one.
+//
+// With Config.MinReplicas, a claim the replicas do not confirm is not
+// handed over until a renewal of its lease is (see confirmClaims); one that
+// cannot be before its lease could end is given back unrun, and Claim
+// returns the *ReplicationError if it got no other job.
 func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
 	if err := validOwner(worker); err != nil {
 		return nil, err
@@ -367,6 +373,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	}
 	var vanished []candidate
 	var plan *casPlan
+	asked := time.Now() // the claims' leases are measured from here
 	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards, follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
@@ -390,12 +397,13 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 			return plan, nil
 		}})
 	if errors.Is(err, ErrNotReplicated) {
-		// The claims stand on the master: running their jobs is safer than
-		// leaving them leased to nobody until their leases run out. Should a
-		// failover lose a claim, its lease token refuses this holder's
-		// writes, and the run's renewals and outcome wait for the replicas.
-		q.cfg.Logger.Warn("jobkey: claim not yet confirmed by replicas; its job runs", "queue", q.name, "err", err)
-		err = nil
+		// The claims stand on the master, unconfirmed: none is handed over
+		// until the replicas confirm it (confirmClaims).
+		claimed := slices.ContainsFunc(got, func(j *Job) bool { return j != nil })
+		q.confirmClaims(ctx, got, asked, err)
+		if !claimed || slices.ContainsFunc(got, func(j *Job) bool { return j != nil }) {
+			err = nil // else every claim was given back unconfirmed: the caller is told why
+		}
 	}
 	if err != nil {
 		return nil, false, err
@@ -612,5 +620,57 @@ func newToken() uint64 {
 func (q *Queue) fixScore(p *indexPlan, shard int, id string, want entry, now time.Time) {
 	if want.score > toMillis(now) {
 		p.zadd(q.ks.index(shard, want.index), want.score, id)
+	}
+}
+
+// confirmClaims deals with claims that committed on the master and that
+// fewer than Config.MinReplicas replicas confirmed (unconfirmed): a
+// failover could lose them and make their jobs pending again, for another
+// worker to run beside the caller. So no such claim is handed over: each
+// is renewed (Extend, fenced on its token) until a renewal is confirmed,
+// which proves the replicas hold the job leased to this claim, and then
+// replaces it in jobs. One that cannot be confirmed while its lease,
+// measured from asked less a fifth of it, still holds is given back
+// unrun, and its place in jobs set to nil.
+func (q *Queue) confirmClaims(ctx context.Context, jobs []*Job, asked time.Time, unconfirmed error) {
+	var all sync.WaitGroup
+	for i, j := range jobs {
+		if j != nil {
+			all.Go(func() { jobs[i] = q.confirmClaim(ctx, j, asked, unconfirmed) })
+		}
+	}
+	all.Wait()
+}
+
+// confirmClaim renews j until a renewal is confirmed, and returns it; or
+// nil once j's lease may be ending, its claim lost, or ctx done.
+func (q *Queue) confirmClaim(ctx context.Context, j *Job, asked time.Time, err error) *Job {
+	deadline := asked.Add(leaseLeft(j) - q.cfg.Lease/5)
+	delay := 10 * time.Millisecond
+	for {
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			q.cfg.Logger.Warn("jobkey: claim not confirmed by replicas before its lease could end; given back unrun",
+				"queue", q.name, "job", j.ID, "err", err)
+			q.giveBack(j)
+			return nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, left)
+		var ext *Job
+		ext, err = q.Extend(cctx, j)
+		cancel()
+		switch {
+		case err == nil:
+			return ext
+		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
+			return nil // the claim was lost (a failover), or its job moved on
+		case final(err):
+			deadline = time.Now() // no renewal can be confirmed (an ACL without +wait)
+			continue
+		}
+		if sleepCtx(ctx, min(delay, max(time.Until(deadline), 0))) != nil {
+			continue // reported and given back above
+		}
+		delay = min(2*delay, q.cfg.Lease/10)
 	}
 }

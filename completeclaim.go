@@ -185,6 +185,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 		all = append(all, c.shard)
 	}
 	checks = q.pullChecks(checks, mine, shards, []string{idxLeased, idxSucceeded})
+	asked := time.Now() // the claims' leases are measured from here
 	_, plan, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: guards,
 		aux: q.slotPredict(mine, shards), follow: q.slotFollow(all),
 		decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
@@ -195,12 +196,20 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	if errors.Is(err, ErrNotReplicated) {
 		// Committed on the master, not yet confirmed: each completion is
 		// answered with the error, for its caller to retry (it recognises
-		// its own write, and waits again), and each claim stands, as
-		// claimTxn's do.
+		// its own write, and waits again), and each claim is handed over
+		// only once confirmed, as claimTxn's are.
 		for k := range errs {
 			if errs[k] == nil {
 				errs[k] = err
 			}
+		}
+		next := make([]*Job, len(out))
+		for k := range out {
+			next[k] = out[k].next
+		}
+		q.confirmClaims(ctx, next, asked, err)
+		for k := range out {
+			out[k].next = next[k]
 		}
 		err = nil
 	}

@@ -58,8 +58,11 @@ func (q *Queue) fencedMany(ctx context.Context, jobs []*Job, predict []string, d
 	q.eachTxn(ctx, false, todo, func(i int) string { return jobs[i].ID },
 		func(set []int) error { return q.fencedTxn(ctx, jobs, set, predict, done, fn, gone, out, errs) },
 		func(set []int, err error) {
+			unconfirmed := errors.Is(err, ErrNotReplicated)
 			for _, i := range set {
-				if errs[i] != errLeftOut {
+				// A job the transaction refused (its lease lost) keeps its
+				// own error: nothing was written for it to confirm.
+				if errs[i] != errLeftOut && (errs[i] == nil || !unconfirmed) {
 					out[i], errs[i] = nil, err
 				}
 			}

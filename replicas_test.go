@@ -389,3 +389,96 @@ func TestReplicaConfigIsValidated(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalid, "%+v", c)
 	}
 }
+
+// A claim the replicas have not confirmed could be lost by a failover,
+// and the job run again beside its first run: Work starts no handler on
+// it until a renewal of its lease is confirmed, on the plain claim path
+// and on the fused one (the next job claimed with a completion).
+func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond, Lease: 10 * time.Second})
+	_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "first"})
+	require.NoError(t, err)
+	started := make(chan string, 2)
+	hold := make(chan struct{})
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	// The plain claim.
+	thaw := r.freeze(t)
+	go func() {
+		done <- r.q.Work(ctx, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+			started <- j.ID // first: a read of the frozen replica would wait for it
+			if j.ID == "first" {
+				<-hold
+			}
+			return nil, nil
+		}), &WorkOpts{Concurrency: 1})
+	}()
+	select {
+	case id := <-started:
+		t.Fatalf("handler of %s started on a claim no replica confirmed", id)
+	case <-time.After(700 * time.Millisecond):
+	}
+	thaw()
+	require.Equal(t, "first", <-started)
+
+	// The fused path: completing "first" claims "second" in one EXEC.
+	_, err = r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "second"})
+	require.NoError(t, err)
+	thaw = r.freeze(t)
+	close(hold)
+	select {
+	case id := <-started:
+		t.Fatalf("handler of %s started on a claim no replica confirmed", id)
+	case <-time.After(700 * time.Millisecond):
+	}
+	thaw()
+	require.Equal(t, "second", <-started)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// In a batch whose write the replicas did not confirm, a job that the
+// batch refused (its lease lost) is told so, not that its write is
+// unconfirmed: nothing was written for it.
+func TestUnconfirmedBatchKeepsEachRefusal(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 2 * time.Second}) // a loaded machine's replica is slow
+	_, err := r.q.EnqueueMany(r.ctx, []JobSpec{{Type: "t", Opts: &EnqueueOpts{ID: "a"}}, {Type: "t", Opts: &EnqueueOpts{ID: "b"}}})
+	require.NoError(t, err)
+	a, err := r.q.Claim(r.ctx, "w")
+	require.NoError(t, err)
+	b, err := r.q.Claim(r.ctx, "w")
+	require.NoError(t, err)
+	stale := cloneJob(a)
+	stale.LeaseToken++ // a lease this copy no longer holds
+	_ = r.freeze(t)
+	_, errs := r.q.fencedMany(r.ctx, []*Job{stale, b}, []string{idxLeased}, nil,
+		func(int) transition { return r.q.extend }, nil)
+	require.ErrorIs(t, errs[0], ErrLeaseLost)
+	require.NotErrorIs(t, errs[0], ErrNotReplicated, "nothing was written for it")
+	require.ErrorIs(t, errs[1], ErrNotReplicated)
+}
+
+// A claim the replicas never confirm (more wanted than there are) is
+// given back unrun before its lease could end, and Claim says why.
+func TestClaimNeverConfirmedIsGivenBack(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{Lease: time.Second})
+	j, err := r.q.Enqueue(r.ctx, "t", nil, nil)
+	require.NoError(t, err)
+	cfg := r.q.cfg
+	cfg.MinReplicas, cfg.ReplicaTimeout = 2, 50*time.Millisecond
+	q, err := NewQueue(r.master, "q", &cfg)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = q.Claim(r.ctx, "w")
+	require.ErrorIs(t, err, ErrNotReplicated)
+	require.Less(t, time.Since(start), 4*time.Second)
+	require.Eventually(t, func() bool {
+		got, err := r.q.Get(r.ctx, j.ID)
+		require.NoError(t, err)
+		return got.State == StatePending && got.Attempt == 0 // given back, the attempt it never ran not spent
+	}, 5*time.Second, 20*time.Millisecond)
+}

@@ -500,6 +500,11 @@ func (w *worker) findClaim(ctx context.Context, unsure *Job, asked time.Time) *J
 		cancel()
 		switch {
 		case err == nil && cur.State == StateActive && cur.LeaseToken == unsure.LeaseToken:
+			if w.q.cfg.MinReplicas > 0 {
+				// Found on the master, not confirmed by the replicas: as
+				// any unconfirmed claim, handed over once a renewal is.
+				return w.q.confirmClaim(ctx, cur, asked, ErrNotReplicated)
+			}
 			return cur
 		case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrWrongType):
 			return nil // the EXEC did not land, or the job moved on
