@@ -212,3 +212,13 @@ func parseJobKey(key string) (queue, id string, ok bool) {
 	queue, _, _ = strings.Cut(tag, "/")
 	return queue, id, true
 }
+
+// syncKey is the key a confirm writes: in route's hash slot, beside the
+// queue's keys (so the ACL lines that let a role write its keys cover it),
+// and never read.
+func syncKey(route string) string {
+	if i := strings.IndexByte(route, '}'); i >= 0 {
+		return route[:i+1] + ":sync"
+	}
+	return route + ":sync"
+}

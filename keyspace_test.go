@@ -22,6 +22,8 @@ var keyBuilders = map[string]func(ks *keyspace, s int) []string{
 	"periodicKey": func(ks *keyspace, s int) []string { return []string{ks.periodicKey(s, "nightly")} },
 	"slotKey":     func(ks *keyspace, s int) []string { return []string{ks.slotKey(s, "cust-7")} },
 	"pauseKey":    func(ks *keyspace, s int) []string { return []string{ks.pauseKey(s)} },
+	// The key a confirm writes before its WAIT, beside the key it confirms.
+	"syncKey": func(ks *keyspace, s int) []string { return []string{syncKey(ks.jobKey(s, "id-1"))} },
 	"index": func(ks *keyspace, s int) []string {
 		var out []string
 		for _, name := range slices.Concat(readyIndexes, []string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt, seenNewer, seenVanished, seenStuck}) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -220,16 +219,6 @@ func (e *casEngine) replicated(ctx context.Context, conn *redis.Conn, route stri
 		return nil
 	}
 	return &ReplicationError{Key: route, Acked: int(n), Want: e.dur.replicas, Timeout: e.dur.timeout, Err: err}
-}
-
-// syncKey is the key a confirm writes: in route's hash slot, beside the
-// queue's keys (so the ACL lines that let a role write its keys cover it),
-// and never read.
-func syncKey(route string) string {
-	if i := strings.IndexByte(route, '}'); i >= 0 {
-		return route[:i+1] + ":sync"
-	}
-	return route + ":sync"
 }
 
 // setArgs is SET key val, with PX ttl when ttl > 0.
