@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,7 +98,7 @@ func parseReplication(addr, info string) masterReplication {
 				r.Lag, _ = strconv.ParseInt(fv, 10, 64)
 			}
 		}
-		r.Addr = ip + ":" + port
+		r.Addr = net.JoinHostPort(ip, port) // [::1]:7001 for an IPv6 replica
 		m.Replicas = append(m.Replicas, r)
 	}
 	for i := range m.Replicas {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 //
 //	redis+sentinel://[[user]:password@]host:port[,host:port...]/mastername[/db]
 //
+// The user and password are percent-decoded, as in redis:// URLs.
 // rediss+sentinel:// is the same over TLS. The password is the master's
 // (and its replicas'); the Sentinels are asked without one.
 const (
@@ -48,7 +50,15 @@ func parseSentinelURL(u string) (*redis.FailoverOptions, error) {
 		if !hasPass {
 			user, pass = "", user // a lone word is the password, as redis:// reads it
 		}
-		o.Username, o.Password = user, pass
+		// Percent-decoded, as redis:// reads them, so that a password can
+		// hold "@", ":" or "/". The error names neither.
+		var err error
+		if o.Username, err = url.PathUnescape(user); err != nil {
+			return nil, bad("the user name has a bad %-escape")
+		}
+		if o.Password, err = url.PathUnescape(pass); err != nil {
+			return nil, bad("the password has a bad %-escape")
+		}
 		rest = rest[at+1:]
 	}
 	if q := strings.IndexAny(rest, "?#"); q >= 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/jobkey/jobkey"
@@ -123,4 +124,66 @@ func TestParseReplication(t *testing.T) {
 	printReplication(&out, []masterReplication{m, {Addr: "127.0.0.1:7010"}})
 	require.Contains(t, out.String(), "| 127.0.0.1:7000 | 1 | 127.0.0.1:7001 | online | 100 | 0 |")
 	require.Contains(t, out.String(), "| 127.0.0.1:7010 | 0 | none |")
+}
+
+// A password is percent-decoded, as redis:// URLs read it, so a password
+// holding "@", ":" or "/" can be written; a bad escape is refused without
+// echoing the password.
+func TestParseSentinelURLDecodesThePassword(t *testing.T) {
+	t.Parallel()
+	o, err := parseSentinelURL("redis+sentinel://ad%40a:p%40ss%3Aw%2Fd@h1:1,[::1]:2/m")
+	require.NoError(t, err)
+	require.Equal(t, "ad@a", o.Username)
+	require.Equal(t, "p@ss:w/d", o.Password)
+	require.Equal(t, []string{"h1:1", "[::1]:2"}, o.SentinelAddrs)
+
+	o, err = parseSentinelURL("redis+sentinel://:p@ss@h1:1/m")
+	require.NoError(t, err, "a raw @ in the password is read up to the last @")
+	require.Equal(t, "p@ss", o.Password)
+
+	_, err = parseSentinelURL("redis+sentinel://:s3cret%zz@h1:1/m")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cret")
+}
+
+// No URL, however mangled, panics the parser or shows its password.
+func TestParseSentinelURLHostileNeverPanicsNorShowsThePassword(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"redis+sentinel://", "rediss+sentinel://", "redis+sentinel://@", "redis+sentinel://:s3cret@",
+		"redis+sentinel://:s3cret@/", "redis+sentinel://:s3cret@//", "redis+sentinel://:s3cret@,/m",
+		"redis+sentinel://:s3cret@h:1,,h:2/m", "redis+sentinel://:s3cret@h:-1/m", "redis+sentinel://:s3cret@h:65536/m",
+		"redis+sentinel://:s3cret@h:/m", "redis+sentinel://:s3cret@:1/m", "redis+sentinel://:s3cret@::1:1/m",
+		"redis+sentinel://:s3cret@[::1/m", "redis+sentinel://:s3cret@[]:1/m", "redis+sentinel://:s3cret@h:1/m/-1",
+		"redis+sentinel://:s3cret@h:1/m/99999999999999999999", "redis+sentinel://:s3cret@h:1/m#frag",
+		"redis+sentinel://:s3cret@h:1/m/1/2", "redis+sentinel://:s3%cret@h:1/m",
+		"redis+sentinel://:s3cret@h:1 /m", "redis+sentinel://:s3cret@h:1\n/m",
+		"redis+sentinel://:s3cret@" + strings.Repeat("h:1,", 1000) + "h:/m",
+	} {
+		require.NotPanics(t, func() {
+			_, err := parseSentinelURL(u)
+			if err != nil {
+				require.NotContains(t, err.Error(), "s3cret", u)
+			}
+		}, u)
+	}
+}
+
+// A replica on an IPv6 address is shown as host:port a client can dial,
+// and malformed lines never panic.
+func TestParseReplicationIPv6AndMalformed(t *testing.T) {
+	t.Parallel()
+	m := parseReplication("[::1]:7000", "master_repl_offset:10\r\nslave0:ip=::1,port=7001,state=online,offset=4,lag=1\r\n")
+	require.Equal(t, []replicaState{{Addr: "[::1]:7001", State: "online", Behind: 6, Lag: 1}}, m.Replicas)
+	for _, info := range []string{
+		"", "\r\n", ":", "slave0:", "slave0", "slave0:,,,", "slave0:=,=", "slave0:offset=x,lag=y",
+		"master_repl_offset:-9223372036854775808\nslave0:offset=9223372036854775807",
+		"master_repl_offset:9223372036854775807\nslave0:offset=-9223372036854775808",
+		"slave0:ip=a,port=1\nslave0:ip=b,port=2", strings.Repeat("slave9:x\n", 1000),
+	} {
+		require.NotPanics(t, func() {
+			var out bytes.Buffer
+			printReplication(&out, []masterReplication{parseReplication("", info)})
+		}, info)
+	}
 }
