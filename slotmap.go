@@ -80,7 +80,7 @@ func newShardsDown(slots *slotMap, key func(int) string) *shardsDown {
 func (d *shardsDown) add(s int, err error) {
 	addr := d.slots.master(d.key(s))
 	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Addr != nil && addr != "" && oe.Addr.String() != addr {
+	if errors.As(err, &oe) && oe.Addr != nil && addr != "" && !sameNode(oe.Addr, addr) {
 		d.slots.reload()
 		return
 	}
@@ -127,4 +127,39 @@ func (d *shardsDown) where(s int) string {
 		return " at " + a
 	}
 	return ""
+}
+
+// sameNode reports whether sent, the address a failed call was sent to as
+// the dialer names it (an IP), is addr, the slot map's, which may name a
+// host (cluster-preferred-endpoint-type hostname). When in doubt it says
+// yes: the shard is then marked down, and up again once the map moves.
+func sameNode(sent net.Addr, addr string) bool {
+	s := sent.String()
+	if s == addr {
+		return true
+	}
+	sentHost, sentPort, err1 := net.SplitHostPort(s)
+	host, port, err2 := net.SplitHostPort(addr)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	if sentPort != port {
+		return false
+	}
+	sentIP := net.ParseIP(sentHost)
+	if ip := net.ParseIP(host); ip != nil || sentIP == nil {
+		return ip.Equal(sentIP) || sentIP == nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIP(ctx, "ip", host)
+	if err != nil {
+		return true
+	}
+	for _, ip := range ips {
+		if ip.Equal(sentIP) {
+			return true
+		}
+	}
+	return false
 }

@@ -137,3 +137,41 @@ func TestDeadNodeReloadsTheSlotMapBoundedAndKeepsItsShardsDown(t *testing.T) {
 	require.LessOrEqual(t, slots, 2*int(run/reloadEvery)+4, "reloads are bounded")
 	require.Zero(t, upWhileDead.Load(), "a shard of the dead node is never up")
 }
+
+// On a cluster whose nodes announce host names, a call that failed on the
+// dead owner's address (which the dialer names by IP) marks its shard down.
+func TestShardDownWhenTheSlotMapNamesTheNodeByHostName(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, "--cluster-announce-hostname", "localhost", "--cluster-preferred-endpoint-type", "hostname")
+	rdb := cl.Client(t, nil)
+	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t)})
+	require.NoError(t, err)
+	ctx := context.Background()
+	key := q.ks.index(0, idxReady)
+	owner, err := rdb.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	require.Contains(t, owner.Options().Addr, "localhost:")
+	_, port, err := net.SplitHostPort(owner.Options().Addr)
+	require.NoError(t, err)
+	for _, m := range cl.Masters() {
+		if strings.HasSuffix(m.Addr, ":"+port) {
+			m.Crash()
+		}
+	}
+	err = rdb.Get(ctx, key).Err()
+	require.True(t, q.unreachable(ctx, err), "%v", err)
+	q.down.add(0, err)
+	require.True(t, q.down.has(0), "the slot still names the node that could not be reached: %v", err)
+}
+
+func TestSameNodeComparesTheDialedIPWithTheSlotMapsAddress(t *testing.T) {
+	t.Parallel()
+	ip := func(s string) net.Addr { a, err := net.ResolveTCPAddr("tcp", s); require.NoError(t, err); return a }
+	require.True(t, sameNode(ip("127.0.0.1:7000"), "127.0.0.1:7000"))
+	require.True(t, sameNode(ip("127.0.0.1:7000"), "localhost:7000"))
+	require.True(t, sameNode(ip("[::1]:7000"), "[::1]:7000"))
+	require.False(t, sameNode(ip("127.0.0.1:7000"), "127.0.0.1:7001"))
+	require.False(t, sameNode(ip("127.0.0.1:7000"), "localhost:7001"))
+	require.False(t, sameNode(ip("127.0.0.2:7000"), "127.0.0.1:7000"))
+	require.True(t, sameNode(ip("127.0.0.1:7000"), "not an address"), "in doubt, the same")
+}
