@@ -223,7 +223,7 @@ func (s *shifter) releaseAbandonedHold(ctx context.Context, j *jobkey.Job) (*job
 	mark := j.Meta[metaHeldRunAt]
 	runAt, perr := time.Parse(time.RFC3339Nano, mark)
 	if perr != nil {
-		return nil, fmt.Errorf("its hold's mark %s=%q cannot be read (the job is kept held): %v", metaHeldRunAt, mark, perr)
+		return nil, fmt.Errorf("%w: its hold's mark %s=%q cannot be read: %v", errUnreadableMark, metaHeldRunAt, mark, perr)
 	}
 	return s.q.Update(ctx, j.ID, func(c *jobkey.Job) error {
 		if c.State != jobkey.StatePending || !c.RunAt.Equal(holdUntil) || c.Meta[metaHeldRunAt] != mark {
@@ -236,6 +236,10 @@ func (s *shifter) releaseAbandonedHold(ctx context.Context, j *jobkey.Job) (*job
 		return nil
 	})
 }
+
+// errUnreadableMark says that a held job's hold mark (metaHeldRunAt) is
+// no RunAt: the job is reported and kept held, as it is.
+var errUnreadableMark = errors.New("unreadable hold mark")
 
 // holdJob holds a jobkey job for a move into asynq: never due, with its
 // RunAt kept in Meta (metaHeldRunAt).
