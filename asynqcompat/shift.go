@@ -26,6 +26,9 @@ const (
 	atAfterReread   = "after-reread"   // the source was read again under WATCH, before the EXEC that switches
 	atAfterDelete   = "after-delete"   // into jobkey: the asynq task is deleted; into asynq: the jobkey job is deleted
 	atAfterRelease  = "after-release"  // the target copy is due
+	// atHeldChecked: into asynq, the held jobkey job was read again and
+	// found held, before the EXEC that makes the asynq copy due.
+	atHeldChecked = "held-checked"
 )
 
 // session is one run's hold of an asynq queue: its migration lock and
@@ -536,7 +539,7 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 			case !held(cur, rec):
 				return &errJobkeyUnheld{state: cur.State.String()}
 			}
-			return nil
+			return s.at(atHeldChecked, id)
 		})
 		var uh *errJobkeyUnheld
 		switch {
@@ -554,7 +557,15 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 	// The asynq copy is due: the held jobkey job goes.
 	cur, err := s.q.Get(ctx, id)
 	switch {
-	case errors.Is(err, jobkey.ErrNotFound), err == nil && !held(cur, rec):
+	case errors.Is(err, jobkey.ErrNotFound):
+	case err == nil && !held(cur, rec):
+		// Made due (or changed) by hand after the check above read it
+		// held, before the asynq copy was made due: the check does not
+		// WATCH the jobkey job, whose key is outside the asynq queue's
+		// cluster slot. Both copies are due: reported, never counted moved.
+		s.m.note(&s.m.rep.Twice, TaskNote{ID: id, State: cur.State.String(),
+			Reason: "its held jobkey job was made due, or changed, by hand in jobkey while the move made its asynq copy due: it is due in both; delete one of them"})
+		return s.st.forget(ctx, id)
 	case err != nil:
 		return fmt.Errorf("asynqcompat: migrate to asynq: job %q is in asynq; read it in jobkey: %w (rerun to finish the move)", id, err)
 	default:
