@@ -176,14 +176,18 @@ func abandonedToJobkey(j *jobkey.Job, queue string) bool {
 // It runs inside the CAS of the jobkey job that acts on such a copy: a
 // write of the job by anyone in between fails that CAS, which reads again.
 func (s *shifter) fenced(ctx context.Context) error {
-	vals, err := s.st.rdb.MGet(ctx, s.st.lock.key, claimKey(s.q)).Result()
-	if err != nil {
+	// Two GETs in one pipeline, not an MGET: the two keys carry different
+	// hash tags, and a cluster refuses an MGET across slots.
+	p := s.st.rdb.Pipeline()
+	lock := p.Get(ctx, s.st.lock.key)
+	claim := p.Get(ctx, claimKey(s.q))
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
-	if tok, _ := vals[0].(string); tok != s.st.lock.token {
+	if tok := lock.Val(); tok != s.st.lock.token {
 		return fmt.Errorf("%w: asynq queue %q: key %q no longer holds this run's token", ErrLockLost, s.st.queue, s.st.lock.key)
 	}
-	if cl, _ := vals[1].(string); cl != s.st.queue {
+	if cl := claim.Val(); cl != s.st.queue {
 		return fmt.Errorf("%w: the claim %q of jobkey queue %q is no longer this migration's", ErrLockLost, claimKey(s.q), s.q.Name())
 	}
 	return nil
