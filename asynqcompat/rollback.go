@@ -238,6 +238,12 @@ func (b *backMover) move(ctx context.Context, j *jobkey.Job) error {
 		switch {
 		case errors.Is(err, errNotHeld), errors.Is(err, jobkey.ErrNotFound):
 			return nil // changed since it was listed: the next pass sees it as it is
+		case errors.Is(err, errUnreadableMark):
+			// Data that cannot be decoded is reported and kept: the job
+			// stays held in jobkey, and the other jobs move.
+			b.m.note(&b.m.rep.Skipped, TaskNote{ID: j.ID, State: "pending",
+				Reason: err.Error() + ": the job is kept held in jobkey; set its RunAt with Queue.Update to move it"})
+			return nil
 		case err != nil:
 			return fmt.Errorf("asynqcompat: migrate to asynq: job %q: give its abandoned hold its RunAt back: %w", j.ID, err)
 		}
@@ -293,8 +299,11 @@ func whyNotToAsynq(j *jobkey.Job) string {
 		return fmt.Sprintf("Priority (%d): asynq has no per-task priority, only queue weights, so the job stays in jobkey", j.Priority)
 	}
 	var own []string
-	for k := range j.Meta {
-		if k != MetaRetried && k != MetaQueue && k != metaHeldRunAt {
+	for k, v := range j.Meta {
+		if k == metaHeldRunAt && isHoldMark(v) {
+			continue // a hold's mark left by a release by hand: the move's own
+		}
+		if k != MetaRetried && k != MetaQueue {
 			own = append(own, k)
 		}
 	}
@@ -303,6 +312,14 @@ func whyNotToAsynq(j *jobkey.Job) string {
 		return fmt.Sprintf("Meta (%s): an asynq task has nowhere its handler reads these entries, so the job stays in jobkey", strings.Join(quoteAll(own), ", "))
 	}
 	return ""
+}
+
+// isHoldMark says whether v, the value of Meta[metaHeldRunAt], is a
+// hold's mark (a RunAt): any other value is the caller's own entry, which
+// a move into asynq would drop.
+func isHoldMark(v string) bool {
+	_, err := time.Parse(time.RFC3339Nano, v)
+	return err == nil
 }
 
 func quoteAll(ss []string) []string {

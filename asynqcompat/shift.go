@@ -26,6 +26,9 @@ const (
 	atAfterReread   = "after-reread"   // the source was read again under WATCH, before the EXEC that switches
 	atAfterDelete   = "after-delete"   // into jobkey: the asynq task is deleted; into asynq: the jobkey job is deleted
 	atAfterRelease  = "after-release"  // the target copy is due
+	// atHeldChecked: into asynq, the held jobkey job was read again and
+	// found held, before the EXEC that makes the asynq copy due.
+	atHeldChecked = "held-checked"
 )
 
 // session is one run's hold of an asynq queue: its migration lock and
@@ -173,14 +176,18 @@ func abandonedToJobkey(j *jobkey.Job, queue string) bool {
 // It runs inside the CAS of the jobkey job that acts on such a copy: a
 // write of the job by anyone in between fails that CAS, which reads again.
 func (s *shifter) fenced(ctx context.Context) error {
-	vals, err := s.st.rdb.MGet(ctx, s.st.lock.key, claimKey(s.q)).Result()
-	if err != nil {
+	// Two GETs in one pipeline, not an MGET: the two keys carry different
+	// hash tags, and a cluster refuses an MGET across slots.
+	p := s.st.rdb.Pipeline()
+	lock := p.Get(ctx, s.st.lock.key)
+	claim := p.Get(ctx, claimKey(s.q))
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
-	if tok, _ := vals[0].(string); tok != s.st.lock.token {
+	if tok := lock.Val(); tok != s.st.lock.token {
 		return fmt.Errorf("%w: asynq queue %q: key %q no longer holds this run's token", ErrLockLost, s.st.queue, s.st.lock.key)
 	}
-	if cl, _ := vals[1].(string); cl != s.st.queue {
+	if cl := claim.Val(); cl != s.st.queue {
 		return fmt.Errorf("%w: the claim %q of jobkey queue %q is no longer this migration's", ErrLockLost, claimKey(s.q), s.q.Name())
 	}
 	return nil
@@ -223,7 +230,7 @@ func (s *shifter) releaseAbandonedHold(ctx context.Context, j *jobkey.Job) (*job
 	mark := j.Meta[metaHeldRunAt]
 	runAt, perr := time.Parse(time.RFC3339Nano, mark)
 	if perr != nil {
-		return nil, fmt.Errorf("its hold's mark %s=%q cannot be read (the job is kept held): %v", metaHeldRunAt, mark, perr)
+		return nil, fmt.Errorf("%w: its hold's mark %s=%q cannot be read: %v", errUnreadableMark, metaHeldRunAt, mark, perr)
 	}
 	return s.q.Update(ctx, j.ID, func(c *jobkey.Job) error {
 		if c.State != jobkey.StatePending || !c.RunAt.Equal(holdUntil) || c.Meta[metaHeldRunAt] != mark {
@@ -236,6 +243,10 @@ func (s *shifter) releaseAbandonedHold(ctx context.Context, j *jobkey.Job) (*job
 		return nil
 	})
 }
+
+// errUnreadableMark says that a held job's hold mark (metaHeldRunAt) is
+// no RunAt: the job is reported and kept held, as it is.
+var errUnreadableMark = errors.New("unreadable hold mark")
 
 // holdJob holds a jobkey job for a move into asynq: never due, with its
 // RunAt kept in Meta (metaHeldRunAt).
@@ -532,7 +543,7 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 			case !held(cur, rec):
 				return &errJobkeyUnheld{state: cur.State.String()}
 			}
-			return nil
+			return s.at(atHeldChecked, id)
 		})
 		var uh *errJobkeyUnheld
 		switch {
@@ -550,7 +561,15 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 	// The asynq copy is due: the held jobkey job goes.
 	cur, err := s.q.Get(ctx, id)
 	switch {
-	case errors.Is(err, jobkey.ErrNotFound), err == nil && !held(cur, rec):
+	case errors.Is(err, jobkey.ErrNotFound):
+	case err == nil && !held(cur, rec):
+		// Made due (or changed) by hand after the check above read it
+		// held, before the asynq copy was made due: the check does not
+		// WATCH the jobkey job, whose key is outside the asynq queue's
+		// cluster slot. Both copies are due: reported, never counted moved.
+		s.m.note(&s.m.rep.Twice, TaskNote{ID: id, State: cur.State.String(),
+			Reason: "its held jobkey job was made due, or changed, by hand in jobkey while the move made its asynq copy due: it is due in both; delete one of them"})
+		return s.st.forget(ctx, id)
 	case err != nil:
 		return fmt.Errorf("asynqcompat: migrate to asynq: job %q is in asynq; read it in jobkey: %w (rerun to finish the move)", id, err)
 	default:

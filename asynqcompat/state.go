@@ -37,7 +37,10 @@ import (
 //     holdUntil and record step "copied"; in one transaction, under WATCH
 //     of that copy, make it due and record step "delete", only while the
 //     jobkey job is still held (one made due or deleted by hand stays in
-//     jobkey, and the held copy is deleted instead); then delete the
+//     jobkey, and the held copy is deleted instead; that read is not a
+//     WATCH, the job's key being outside the queue's slot, so one made due
+//     by hand between it and the EXEC is found after, and reported in
+//     Twice, never counted moved); then delete the
 //     held jobkey job, and forget the move. A job jobkey claimed before the
 //     hold stays in jobkey, and nothing was put into asynq. The asynq copy
 //     exists exactly from step "copied" on: one found gone at its release
