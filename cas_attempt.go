@@ -436,9 +436,11 @@ func (e *casEngine) multiRead(ctx context.Context, conn *redis.Conn, keys []stri
 
 // decodeReads turns raw reads into jobs. A missing key is a nil job; a key
 // of another type or a value that cannot be decoded is reported per key and
-// left untouched.
+// left untouched. The jobs share one allocation, and each owns its reply's
+// bytes (unmarshalReply): raws are not read again.
 func decodeReads(keys []string, raws []rawRead) (*casRead, error) {
 	r := &casRead{jobs: make([]*Job, len(keys)), errs: make([]error, len(keys))}
+	var slab []Job
 	for i, raw := range raws {
 		switch {
 		case raw.missing:
@@ -449,8 +451,11 @@ func decodeReads(keys []string, raws []rawRead) (*casRead, error) {
 		case raw.err != nil:
 			return nil, fmt.Errorf("jobkey: get %s: %w", keys[i], raw.err)
 		}
-		j := new(Job)
-		if err := unmarshalString(raw.s, j); err != nil {
+		if len(slab) == 0 {
+			slab = make([]Job, len(raws)-i)
+		}
+		j := &slab[0]
+		if err := unmarshalReply(raw.s, j); err != nil {
 			var ce *CorruptError
 			if errors.As(err, &ce) {
 				ce.Key = keys[i]
@@ -465,27 +470,25 @@ func decodeReads(keys []string, raws []rawRead) (*casRead, error) {
 			continue
 		}
 		r.jobs[i] = j
+		slab = slab[1:]
 	}
 	return r, nil
 }
 
 // encodePlan bumps each written job's revision past the value it replaces
 // and encodes it. Every write must target a watched key, or the compare in
-// compare-and-set would not cover it.
+// compare-and-set would not cover it. The values share one buffer, of
+// their exact total size; each is capped, so nothing appends across.
 func encodePlan(keys []string, read *casRead, plan *casPlan) ([][]byte, error) {
-	at := make(map[string]int, len(keys))
-	for k, key := range keys {
-		at[key] = k
-	}
 	for _, w := range plan.aux {
 		if _, ok := read.aux[w.key]; !ok {
 			return nil, fmt.Errorf("jobkey: internal error: write to unwatched key %q", w.key)
 		}
 	}
-	values := make([][]byte, len(plan.writes))
-	for i, w := range plan.writes {
-		idx, ok := at[w.key]
-		if !ok {
+	total := 0
+	for _, w := range plan.writes {
+		idx := slices.Index(keys, w.key)
+		if idx < 0 {
 			return nil, fmt.Errorf("jobkey: internal error: write to unwatched key %q", w.key)
 		}
 		var prevRev uint64
@@ -493,11 +496,18 @@ func encodePlan(keys []string, read *casRead, plan *casPlan) ([][]byte, error) {
 			prevRev = prev.Rev // read first: decide may have edited prev in place
 		}
 		w.job.Rev = prevRev + 1
-		b, err := Marshal(w.job)
+		n, err := marshalSize(w.job)
 		if err != nil {
 			return nil, err
 		}
-		values[i] = b
+		total += n
+	}
+	values := make([][]byte, len(plan.writes))
+	buf := make([]byte, 0, total)
+	for i, w := range plan.writes {
+		start := len(buf)
+		buf = appendJob(buf, w.job)
+		values[i] = buf[start:len(buf):len(buf)]
 	}
 	return values, nil
 }

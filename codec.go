@@ -77,39 +77,48 @@ const maxSkipDepth = 16
 // and restores values, or keeps golden files of the format. A Queue never
 // needs them from its caller.
 func Marshal(j *Job) ([]byte, error) {
-	if j == nil {
-		return nil, errors.New("jobkey: marshal nil job")
+	n, err := marshalSize(j)
+	if err != nil {
+		return nil, err
 	}
-	// Refuse whatever Unmarshal would refuse, so a value that was written
-	// can always be read back.
+	return appendJob(make([]byte, 0, n), j), nil
+}
+
+// marshalSize refuses whatever Unmarshal would refuse, so a value that was
+// written can always be read back, and returns the exact length appendJob
+// writes for j.
+func marshalSize(j *Job) (int, error) {
+	if j == nil {
+		return 0, errors.New("jobkey: marshal nil job")
+	}
 	switch {
 	case !j.State.Valid():
-		return nil, fmt.Errorf("%w: marshal job %q: invalid state %d", ErrInvalid, j.ID, uint8(j.State))
+		return 0, fmt.Errorf("%w: marshal job %q: invalid state %d", ErrInvalid, j.ID, uint8(j.State))
 	case j.Attempt < 0 || j.Attempt > MaxAttemptsLimit:
-		return nil, fmt.Errorf("%w: marshal job %q: Attempt %d, want 0..%d", ErrInvalid, j.ID, j.Attempt, MaxAttemptsLimit)
+		return 0, fmt.Errorf("%w: marshal job %q: Attempt %d, want 0..%d", ErrInvalid, j.ID, j.Attempt, MaxAttemptsLimit)
 	case j.MaxAttempts < 0 || j.MaxAttempts > MaxAttemptsLimit:
-		return nil, fmt.Errorf("%w: marshal job %q: MaxAttempts %d, want 0..%d", ErrInvalid, j.ID, j.MaxAttempts, MaxAttemptsLimit)
+		return 0, fmt.Errorf("%w: marshal job %q: MaxAttempts %d, want 0..%d", ErrInvalid, j.ID, j.MaxAttempts, MaxAttemptsLimit)
 	}
 	if err := validMeta(j.Meta); err != nil {
-		return nil, fmt.Errorf("marshal job %q: %w", j.ID, err)
+		return 0, fmt.Errorf("marshal job %q: %w", j.ID, err)
 	}
 	if j.Priority < 0 || j.Priority > MaxPriority {
-		return nil, fmt.Errorf("%w: marshal job %q: Priority %d, want 0..%d", ErrInvalid, j.ID, j.Priority, MaxPriority)
+		return 0, fmt.Errorf("%w: marshal job %q: Priority %d, want 0..%d", ErrInvalid, j.ID, j.Priority, MaxPriority)
 	}
 	if len(j.ConcurrencyKey) > MaxConcurrencyKeyLen {
-		return nil, fmt.Errorf("%w: marshal job %q: ConcurrencyKey is %d bytes, limit %d", ErrInvalid, j.ID, len(j.ConcurrencyKey), MaxConcurrencyKeyLen)
+		return 0, fmt.Errorf("%w: marshal job %q: ConcurrencyKey is %d bytes, limit %d", ErrInvalid, j.ID, len(j.ConcurrencyKey), MaxConcurrencyKeyLen)
 	}
 	if j.Timeout < 0 || j.Timeout > MaxTimeout || j.Timeout%time.Millisecond != 0 {
-		return nil, fmt.Errorf("%w: marshal job %q: Timeout %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Timeout, MaxTimeout)
+		return 0, fmt.Errorf("%w: marshal job %q: Timeout %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Timeout, MaxTimeout)
 	}
 	if j.Retention < 0 || j.Retention > MaxRetention || j.Retention%time.Millisecond != 0 {
-		return nil, fmt.Errorf("%w: marshal job %q: Retention %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Retention, MaxRetention)
+		return 0, fmt.Errorf("%w: marshal job %q: Retention %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Retention, MaxRetention)
 	}
 	n := encodedSize(j)
 	if n > MaxValueBytes {
-		return nil, fmt.Errorf("%w: job %q encodes to %d bytes, limit %d", ErrTooLarge, j.ID, n, MaxValueBytes)
+		return 0, fmt.Errorf("%w: job %q encodes to %d bytes, limit %d", ErrTooLarge, j.ID, n, MaxValueBytes)
 	}
-	return appendJob(make([]byte, 0, n), j), nil
+	return n, nil
 }
 
 // Unmarshal decodes a stored value into j, which is zeroed first. It never
@@ -130,6 +139,17 @@ func Unmarshal(data []byte, j *Job) error {
 // byte fields, which callers may modify, are copied.
 func unmarshalString(s string, j *Job) error {
 	return decodeJob(newDecoder(unsafe.Slice(unsafe.StringData(s), len(s)), false), j)
+}
+
+// unmarshalReply decodes a value go-redis just read off the wire into j,
+// which becomes the only owner of reply's memory: its byte fields alias
+// reply instead of copying it. Only for a reply string that nothing else
+// holds or reads once decoded (go-redis reads each reply into a fresh
+// buffer): a caller that modifies Payload or Result then modifies bytes no
+// string of the Job covers, and that nothing else can see. A value written
+// back from such a Job is encoded from those very bytes, unchanged.
+func unmarshalReply(reply string, j *Job) error {
+	return decodeJob(newDecoder(unsafe.Slice(unsafe.StringData(reply), len(reply)), true), j)
 }
 
 func decodeJob(d *msgpk.Decoder, j *Job) error { return decodeJobAs(d, j, knownFields) }

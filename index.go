@@ -30,58 +30,92 @@ func derive(j *Job) entry {
 // type must be checked before it runs. Writes to one key are merged into
 // one command (ZREM key m1 m2 ..., ZADD key s1 m1 s2 m2 ...), so a batch of
 // n jobs costs a few index commands, not n of each.
+//
+// The writes are gathered in one list and turned into commands at the end
+// (steps), whose arguments all share one allocation of their exact size: a
+// batch's index writes cost a handful of allocations, not a few per job.
 type indexPlan struct {
 	checks []typeCheck
-	keys   []indexWrites // in first-use order; a transaction touches a few
-	extra  [][]any       // other steps, after the index writes
+	keys   []indexKey // in first-use order; a transaction touches a few
+	ops    []indexOp  // every ZREM and ZADD member, in the order made
+	extra  [][]any    // other steps, after the index writes
+	score  struct {   // the last score boxed: a batch's jobs share "now"
+		v   int64
+		box any
+	}
 }
 
-// indexWrites are the writes to one index key: the command prefixes are
-// built in as the first elements, so steps hands them over as they are.
-type indexWrites struct {
-	key  string
-	rems []any // "zrem", key, members...
-	adds []any // "zadd", key, score, member, ...
+// indexKey is one index key the plan writes, boxed once for every
+// command that names it, and how many members it removes and adds.
+type indexKey struct {
+	key        string
+	box        any
+	rems, adds int
 }
 
-func (p *indexPlan) use(key string) *indexWrites {
+// indexOp removes member from, or adds it with score to, keys[key].
+type indexOp struct {
+	key    int
+	add    bool
+	score  any
+	member any
+}
+
+func (p *indexPlan) use(key string) int {
 	for i := range p.keys {
 		if p.keys[i].key == key {
-			return &p.keys[i]
+			return i
 		}
 	}
-	p.keys = append(p.keys, indexWrites{key: key})
+	p.keys = append(p.keys, indexKey{key: key, box: key})
 	p.checks = append(p.checks, typeCheck{key: key, want: "zset"})
-	return &p.keys[len(p.keys)-1]
+	return len(p.keys) - 1
 }
 
-func (p *indexPlan) zrem(key, id string) {
-	w := p.use(key)
-	if w.rems == nil {
-		w.rems = []any{"zrem", key}
+// boxScore returns score as an argument, sharing the last one's box when
+// equal: converting an int64 to any allocates, and a batch's jobs mostly
+// have the same score (the transaction's time, or its lease deadline).
+func (p *indexPlan) boxScore(score int64) any {
+	if p.score.box == nil || p.score.v != score {
+		p.score.v, p.score.box = score, score
 	}
-	w.rems = append(w.rems, id)
+	return p.score.box
 }
 
-func (p *indexPlan) zadd(key string, score int64, id string) {
-	w := p.use(key)
-	if w.adds == nil {
-		w.adds = []any{"zadd", key}
-	}
-	w.adds = append(w.adds, score, id)
+func (p *indexPlan) zrem(key, id string) { p.zremBoxed(key, id) }
+
+// zremBoxed is zrem of a member already converted to an argument (move
+// converts one ID once for both of its writes).
+func (p *indexPlan) zremBoxed(key string, member any) {
+	k := p.use(key)
+	p.keys[k].rems++
+	p.ops = append(p.ops, indexOp{key: k, member: member})
+}
+
+func (p *indexPlan) zadd(key string, score int64, id string) { p.zaddBoxed(key, score, id) }
+
+func (p *indexPlan) zaddBoxed(key string, score int64, member any) {
+	k := p.use(key)
+	p.keys[k].adds++
+	p.ops = append(p.ops, indexOp{key: k, add: true, score: p.boxScore(score), member: member})
 }
 
 // rescore sets id's score in key to score, replacing an addition of id to
 // key the plan already holds.
 func (p *indexPlan) rescore(key string, score int64, id string) {
-	w := p.use(key)
-	for i := 3; i < len(w.adds); i += 2 {
-		if w.adds[i] == id {
-			w.adds[i-1] = score
+	k := p.use(key)
+	for i := range p.ops {
+		if o := &p.ops[i]; o.key == k && o.add && memberIs(o.member, id) {
+			o.score = p.boxScore(score)
 			return
 		}
 	}
 	p.zadd(key, score, id)
+}
+
+func memberIs(member any, id string) bool {
+	s, ok := member.(string)
+	return ok && s == id
 }
 
 // flag sets a string key to "1" in the transaction (once), its type
@@ -94,19 +128,51 @@ func (p *indexPlan) flag(key string) {
 	p.extra = append(p.extra, []any{"set", key, "1"})
 }
 
-// steps returns the merged commands: removals, then additions.
+// steps returns the merged commands: removals, then additions, each key's
+// in first-use order and its members in the order they were written.
 // No ID is both removed from and added to one key in a plan, so the order
 // between them does not matter.
 func (p *indexPlan) steps() [][]any {
-	out := make([][]any, 0, 2*len(p.keys)+len(p.extra))
-	for _, w := range p.keys {
-		if w.rems != nil {
-			out = append(out, w.rems)
+	n, cmds := 0, 0
+	for _, k := range p.keys {
+		if k.rems > 0 {
+			n, cmds = n+2+k.rems, cmds+1
+		}
+		if k.adds > 0 {
+			n, cmds = n+2+2*k.adds, cmds+1
 		}
 	}
-	for _, w := range p.keys {
-		if w.adds != nil {
-			out = append(out, w.adds)
+	out := make([][]any, 0, cmds+len(p.extra))
+	if cmds > 0 {
+		args := make([]any, 0, n)
+		// Each command is a capped window of args, filled key by key.
+		cmd := func(k int, add bool, size int) {
+			start := len(args)
+			name := "zrem"
+			if add {
+				name = "zadd"
+			}
+			args = append(args, name, p.keys[k].box)
+			for _, o := range p.ops {
+				if o.key != k || o.add != add {
+					continue
+				}
+				if add {
+					args = append(args, o.score)
+				}
+				args = append(args, o.member)
+			}
+			out = append(out, args[start:start+size:start+size])
+		}
+		for k, w := range p.keys {
+			if w.rems > 0 {
+				cmd(k, false, 2+w.rems)
+			}
+		}
+		for k, w := range p.keys {
+			if w.adds > 0 {
+				cmd(k, true, 2+2*w.adds)
+			}
 		}
 	}
 	return append(out, p.extra...)
@@ -134,14 +200,21 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 		}
 	}
 	tampered := hint != "" && hint != from.index
-	if from.index != "" && from.index != to.index {
-		p.zrem(q.ks.index(shard, from.index), id)
+	remFrom := from.index != "" && from.index != to.index
+	remHint := tampered && hint != to.index && hint != from.index
+	add := to.index != "" && (to != from || tampered)
+	if !remFrom && !remHint && !add {
+		return
 	}
-	if tampered && hint != to.index && hint != from.index {
-		p.zrem(q.ks.index(shard, hint), id)
+	var member any = id // converted once, for every write below
+	if remFrom {
+		p.zremBoxed(q.ks.index(shard, from.index), member)
 	}
-	if to.index != "" && (to != from || tampered) {
-		p.zadd(q.ks.index(shard, to.index), to.score, id)
+	if remHint {
+		p.zremBoxed(q.ks.index(shard, hint), member)
+	}
+	if add {
+		p.zaddBoxed(q.ks.index(shard, to.index), to.score, member)
 	}
 }
 
