@@ -369,3 +369,32 @@ func TestConnectionSetupErrorIsReported(t *testing.T) {
 	_, err = q.Stats(ctx)
 	require.ErrorContains(t, err, "WRONGPASS")
 }
+
+// A plan's values share one buffer: each must still be exactly what
+// Marshal writes for its job at its new revision, and capped, so nothing
+// appended to one value reaches the next.
+func TestEncodePlanValuesAreWholeAndSeparate(t *testing.T) {
+	t.Parallel()
+	a, b, c := fullJobRetention(), fullJob(), &Job{ID: "c", State: StatePending, Payload: make([]byte, 70000)}
+	read := &casRead{jobs: []*Job{{Rev: 41}, nil, {Rev: 9}}}
+	plan := &casPlan{writes: []casWrite{{key: "k0", job: a}, {key: "k1", job: b}, {key: "k2", job: c}}}
+	values, err := encodePlan([]string{"k0", "k1", "k2"}, read, plan)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{42, 1, 10}, []uint64{a.Rev, b.Rev, c.Rev})
+	for i, w := range plan.writes {
+		want, err := Marshal(w.job)
+		require.NoError(t, err)
+		require.Equal(t, want, values[i])
+		require.Equal(t, len(values[i]), cap(values[i]))
+	}
+	_ = append(values[0], 0xff)
+	want, err := Marshal(b)
+	require.NoError(t, err)
+	require.Equal(t, want, values[1])
+
+	bad := &casPlan{writes: []casWrite{{key: "k0", job: a}, {key: "k1", job: &Job{ID: "x"}}}}
+	_, err = encodePlan([]string{"k0", "k1", "k2"}, read, bad)
+	require.ErrorIs(t, err, ErrInvalid, "a job Marshal refuses is refused")
+	_, err = encodePlan([]string{"k0"}, read, &casPlan{writes: []casWrite{{key: "elsewhere", job: a}}})
+	require.ErrorContains(t, err, "unwatched")
+}

@@ -664,11 +664,15 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var j, fromString Job
+		var j, fromString, fromReply Job
 		err := Unmarshal(data, &j)
 		serr := unmarshalString(string(data), &fromString)
 		if (err == nil) != (serr == nil) {
 			t.Fatalf("Unmarshal: %v, unmarshalString: %v", err, serr)
+		}
+		rerr := unmarshalReply(string(data), &fromReply)
+		if (err == nil) != (rerr == nil) {
+			t.Fatalf("Unmarshal: %v, unmarshalReply: %v", err, rerr)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) && !errors.Is(err, ErrTooLarge) {
@@ -677,6 +681,7 @@ func FuzzUnmarshal(f *testing.F) {
 			return
 		}
 		require.Equal(t, j, fromString)
+		require.Equal(t, j, fromReply)
 		b, err := Marshal(&j)
 		if err != nil {
 			t.Fatalf("decoded job does not re-encode: %v", err)
@@ -783,4 +788,55 @@ func TestOlderWriterKeepsNewerFields(t *testing.T) {
 	_, err = f.q.Complete(f.ctx, c, []byte("done"))
 	require.NoError(t, err)
 	kept("Complete")
+}
+
+// A job decoded from a Redis reply owns the reply's bytes instead of
+// copying its byte fields (unmarshalReply). It must decode as Unmarshal
+// does, re-encode byte for byte as a job Unmarshal decoded (a job read
+// and written back loses nothing, fields of a newer minor included), and
+// a caller that modifies its Payload or Result changes no other field.
+func TestReplyDecodeRewritesByteForByte(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("testdata", "*.msgpack"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	values := map[string][]byte{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		values[filepath.Base(f)] = b
+	}
+	for name, j := range map[string]*Job{"full": fullJob(), "retention": fullJobRetention(),
+		"large": {ID: "big", State: StatePending, Payload: bytes.Repeat([]byte{0xab}, 70000), Result: []byte{1}}} {
+		b, err := Marshal(j)
+		require.NoError(t, err)
+		values[name] = b
+	}
+	for name, b := range values {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var want, got Job
+			require.NoError(t, Unmarshal(b, &want))
+			reply := string(b) // a fresh buffer, as go-redis reads one
+			require.NoError(t, unmarshalReply(reply, &got))
+			require.Equal(t, want, got)
+			wantBytes, err := Marshal(&want)
+			require.NoError(t, err)
+			gotBytes, err := Marshal(&got)
+			require.NoError(t, err)
+			require.Equal(t, wantBytes, gotBytes)
+			if name == "job-v1.6.msgpack" || name == "job-future-minor.msgpack" {
+				require.Equal(t, b, gotBytes, "a value of this build's format or newer is written back as it was read")
+			}
+			for i := range got.Payload {
+				got.Payload[i] ^= 0xff
+			}
+			for i := range got.Result {
+				got.Result[i] ^= 0xff
+			}
+			got.Payload, got.Result = want.Payload, want.Result
+			require.Equal(t, want, got, "modifying the byte fields changed another field")
+			require.Len(t, got.future.raw, len(want.future.raw))
+		})
+	}
 }

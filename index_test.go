@@ -59,3 +59,35 @@ func TestInjectedFaultWritesNothingOthersFlow(t *testing.T) {
 	require.ErrorAs(t, err, &wt, "Stats reports the broken index rather than a wrong count")
 	require.Equal(t, broken, wt.Key)
 }
+
+// An index plan merges the writes of every job into one ZREM and one ZADD
+// per key, removals first, keys in first-use order and members in the
+// order written; a rescore replaces the score of an addition it holds.
+func TestIndexPlanStepsMergePerKey(t *testing.T) {
+	t.Parallel()
+	var p indexPlan
+	p.zadd("leased", 5000, "a")
+	p.zrem("ready", "a")
+	p.zadd("leased", 5000, "b")
+	p.zrem("ready", "b")
+	p.zadd("succeeded", 7, "c")
+	p.zrem("leased", "c")
+	p.rescore("leased", 6000, "b")
+	p.rescore("ready", 1, "d")
+	p.flag("flag")
+	steps := p.steps()
+	require.Equal(t, [][]any{
+		{"zrem", "leased", "c"},
+		{"zrem", "ready", "a", "b"},
+		{"zadd", "leased", int64(5000), "a", int64(6000), "b"},
+		{"zadd", "ready", int64(1), "d"},
+		{"zadd", "succeeded", int64(7), "c"},
+		{"set", "flag", "1"},
+	}, steps)
+	require.Equal(t, []typeCheck{{"leased", "zset"}, {"ready", "zset"}, {"succeeded", "zset"}, {"flag", "string"}}, p.checks)
+	for _, s := range steps {
+		require.Equal(t, len(s), cap(s), "a step must not append into the next one's arguments")
+	}
+	var empty indexPlan
+	require.Empty(t, empty.steps())
+}
