@@ -439,7 +439,19 @@ func (e *casEngine) multiRead(ctx context.Context, conn *redis.Conn, keys []stri
 // left untouched. The jobs share one allocation, and each owns its reply's
 // bytes (unmarshalReply): raws are not read again.
 func decodeReads(keys []string, raws []rawRead) (*casRead, error) {
-	r := &casRead{jobs: make([]*Job, len(keys)), errs: make([]error, len(keys))}
+	// A batch's read and its per-key slices are one allocation.
+	type readBuf struct {
+		r    casRead
+		jobs [8]*Job
+		errs [8]error
+	}
+	buf := new(readBuf)
+	r := &buf.r
+	if len(keys) <= len(buf.jobs) {
+		r.jobs, r.errs = buf.jobs[:len(keys):len(keys)], buf.errs[:len(keys):len(keys)]
+	} else {
+		r.jobs, r.errs = make([]*Job, len(keys)), make([]error, len(keys))
+	}
 	var slab []Job
 	for i, raw := range raws {
 		switch {

@@ -61,11 +61,25 @@ type indexOp struct {
 	member any
 }
 
+// The first index writes of a plan make room for those of a batch of
+// jobs at once, rather than growing one by one.
+const (
+	indexKeysHint = 4
+	indexOpsHint  = 8
+)
+
+// zremArg and zaddArg are the command names, converted to arguments once.
+var zremArg, zaddArg any = "zrem", "zadd"
+
 func (p *indexPlan) use(key string) int {
 	for i := range p.keys {
 		if p.keys[i].key == key {
 			return i
 		}
+	}
+	if p.keys == nil {
+		p.keys = make([]indexKey, 0, indexKeysHint)
+		p.checks = slices.Grow(p.checks, indexKeysHint)
 	}
 	p.keys = append(p.keys, indexKey{key: key, box: key})
 	p.checks = append(p.checks, typeCheck{key: key, want: "zset"})
@@ -89,7 +103,14 @@ func (p *indexPlan) zrem(key, id string) { p.zremBoxed(key, id) }
 func (p *indexPlan) zremBoxed(key string, member any) {
 	k := p.use(key)
 	p.keys[k].rems++
+	p.growOps()
 	p.ops = append(p.ops, indexOp{key: k, member: member})
+}
+
+func (p *indexPlan) growOps() {
+	if p.ops == nil {
+		p.ops = make([]indexOp, 0, indexOpsHint)
+	}
 }
 
 func (p *indexPlan) zadd(key string, score int64, id string) { p.zaddBoxed(key, score, id) }
@@ -97,6 +118,7 @@ func (p *indexPlan) zadd(key string, score int64, id string) { p.zaddBoxed(key, 
 func (p *indexPlan) zaddBoxed(key string, score int64, member any) {
 	k := p.use(key)
 	p.keys[k].adds++
+	p.growOps()
 	p.ops = append(p.ops, indexOp{key: k, add: true, score: p.boxScore(score), member: member})
 }
 
@@ -148,9 +170,9 @@ func (p *indexPlan) steps() [][]any {
 		// Each command is a capped window of args, filled key by key.
 		cmd := func(k int, add bool, size int) {
 			start := len(args)
-			name := "zrem"
+			name := zremArg
 			if add {
-				name = "zadd"
+				name = zaddArg
 			}
 			args = append(args, name, p.keys[k].box)
 			for _, o := range p.ops {
