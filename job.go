@@ -223,6 +223,19 @@ func cloneMeta(m map[string]string) map[string]string {
 	return maps.Clone(m)
 }
 
+// cloneJob is a shallow copy of j: what a transition writes is a new Job,
+// never the stored one edited in place. Each use needs its copy:
+//   - decideFenced, decideClaim, claimed, blocked and bulk's transitions
+//     build next from cur, and the same decision still reads cur after:
+//     its old index entry (move), its slot lease (slotBook), the job a
+//     LeaseLostError reports;
+//   - worker.call gives the handler its own Job, so what it edits never
+//     reaches the fencing fields the worker's renewal and completion use;
+//   - enqueue's JobExistsError gives the caller of a repeated ID its own
+//     copy of the Job the first caller gets.
+//
+// None keeps a copy across attempts: decide runs on each attempt's fresh
+// read (casTxn), so a Job handed to a caller is never edited by a retry.
 func cloneJob(j *Job) *Job {
 	c := *j
 	return &c
