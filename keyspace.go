@@ -79,8 +79,10 @@ type keyspace struct {
 }
 
 // indexNames are the names whose keys newKeyspace builds ahead.
+// The shards' pause and priority flags are among them: the hot paths name
+// those too.
 var indexNames = append([]string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt,
-	seenNewer, seenVanished, seenStuck}, readyIndexes...)
+	seenNewer, seenVanished, seenStuck, pauseFlag, prioFlag}, readyIndexes...)
 
 func newKeyspace(prefix, queue string, shards int) *keyspace {
 	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards),

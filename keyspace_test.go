@@ -181,3 +181,15 @@ func TestIndexKeysBuiltAheadMatchTheKeyspace(t *testing.T) {
 		}
 	}
 }
+
+// The keys the hot paths name per transaction are built once, not per use:
+// the indexes, and the shards' pause and priority flags.
+func TestHotKeysAreNotBuiltPerUse(t *testing.T) {
+	ks := newKeyspace("a-prefix-long-enough-to-need-the-heap", "q", 3)
+	var keep []string // the keys escape, as they do into commands
+	for _, name := range []string{idxLeased, idxSucceeded, readyIndex(0), readyIndex(MaxPriority), pauseFlag, prioFlag} {
+		keep = slices.Grow(keep[:0], 100)
+		require.Zero(t, testing.AllocsPerRun(10, func() { keep = append(keep, ks.index(2, name)) }), name)
+	}
+	require.Zero(t, testing.AllocsPerRun(10, func() { keep = append(keep, ks.pauseKey(1)) }))
+}
