@@ -236,13 +236,7 @@ func TestMigrateInterruptedAndRerun(t *testing.T) {
 				}
 			}
 		default: // crashed between an enqueue and its delete
-			var calls atomic.Int64
-			opts.afterEnqueue = func(string) error {
-				if calls.Add(1) == point {
-					return errInjected
-				}
-				return nil
-			}
+			opts.afterEnqueue = failOnCall(point, errInjected)
 		}
 		rep, err := Migrate(ctx, e.rdb, opts)
 		cancel()
@@ -480,14 +474,11 @@ func TestMigrateLeavesUniqueTasksWithTheirLock(t *testing.T) {
 	q := e.queue(t, "emails", nil)
 	ac := asynq.NewClientFromRedisClient(e.rdb)
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
-	for id, opts := range map[string][]asynq.Option{
+	enqueueTasksByID(t, e, map[string][]asynq.Option{
 		"u-pending":   {asynq.Unique(time.Hour)},
 		"u-scheduled": {asynq.Unique(time.Hour), asynq.ProcessIn(time.Hour)},
 		"plain":       nil,
-	} {
-		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
-		require.NoError(t, err, id)
-	}
+	})
 	for _, dry := range []bool{true, false} {
 		rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, DryRun: dry})
 		require.NoError(t, err)
@@ -518,17 +509,14 @@ func TestMigrateLeavesGroupTasks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	q := e.queue(t, "emails", nil)
-	ac := asynq.NewClientFromRedisClient(e.rdb)
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
-	for id, opts := range map[string][]asynq.Option{
+	enqueueTasksByID(t, e, map[string][]asynq.Option{
 		"retained":      {asynq.Retention(time.Hour)},
 		"grouped":       {asynq.Group("batch")},
 		"grouped-later": {asynq.Group("batch"), asynq.ProcessIn(time.Hour)},
 		"plain":         nil,
-	} {
-		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
-		require.NoError(t, err, id)
-	}
+	})
+	ac := asynq.NewClientFromRedisClient(e.rdb)
 	_, err := ac.EnqueueContext(e.ctx, asynq.NewTask("other", nil), asynq.TaskID("other-grouped"), asynq.Group("batch"))
 	require.NoError(t, err)
 	for _, dry := range []bool{true, false} {
@@ -563,18 +551,14 @@ func TestMigrateCarriesRetentionAndDeadline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	q := e.queue(t, "emails", nil)
-	ac := asynq.NewClientFromRedisClient(e.rdb)
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
 	deadline := time.Now().Add(time.Hour).Truncate(time.Second)
-	for id, opts := range map[string][]asynq.Option{
+	enqueueTasksByID(t, e, map[string][]asynq.Option{
 		"retained":  {asynq.Retention(90 * time.Minute)},
 		"deadlined": {asynq.Deadline(deadline)},
 		"both":      {asynq.Retention(time.Hour), asynq.Deadline(deadline), asynq.Timeout(time.Minute)},
 		"too-long":  {asynq.Retention(jobkey.MaxRetention + time.Hour)},
-	} {
-		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
-		require.NoError(t, err, id)
-	}
+	})
 	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
 	require.NoError(t, err)
 	require.Equal(t, 3, rep.Moved)
@@ -657,5 +641,29 @@ func TestMigrateCarriesTheLastError(t *testing.T) {
 		require.NoError(t, err, id)
 		require.Equal(t, "fails in asynq", j.LastError, id)
 		require.Equal(t, "1", j.Meta[MetaRetried], id)
+	}
+}
+
+// failOnCall returns a hook that returns err on its point-th call (counted
+// from 1) and nil on every other.
+func failOnCall(point int64, err error) func(string) error {
+	var calls atomic.Int64
+	return func(string) error {
+		if calls.Add(1) == point {
+			return err
+		}
+		return nil
+	}
+}
+
+// enqueueTasksByID enqueues into asynq's queue "default" a task of moveType
+// for each ID in tasks, with that ID as its task ID and payload, and its
+// options.
+func enqueueTasksByID(t *testing.T, e *env, tasks map[string][]asynq.Option) {
+	t.Helper()
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	for id, opts := range tasks {
+		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
+		require.NoError(t, err, id)
 	}
 }
