@@ -115,14 +115,8 @@ func TestMigrateAsynqKilledAndRerunRunsEachTaskOnce(t *testing.T) {
 	}
 	q, err := jobkey.NewQueue(rdb, "emails", &jobkey.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
-	runs := runBothSystems(t, ctx, rdb, q, asynq.Config{})
-
-	killMidMigrationAndRerun(t, ctx, rdb, "migrate-asynq -redis "+s.URL()+" -from-queue default -type email:welcome -to emails")
-	runs.waitFor(n, 60*time.Second)
-	runs.requireEachOnce(t, "task", ids)
-	qi, err := asynq.NewInspectorFromRedisClient(rdb).GetQueueInfo("default")
-	require.NoError(t, err)
-	require.False(t, qi.Paused, "the rerun resumed the queue the killed run paused")
+	requireKilledMigrationRerunRunsEachOnce(t, ctx, rdb, q, asynq.Config{},
+		"migrate-asynq -redis "+s.URL()+" -from-queue default -type email:welcome -to emails", "task", ids)
 }
 
 // migrate-to-asynq -pause killed with SIGKILL mid-run, while asynq's
@@ -149,20 +143,30 @@ func TestMigrateToAsynqKilledAndRerunRunsEachJobOnce(t *testing.T) {
 	// asynq knows the queue: it has held a task.
 	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("other", nil), asynq.TaskID("other"))
 	require.NoError(t, err)
-	runs := runBothSystems(t, ctx, rdb, q, asynq.Config{DelayedTaskCheckInterval: 100 * time.Millisecond})
-
-	killMidMigrationAndRerun(t, ctx, rdb, "migrate-to-asynq -redis "+s.URL()+" -to-queue default -type email:welcome -from emails")
-	runs.waitFor(n, 60*time.Second)
-	runs.requireEachOnce(t, "job", ids)
-	qi, err := asynq.NewInspectorFromRedisClient(rdb).GetQueueInfo("default")
-	require.NoError(t, err)
-	require.False(t, qi.Paused, "the rerun resumed the queue the killed run paused")
+	requireKilledMigrationRerunRunsEachOnce(t, ctx, rdb, q, asynq.Config{DelayedTaskCheckInterval: 100 * time.Millisecond},
+		"migrate-to-asynq -redis "+s.URL()+" -to-queue default -type email:welcome -from emails", "job", ids)
 	held, err := rdb.ZCount(ctx, "asynq:{default}:scheduled", "253370764800", "+inf").Result()
 	require.NoError(t, err)
 	require.Zero(t, held, "no asynq copy is left held")
 	n2, err := rdb.Exists(ctx, "asynqcompat:{default}:migration", "asynqcompat:{default}:migrate-lock", "asynqcompat:jobkey:{jobkey/emails}:migration").Result()
 	require.NoError(t, err)
 	require.Zero(t, n2, "no migration state, lock or claim is left")
+}
+
+// requireKilledMigrationRerunRunsEachOnce runs asynq's server (cfg) and
+// jobkey's workers on q while the migration command args is killed mid-run
+// and run again, then requires every ID in ids (what: "task" or "job") to
+// have run exactly once, in one system or the other, and asynq's queue
+// "default", which the killed run paused, to be resumed.
+func requireKilledMigrationRerunRunsEachOnce(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *jobkey.Queue, cfg asynq.Config, args, what string, ids []string) {
+	t.Helper()
+	runs := runBothSystems(t, ctx, rdb, q, cfg)
+	killMidMigrationAndRerun(t, ctx, rdb, args)
+	runs.waitFor(len(ids), 60*time.Second)
+	runs.requireEachOnce(t, what, ids)
+	qi, err := asynq.NewInspectorFromRedisClient(rdb).GetQueueInfo("default")
+	require.NoError(t, err)
+	require.False(t, qi.Paused, "the rerun resumed the queue the killed run paused")
 }
 
 // runCounts counts the runs of each task or job ID, in either system.
