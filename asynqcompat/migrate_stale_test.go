@@ -107,7 +107,7 @@ func TestMigrateStaleListingRunsOnce(t *testing.T) {
 		if err != nil {
 			return "", false
 		}
-		return string(j.State), true
+		return j.State.String(), true
 	})
 	require.Equal(t, "gone", rep.Undone[0].State)
 }
