@@ -14,6 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobkey/jobkey"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -629,13 +630,9 @@ func TestMigrateCarriesTheLastError(t *testing.T) {
 	ab := func() bool { return taskRetried(e, "a", 1)() && taskRetried(e, "b", 1)() }
 	failingAsynq(t, e, &inAsynq, func(int) time.Duration { return time.Hour }, ab)
 	var crashed atomic.Bool
-	_, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, Concurrency: 1,
-		crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second})
-	require.ErrorIs(t, err, errCrash)
-	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, Wait: 5 * time.Second})
-	require.NoError(t, err)
-	require.Equal(t, 1, rep.AlreadyMoved)
-	require.Equal(t, 1, rep.Moved)
+	requireRerunFinishesCrashedMove(t, e, Migrate,
+		MigrateOpts{Type: moveType, To: q, Concurrency: 1, crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second},
+		MigrateOpts{Type: moveType, To: q, Wait: 5 * time.Second})
 	for _, id := range []string{"a", "b"} {
 		j, err := q.Get(e.ctx, id)
 		require.NoError(t, err, id)
@@ -666,4 +663,17 @@ func enqueueTasksByID(t *testing.T, e *env, tasks map[string][]asynq.Option) {
 		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
 		require.NoError(t, err, id)
 	}
+}
+
+// requireRerunFinishesCrashedMove runs move with crashing, which crashes
+// after the first of two enqueues, then with rerun, and requires the rerun
+// to finish the crashed move (AlreadyMoved) and make the other (Moved).
+func requireRerunFinishesCrashedMove[O MigrateOpts | RollbackOpts](t *testing.T, e *env, move func(context.Context, redis.UniversalClient, O) (MigrateReport, error), crashing, rerun O) {
+	t.Helper()
+	_, err := move(e.ctx, e.rdb, crashing)
+	require.ErrorIs(t, err, errCrash)
+	rep, err := move(e.ctx, e.rdb, rerun)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.AlreadyMoved)
+	require.Equal(t, 1, rep.Moved)
 }

@@ -447,13 +447,9 @@ func TestMigrateToAsynqCarriesTheLastError(t *testing.T) {
 	}
 	before := time.Now().Add(-time.Second)
 	var crashed atomic.Bool
-	_, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Concurrency: 1,
-		crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second})
-	require.ErrorIs(t, err, errCrash)
-	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
-	require.NoError(t, err)
-	require.Equal(t, 1, rep.AlreadyMoved)
-	require.Equal(t, 1, rep.Moved)
+	requireRerunFinishesCrashedMove(t, e, MigrateToAsynq,
+		RollbackOpts{From: q, Type: moveType, Concurrency: 1, crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second},
+		RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
 	for _, id := range []string{"a", "b"} {
 		ti, err := ins.GetTaskInfo("default", id)
 		require.NoError(t, err, id)
