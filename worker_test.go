@@ -258,7 +258,7 @@ func TestWorkLeavesNoClaimFlushBehind(t *testing.T) {
 			after.Add(1)
 		}
 		time.Sleep(2 * time.Millisecond) // a network with a 2ms round trip
-		if len(cmds) > 0 && cmds[0].Name() == "watch" && armed.Load() && slow.CompareAndSwap(false, true) {
+		if reads(cmds) && armed.Load() && slow.CompareAndSwap(false, true) {
 			select {
 			case inRead <- struct{}{}:
 			default:
