@@ -25,6 +25,7 @@ const (
 	Drain          = benchscenario.Drain
 	BurnDown       = benchscenario.BurnDown
 	ProduceAndWork = benchscenario.ProduceAndWork
+	BoundedRate    = benchscenario.BoundedRate
 )
 
 type (
@@ -38,6 +39,8 @@ type (
 	WorkParams = benchscenario.WorkParams
 	// WorkResult is what one worker run measured.
 	WorkResult = benchscenario.WorkResult
+	// Pacing is how closely bounded-rate producers kept their schedule.
+	Pacing = benchscenario.Pacing
 	// Probe counts a client's round trips, commands and bytes.
 	Probe = benchscenario.Probe
 	// Design is the interface the queue designs implement for the scenarios.
