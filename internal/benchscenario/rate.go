@@ -18,9 +18,9 @@ import (
 // schedule (Pacing).
 const BoundedRate = "bounded-rate"
 
-// DefaultMaxLag is how late a bounded-rate enqueue may begin, past its
-// intended time, before the run counts as not keeping its rate.
-const DefaultMaxLag = 100 * time.Millisecond
+// DefaultRateSlack is how far below its rate a bounded-rate run's
+// producers may send before the run counts as not keeping the rate.
+const DefaultRateSlack = 0.02
 
 // warmUpStamp marks the job a bounded-rate run sends before its timed
 // phase, so that start-up is not counted as latency.
@@ -36,15 +36,18 @@ type Pacing struct {
 	// Sent is the rate the producers achieved: jobs over the time from the
 	// start to the last enqueue call's start.
 	Sent float64 `json:"sent"`
-	// Lag is how late enqueue calls began past their intended time.
+	// Lag is how late enqueue calls began past their intended time. A
+	// stall that the producers recover from shows here (and in the
+	// latencies, which count from the intended time), not in Sent.
 	LagP50 time.Duration `json:"lag_p50_ns"`
 	LagP99 time.Duration `json:"lag_p99_ns"`
 	LagMax time.Duration `json:"lag_max_ns"`
-	// MaxLag is the run's tolerance; Kept is LagMax <= MaxLag. A run that
-	// did not keep its rate measured a backlog, not a bounded rate: its
-	// latencies must not be read as the bounded-rate figures.
-	MaxLag time.Duration `json:"max_lag_ns"`
-	Kept   bool          `json:"kept"`
+	// Slack is the run's tolerance; Kept is Sent >= (1-Slack)*Rate. A run
+	// whose producers did not keep the rate offered less load than it
+	// asked and ended behind its schedule: its figures are not the
+	// bounded-rate ones.
+	Slack float64 `json:"slack"`
+	Kept  bool    `json:"kept"`
 }
 
 // schedule is a bounded-rate run's open-loop plan and what came of it.
@@ -86,7 +89,7 @@ func pace(ctx context.Context, wg *sync.WaitGroup, d WorkerDesign, p WorkParams,
 }
 
 // pacing sums up s once every producer has returned.
-func (s *schedule) pacing(maxLag time.Duration) Pacing {
+func (s *schedule) pacing(slack float64) Pacing {
 	lag := slices.Clone(s.lag)
 	var last time.Time
 	for i, l := range lag {
@@ -94,11 +97,11 @@ func (s *schedule) pacing(maxLag time.Duration) Pacing {
 	}
 	slices.Sort(lag)
 	pc := Pacing{Rate: s.rate, LagP50: percentile(lag, 0.50), LagP99: percentile(lag, 0.99),
-		LagMax: lag[len(lag)-1], MaxLag: maxLag}
+		LagMax: lag[len(lag)-1], Slack: slack}
 	if span := last.Sub(s.start); span > 0 && len(lag) > 1 {
 		pc.Sent = float64(len(lag)-1) / span.Seconds()
 	}
-	pc.Kept = pc.LagMax <= maxLag
+	pc.Kept = pc.Sent >= (1-slack)*s.rate
 	return pc
 }
 

@@ -98,10 +98,10 @@ type WorkParams struct {
 	// Rate is the bounded-rate scenario's total enqueue rate, jobs/s
 	// (required there; other scenarios ignore it).
 	Rate float64
-	// MaxLag is how late a bounded-rate enqueue may begin past its intended
-	// time before the run counts as not keeping its rate (Pacing.Kept;
-	// default DefaultMaxLag).
-	MaxLag time.Duration
+	// RateSlack is how far below Rate, as a fraction of it, bounded-rate
+	// producers may send before the run counts as not keeping its rate
+	// (Pacing.Kept; default DefaultRateSlack).
+	RateSlack float64
 }
 
 // WorkResult is what one worker run measured.
@@ -245,7 +245,7 @@ func RunWorkWith(ctx context.Context, url, design string, p WorkParams, newDesig
 		r.P50, r.P99, r.P999 = st.percentiles()
 	}
 	if sched != nil {
-		pc := sched.pacing(cmp.Or(p.MaxLag, DefaultMaxLag))
+		pc := sched.pacing(cmp.Or(p.RateSlack, DefaultRateSlack))
 		r.Pacing = &pc
 	}
 	return r, nil
