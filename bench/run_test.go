@@ -96,7 +96,7 @@ func TestBoundedRateRunsForEveryDesign(t *testing.T) {
 				if r.Pacing.Kept {
 					break
 				}
-				t.Logf("%.0f jobs/s sent, an enqueue began %v late", r.Pacing.Sent, r.Pacing.LagMax)
+				t.Logf("ended %v behind, an enqueue began %v late", r.Pacing.EndLag, r.Pacing.LagMax)
 			}
 			require.True(t, r.Pacing.Kept)
 			require.EqualValues(t, ops, r.Jobs)

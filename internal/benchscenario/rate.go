@@ -18,9 +18,15 @@ import (
 // schedule (Pacing).
 const BoundedRate = "bounded-rate"
 
-// DefaultRateSlack is how far below its rate a bounded-rate run's
-// producers may send before the run counts as not keeping the rate.
+// DefaultRateSlack is how far behind its schedule, as a share of the
+// schedule's length, a bounded-rate run's producers may end before the run
+// counts as not keeping its rate.
 const DefaultRateSlack = 0.02
+
+// minEndLag is the least end lag (Pacing.EndLag) that counts against a
+// run, however short: a stall of the whole process that brief is the
+// machine, not producers that cannot keep up.
+const minEndLag = 100 * time.Millisecond
 
 // warmUpStamp marks the job a bounded-rate run sends before its timed
 // phase, so that start-up is not counted as latency.
@@ -38,14 +44,18 @@ type Pacing struct {
 	Sent float64 `json:"sent"`
 	// Lag is how late enqueue calls began past their intended time. A
 	// stall that the producers recover from shows here (and in the
-	// latencies, which count from the intended time), not in Sent.
+	// latencies, which count from the intended time), not in EndLag.
 	LagP50 time.Duration `json:"lag_p50_ns"`
 	LagP99 time.Duration `json:"lag_p99_ns"`
 	LagMax time.Duration `json:"lag_max_ns"`
-	// Slack is the run's tolerance; Kept is Sent >= (1-Slack)*Rate. A run
-	// whose producers did not keep the rate offered less load than it
-	// asked and ended behind its schedule: its figures are not the
-	// bounded-rate ones.
+	// EndLag is how far behind the schedule's end the last enqueue call
+	// began: producers that cannot keep the rate fall further behind with
+	// every job and end late.
+	EndLag time.Duration `json:"end_lag_ns"`
+	// Slack is the run's tolerance. Kept is EndLag within Slack times the
+	// schedule's length, or within 100 ms, whichever is longer. A run that
+	// did not keep its rate offered less load than it asked and ended
+	// behind its schedule: its figures are not the bounded-rate ones.
 	Slack float64 `json:"slack"`
 	Kept  bool    `json:"kept"`
 }
@@ -101,7 +111,9 @@ func (s *schedule) pacing(slack float64) Pacing {
 	if span := last.Sub(s.start); span > 0 && len(lag) > 1 {
 		pc.Sent = float64(len(lag)-1) / span.Seconds()
 	}
-	pc.Kept = pc.Sent >= (1-slack)*s.rate
+	end := s.due(len(lag) - 1)
+	pc.EndLag = max(0, last.Sub(end))
+	pc.Kept = pc.EndLag <= max(minEndLag, time.Duration(slack*float64(end.Sub(s.start))))
 	return pc
 }
 

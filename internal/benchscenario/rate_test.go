@@ -72,7 +72,7 @@ func TestBoundedRateProducersKeepTheirSchedule(t *testing.T) {
 		if r.Pacing.Kept {
 			break
 		}
-		t.Logf("%.0f jobs/s sent, lag up to %v", r.Pacing.Sent, r.Pacing.LagMax)
+		t.Logf("ended %v behind, lag up to %v", r.Pacing.EndLag, r.Pacing.LagMax)
 	}
 	require.True(t, r.Pacing.Kept)
 	require.EqualValues(t, ops, r.Jobs)
@@ -99,6 +99,7 @@ func TestBoundedRateCountsLatencyFromTheIntendedSendTime(t *testing.T) {
 		chanDesign(5*time.Millisecond))
 	require.NoError(t, err)
 	require.False(t, r.Pacing.Kept)
+	require.Greater(t, r.Pacing.EndLag, 150*time.Millisecond)
 	require.Greater(t, r.Pacing.LagMax, 150*time.Millisecond)
 	require.Less(t, r.Pacing.Sent, 500.0)
 	require.GreaterOrEqual(t, r.P99, r.Pacing.LagMax, "the last job's latency holds its lag and its 5 ms enqueue")
@@ -110,4 +111,43 @@ func TestBoundedRateNeedsARate(t *testing.T) {
 	url := redistest.RequireReal(t).URL
 	_, err := RunWorkWith(context.Background(), url, "chan", WorkParams{Scenario: BoundedRate, Ops: 10}, chanDesign(0))
 	require.ErrorContains(t, err, "needs a rate")
+}
+
+// A stall the producers recover from shows in the lag but keeps the rate;
+// producers that fall further behind with every job do not keep it, and
+// no run is judged on an end lag under 100 ms.
+func TestPacingTellsAStallFromARateNotKept(t *testing.T) {
+	t.Parallel()
+	const jobs = 5000 // at 1000 jobs/s: a 5 s schedule, 2% of it 100 ms
+	sched := func(lag func(i int) time.Duration) *schedule {
+		s := &schedule{start: time.Unix(1000, 0), rate: 1000, lag: make([]time.Duration, jobs)}
+		for i := range s.lag {
+			s.lag[i] = lag(i)
+		}
+		return s
+	}
+	stall := sched(func(i int) time.Duration {
+		if i >= 2000 && i < 2300 { // 300 ms stopped, then caught up
+			return time.Duration(2300-i) * time.Millisecond
+		}
+		return 0
+	}).pacing(DefaultRateSlack)
+	require.True(t, stall.Kept)
+	require.Equal(t, 300*time.Millisecond, stall.LagMax)
+	require.Zero(t, stall.EndLag)
+	require.InDelta(t, 1000, stall.Sent, 0.01)
+
+	behind := sched(func(i int) time.Duration { return time.Duration(i) * 50 * time.Microsecond }).pacing(DefaultRateSlack)
+	require.False(t, behind.Kept, "%v behind at the end", behind.EndLag)
+	require.InDelta(t, 250*time.Millisecond, behind.EndLag, float64(time.Millisecond))
+	require.Less(t, behind.Sent, 960.0)
+
+	wider := sched(func(i int) time.Duration { return time.Duration(i) * 50 * time.Microsecond }).pacing(0.1)
+	require.True(t, wider.Kept, "within 10%% of a 5 s schedule")
+
+	short := &schedule{start: time.Unix(1000, 0), rate: 1000, lag: make([]time.Duration, 100)}
+	short.lag[99] = 90 * time.Millisecond
+	require.True(t, short.pacing(DefaultRateSlack).Kept, "90 ms behind a 0.1 s schedule is under the floor")
+	short.lag[99] = 110 * time.Millisecond
+	require.False(t, short.pacing(DefaultRateSlack).Kept)
 }

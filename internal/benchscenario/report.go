@@ -56,8 +56,8 @@ func BenchWork(b *testing.B, design string, p WorkParams, newDesign WorkerFactor
 		b.Fatal(err)
 	}
 	if pc := r.Pacing; pc != nil && !pc.Kept {
-		b.Fatalf("the producers did not keep %.0f jobs/s: %.0f jobs/s sent (tolerance %.0f%%), an enqueue began up to %v late; p99 %v",
-			pc.Rate, pc.Sent, 100*pc.Slack, pc.LagMax, r.P99)
+		b.Fatalf("the producers did not keep %.0f jobs/s: they ended %v behind their schedule (%.0f jobs/s sent), an enqueue began up to %v late; p99 %v",
+			pc.Rate, pc.EndLag, pc.Sent, pc.LagMax, r.P99)
 	}
 	ReportWork(b, r)
 }

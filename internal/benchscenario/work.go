@@ -98,9 +98,10 @@ type WorkParams struct {
 	// Rate is the bounded-rate scenario's total enqueue rate, jobs/s
 	// (required there; other scenarios ignore it).
 	Rate float64
-	// RateSlack is how far below Rate, as a fraction of it, bounded-rate
-	// producers may send before the run counts as not keeping its rate
-	// (Pacing.Kept; default DefaultRateSlack).
+	// RateSlack is how far behind its schedule, as a share of the
+	// schedule's length, a bounded-rate run's producers may end before the
+	// run counts as not keeping its rate (Pacing.Kept; default
+	// DefaultRateSlack; never less than 100 ms).
 	RateSlack float64
 }
 
