@@ -143,10 +143,7 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	var slots, chores sync.WaitGroup
 	w.live = o.Concurrency
 	for i := range o.Concurrency {
-		slots.Go(func() {
-			defer w.slotDone()
-			w.slot(ctx, o.Name+"/"+strconv.Itoa(i))
-		})
+		w.goSlot(ctx, &slots, o.Name+"/"+strconv.Itoa(i))
 	}
 	if o.TrimInterval > 0 {
 		chores.Go(func() { w.trimmer(ctx) })
@@ -276,6 +273,27 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 	}
 }
 
+// goSlot runs a slot on a goroutine of its own. A handler that calls
+// runtime.Goexit (t.FailNow does) ends the slot's goroutine without
+// returning; the slot then goes on in a new one, so Concurrency does not
+// shrink for good.
+func (w *worker) goSlot(ctx context.Context, slots *sync.WaitGroup, name string) {
+	slots.Add(1)
+	go func() {
+		returned := false
+		defer func() {
+			if returned {
+				w.slotDone()
+			} else {
+				w.goSlot(ctx, slots, name) // added before this one is done: slots.Wait cannot return between
+			}
+			slots.Done()
+		}()
+		w.slot(ctx, name)
+		returned = true
+	}()
+}
+
 // poke wakes one idle slot, if any is waiting.
 func (w *worker) poke() {
 	select {
@@ -394,7 +412,19 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	hctx, stopDeadline := withDeadline(hctx, j, asked)
 	defer stopDeadline()
 	watch := w.watch(r, hctx)
+	returned := false
+	defer func() {
+		if !returned {
+			// The handler called runtime.Goexit: it neither returned nor
+			// panicked, and this goroutine is ending (goSlot starts the
+			// slot again). The attempt fails, as after a panic, while the
+			// lease is still kept (w.stop runs after this).
+			watch.returned()
+			w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, errHandlerGoexit) })
+		}
+	}()
 	result, err := w.call(hctx, j)
+	returned = true
 	watch.returned()
 	cause := context.Cause(r.ctx)
 	timedOut := err != nil && cause == nil && errors.Is(context.Cause(hctx), ErrTimeout)
@@ -525,6 +555,10 @@ func (w *worker) recorded(j *Job, err error) {
 		w.o.OnRecorded(j, err)
 	}
 }
+
+// errHandlerGoexit fails the attempt of a handler that called
+// runtime.Goexit.
+var errHandlerGoexit = errors.New("the handler called runtime.Goexit: it neither returned nor panicked")
 
 // call runs the handler, turning a panic into an error with its stack.
 func (w *worker) call(ctx context.Context, j *Job) (result []byte, err error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -495,4 +496,34 @@ func TestWorkShutdownByDeadlineLogsNoError(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Empty(t, rec.find(slog.LevelError, ""), "an ordinary shutdown is not an error")
+}
+
+// A handler that ends its goroutine with runtime.Goexit (t.FailNow does)
+// neither returns nor panics. Its attempt fails at once, its slot goes on
+// claiming, it is never reported stuck, and Work shuts down cleanly.
+func TestHandlerGoexitFailsItsAttemptAndFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: time.Minute}) // a lease that cannot run out within the test
+	ctx := context.Background()
+	_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "exits", MaxAttempts: 1})
+	require.NoError(t, err)
+	exited := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		if j.ID == "exits" {
+			close(exited)
+			runtime.Goexit()
+		}
+		return []byte("ok"), nil
+	})
+	stop := startWork(t, q, h, &WorkOpts{Concurrency: 1, StuckAfter: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	<-exited
+	_, err = q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "after"})
+	require.NoError(t, err)
+	waitFor(t, "the job that called Goexit failed", func() bool { return state(t, q, "exits") == StateFailed })
+	j, err := q.Get(ctx, "exits")
+	require.NoError(t, err)
+	require.Contains(t, j.LastError, "Goexit")
+	waitFor(t, "the slot ran the next job", func() bool { return state(t, q, "after") == StateSucceeded })
+	stop() // with no error: no handler is left stuck
+	require.Zero(t, q.Metrics().StuckDetected, "a handler that called Goexit is not stuck")
 }
