@@ -129,7 +129,11 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	defer w.renewer.close()
 	sub := q.rdb.Subscribe(ctx, q.ks.wakeChannel(), q.ks.cancelChannel())
 	q.listeners.Add(1)
-	defer q.listeners.Add(-1)
+	defer func() {
+		if q.listeners.Add(-1) == 0 {
+			q.stopProbe() // a read of unreachable shards a claim of this Work may have started
+		}
+	}()
 	listening := make(chan struct{})
 	go func() { defer close(listening); w.listen(sub.Channel()) }()
 	defer func() {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -526,4 +527,53 @@ func TestHandlerGoexitFailsItsAttemptAndFreesItsSlot(t *testing.T) {
 	waitFor(t, "the slot ran the next job", func() bool { return state(t, q, "after") == StateSucceeded })
 	stop() // with no error: no handler is left stuck
 	require.Zero(t, q.Metrics().StuckDetected, "a handler that called Goexit is not stuck")
+}
+
+// A Work's claim that finds a shard gone (its node could not be reached)
+// reads it again apart (the due pool's probe). When Work returns, that
+// read is over: nothing of a Work outlives it, even a read of a node that
+// does not answer.
+func TestWorkReturnsOnlyOnceItsShardProbeHasEnded(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t, nil)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Shards: 2})
+	tag := q.ks.index(1, "") // every key of shard 1 starts so
+	var reads atomic.Int32
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			for _, a := range c.Args() {
+				if s, ok := a.(string); ok && strings.HasPrefix(s, tag) {
+					// Shard 1's node does not answer: the read waits out
+					// its ctx.
+					reads.Add(1)
+					<-ctx.Done()
+					return ctx.Err()
+				}
+			}
+		}
+		return nil
+	}))
+	q.pool.mu.Lock()
+	q.pool.shards[1].gone = true // the last read could not reach it
+	q.pool.mu.Unlock()
+	probing := func() bool {
+		q.pool.mu.Lock()
+		defer q.pool.mu.Unlock()
+		return q.pool.probing
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+			&WorkOpts{Concurrency: 1, Logger: quiet, TrimInterval: -1})
+	}()
+	waitFor(t, "a read of shard 1 under way", func() bool { return probing() && reads.Load() > 0 })
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Work did not return")
+	}
+	require.False(t, probing(), "the read of shard 1 a claim of Work started is over when Work returns")
 }
