@@ -422,9 +422,16 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 			// The handler called runtime.Goexit: it neither returned nor
 			// panicked, and this goroutine is ending (goSlot starts the
 			// slot again). The attempt fails, as after a panic, while the
-			// lease is still kept (w.stop runs after this).
+			// lease is still kept (w.stop runs after this), unless the
+			// lease is no longer ours to write under.
 			watch.returned()
-			w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, errHandlerGoexit) })
+			switch cause := context.Cause(r.ctx); {
+			case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled), errors.Is(cause, ErrLeaseExpired):
+			case errors.Is(cause, ErrShutdown):
+				w.record(r, w.q.Release)
+			default:
+				w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, errHandlerGoexit) })
+			}
 		}
 	}()
 	result, err := w.call(hctx, j)
