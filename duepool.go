@@ -52,6 +52,10 @@ type duePool struct {
 	// is under way; probeAt, when the last began.
 	probing bool
 	probeAt time.Time
+	// stopProbe ends the read under way; probeEnded is closed once it has
+	// returned (see Queue.stopProbe).
+	stopProbe  context.CancelFunc
+	probeEnded chan struct{}
 	// taken remembers the IDs handed out in the last poolTTL, so a read
 	// ahead made while their claims were in flight does not hand them out
 	// again: two transactions watching one candidate would both be retried.
@@ -120,13 +124,13 @@ func (p *duePool) gone(s int) bool {
 // probeDue returns the shards whose node the last read could not reach
 // and that are due to be read again (downFor after the last such read),
 // when no such read is under way; if it names some, one is under way from
-// now until probed is called.
-func (p *duePool) probeDue() []int {
+// now until probed is called, under ctx, which stopProbe ends.
+func (p *duePool) probeDue() ([]int, context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	if p.probing || now.Sub(p.probeAt) <= downFor && !p.anyMoved() {
-		return nil
+		return nil, nil
 	}
 	var out []int
 	for s := range p.shards {
@@ -134,10 +138,13 @@ func (p *duePool) probeDue() []int {
 			out = append(out, s)
 		}
 	}
-	if len(out) > 0 {
-		p.probing, p.probeAt = true, now
+	if len(out) == 0 {
+		return nil, nil
 	}
-	return out
+	p.probing, p.probeAt = true, now
+	ctx, cancel := context.WithTimeout(context.Background(), probeFor)
+	p.stopProbe, p.probeEnded = cancel, make(chan struct{})
+	return out, ctx
 }
 
 // isGone reports a shard whose node the last read of it could not reach.
@@ -165,15 +172,15 @@ const probeFor = 5 * downFor
 // last read could not reach, once downFor has passed: the pool and the
 // claims leave them out meanwhile, since a read of a dead node may take
 // the client's dial retries. It returns at once; the read fills the pool.
+// The read is the Queue's, not one Work's: the last Work to return ends
+// it and waits for it (stopProbe), so that it outlives no Work.
 func (q *Queue) probeGone() {
-	shards := q.pool.probeDue()
+	shards, ctx := q.pool.probeDue()
 	if len(shards) == 0 {
 		return
 	}
 	go func() {
 		defer q.pool.probed()
-		ctx, cancel := context.WithTimeout(context.Background(), probeFor)
-		defer cancel()
 		if v, err := q.dueOf(ctx, aheadN, shards); err == nil {
 			q.pool.fill(v)
 		}
@@ -184,7 +191,22 @@ func (q *Queue) probeGone() {
 func (p *duePool) probed() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.probing = false
+	p.stopProbe()
+	close(p.probeEnded)
+	p.probing, p.stopProbe, p.probeEnded = false, nil, nil
+}
+
+// stopProbe ends the read of the shards whose node could not be reached,
+// if one is under way, and waits for it to return. The shards stay gone
+// until a later read reaches them.
+func (q *Queue) stopProbe() {
+	q.pool.mu.Lock()
+	stop, ended := q.pool.stopProbe, q.pool.probeEnded
+	q.pool.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-ended
+	}
 }
 
 // reachable returns the shards a read reached last.
