@@ -107,16 +107,16 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 	var mget *redis.SliceCmd
 	var exists *redis.IntCmd
 	var clock *redis.TimeCmd
-	var after func()
+	var after func(*casRead) error
+	var guards *redis.SliceCmd
 	types := make([]*redis.StatusCmd, 0, len(t.checks))
-	guards := make([]*redis.IntCmd, 0, len(t.guards))
 	auxs := make([]*redis.StringCmd, 0, len(t.aux))
 	e.m.roundTrips.Add(1)
 	reads := min(1, len(t.keys))
 	if multi {
 		reads = 2
 	}
-	e.m.commands.Add(int64(2 + reads + len(t.checks) + len(t.guards) + len(t.aux)))
+	e.m.commands.Add(int64(2 + reads + len(t.checks) + min(1, len(t.guards)) + len(t.aux)))
 	sent := e.clock.Local()
 	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, watch...)
@@ -130,8 +130,8 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		for _, c := range t.checks {
 			types = append(types, p.Type(ctx, c.key))
 		}
-		for _, g := range t.guards {
-			guards = append(guards, p.Exists(ctx, g))
+		if len(t.guards) > 0 {
+			guards = p.MGet(ctx, t.guards...)
 		}
 		for _, k := range t.aux {
 			auxs = append(auxs, p.Get(ctx, k))
@@ -174,18 +174,22 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		return nil, err
 	}
 	r.now = e.clock.Observe(server, sent, recv)
-	for _, g := range guards {
-		n, err := g.Result()
+	if guards != nil {
+		vals, err := guards.Result()
 		if err != nil {
-			return nil, fmt.Errorf("jobkey: read %s: %w", g.Args()[1], err)
+			return nil, fmt.Errorf("jobkey: read %s: %w", t.guards[0], err)
 		}
-		r.guarded = append(r.guarded, n > 0)
+		for _, v := range vals {
+			r.guarded = append(r.guarded, v != nil)
+		}
 	}
 	if err := r.addAux(t.aux, auxs); err != nil {
 		return nil, err
 	}
 	if after != nil {
-		after()
+		if err := after(r); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
