@@ -86,7 +86,10 @@ type casRead struct {
 // index read that found a claim's candidates, up to half a second before
 // for entries read ahead) proves nothing now. Keys the caller predicts in
 // checks ride in the WATCH+GET round trip; any other key a plan writes
-// costs one extra round trip of TYPE commands, still under the WATCH.
+// costs one extra round trip of TYPE commands, still under the WATCH. A
+// caller whose extra reads a key with a command of its type in round trip
+// 1 may leave it out of checks and of its plan's: the extra refuses the
+// transaction when that read answers WRONGTYPE (the fused read ahead).
 type casTxn struct {
 	route   string // a key whose hash slot picks the node on a cluster
 	keys    []string
