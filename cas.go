@@ -127,6 +127,7 @@ type casMetrics struct {
 	roundTrips atomic.Int64 // network round trips the engine made
 	commands   atomic.Int64 // Redis commands sent, MULTI and EXEC included
 	unwatches  atomic.Int64 // UNWATCHes sent on paths that did not reach EXEC
+	rides      atomic.Int64 // reads sent behind the EXEC before them (ride.go)
 }
 
 // MetricsSnapshot is a copy of a Queue's counters in this process: the
@@ -138,6 +139,10 @@ type MetricsSnapshot struct {
 	RoundTrips int64 // network round trips made by the engine
 	Commands   int64 // Redis commands sent, MULTI and EXEC included
 	Unwatches  int64 // UNWATCHes sent on paths that did not reach EXEC
+	// Rides counts transactions whose round trip 1 rode behind the EXEC
+	// of the batch before them, on the same connection: a round trip
+	// saved each.
+	Rides int64
 	// StuckHandlers is how many handlers of this process's Works on the
 	// Queue are stuck now: still running WorkOpts.StuckAfter after their
 	// contexts ended (a gauge).
@@ -154,6 +159,7 @@ func (m *casMetrics) snapshot() MetricsSnapshot {
 	return MetricsSnapshot{
 		Txns: m.txns.Load(), Attempts: m.attempts.Load(), Conflicts: m.conflicts.Load(),
 		RoundTrips: m.roundTrips.Load(), Commands: m.commands.Load(), Unwatches: m.unwatches.Load(),
+		Rides: m.rides.Load(),
 	}
 }
 

@@ -22,16 +22,40 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	if err != nil {
 		return nil, nil, err
 	}
-	conn := e.get(ctx, node)
-	armed := true // a WATCH may be active on conn
-	sick := false // a command on conn failed: it may not be kept
+	// The first read of a flush that took over a busy connection rides
+	// behind the EXEC before it (ride.go); any other reads on its own.
+	var conn *redis.Conn
+	var read *casRead
+	rr := e.readRound(t)
+	res, offered := e.rideIn(ctx, node, rr)
+	rode := offered && res.conn != nil
+	if offered && !rode {
+		rr = e.readRound(t) // the ride's pipeline failed: read afresh
+	}
+	if rode {
+		e.m.rides.Add(1)
+		conn = res.conn
+		e.adopt(ctx, node, conn)
+	} else {
+		conn = e.get(ctx, node)
+	}
+	armed := true   // a WATCH may be active on conn
+	sick := false   // a command on conn failed: it may not be kept
+	handed := false // conn went to the next flush (a ride): not ours to touch
 	defer func() {
+		if handed {
+			return
+		}
 		if armed && !e.unwatch(ctx, conn) {
 			sick = true
 		}
 		e.put(ctx, node, conn, !sick)
 	}()
-	read, err := e.read(ctx, conn, t)
+	if rode {
+		read, err = rr.parse(ctx, conn, res.cmds, res.err, res.sent, res.recv)
+	} else {
+		read, err = e.readOn(ctx, conn, rr)
+	}
 	if err != nil {
 		sick = true
 		return nil, nil, err
@@ -69,6 +93,8 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	var unconfirmed error
 	if e.dur.on() {
 		cmds, unconfirmed, err = e.execWait(ctx, conn, t.route, plan, values)
+	} else if r := e.rideOut(ctx, node); r != nil {
+		cmds, handed, err = e.execRide(ctx, node, conn, t.route, plan, values, r)
 	} else {
 		cmds, err = e.exec(ctx, conn, plan, values)
 	}
@@ -91,7 +117,40 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 // answers nil for a key of another type, so when EXISTS counts more keys
 // than MGET returned values, one more round trip of GETs finds the culprit.
 func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*casRead, error) {
-	watch := make([]any, 0, 1+len(t.keys)+len(t.guards))
+	return e.readOn(ctx, conn, e.readRound(t))
+}
+
+// readOn sends rr in a round trip of its own on conn.
+func (e *casEngine) readOn(ctx context.Context, conn *redis.Conn, rr *readRound) (*casRead, error) {
+	e.m.roundTrips.Add(1)
+	sent := e.clock.Local()
+	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		rr.queue(ctx, p)
+		return nil
+	})
+	return rr.parse(ctx, conn, cmds, err, sent, e.clock.Local())
+}
+
+// readRound is round trip 1 of one attempt: the commands it queues on a
+// pipeline, and what to make of their replies. The pipeline is the
+// attempt's own (read), or the one that carries the EXEC of the batch
+// before it on the same connection (a ride).
+type readRound struct {
+	e      *casEngine
+	t      *casTxn
+	watch  []any
+	get    *redis.StringCmd
+	mget   *redis.SliceCmd
+	exists *redis.IntCmd
+	clock  *redis.TimeCmd
+	after  func(*casRead) error
+	types  []*redis.StatusCmd
+	guards *redis.SliceCmd
+	auxs   []*redis.StringCmd
+}
+
+func (e *casEngine) readRound(t *casTxn) *readRound {
+	watch := make([]any, 0, 1+len(t.keys)+len(t.guards)+len(t.aux))
 	watch = append(watch, "watch")
 	for _, k := range t.keys {
 		watch = append(watch, k)
@@ -102,48 +161,43 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 	for _, k := range t.aux {
 		watch = append(watch, k)
 	}
-	multi := len(t.keys) > 1
-	var get *redis.StringCmd
-	var mget *redis.SliceCmd
-	var exists *redis.IntCmd
-	var clock *redis.TimeCmd
-	var after func(*casRead) error
-	var guards *redis.SliceCmd
-	types := make([]*redis.StatusCmd, 0, len(t.checks))
-	auxs := make([]*redis.StringCmd, 0, len(t.aux))
-	e.m.roundTrips.Add(1)
-	reads := min(1, len(t.keys))
-	if multi {
-		reads = 2
+	return &readRound{e: e, t: t, watch: watch,
+		types:  make([]*redis.StatusCmd, 0, len(t.checks)),
+		auxs:   make([]*redis.StringCmd, 0, len(t.aux))}
+}
+
+// queue appends the round's commands to p, WATCH first.
+func (rr *readRound) queue(ctx context.Context, p redis.Pipeliner) {
+	t := rr.t
+	n := p.Len()
+	p.Do(ctx, rr.watch...)
+	rr.clock = p.Time(ctx)
+	if len(t.keys) > 1 {
+		rr.mget = p.MGet(ctx, t.keys...)
+		rr.exists = p.Exists(ctx, t.keys...)
+	} else if len(t.keys) == 1 {
+		rr.get = p.Get(ctx, t.keys[0])
 	}
-	e.m.commands.Add(int64(2 + reads + len(t.checks) + min(1, len(t.guards)) + len(t.aux)))
-	sent := e.clock.Local()
-	cmds, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Do(ctx, watch...)
-		clock = p.Time(ctx)
-		if multi {
-			mget = p.MGet(ctx, t.keys...)
-			exists = p.Exists(ctx, t.keys...)
-		} else if len(t.keys) == 1 {
-			get = p.Get(ctx, t.keys[0])
-		}
-		for _, c := range t.checks {
-			types = append(types, p.Type(ctx, c.key))
-		}
-		if len(t.guards) > 0 {
-			guards = p.MGet(ctx, t.guards...)
-		}
-		for _, k := range t.aux {
-			auxs = append(auxs, p.Get(ctx, k))
-		}
-		if t.extra != nil {
-			n := p.Len()
-			after = t.extra(ctx, p)
-			e.m.commands.Add(int64(p.Len() - n))
-		}
-		return nil
-	})
-	recv := e.clock.Local()
+	for _, c := range t.checks {
+		rr.types = append(rr.types, p.Type(ctx, c.key))
+	}
+	if len(t.guards) > 0 {
+		rr.guards = p.MGet(ctx, t.guards...)
+	}
+	for _, k := range t.aux {
+		rr.auxs = append(rr.auxs, p.Get(ctx, k))
+	}
+	if t.extra != nil {
+		rr.after = t.extra(ctx, p)
+	}
+	rr.e.m.commands.Add(int64(p.Len() - n))
+}
+
+// parse reads the round's replies: cmds are its own commands, err the
+// pipeline's error for them, and sent and recv when the pipeline was sent
+// and answered, by the local clock.
+func (rr *readRound) parse(ctx context.Context, conn *redis.Conn, cmds []redis.Cmder, err error, sent, recv time.Time) (*casRead, error) {
+	e, t := rr.e, rr.t
 	if err := unanswered(cmds, err); err != nil {
 		return nil, fmt.Errorf("jobkey: read %s: %w", t.route, err)
 	}
@@ -154,28 +208,28 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 		}
 		return nil, err
 	}
-	server, err := clock.Result()
+	server, err := rr.clock.Result()
 	if err != nil {
 		return nil, fmt.Errorf("jobkey: read Redis's clock: %w", err)
 	}
-	if err := verifyTypes(t.checks, types); err != nil {
+	if err := verifyTypes(t.checks, rr.types); err != nil {
 		return nil, err
 	}
 	var raws []rawRead
-	if multi {
-		if raws, err = e.multiRead(ctx, conn, t.keys, mget, exists); err != nil {
+	if rr.mget != nil {
+		if raws, err = e.multiRead(ctx, conn, t.keys, rr.mget, rr.exists); err != nil {
 			return nil, err
 		}
-	} else if get != nil {
-		raws = []rawRead{fromGet(get)}
+	} else if rr.get != nil {
+		raws = []rawRead{fromGet(rr.get)}
 	}
 	r, err := decodeReads(t.keys, raws)
 	if err != nil {
 		return nil, err
 	}
 	r.now = e.clock.Observe(server, sent, recv)
-	if guards != nil {
-		vals, err := guards.Result()
+	if rr.guards != nil {
+		vals, err := rr.guards.Result()
 		if err != nil {
 			return nil, fmt.Errorf("jobkey: read %s: %w", t.guards[0], err)
 		}
@@ -183,11 +237,11 @@ func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*cas
 			r.guarded = append(r.guarded, v != nil)
 		}
 	}
-	if err := r.addAux(t.aux, auxs); err != nil {
+	if err := r.addAux(t.aux, rr.auxs); err != nil {
 		return nil, err
 	}
-	if after != nil {
-		if err := after(r); err != nil {
+	if rr.after != nil {
+		if err := rr.after(r); err != nil {
 			return nil, err
 		}
 	}
@@ -293,6 +347,95 @@ func (e *casEngine) exec(ctx context.Context, conn *redis.Conn, plan *casPlan, v
 		}
 		return nil
 	})
+}
+
+// execPipe is exec in a plain pipeline, for a round trip that goes on
+// after EXEC: tail queues the commands that follow it (WAIT, the next
+// batch's round trip 1), since go-redis's transaction pipeline ends at
+// EXEC. The steps' replies are handed back as a transaction pipeline's
+// would be, one *redis.Cmd per step, with the error classify expects; all
+// is every command the pipeline sent, tail's included.
+func (e *casEngine) execPipe(ctx context.Context, conn *redis.Conn, route string, plan *casPlan, values [][]byte, tail func(redis.Pipeliner)) (results, all []redis.Cmder, _ error) {
+	args := make([][]any, 0, len(plan.writes)+len(plan.aux)+len(plan.steps))
+	for i, w := range plan.writes {
+		args = append(args, setArgs(w.key, values[i], w.ttl))
+	}
+	for _, w := range plan.aux {
+		if w.val == nil {
+			args = append(args, []any{"del", w.key})
+		} else {
+			args = append(args, setArgs(w.key, w.val, w.ttl))
+		}
+	}
+	args = append(args, plan.steps...)
+	e.m.roundTrips.Add(1)
+	e.m.commands.Add(int64(2 + len(args)))
+	cmds := make([]*redis.Cmd, len(args))
+	var exec *redis.Cmd
+	all, perr := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "multi")
+		for i, a := range args {
+			cmds[i] = p.Do(ctx, a...)
+		}
+		exec = p.Do(ctx, "exec")
+		if tail != nil {
+			tail(p)
+		}
+		return nil
+	})
+	results = make([]redis.Cmder, len(args))
+	for i, c := range cmds {
+		results[i] = c
+	}
+	if err := unanswered(all, perr); err != nil {
+		return results, all, err // nothing was sent, and nothing answered
+	}
+	xerr := exec.Err()
+	switch {
+	case xerr == nil:
+	case errors.Is(xerr, redis.Nil):
+		// EXEC found a watched key changed and wrote nothing.
+		for _, c := range cmds {
+			c.SetErr(redis.TxFailedErr)
+		}
+		return results, all, redis.TxFailedErr
+	case isRedisErr(xerr):
+		// EXECABORT: a step was refused as it was queued (a slot that
+		// moved, a command the ACL denies); nothing was written. A step
+		// keeps the error it was refused with; the others get EXEC's.
+		for _, c := range cmds {
+			if c.Err() == nil {
+				c.SetErr(xerr)
+			}
+		}
+		return results, all, xerr
+	default:
+		// No reply to EXEC: it may or may not have run.
+		for _, c := range cmds {
+			c.SetErr(xerr)
+		}
+		return results, all, xerr
+	}
+	replies, _ := exec.Val().([]any)
+	if len(replies) != len(cmds) {
+		return results, all, fmt.Errorf("jobkey: exec %s: %d replies to %d steps", route, len(replies), len(cmds))
+	}
+	var first error
+	for i, v := range replies {
+		if rerr, ok := v.(redis.Error); ok {
+			cmds[i].SetErr(rerr)
+			if first == nil {
+				first = rerr
+			}
+			continue
+		}
+		cmds[i].SetErr(nil)
+		cmds[i].SetVal(v)
+	}
+	if first != nil {
+		return results, all, first // a StepError: some steps applied, some not
+	}
+	return results, all, nil
 }
 
 // classify turns what EXEC returned into the attempt's error, and says

@@ -611,18 +611,9 @@ func TestConcurrencyValueOfCanceledRunGoesWhenItsLeaseEnds(t *testing.T) {
 func TestFreedSlotKeepsUpdatedWaiterAtItsRunAt(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
-	a, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
-	require.NoError(t, err)
-	b, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: a.RunAt.Add(time.Millisecond)})
-	require.NoError(t, err)
-	f.clock.Advance(time.Second)
-	ca, err := f.q.Claim(f.ctx, "w")
-	require.NoError(t, err)
-	require.Equal(t, a.ID, ca.ID)
-	_, err = f.q.Claim(f.ctx, "w")
-	require.ErrorIs(t, err, ErrNoJob, "b waits for a's slot")
+	ca, b := claimWithWaiterBehind(t, f)
 	later := f.clock.Now().Add(time.Hour)
-	_, err = f.q.Update(f.ctx, b.ID, func(j *Job) error { j.RunAt = later; return nil })
+	_, err := f.q.Update(f.ctx, b.ID, func(j *Job) error { j.RunAt = later; return nil })
 	require.NoError(t, err)
 	verifyClean(t, f, "b is pending, due in an hour")
 	_, err = f.q.Complete(f.ctx, ca, nil)
@@ -636,17 +627,8 @@ func TestFreedSlotKeepsUpdatedWaiterAtItsRunAt(t *testing.T) {
 func TestFreedSlotKeepsRetriedWaiterAtItsRunAt(t *testing.T) {
 	t.Parallel()
 	f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
-	a, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
-	require.NoError(t, err)
-	b, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: a.RunAt.Add(time.Millisecond)})
-	require.NoError(t, err)
-	f.clock.Advance(time.Second)
-	ca, err := f.q.Claim(f.ctx, "w")
-	require.NoError(t, err)
-	require.Equal(t, a.ID, ca.ID)
-	_, err = f.q.Claim(f.ctx, "w")
-	require.ErrorIs(t, err, ErrNoJob)
-	_, err = f.q.Cancel(f.ctx, b.ID)
+	ca, b := claimWithWaiterBehind(t, f)
+	_, err := f.q.Cancel(f.ctx, b.ID)
 	require.NoError(t, err)
 	f.clock.Advance(10 * time.Second)
 	_, err = f.q.Retry(f.ctx, b.ID)
@@ -861,4 +843,22 @@ func (l *leaseLog) check(t *testing.T, ctx context.Context, q *Queue, ids []stri
 		}
 	}
 	return reruns
+}
+
+// claimWithWaiterBehind enqueues jobs a and b on concurrency key "k" (b due
+// a millisecond after a), claims a as ca, and requires b to wait for a's
+// slot.
+func claimWithWaiterBehind(t *testing.T, f *fixture) (ca, b *Job) {
+	t.Helper()
+	a, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})
+	require.NoError(t, err)
+	b, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: a.RunAt.Add(time.Millisecond)})
+	require.NoError(t, err)
+	f.clock.Advance(time.Second)
+	ca, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, a.ID, ca.ID)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "b waits for a's slot")
+	return ca, b
 }

@@ -186,7 +186,7 @@ func TestGroupEnqueueRepeatOfCallerWhoGaveUp(t *testing.T) {
 	var watches atomic.Int32
 	var cancelA atomic.Value
 	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || cmds[0].Name() != "watch" {
+		if !reads(cmds) {
 			return nil
 		}
 		switch watches.Add(1) {

@@ -67,6 +67,18 @@ func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
+// reads reports a pipeline that carries a transaction's round trip 1 (a
+// WATCH): a round trip of its own, or one that rides behind the EXEC of the
+// batch before it (ride.go).
+func reads(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if c.Name() == "watch" {
+			return true
+		}
+	}
+	return false
+}
+
 // names returns "cmd key" for each command of a pipeline, for matching.
 func names(cmds []redis.Cmder) []string {
 	out := make([]string, len(cmds))

@@ -17,13 +17,10 @@ import (
 func TestFencingSurvivesRepeatedAttemptAndOwner(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+	first := enqueueAndClaim(t, f, "replica", nil, nil)
+	_, err := f.q.Cancel(f.ctx, first.ID)
 	require.NoError(t, err)
-	first, err := f.q.Claim(f.ctx, "replica")
-	require.NoError(t, err)
-	_, err = f.q.Cancel(f.ctx, j.ID)
-	require.NoError(t, err)
-	r, err := f.q.Retry(f.ctx, j.ID)
+	r, err := f.q.Retry(f.ctx, first.ID)
 	require.NoError(t, err)
 	require.Equal(t, first.LeaseUntil, r.RunAt, "due when the canceled run's lease would have ended")
 	f.clock.Advance(31 * time.Second)
@@ -55,19 +52,14 @@ func TestFencingSurvivesRepeatedAttemptAndOwner(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	j, err := f.q.Enqueue(f.ctx, "t", []byte("p"), nil)
-	require.NoError(t, err)
-
-	c, err := f.q.Claim(f.ctx, "w1")
-	require.NoError(t, err)
-	require.Equal(t, j.ID, c.ID)
+	c := enqueueAndClaim(t, f, "w1", []byte("p"), nil)
 	require.Equal(t, StateActive, c.State)
 	require.Equal(t, 1, c.Attempt)
 	require.Equal(t, "w1", c.LeaseOwner)
 	require.Equal(t, f.clock.Now().Add(30*time.Second), c.LeaseUntil)
 	f.requireIndexed(t, c)
 
-	_, err = f.q.Claim(f.ctx, "w2")
+	_, err := f.q.Claim(f.ctx, "w2")
 	require.ErrorIs(t, err, ErrNoJob, "a held lease is not claimable")
 
 	f.clock.Advance(20 * time.Second)
@@ -81,7 +73,7 @@ func TestLifecycle(t *testing.T) {
 	require.Equal(t, StateSucceeded, done.State)
 	require.Equal(t, []byte("result"), done.Result)
 	f.requireIndexed(t, done)
-	ttl, err := f.rdb.PTTL(f.ctx, f.q.ks.jobKey(0, j.ID)).Result()
+	ttl, err := f.rdb.PTTL(f.ctx, f.q.ks.jobKey(0, c.ID)).Result()
 	require.NoError(t, err)
 	require.InDelta(t, (24 * time.Hour).Seconds(), ttl.Seconds(), 60, "retention is the key's own expiry")
 
@@ -100,11 +92,7 @@ func TestLifecycle(t *testing.T) {
 func TestFailRetriesThenFails(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{MaxAttempts: 2})
-	require.NoError(t, err)
-
-	c, err := f.q.Claim(f.ctx, "w")
-	require.NoError(t, err)
+	c := enqueueAndClaim(t, f, "w", nil, &EnqueueOpts{MaxAttempts: 2})
 	p, err := f.q.Fail(f.ctx, c, errors.New("boom"))
 	require.NoError(t, err)
 	require.Equal(t, StatePending, p.State)
@@ -128,11 +116,11 @@ func TestFailRetriesThenFails(t *testing.T) {
 	require.True(t, strings.HasPrefix(final.LastError, "éé"))
 	f.requireIndexed(t, final)
 
-	r, err := f.q.Retry(f.ctx, j.ID)
+	r, err := f.q.Retry(f.ctx, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, StatePending, r.State)
 	require.Zero(t, r.Attempt)
-	ttl, err := f.rdb.PTTL(f.ctx, f.q.ks.jobKey(0, j.ID)).Result()
+	ttl, err := f.rdb.PTTL(f.ctx, f.q.ks.jobKey(0, c.ID)).Result()
 	require.NoError(t, err)
 	require.Equal(t, time.Duration(-1), ttl, "a retried job no longer expires")
 	f.requireIndexed(t, r)
@@ -141,10 +129,7 @@ func TestFailRetriesThenFails(t *testing.T) {
 func TestSkipRetryFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
-	require.NoError(t, err)
-	c, err := f.q.Claim(f.ctx, "w")
-	require.NoError(t, err)
+	c := enqueueAndClaim(t, f, "w", nil, nil)
 	failed, err := f.q.Fail(f.ctx, c, fmt.Errorf("bad input: %w", ErrSkipRetry))
 	require.NoError(t, err)
 	require.Equal(t, StateFailed, failed.State)
@@ -153,10 +138,7 @@ func TestSkipRetryFailsAtOnce(t *testing.T) {
 func TestRelease(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
-	require.NoError(t, err)
-	c, err := f.q.Claim(f.ctx, "w")
-	require.NoError(t, err)
+	c := enqueueAndClaim(t, f, "w", nil, nil)
 	r, err := f.q.Release(f.ctx, c)
 	require.NoError(t, err)
 	require.Equal(t, StatePending, r.State)
@@ -177,17 +159,14 @@ func TestRelease(t *testing.T) {
 func TestZombieFencing(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
-	require.NoError(t, err)
-	a, err := f.q.Claim(f.ctx, "A")
-	require.NoError(t, err)
+	a := enqueueAndClaim(t, f, "A", nil, nil)
 	f.clock.Advance(31 * time.Second)
 	st, err := f.q.Stats(f.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.ExpiredLeases)
 	b, err := f.q.Claim(f.ctx, "B")
 	require.NoError(t, err)
-	require.Equal(t, j.ID, b.ID)
+	require.Equal(t, a.ID, b.ID)
 	require.Equal(t, 2, b.Attempt)
 
 	for name, op := range map[string]func() error{
@@ -204,7 +183,7 @@ func TestZombieFencing(t *testing.T) {
 	}
 	done, err := f.q.Complete(f.ctx, b, []byte("B"))
 	require.NoError(t, err)
-	got, err := f.q.Get(f.ctx, j.ID)
+	got, err := f.q.Get(f.ctx, a.ID)
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, got.State)
 	require.Equal(t, []byte("B"), got.Result)
@@ -220,13 +199,9 @@ func TestFailStaysWithinMaxValueBytes(t *testing.T) {
 	const limit = 2048
 	f := setup(t, &Config{MaxValueBytes: limit})
 	payload := make([]byte, limit-200)
-	j, err := f.q.Enqueue(f.ctx, "t", payload, nil)
-	require.NoError(t, err)
-	c, err := f.q.Claim(f.ctx, "w")
-	require.NoError(t, err)
-	require.Equal(t, j.ID, c.ID)
-	_, err = f.q.Fail(f.ctx, c, errors.New(strings.Repeat("x", MaxErrorLen)))
-	key, _ := f.q.ks.jobKeyOf(j.ID)
+	c := enqueueAndClaim(t, f, "w", payload, nil)
+	_, err := f.q.Fail(f.ctx, c, errors.New(strings.Repeat("x", MaxErrorLen)))
+	key, _ := f.q.ks.jobKeyOf(c.ID)
 	n, serr := f.rdb.StrLen(f.ctx, key).Result()
 	require.NoError(t, serr)
 	t.Logf("Fail returned %v; stored value is %d bytes, limit %d", err, n, limit)
@@ -264,4 +239,16 @@ func TestRunWritesAcceptStoredConcurrencyKey(t *testing.T) {
 		require.Empty(t, v.leases, "the slot is given back")
 	}
 	verifyClean(t, f, "")
+}
+
+// enqueueAndClaim enqueues one job of type "t" with payload and opts, claims
+// it as worker, and requires the claim to return that job.
+func enqueueAndClaim(t *testing.T, f *fixture, worker string, payload []byte, opts *EnqueueOpts) *Job {
+	t.Helper()
+	j, err := f.q.Enqueue(f.ctx, "t", payload, opts)
+	require.NoError(t, err)
+	c, err := f.q.Claim(f.ctx, worker)
+	require.NoError(t, err)
+	require.Equal(t, j.ID, c.ID)
+	return c
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -98,9 +99,8 @@ func TestPeriodicLeaderless(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const every = 200 * time.Millisecond
 	sched := Every(every)
-	var mu sync.Mutex
-	runs := map[string]int{}
-	ran := func(id string) { mu.Lock(); runs[id]++; mu.Unlock() }
+	runs := newRunsByID()
+	ran := runs.ran
 
 	procs := []*periodicProcess{
 		startPeriodic(t, prefix, "a", sched, ran),
@@ -138,15 +138,14 @@ func TestPeriodicLeaderless(t *testing.T) {
 		p.halt(t)
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
+	ranByID := runs.snapshot()
 	n := 0
 	for tick := start; !tick.After(last); tick = sched.Next(tick) {
 		id := periodicID("tick", tick)
 		j, err := q.Get(context.Background(), id)
 		require.NoError(t, err, "tick %s has no job", id)
 		require.Equal(t, StateSucceeded, j.State, id)
-		require.Equal(t, 1, runs[id], "tick %s ran %d times", id, runs[id])
+		require.Equal(t, 1, ranByID[id], "tick %s ran %d times", id, ranByID[id])
 		n++
 	}
 	require.GreaterOrEqual(t, n, 12, "ticks in the window")
@@ -399,14 +398,8 @@ func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
 			t.Parallel()
 			prefix := redistest.Prefix(t)
 			ctx := context.Background()
-			var mu sync.Mutex
-			runs := map[string]int{}
-			h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
-				mu.Lock()
-				runs[j.ID]++
-				mu.Unlock()
-				return nil, nil
-			})
+			runs := newRunsByID()
+			h := runs.handler()
 			sched := once{at: time.Now().Truncate(time.Millisecond)}
 			var opts *EnqueueOpts
 			if c.key != "" {
@@ -438,9 +431,7 @@ func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
 			require.NoError(t, stop())
 			_, err = again.Get(ctx, id)
 			require.ErrorIs(t, err, ErrNotFound, "the tick ran: it is not enqueued again")
-			mu.Lock()
-			defer mu.Unlock()
-			require.Equal(t, map[string]int{id: 1}, runs)
+			require.Equal(t, map[string]int{id: 1}, runs.snapshot())
 			_, shard := first.ks.jobKeyOf(id)
 			if c.key != "" {
 				require.Equal(t, first.ks.shardOf(c.key), shard)
@@ -490,14 +481,8 @@ func TestClusterPeriodicTickStaysRan(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	var mu sync.Mutex
-	runs := map[string]int{}
-	h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
-		mu.Lock()
-		runs[j.ID]++
-		mu.Unlock()
-		return nil, nil
-	})
+	runs := newRunsByID()
+	h := runs.handler()
 	at := time.Now().Truncate(time.Millisecond)
 	ps := []PeriodicJob{
 		{Name: "plain", Schedule: once{at: at}, Type: "t"},
@@ -536,9 +521,7 @@ func TestClusterPeriodicTickStaysRan(t *testing.T) {
 	st, err := again.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, Stats{}, st, "no tick enqueued again")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, map[string]int{ids[0]: 1, ids[1]: 1}, runs)
+	require.Equal(t, map[string]int{ids[0]: 1, ids[1]: 1}, runs.snapshot())
 }
 
 // A periodic job whose ConcurrencyKey changes between deploys moves its
@@ -554,14 +537,8 @@ func TestPeriodicTickRunsOnceWhenItsConcurrencyKeyChanges(t *testing.T) {
 		q := queueOn(t, redistest.Client(t, nil), prefix, Config{Shards: 8, Logger: quietLog()})
 		return q
 	}
-	var mu sync.Mutex
-	runs := map[string]int{}
-	h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
-		mu.Lock()
-		runs[j.ID]++
-		mu.Unlock()
-		return nil, nil
-	})
+	runs := newRunsByID()
+	h := runs.handler()
 	at := time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)
 	old := newQ()
 	base := periodicID("tick", at)
@@ -585,11 +562,7 @@ func TestPeriodicTickRunsOnceWhenItsConcurrencyKeyChanges(t *testing.T) {
 	// A rolling deploy: the old options and the new run at the tick.
 	stopOld := runPeriodic(old, h, deploy(""))
 	stopNew := runPeriodic(newQ(), h, deploy(keys[0]))
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(runs) > 0
-	}, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(runs.snapshot()) > 0 }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
 	require.NoError(t, stopOld())
 	require.NoError(t, stopNew())
@@ -599,13 +572,12 @@ func TestPeriodicTickRunsOnceWhenItsConcurrencyKeyChanges(t *testing.T) {
 	stop := runPeriodic(newQ(), h, deploy(keys[1]))
 	time.Sleep(500 * time.Millisecond)
 	require.NoError(t, stop())
-	mu.Lock()
-	defer mu.Unlock()
+	ranByID := runs.snapshot()
 	total := 0
-	for _, n := range runs {
+	for _, n := range ranByID {
 		total += n
 	}
-	require.Equal(t, 1, total, "one job per tick: %v", runs)
+	require.Equal(t, 1, total, "one job per tick: %v", ranByID)
 }
 
 // blockHook fails every command and pipeline of a client while on is set:
@@ -649,14 +621,8 @@ func TestPeriodicSkipsTickOlderThanRetentionOnRecovery(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const every = 4 * time.Second
 	sched := Every(every)
-	var mu sync.Mutex
-	runs := map[string]int{}
-	h := HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
-		mu.Lock()
-		runs[j.ID]++
-		mu.Unlock()
-		return nil, nil
-	})
+	runs := newRunsByID()
+	h := runs.handler()
 	cfg := func() *Config { return &Config{Prefix: prefix, Logger: quietLog(), Retention: time.Second} }
 	start := func(name string, rdb *redis.Client) func() {
 		q, err := NewQueue(rdb, "q", cfg())
@@ -690,7 +656,7 @@ func TestPeriodicSkipsTickOlderThanRetentionOnRecovery(t *testing.T) {
 	cut.Store(true)
 	id2 := periodicID("tick", t2)
 	// A enqueues and runs T2; its job expires with the 1s Retention.
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return runs[id2] == 1 }, 3*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return runs.snapshot()[id2] == 1 }, 3*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool {
 		_, err := q.Get(ctx, id2)
 		return errors.Is(err, ErrNotFound)
@@ -701,9 +667,8 @@ func TestPeriodicSkipsTickOlderThanRetentionOnRecovery(t *testing.T) {
 	time.Sleep(time.Until(t2.Add(every - 500*time.Millisecond)))
 	stopB()
 	stopA()
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, 1, runs[id2], "tick %s (older than Retention when B recovered) ran %d times", id2, runs[id2])
+	ranByID := runs.snapshot()
+	require.Equal(t, 1, ranByID[id2], "tick %s (older than Retention when B recovered) ran %d times", id2, ranByID[id2])
 }
 
 // stuck is a schedule whose Next does not advance: it returns the same
@@ -763,4 +728,35 @@ func TestLastTickLooksBackMoreThanAYear(t *testing.T) {
 	now := tick.Add(364*24*time.Hour + 12*time.Hour)
 	require.True(t, s.Next(tick).After(now))
 	require.Equal(t, tick, lastTick(s, now), "the latest tick, 364.5 days before now")
+}
+
+// runsByID counts how many times each job ID ran, across every process of
+// a test.
+type runsByID struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newRunsByID() *runsByID { return &runsByID{n: map[string]int{}} }
+
+// ran records one run of the job id.
+func (r *runsByID) ran(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n[id]++
+}
+
+// handler records one run of each job it is given, and succeeds.
+func (r *runsByID) handler() Handler {
+	return HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		r.ran(j.ID)
+		return nil, nil
+	})
+}
+
+// snapshot returns a copy of the counts so far.
+func (r *runsByID) snapshot() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.n)
 }

@@ -93,7 +93,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 			unknown: func(in completeIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) }}
 		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, flush: q.flushExtends, fill: batchFill,
 			unknown: func(j *Job, err error) error { return outcomeUnknown("extend", j.ID, err) }}
-		q.finishes = &commitGroup[finishIn, finishOut]{max: c.MaxBatch, flush: q.flushFinishes,
+		q.finishes = &commitGroup[finishIn, finishOut]{max: c.MaxBatch, flush: q.flushFinishes, rides: true,
 			unknown: func(in finishIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) },
 			orphan: func(out finishOut) {
 				q.giveBack(out.next)

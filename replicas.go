@@ -64,91 +64,17 @@ type durability struct {
 func (d durability) on() bool { return d.replicas > 0 }
 
 // execWait is exec when writes wait for replicas: MULTI, the writes, EXEC
-// and WAIT in one plain pipeline, since go-redis's transaction pipeline
-// ends at EXEC. Its replies are handed back as a transaction pipeline's
-// would be, one *redis.Cmd per step; unconfirmed is set when EXEC
+// and WAIT in one plain pipeline (execPipe); unconfirmed is set when EXEC
 // committed and fewer replicas than wanted confirmed it.
 func (e *casEngine) execWait(ctx context.Context, conn *redis.Conn, route string, plan *casPlan, values [][]byte) (_ []redis.Cmder, unconfirmed, _ error) {
-	args := make([][]any, 0, len(plan.writes)+len(plan.aux)+len(plan.steps))
-	for i, w := range plan.writes {
-		args = append(args, setArgs(w.key, values[i], w.ttl))
-	}
-	for _, w := range plan.aux {
-		if w.val == nil {
-			args = append(args, []any{"del", w.key})
-		} else {
-			args = append(args, setArgs(w.key, w.val, w.ttl))
-		}
-	}
-	args = append(args, plan.steps...)
-	e.m.roundTrips.Add(1)
-	e.m.commands.Add(int64(3 + len(args)))
-	queued := make([]*redis.Cmd, len(args))
-	var exec *redis.Cmd
 	var wait *redis.IntCmd
 	start := time.Now()
-	sent, perr := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Do(ctx, "multi")
-		for i, a := range args {
-			queued[i] = p.Do(ctx, a...)
-		}
-		exec = p.Do(ctx, "exec")
+	results, _, err := e.execPipe(ctx, conn, route, plan, values, func(p redis.Pipeliner) {
+		e.m.commands.Add(1)
 		wait = e.wait(ctx, p)
-		return nil
 	})
-	results := make([]redis.Cmder, len(args))
-	cmds := make([]*redis.Cmd, len(args))
-	for i, a := range args {
-		cmds[i] = redis.NewCmd(ctx, a...)
-		results[i] = cmds[i]
-	}
-	if err := unanswered(sent, perr); err != nil {
-		return results, nil, err // nothing was sent, and nothing answered
-	}
-	xerr := exec.Err()
-	switch {
-	case xerr == nil:
-	case errors.Is(xerr, redis.Nil):
-		// EXEC found a watched key changed and wrote nothing.
-		for _, c := range cmds {
-			c.SetErr(redis.TxFailedErr)
-		}
-		return results, nil, redis.TxFailedErr
-	case isRedisErr(xerr):
-		// EXECABORT: a step was refused as it was queued (a slot that
-		// moved, a command the ACL denies); nothing was written.
-		for i, c := range cmds {
-			if qerr := queued[i].Err(); qerr != nil {
-				c.SetErr(qerr)
-			} else {
-				c.SetErr(xerr)
-			}
-		}
-		return results, nil, xerr
-	default:
-		// No reply to EXEC: it may or may not have run.
-		for _, c := range cmds {
-			c.SetErr(xerr)
-		}
-		return results, nil, xerr
-	}
-	replies, _ := exec.Val().([]any)
-	if len(replies) != len(cmds) {
-		return results, nil, fmt.Errorf("jobkey: exec %s: %d replies to %d steps", route, len(replies), len(cmds))
-	}
-	var first error
-	for i, v := range replies {
-		if rerr, ok := v.(redis.Error); ok {
-			cmds[i].SetErr(rerr)
-			if first == nil {
-				first = rerr
-			}
-			continue
-		}
-		cmds[i].SetVal(v)
-	}
-	if first != nil {
-		return results, nil, first // a StepError: some steps applied, some not
+	if err != nil {
+		return results, nil, err
 	}
 	return results, e.replicated(ctx, conn, route, wait, start), nil
 }

@@ -19,14 +19,9 @@ import (
 // time.
 func TestWorkFencesItselfWhenCutOff(t *testing.T) {
 	t.Parallel()
-	cut, proxy := proxied(t)
-	prefix := redistest.Prefix(t)
 	const lease = time.Second
-	q := queueOn(t, cut, prefix, Config{Lease: lease})
-	rival := queueOn(t, redistest.Client(t, nil), prefix, Config{Lease: lease})
+	q, rival, proxy, j := cutOffAndRival(t, lease)
 	ctx := context.Background()
-	j, err := rival.Enqueue(ctx, "t", nil, nil)
-	require.NoError(t, err)
 
 	started := make(chan struct{})
 	type stop struct {
@@ -48,16 +43,7 @@ func TestWorkFencesItselfWhenCutOff(t *testing.T) {
 	proxy.Partition(true)
 	cutAt := time.Now()
 
-	var c *Job
-	waitFor(t, "the rival's claim after the lease ran out", func() bool {
-		c, err = rival.Claim(ctx, "rival")
-		if errors.Is(err, ErrNoJob) {
-			return false
-		}
-		require.NoError(t, err)
-		return true
-	})
-	claimedAt := time.Now()
+	c, claimedAt := rivalClaimsAfterLease(t, ctx, rival)
 	require.Equal(t, j.ID, c.ID)
 	s := <-stopped
 	require.ErrorIs(t, s.cause, ErrLeaseExpired)
@@ -201,15 +187,7 @@ func TestWorkTracksEachRun(t *testing.T) {
 	<-second
 	close(release) // the first run ends
 	time.Sleep(50 * time.Millisecond)
-	t0 := time.Now()
-	stopWork()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Work hung: shutdown did not reach the second run")
-	}
-	require.Less(t, time.Since(t0), 3*time.Second)
+	stopWorkPromptly(t, stopWork, done, "Work hung: shutdown did not reach the second run")
 	require.ErrorIs(t, <-cause, ErrShutdown)
 	got, err := q.Get(ctx, j.ID)
 	require.NoError(t, err)
@@ -251,15 +229,7 @@ func TestWorkShutdownDuringClaim(t *testing.T) {
 		}), &WorkOpts{Concurrency: 1, ShutdownGrace: 50 * time.Millisecond, Logger: quiet})
 	}()
 	<-inClaim
-	t0 := time.Now()
-	stopWork()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Work hung on a claim that landed after the grace period")
-	}
-	require.Less(t, time.Since(t0), 3*time.Second)
+	stopWorkPromptly(t, stopWork, done, "Work hung on a claim that landed after the grace period")
 	require.False(t, ran.Load(), "no handler starts once shutdown has begun")
 	got, err := q.Get(ctx, j.ID)
 	require.NoError(t, err)
@@ -271,14 +241,9 @@ func TestWorkShutdownDuringClaim(t *testing.T) {
 // once it is back, while the lease still holds: the job does not run again.
 func TestWorkRecordsOutcomeAfterOutage(t *testing.T) {
 	t.Parallel()
-	cut, proxy := proxied(t)
-	prefix := redistest.Prefix(t)
 	const lease = 3 * time.Second
-	q := queueOn(t, cut, prefix, Config{Lease: lease})
-	rival := queueOn(t, redistest.Client(t, nil), prefix, Config{Lease: lease})
+	q, rival, proxy, j := cutOffAndRival(t, lease)
 	ctx := context.Background()
-	j, err := rival.Enqueue(ctx, "t", nil, nil)
-	require.NoError(t, err)
 	var runs atomic.Int32
 	h := HandlerFunc(func(context.Context, *Job) ([]byte, error) {
 		if runs.Add(1) == 1 {
@@ -638,14 +603,9 @@ func TestWorkRechecksCancelHintsDuringCheck(t *testing.T) {
 // heals, is fenced off.
 func TestWorkRunsAgainOnlyAfterLostCompletionsLease(t *testing.T) {
 	t.Parallel()
-	cut, proxy := proxied(t)
-	prefix := redistest.Prefix(t)
 	const lease = time.Second
-	q := queueOn(t, cut, prefix, Config{Lease: lease})
-	rival := queueOn(t, redistest.Client(t, nil), prefix, Config{Lease: lease})
+	q, rival, proxy, j := cutOffAndRival(t, lease)
 	ctx := context.Background()
-	j, err := rival.Enqueue(ctx, "t", nil, nil)
-	require.NoError(t, err)
 
 	type event struct {
 		at  time.Time
@@ -675,16 +635,7 @@ func TestWorkRunsAgainOnlyAfterLostCompletionsLease(t *testing.T) {
 	require.Equal(t, StateActive, held.State, "the completion did not land")
 	require.Equal(t, first.j.LeaseToken, held.LeaseToken)
 
-	var c *Job
-	waitFor(t, "the rival's claim after the lease ran out", func() bool {
-		c, err = rival.Claim(ctx, "rival")
-		if errors.Is(err, ErrNoJob) {
-			return false
-		}
-		require.NoError(t, err)
-		return true
-	})
-	claimedAt := time.Now()
+	c, claimedAt := rivalClaimsAfterLease(t, ctx, rival)
 	require.Equal(t, j.ID, c.ID)
 	require.Equal(t, 2, c.Attempt, "a new attempt")
 	require.NotEqual(t, first.j.LeaseToken, c.LeaseToken)
@@ -707,4 +658,53 @@ func TestWorkRunsAgainOnlyAfterLostCompletionsLease(t *testing.T) {
 		t.Fatalf("the first run recorded a second outcome: %+v", e)
 	default:
 	}
+}
+
+// cutOffAndRival returns a queue q that reaches Redis through proxy, which
+// the test can partition, and a rival queue on the same keys that reaches
+// Redis directly, both with the given lease; the rival has enqueued one
+// job, j.
+func cutOffAndRival(t *testing.T, lease time.Duration) (q, rival *Queue, proxy *faultproxy.Proxy, j *Job) {
+	t.Helper()
+	cut, proxy := proxied(t)
+	prefix := redistest.Prefix(t)
+	q = queueOn(t, cut, prefix, Config{Lease: lease})
+	rival = queueOn(t, redistest.Client(t, nil), prefix, Config{Lease: lease})
+	j, err := rival.Enqueue(context.Background(), "t", nil, nil)
+	require.NoError(t, err)
+	return q, rival, proxy, j
+}
+
+// rivalClaimsAfterLease waits until rival claims a job, which it can only
+// once the lease of the job's current run has run out, and returns the
+// claimed job and when the claim returned.
+func rivalClaimsAfterLease(t *testing.T, ctx context.Context, rival *Queue) (*Job, time.Time) {
+	t.Helper()
+	var c *Job
+	waitFor(t, "the rival's claim after the lease ran out", func() bool {
+		var err error
+		c, err = rival.Claim(ctx, "rival")
+		if errors.Is(err, ErrNoJob) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	})
+	return c, time.Now()
+}
+
+// stopWorkPromptly cancels Work's context with stopWork and requires Work
+// to return nil on done within 3 seconds; hung is the failure message if it
+// does not return at all.
+func stopWorkPromptly(t *testing.T, stopWork context.CancelFunc, done <-chan error, hung string) {
+	t.Helper()
+	t0 := time.Now()
+	stopWork()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal(hung)
+	}
+	require.Less(t, time.Since(t0), 3*time.Second)
 }

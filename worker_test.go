@@ -93,42 +93,17 @@ func TestWorkFailsAndRecoversPanics(t *testing.T) {
 // An idle worker starts a new job on the wake-up hint, not on its poll.
 func TestWorkWakesOnEnqueue(t *testing.T) {
 	t.Parallel()
-	q := realQueue(t, nil)
-	ctx := context.Background()
-	started := make(chan time.Time, 1)
-	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
-		started <- time.Now()
-		return nil, nil
-	}), &WorkOpts{Concurrency: 2, PollInterval: time.Hour})
-	time.Sleep(200 * time.Millisecond) // let the workers go idle and subscribe
-	_, err := q.Enqueue(ctx, "t", nil, nil)
-	require.NoError(t, err)
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("an idle worker with an hour-long poll did not wake on enqueue")
-	}
+	// 200 ms lets the workers go idle and subscribe.
+	requireIdleWorkerStarts(t, &WorkOpts{Concurrency: 2, PollInterval: time.Hour}, 200*time.Millisecond, nil,
+		"an idle worker with an hour-long poll did not wake on enqueue")
 }
 
 // A delayed job starts when due: the idle worker sleeps until the next
 // run-at it learns of, not for its hour-long poll interval.
 func TestWorkRunsScheduledJobWhenDue(t *testing.T) {
 	t.Parallel()
-	q := realQueue(t, nil)
-	ctx := context.Background()
-	started := make(chan struct{}, 1)
-	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
-		started <- struct{}{}
-		return nil, nil
-	}), &WorkOpts{PollInterval: time.Hour})
-	time.Sleep(100 * time.Millisecond)
-	_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{Delay: 300 * time.Millisecond})
-	require.NoError(t, err)
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("scheduled job not run")
-	}
+	requireIdleWorkerStarts(t, &WorkOpts{PollInterval: time.Hour}, 100*time.Millisecond, &EnqueueOpts{Delay: 300 * time.Millisecond},
+		"scheduled job not run")
 }
 
 func TestWorkRenewsLease(t *testing.T) {
@@ -161,18 +136,8 @@ func TestWorkCancelStopsHandler(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, nil)
 	ctx := context.Background()
-	j, err := q.Enqueue(ctx, "t", nil, nil)
-	require.NoError(t, err)
-	running := make(chan struct{})
-	cause := make(chan error, 1)
-	startWork(t, q, HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
-		close(running)
-		<-ctx.Done()
-		cause <- context.Cause(ctx)
-		return nil, ctx.Err()
-	}), nil)
-	<-running
-	_, err = q.Cancel(ctx, j.ID)
+	j, cause := runUntilCanceled(t, q, context.Context.Err)
+	_, err := q.Cancel(ctx, j.ID)
 	require.NoError(t, err)
 	select {
 	case c := <-cause:
@@ -188,19 +153,9 @@ func TestWorkLostLeaseCancelsHandler(t *testing.T) {
 	t.Parallel()
 	q := realQueue(t, &Config{Lease: 300 * time.Millisecond})
 	ctx := context.Background()
-	j, err := q.Enqueue(ctx, "t", nil, nil)
-	require.NoError(t, err)
-	running := make(chan struct{})
-	cause := make(chan error, 1)
-	startWork(t, q, HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
-		close(running)
-		<-ctx.Done()
-		cause <- context.Cause(ctx)
-		return nil, nil
-	}), nil)
-	<-running
+	j, cause := runUntilCanceled(t, q, func(context.Context) error { return nil })
 	// Someone else takes the job over (as after an expired lease): fenced.
-	_, err = q.Update(ctx, j.ID, func(*Job) error { return nil })
+	_, err := q.Update(ctx, j.ID, func(*Job) error { return nil })
 	require.NoError(t, err)
 	_, err = q.update(ctx, j.ID, nil, func(cur *Job, _ time.Time) (*Job, error) {
 		cur.Attempt++
@@ -303,7 +258,7 @@ func TestWorkLeavesNoClaimFlushBehind(t *testing.T) {
 			after.Add(1)
 		}
 		time.Sleep(2 * time.Millisecond) // a network with a 2ms round trip
-		if len(cmds) > 0 && cmds[0].Name() == "watch" && armed.Load() && slow.CompareAndSwap(false, true) {
+		if reads(cmds) && armed.Load() && slow.CompareAndSwap(false, true) {
 			select {
 			case inRead <- struct{}{}:
 			default:
@@ -322,16 +277,9 @@ func TestWorkLeavesNoClaimFlushBehind(t *testing.T) {
 	require.NoError(t, err)
 
 	armed.Store(true)
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	var ran atomic.Int32
-	go func() {
-		done <- q.Work(wctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { ran.Add(1); return nil, nil }),
-			&WorkOpts{Concurrency: 1, Logger: quiet})
-	}()
+	ran, stop := workCountingRuns(t, ctx, q)
 	<-inRead
 	stop()
-	require.NoError(t, <-done)
 	returned.Store(true)
 	time.Sleep(500 * time.Millisecond)
 	t.Logf("handler runs: %d; pipelines sent on the queue's client after Work returned: %d", ran.Load(), after.Load())
@@ -390,16 +338,9 @@ func TestWorkGivesBackClaimInFlightAtShutdownBeforeReturning(t *testing.T) {
 	require.NoError(t, err)
 
 	armed.Store(true)
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	var ran atomic.Int32
-	go func() {
-		done <- q.Work(wctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { ran.Add(1); return nil, nil }),
-			&WorkOpts{Concurrency: 1, Logger: quiet})
-	}()
+	ran, stop := workCountingRuns(t, ctx, q)
 	<-inExec // the claim's EXEC has run; its reply is late
 	stop()
-	require.NoError(t, <-done)
 	returned.Store(true)
 	got, err := clean.Get(ctx, j.ID)
 	require.NoError(t, err)
@@ -495,4 +436,62 @@ func TestWorkShutdownByDeadlineLogsNoError(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Empty(t, rec.find(slog.LevelError, ""), "an ordinary shutdown is not an error")
+}
+
+// requireIdleWorkerStarts starts Work with opts on a queue of its own, lets
+// the workers go idle for settle, enqueues a job with eopts, and requires its
+// handler to start within 10 seconds; failure says what went wrong if not.
+func requireIdleWorkerStarts(t *testing.T, opts *WorkOpts, settle time.Duration, eopts *EnqueueOpts, failure string) {
+	t.Helper()
+	q := realQueue(t, nil)
+	started := make(chan struct{}, 1)
+	startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+		started <- struct{}{}
+		return nil, nil
+	}), opts)
+	time.Sleep(settle)
+	_, err := q.Enqueue(context.Background(), "t", nil, eopts)
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal(failure)
+	}
+}
+
+// runUntilCanceled enqueues a job j on q and starts Work whose handler runs
+// until its context ends, sends the context's cause on cause, and returns
+// what ret gives for that context. It returns once the handler runs.
+func runUntilCanceled(t *testing.T, q *Queue, ret func(context.Context) error) (j *Job, cause <-chan error) {
+	t.Helper()
+	j, err := q.Enqueue(context.Background(), "t", nil, nil)
+	require.NoError(t, err)
+	running := make(chan struct{})
+	causes := make(chan error, 1)
+	startWork(t, q, HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
+		close(running)
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return nil, ret(ctx)
+	}), nil)
+	<-running
+	return j, causes
+}
+
+// workCountingRuns starts Work on q with one worker, whose handler counts
+// its runs in ran and succeeds; stop cancels it and requires Work to return
+// nil.
+func workCountingRuns(t *testing.T, ctx context.Context, q *Queue) (ran *atomic.Int32, stop func()) {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	ran = new(atomic.Int32)
+	go func() {
+		done <- q.Work(wctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { ran.Add(1); return nil, nil }),
+			&WorkOpts{Concurrency: 1, Logger: quiet})
+	}()
+	return ran, func() {
+		cancel()
+		require.NoError(t, <-done)
+	}
 }

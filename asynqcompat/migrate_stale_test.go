@@ -36,6 +36,34 @@ func runAsynqUntil(t *testing.T, e *env, runs *sync.Map, done func() bool) {
 	require.True(t, done(), "asynq server did not run the task")
 }
 
+// requireOneMovedOtherRanAndUndone requires that, of the two tasks or jobs
+// (what) "a" and "b", each either ran once in the source system (from,
+// counted in runs) or is held once by the target (to, as held reports), not
+// both; and that the report rep says one moved and the other, the one that
+// ran, was undone. It returns the ID of the one that ran.
+func requireOneMovedOtherRanAndUndone(t *testing.T, rep MigrateReport, what, from string, runs *sync.Map, to string, held func(id string) (state string, ok bool)) (ran string) {
+	t.Helper()
+	for _, id := range []string{"a", "b"} {
+		inTarget := 0
+		if state, ok := held(id); ok {
+			inTarget = 1
+			t.Logf("%s %s: ran %d times in %s, %s holds it %s", what, id, count(runs, id), from, to, state)
+		}
+		require.Equal(t, 1, count(runs, id)+inTarget,
+			"%s %s: ran %d times in %s and is in %s %d times: it runs twice (report Moved=%d, Twice=%d, Undone=%d)",
+			what, id, count(runs, id), from, to, inTarget, rep.Moved, len(rep.Twice), len(rep.Undone))
+	}
+	require.Equal(t, 1, rep.Moved)
+	require.Len(t, rep.Undone, 1)
+	require.Empty(t, rep.Twice)
+	ran = "a"
+	if count(runs, "b") == 1 {
+		ran = "b"
+	}
+	require.Equal(t, ran, rep.Undone[0].ID)
+	return ran
+}
+
 func count(m *sync.Map, id string) int {
 	n, ok := m.Load(id)
 	if !ok {
@@ -74,24 +102,13 @@ func TestMigrateStaleListingRunsOnce(t *testing.T) {
 		}})
 	require.NoError(t, err)
 	t.Logf("report: Moved=%d AlreadyMoved=%d Undone=%d Twice=%d Left=%d", rep.Moved, rep.AlreadyMoved, len(rep.Undone), len(rep.Twice), len(rep.Left))
-	for _, id := range []string{"a", "b"} {
-		inJobkey := 0
-		if j, err := q.Get(e.ctx, id); err == nil {
-			inJobkey = 1
-			t.Logf("task %s: ran %d times in asynq, jobkey holds it %s", id, count(&asynqRuns, id), j.State)
+	requireOneMovedOtherRanAndUndone(t, rep, "task", "asynq", &asynqRuns, "jobkey", func(id string) (string, bool) {
+		j, err := q.Get(e.ctx, id)
+		if err != nil {
+			return "", false
 		}
-		require.Equal(t, 1, count(&asynqRuns, id)+inJobkey,
-			"task %s: ran %d times in asynq and is in jobkey %d times: it runs twice (report Moved=%d, Twice=%d, Undone=%d)",
-			id, count(&asynqRuns, id), inJobkey, rep.Moved, len(rep.Twice), len(rep.Undone))
-	}
-	require.Equal(t, 1, rep.Moved)
-	require.Len(t, rep.Undone, 1)
-	require.Empty(t, rep.Twice)
-	ran := "a"
-	if count(&asynqRuns, "b") == 1 {
-		ran = "b"
-	}
-	require.Equal(t, ran, rep.Undone[0].ID)
+		return j.State.String(), true
+	})
 	require.Equal(t, "gone", rep.Undone[0].State)
 }
 
@@ -138,24 +155,13 @@ func TestMigrateToAsynqStaleListingRunsOnce(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("report: Moved=%d AlreadyMoved=%d Undone=%d Twice=%d Left=%d", rep.Moved, rep.AlreadyMoved, len(rep.Undone), len(rep.Twice), len(rep.Left))
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
-	for _, id := range []string{"a", "b"} {
-		inAsynq := 0
-		if ti, err := ins.GetTaskInfo("default", id); err == nil {
-			inAsynq = 1
-			t.Logf("job %s: ran %d times in jobkey, asynq holds it %s", id, count(&jobkeyRuns, id), ti.State)
+	ran := requireOneMovedOtherRanAndUndone(t, rep, "job", "jobkey", &jobkeyRuns, "asynq", func(id string) (string, bool) {
+		ti, err := ins.GetTaskInfo("default", id)
+		if err != nil {
+			return "", false
 		}
-		require.Equal(t, 1, count(&jobkeyRuns, id)+inAsynq,
-			"job %s: ran %d times in jobkey and is in asynq %d times: it runs twice (report Moved=%d, Twice=%d, Undone=%d)",
-			id, count(&jobkeyRuns, id), inAsynq, rep.Moved, len(rep.Twice), len(rep.Undone))
-	}
-	require.Equal(t, 1, rep.Moved)
-	require.Len(t, rep.Undone, 1)
-	require.Empty(t, rep.Twice)
-	ran := "a"
-	if count(&jobkeyRuns, "b") == 1 {
-		ran = "b"
-	}
-	require.Equal(t, ran, rep.Undone[0].ID)
+		return ti.State.String(), true
+	})
 	j, err := q.Get(e.ctx, ran)
 	require.NoError(t, err, "the job jobkey ran is kept")
 	require.Equal(t, jobkey.StateSucceeded, j.State)

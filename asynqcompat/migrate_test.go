@@ -14,6 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobkey/jobkey"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -236,13 +237,7 @@ func TestMigrateInterruptedAndRerun(t *testing.T) {
 				}
 			}
 		default: // crashed between an enqueue and its delete
-			var calls atomic.Int64
-			opts.afterEnqueue = func(string) error {
-				if calls.Add(1) == point {
-					return errInjected
-				}
-				return nil
-			}
+			opts.afterEnqueue = failOnCall(point, errInjected)
 		}
 		rep, err := Migrate(ctx, e.rdb, opts)
 		cancel()
@@ -480,14 +475,11 @@ func TestMigrateLeavesUniqueTasksWithTheirLock(t *testing.T) {
 	q := e.queue(t, "emails", nil)
 	ac := asynq.NewClientFromRedisClient(e.rdb)
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
-	for id, opts := range map[string][]asynq.Option{
+	enqueueTasksByID(t, e, map[string][]asynq.Option{
 		"u-pending":   {asynq.Unique(time.Hour)},
 		"u-scheduled": {asynq.Unique(time.Hour), asynq.ProcessIn(time.Hour)},
 		"plain":       nil,
-	} {
-		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
-		require.NoError(t, err, id)
-	}
+	})
 	for _, dry := range []bool{true, false} {
 		rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, DryRun: dry})
 		require.NoError(t, err)
@@ -518,17 +510,14 @@ func TestMigrateLeavesGroupTasks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	q := e.queue(t, "emails", nil)
-	ac := asynq.NewClientFromRedisClient(e.rdb)
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
-	for id, opts := range map[string][]asynq.Option{
+	enqueueTasksByID(t, e, map[string][]asynq.Option{
 		"retained":      {asynq.Retention(time.Hour)},
 		"grouped":       {asynq.Group("batch")},
 		"grouped-later": {asynq.Group("batch"), asynq.ProcessIn(time.Hour)},
 		"plain":         nil,
-	} {
-		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
-		require.NoError(t, err, id)
-	}
+	})
+	ac := asynq.NewClientFromRedisClient(e.rdb)
 	_, err := ac.EnqueueContext(e.ctx, asynq.NewTask("other", nil), asynq.TaskID("other-grouped"), asynq.Group("batch"))
 	require.NoError(t, err)
 	for _, dry := range []bool{true, false} {
@@ -563,18 +552,14 @@ func TestMigrateCarriesRetentionAndDeadline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	q := e.queue(t, "emails", nil)
-	ac := asynq.NewClientFromRedisClient(e.rdb)
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
 	deadline := time.Now().Add(time.Hour).Truncate(time.Second)
-	for id, opts := range map[string][]asynq.Option{
+	enqueueTasksByID(t, e, map[string][]asynq.Option{
 		"retained":  {asynq.Retention(90 * time.Minute)},
 		"deadlined": {asynq.Deadline(deadline)},
 		"both":      {asynq.Retention(time.Hour), asynq.Deadline(deadline), asynq.Timeout(time.Minute)},
 		"too-long":  {asynq.Retention(jobkey.MaxRetention + time.Hour)},
-	} {
-		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
-		require.NoError(t, err, id)
-	}
+	})
 	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q})
 	require.NoError(t, err)
 	require.Equal(t, 3, rep.Moved)
@@ -645,17 +630,50 @@ func TestMigrateCarriesTheLastError(t *testing.T) {
 	ab := func() bool { return taskRetried(e, "a", 1)() && taskRetried(e, "b", 1)() }
 	failingAsynq(t, e, &inAsynq, func(int) time.Duration { return time.Hour }, ab)
 	var crashed atomic.Bool
-	_, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, Concurrency: 1,
-		crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second})
-	require.ErrorIs(t, err, errCrash)
-	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, Wait: 5 * time.Second})
-	require.NoError(t, err)
-	require.Equal(t, 1, rep.AlreadyMoved)
-	require.Equal(t, 1, rep.Moved)
+	requireRerunFinishesCrashedMove(t, e, Migrate,
+		MigrateOpts{Type: moveType, To: q, Concurrency: 1, crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second},
+		MigrateOpts{Type: moveType, To: q, Wait: 5 * time.Second})
 	for _, id := range []string{"a", "b"} {
 		j, err := q.Get(e.ctx, id)
 		require.NoError(t, err, id)
 		require.Equal(t, "fails in asynq", j.LastError, id)
 		require.Equal(t, "1", j.Meta[MetaRetried], id)
 	}
+}
+
+// failOnCall returns a hook that returns err on its point-th call (counted
+// from 1) and nil on every other.
+func failOnCall(point int64, err error) func(string) error {
+	var calls atomic.Int64
+	return func(string) error {
+		if calls.Add(1) == point {
+			return err
+		}
+		return nil
+	}
+}
+
+// enqueueTasksByID enqueues into asynq's queue "default" a task of moveType
+// for each ID in tasks, with that ID as its task ID and payload, and its
+// options.
+func enqueueTasksByID(t *testing.T, e *env, tasks map[string][]asynq.Option) {
+	t.Helper()
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	for id, opts := range tasks {
+		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
+		require.NoError(t, err, id)
+	}
+}
+
+// requireRerunFinishesCrashedMove runs move with crashing, which crashes
+// after the first of two enqueues, then with rerun, and requires the rerun
+// to finish the crashed move (AlreadyMoved) and make the other (Moved).
+func requireRerunFinishesCrashedMove[O MigrateOpts | RollbackOpts](t *testing.T, e *env, move func(context.Context, redis.UniversalClient, O) (MigrateReport, error), crashing, rerun O) {
+	t.Helper()
+	_, err := move(e.ctx, e.rdb, crashing)
+	require.ErrorIs(t, err, errCrash)
+	rep, err := move(e.ctx, e.rdb, rerun)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.AlreadyMoved)
+	require.Equal(t, 1, rep.Moved)
 }

@@ -96,13 +96,7 @@ func TestMigrateToAsynqInterruptedAndRerun(t *testing.T) {
 				}
 			}
 		default:
-			var calls atomic.Int64
-			opts.afterEnqueue = func(string) error {
-				if calls.Add(1) == point {
-					return errInjected
-				}
-				return nil
-			}
+			opts.afterEnqueue = failOnCall(point, errInjected)
 		}
 		rep, err := MigrateToAsynq(ctx, e.rdb, opts)
 		cancel()
@@ -379,18 +373,8 @@ func TestMigrateToAsynqHeldCopyRunByHandRunsOnce(t *testing.T) {
 			e := newEnv(t)
 			q := e.queue(t, "emails", nil)
 			ins := asynq.NewInspectorFromRedisClient(e.rdb)
-			// Due later: pending, not taken by the worker, when the run
-			// lists it.
-			runAt := time.Now().Add(time.Second)
-			_, err := q.Enqueue(e.ctx, moveType, []byte("p"), &jobkey.EnqueueOpts{ID: "h", RunAt: runAt})
-			require.NoError(t, err)
-			var runs sync.Map
-			stop := both(t, e, q, &runs)
-			defer stop()
-			hook := func(p, id string) error {
-				if p != atAfterEnqueue {
-					return nil
-				}
+			runAt, runs := heldJobWhileBothRun(t, e, q)
+			migrateToAsynqActingAt(t, e, q, atAfterEnqueue, crash, func(id string) {
 				// The copy is held at the year 9999: run it by hand, and
 				// let asynq's server finish it (no retention: it is gone).
 				require.NoError(t, ins.RunTask("default", id))
@@ -398,20 +382,12 @@ func TestMigrateToAsynqHeldCopyRunByHandRunsOnce(t *testing.T) {
 					_, err := ins.GetTaskInfo("default", id)
 					return errors.Is(err, asynq.ErrTaskNotFound)
 				}, 10*time.Second, 10*time.Millisecond)
-				if crash {
-					return errCrash
-				}
-				return nil
-			}
-			_, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, crashAt: hook, lockTTL: time.Second})
-			if crash {
-				require.ErrorIs(t, err, errCrash)
-			}
+			})
 			rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
 			require.NoError(t, err)
 			require.Empty(t, rep.Twice)
 			time.Sleep(time.Until(runAt) + 500*time.Millisecond) // a second copy would be due by now
-			ranOnce(t, &runs, []string{"h"})
+			ranOnce(t, runs, []string{"h"})
 			_, err = q.Get(e.ctx, "h")
 			require.ErrorIs(t, err, jobkey.ErrNotFound, "the held jobkey job is gone")
 			_, err = ins.GetTaskInfo("default", "h")
@@ -434,31 +410,17 @@ func TestMigrateToAsynqHeldJobMadeDueByHandRunsOnce(t *testing.T) {
 				t.Parallel()
 				e := newEnv(t)
 				q := e.queue(t, "emails", nil)
-				runAt := time.Now().Add(time.Second)
-				_, err := q.Enqueue(e.ctx, moveType, []byte("p"), &jobkey.EnqueueOpts{ID: "h", RunAt: runAt})
-				require.NoError(t, err)
-				var runs sync.Map
-				stop := both(t, e, q, &runs)
-				defer stop()
-				hook := func(p, id string) error {
-					if p != point {
-						return nil
-					}
+				runAt, runs := heldJobWhileBothRun(t, e, q)
+				err := migrateToAsynqActingAt(t, e, q, point, crash, func(id string) {
 					_, err := q.Update(e.ctx, id, func(j *jobkey.Job) error { j.RunAt = time.Now(); return nil })
 					require.NoError(t, err)
-					if crash {
-						return errCrash
-					}
-					return nil
-				}
-				_, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, crashAt: hook, lockTTL: time.Second})
+				})
 				if crash {
-					require.ErrorIs(t, err, errCrash)
 					_, err = MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
 				}
 				require.NoError(t, err)
 				time.Sleep(time.Until(runAt) + 500*time.Millisecond)
-				ranOnce(t, &runs, []string{"h"})
+				ranOnce(t, runs, []string{"h"})
 				_, err = asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo("default", "h")
 				if err == nil {
 					j, jerr := q.Get(e.ctx, "h")
@@ -485,13 +447,9 @@ func TestMigrateToAsynqCarriesTheLastError(t *testing.T) {
 	}
 	before := time.Now().Add(-time.Second)
 	var crashed atomic.Bool
-	_, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Concurrency: 1,
-		crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second})
-	require.ErrorIs(t, err, errCrash)
-	rep, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
-	require.NoError(t, err)
-	require.Equal(t, 1, rep.AlreadyMoved)
-	require.Equal(t, 1, rep.Moved)
+	requireRerunFinishesCrashedMove(t, e, MigrateToAsynq,
+		RollbackOpts{From: q, Type: moveType, Concurrency: 1, crashAt: crashOnce(atAfterEnqueue, &crashed), lockTTL: time.Second},
+		RollbackOpts{From: q, Type: moveType, Wait: 5 * time.Second})
 	for _, id := range []string{"a", "b"} {
 		ti, err := ins.GetTaskInfo("default", id)
 		require.NoError(t, err, id)
@@ -702,4 +660,41 @@ func TestMigrateToAsynqKeepsAUsersEntryUnderTheHoldMarkKey(t *testing.T) {
 	require.Equal(t, "mine", j.Meta[metaHeldRunAt], "its Meta kept")
 	_, err = asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo("default", "x")
 	require.Error(t, err, "not in asynq")
+}
+
+// heldJobWhileBothRun enqueues job "h" into q, due in a second (pending, not
+// taken by a worker, when a move lists it), and runs asynq's server and
+// jobkey's workers until the test ends. It returns h's RunAt and the runs
+// of each ID in either system.
+func heldJobWhileBothRun(t *testing.T, e *env, q *jobkey.Queue) (runAt time.Time, runs *sync.Map) {
+	t.Helper()
+	runAt = time.Now().Add(time.Second)
+	_, err := q.Enqueue(e.ctx, moveType, []byte("p"), &jobkey.EnqueueOpts{ID: "h", RunAt: runAt})
+	require.NoError(t, err)
+	runs = new(sync.Map)
+	t.Cleanup(both(t, e, q, runs))
+	return runAt, runs
+}
+
+// migrateToAsynqActingAt moves q's jobs of moveType into asynq and calls
+// act with the job's ID when the move reaches point; with crash, the move
+// then crashes there, and its error must say so. It returns the move's
+// error.
+func migrateToAsynqActingAt(t *testing.T, e *env, q *jobkey.Queue, point string, crash bool, act func(id string)) error {
+	t.Helper()
+	hook := func(p, id string) error {
+		if p != point {
+			return nil
+		}
+		act(id)
+		if crash {
+			return errCrash
+		}
+		return nil
+	}
+	_, err := MigrateToAsynq(e.ctx, e.rdb, RollbackOpts{From: q, Type: moveType, crashAt: hook, lockTTL: time.Second})
+	if crash {
+		require.ErrorIs(t, err, errCrash)
+	}
+	return err
 }

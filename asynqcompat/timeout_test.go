@@ -122,10 +122,9 @@ func TestHandlerTimeout(t *testing.T) {
 func TestMigrateCarriesTimeout(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue(t, "emails", nil)
-	ac := asynq.NewClientFromRedisClient(e.rdb)
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
 	later := time.Now().Add(time.Hour)
-	for id, opts := range map[string][]asynq.Option{
+	enqueueTasksByID(t, e, map[string][]asynq.Option{
 		"t-90s":     {asynq.Timeout(90 * time.Second)},
 		"t-default": nil,
 		"t-sub":     {asynq.Timeout(500 * time.Millisecond)}, // asynq stores 0 and applies 30 minutes
@@ -134,10 +133,7 @@ func TestMigrateCarriesTimeout(t *testing.T) {
 		"t-both":    {asynq.Timeout(time.Minute), asynq.Deadline(later)}, // both, the sooner ending each run
 		"t-long":    {asynq.Timeout(jobkey.MaxTimeout + time.Hour)},
 		"t-neg":     {asynq.Timeout(-5 * time.Second)},
-	} {
-		_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), append(opts, asynq.TaskID(id))...)
-		require.NoError(t, err, id)
-	}
+	})
 	ti, err := ins.GetTaskInfo("default", "t-sub")
 	require.NoError(t, err)
 	require.Zero(t, ti.Timeout, "asynq truncates a Timeout to whole seconds")

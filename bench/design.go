@@ -38,6 +38,9 @@ type (
 	WorkParams = benchscenario.WorkParams
 	// WorkResult is what one worker run measured.
 	WorkResult = benchscenario.WorkResult
+	// CPU is what a run's timed phase cost: the client's and Redis's CPU
+	// time and the client's allocations.
+	CPU = benchscenario.CPU
 	// Probe counts a client's round trips, commands and bytes.
 	Probe = benchscenario.Probe
 	// Design is the interface the queue designs implement for the scenarios.

@@ -135,6 +135,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Server:   serverName(ctx, url, embedded),
 		Command:  "jobkey bench " + redact.Text(strings.Join(args, " "), secretURLs(args)...),
 		Embedded: embedded,
+		RedisCPU: redisReportsCPU(ctx, url),
 		Started:  time.Now().UTC().Format(time.RFC3339),
 		Results:  results,
 		Work:     workResults,
@@ -199,7 +200,7 @@ func (rep report) write(out string, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(filepath.Join(out, "results.json"), js, 0o644); err != nil {
 		return err
 	}
-	charts, err := drawCharts(out, rep.Results)
+	charts, err := drawCharts(out, rep)
 	if err != nil {
 		return err
 	}

@@ -46,16 +46,24 @@ func TestBenchWritesReport(t *testing.T) {
 	require.Contains(t, out.String(), "## lifecycle")
 	require.Contains(t, out.String(), "| 1KiB | 8 | jobkey |")
 	require.Contains(t, out.String(), "Redis 7")
+	require.Contains(t, out.String(), "| client µs/job | Redis µs/job | allocs/job |")
+	require.NotContains(t, out.String(), "n/a", "Redis reports its CPU")
 	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	require.NoError(t, err)
-	var rep struct{ Results []bench.Result }
+	var rep struct {
+		RedisCPU bool `json:"redis_cpu"`
+		Results  []bench.Result
+	}
 	require.NoError(t, json.Unmarshal(b, &rep))
+	require.True(t, rep.RedisCPU)
 	require.Len(t, rep.Results, 8) // (2 payloads + 1 + 1) × 2 designs
 	for _, r := range rep.Results {
 		require.Positive(t, r.Jobs, "%s/%s", r.Design, r.Scenario)
 		require.Zero(t, r.Errors, "%s/%s", r.Design, r.Scenario)
+		require.Positive(t, r.CPU.Client, "%s/%s", r.Design, r.Scenario)
+		require.Positive(t, r.CPU.Redis, "%s/%s", r.Design, r.Scenario)
 	}
-	for _, png := range []string{"throughput-vs-payload.png", "bytes-per-lifecycle.png", "conflicts-vs-contention.png", "conflicts-vs-claimers.png"} {
+	for _, png := range []string{"throughput-vs-payload.png", "bytes-per-lifecycle.png", "conflicts-vs-contention.png", "conflicts-vs-claimers.png", cpuChartFile} {
 		st, err := os.Stat(filepath.Join(dir, png))
 		require.NoError(t, err)
 		require.Positive(t, st.Size())
@@ -90,6 +98,33 @@ func TestBenchWorkers(t *testing.T) {
 		require.Positive(t, r.Throughput(), "%s/%s", r.Design, r.Scenario)
 	}
 	require.Error(t, run(context.Background(), []string{"bench", "-redis", url, "-workers", "-worker-jobs", "5"}, &out, &errOut))
+}
+
+// With no URL, bench runs on the embedded miniredis (the README's first
+// command): it has no INFO cpu, so Redis's CPU per job is n/a, not 0, and
+// the CPU chart draws the client's alone.
+func TestBenchOnTheEmbeddedServerSaysRedisCPUIsNA(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"bench", "-scenarios", "enqueue,lifecycle", "-payloads", "1024",
+		"-duration", "100ms", "-out", dir}, &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	s := out.String()
+	require.Contains(t, s, "embedded miniredis")
+	require.Contains(t, s, "Redis µs/job is n/a")
+	require.Regexp(t, `\| 1KiB \| 8 \| asynq \|( [^|]* \|){7} [0-9.]+ \| n/a \| [0-9]+ \|`, s, "client CPU, n/a, allocs")
+	require.Regexp(t, `\| 1KiB \| 8 \| jobkey \|( [^|]* \|){7} [0-9.]+ \| n/a \| [0-9]+ \|`, s)
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	var rep struct {
+		RedisCPU bool `json:"redis_cpu"`
+	}
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.False(t, rep.RedisCPU)
+	px := colorCounts(t, filepath.Join(dir, cpuChartFile))
+	require.Positive(t, px[designColor["asynq"]])
+	require.Zero(t, px[lighter(designColor["jobkey"])], "no Redis share drawn")
 }
 
 // With no URL the command says plainly that it runs on miniredis.

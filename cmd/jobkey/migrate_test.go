@@ -113,69 +113,10 @@ func TestMigrateAsynqKilledAndRerunRunsEachTaskOnce(t *testing.T) {
 		_, err := ac.Enqueue(asynq.NewTask("email:welcome", []byte(ids[i])), asynq.TaskID(ids[i]))
 		require.NoError(t, err)
 	}
-	var runs sync.Map
-	hit := func(id string) {
-		c, _ := runs.LoadOrStore(id, new(atomic.Int32))
-		c.(*atomic.Int32).Add(1)
-		time.Sleep(time.Millisecond)
-	}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 4, LogLevel: asynq.FatalLevel})
-	require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-		id, _ := asynq.GetTaskID(ctx)
-		hit(id)
-		return nil
-	})))
-	defer srv.Shutdown()
 	q, err := jobkey.NewQueue(rdb, "emails", &jobkey.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		_ = q.Work(wctx, jobkey.HandlerFunc(func(_ context.Context, j *jobkey.Job) ([]byte, error) {
-			hit(j.ID)
-			return nil, nil
-		}), &jobkey.WorkOpts{Concurrency: 4, PollInterval: 10 * time.Millisecond})
-	}()
-
-	args := "migrate-asynq -redis " + s.URL() + " -from-queue default -type email:welcome -to emails"
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS="+args+" -pause")
-	require.NoError(t, cmd.Start())
-	// Kill it once it has moves under way.
-	require.Eventually(t, func() bool {
-		v, err := rdb.Get(ctx, "asynqcompat:{default}:migration").Result()
-		return err == nil && strings.Contains(v, `"moves"`)
-	}, 20*time.Second, time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
-	state, _ := rdb.Get(ctx, "asynqcompat:{default}:migration").Result()
-	t.Logf("state left by the killed run: %.300s", state)
-
-	var out, errOut bytes.Buffer
-	require.NoError(t, run(ctx, append(strings.Fields(args), "-wait", "20s"), &out, &errOut), "%s\n%s", out.String(), errOut.String())
-	t.Logf("rerun: %s", strings.SplitN(out.String(), "\n", 2)[0])
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		done := 0
-		runs.Range(func(_, _ any) bool { done++; return true })
-		if done == n {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
-	for _, id := range ids {
-		c, ok := runs.Load(id)
-		got := 0
-		if ok {
-			got = int(c.(*atomic.Int32).Load())
-		}
-		require.Equal(t, 1, got, "task %s ran %d times (0: lost or stuck)", id, got)
-	}
-	qi, err := asynq.NewInspectorFromRedisClient(rdb).GetQueueInfo("default")
-	require.NoError(t, err)
-	require.False(t, qi.Paused, "the rerun resumed the queue the killed run paused")
+	requireKilledMigrationRerunRunsEachOnce(t, ctx, rdb, q, asynq.Config{},
+		"migrate-asynq -redis "+s.URL()+" -from-queue default -type email:welcome -to emails", "task", ids)
 }
 
 // migrate-to-asynq -pause killed with SIGKILL mid-run, while asynq's
@@ -202,32 +143,104 @@ func TestMigrateToAsynqKilledAndRerunRunsEachJobOnce(t *testing.T) {
 	// asynq knows the queue: it has held a task.
 	_, err = asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("other", nil), asynq.TaskID("other"))
 	require.NoError(t, err)
-	var runs sync.Map
-	hit := func(id string) {
-		c, _ := runs.LoadOrStore(id, new(atomic.Int32))
-		c.(*atomic.Int32).Add(1)
-		time.Sleep(time.Millisecond)
+	requireKilledMigrationRerunRunsEachOnce(t, ctx, rdb, q, asynq.Config{DelayedTaskCheckInterval: 100 * time.Millisecond},
+		"migrate-to-asynq -redis "+s.URL()+" -to-queue default -type email:welcome -from emails", "job", ids)
+	held, err := rdb.ZCount(ctx, "asynq:{default}:scheduled", "253370764800", "+inf").Result()
+	require.NoError(t, err)
+	require.Zero(t, held, "no asynq copy is left held")
+	n2, err := rdb.Exists(ctx, "asynqcompat:{default}:migration", "asynqcompat:{default}:migrate-lock", "asynqcompat:jobkey:{jobkey/emails}:migration").Result()
+	require.NoError(t, err)
+	require.Zero(t, n2, "no migration state, lock or claim is left")
+}
+
+// requireKilledMigrationRerunRunsEachOnce runs asynq's server (cfg) and
+// jobkey's workers on q while the migration command args is killed mid-run
+// and run again, then requires every ID in ids (what: "task" or "job") to
+// have run exactly once, in one system or the other, and asynq's queue
+// "default", which the killed run paused, to be resumed.
+func requireKilledMigrationRerunRunsEachOnce(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *jobkey.Queue, cfg asynq.Config, args, what string, ids []string) {
+	t.Helper()
+	runs := runBothSystems(t, ctx, rdb, q, cfg)
+	killMidMigrationAndRerun(t, ctx, rdb, args)
+	runs.waitFor(len(ids), 60*time.Second)
+	runs.requireEachOnce(t, what, ids)
+	qi, err := asynq.NewInspectorFromRedisClient(rdb).GetQueueInfo("default")
+	require.NoError(t, err)
+	require.False(t, qi.Paused, "the rerun resumed the queue the killed run paused")
+}
+
+// runCounts counts the runs of each task or job ID, in either system.
+type runCounts struct{ m sync.Map }
+
+func (c *runCounts) hit(id string) {
+	v, _ := c.m.LoadOrStore(id, new(atomic.Int32))
+	v.(*atomic.Int32).Add(1)
+	time.Sleep(time.Millisecond)
+}
+
+// waitFor waits until at least n distinct IDs have run or timeout passes,
+// then a little longer for any second run to show.
+func (c *runCounts) waitFor(n int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		done := 0
+		c.m.Range(func(_, _ any) bool { done++; return true })
+		if done >= n {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 4, LogLevel: asynq.FatalLevel, DelayedTaskCheckInterval: 100 * time.Millisecond})
+	time.Sleep(300 * time.Millisecond)
+}
+
+// requireEachOnce fails unless every ID in ids ran exactly once; what names
+// them ("task", "job") in the message.
+func (c *runCounts) requireEachOnce(t *testing.T, what string, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		v, ok := c.m.Load(id)
+		got := 0
+		if ok {
+			got = int(v.(*atomic.Int32).Load())
+		}
+		require.Equal(t, 1, got, "%s %s ran %d times (0: lost or stuck)", what, id, got)
+	}
+}
+
+// runBothSystems runs asynq's server (cfg, with four workers) on rdb and
+// jobkey's workers on q, four each, until the test ends, and counts every
+// run of either by task or job ID.
+func runBothSystems(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *jobkey.Queue, cfg asynq.Config) *runCounts {
+	t.Helper()
+	runs := new(runCounts)
+	cfg.Concurrency, cfg.LogLevel = 4, asynq.FatalLevel
+	srv := asynq.NewServerFromRedisClient(rdb, cfg)
 	require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
-		hit(id)
+		runs.hit(id)
 		return nil
 	})))
-	defer srv.Shutdown()
+	t.Cleanup(srv.Shutdown)
 	wctx, stop := context.WithCancel(ctx)
-	defer stop()
+	t.Cleanup(stop)
 	go func() {
 		_ = q.Work(wctx, jobkey.HandlerFunc(func(_ context.Context, j *jobkey.Job) ([]byte, error) {
-			hit(j.ID)
+			runs.hit(j.ID)
 			return nil, nil
 		}), &jobkey.WorkOpts{Concurrency: 4, PollInterval: 10 * time.Millisecond})
 	}()
+	return runs
+}
 
-	args := "migrate-to-asynq -redis " + s.URL() + " -to-queue default -type email:welcome -from emails"
+// killMidMigrationAndRerun runs the command args with -pause in a child
+// process, kills it with SIGKILL once its moves are under way, then runs
+// args again in this process with -wait and requires it to succeed.
+func killMidMigrationAndRerun(t *testing.T, ctx context.Context, rdb redis.UniversalClient, args string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS="+args+" -pause")
 	require.NoError(t, cmd.Start())
+	// Kill it once it has moves under way.
 	require.Eventually(t, func() bool {
 		v, err := rdb.Get(ctx, "asynqcompat:{default}:migration").Result()
 		return err == nil && strings.Contains(v, `"moves"`)
@@ -241,33 +254,6 @@ func TestMigrateToAsynqKilledAndRerunRunsEachJobOnce(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(ctx, append(strings.Fields(args), "-wait", "20s"), &out, &errOut), "%s\n%s", out.String(), errOut.String())
 	t.Logf("rerun: %s", strings.SplitN(out.String(), "\n", 2)[0])
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		done := 0
-		runs.Range(func(_, _ any) bool { done++; return true })
-		if done >= n {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
-	for _, id := range ids {
-		c, ok := runs.Load(id)
-		got := 0
-		if ok {
-			got = int(c.(*atomic.Int32).Load())
-		}
-		require.Equal(t, 1, got, "job %s ran %d times (0: lost or stuck)", id, got)
-	}
-	qi, err := asynq.NewInspectorFromRedisClient(rdb).GetQueueInfo("default")
-	require.NoError(t, err)
-	require.False(t, qi.Paused, "the rerun resumed the queue the killed run paused")
-	held, err := rdb.ZCount(ctx, "asynq:{default}:scheduled", "253370764800", "+inf").Result()
-	require.NoError(t, err)
-	require.Zero(t, held, "no asynq copy is left held")
-	n2, err := rdb.Exists(ctx, "asynqcompat:{default}:migration", "asynqcompat:{default}:migrate-lock", "asynqcompat:jobkey:{jobkey/emails}:migration").Result()
-	require.NoError(t, err)
-	require.Zero(t, n2, "no migration state, lock or claim is left")
 }
 
 // migrateEnv is a Redis of its own (asynq's keys have a fixed prefix) with

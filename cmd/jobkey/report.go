@@ -12,10 +12,14 @@ import (
 )
 
 type report struct {
-	Machine  string         `json:"machine"`
-	Server   string         `json:"server"`
-	Command  string         `json:"command"`
-	Embedded bool           `json:"embedded"`
+	Machine  string `json:"machine"`
+	Server   string `json:"server"`
+	Command  string `json:"command"`
+	Embedded bool   `json:"embedded"`
+	// RedisCPU is false when the server does not report its CPU time
+	// (INFO cpu): miniredis, or a user that may not run INFO. Then every
+	// result's Redis CPU is 0 and the report says n/a.
+	RedisCPU bool           `json:"redis_cpu"`
 	Started  string         `json:"started"`
 	Results  []bench.Result `json:"results"`
 	// Work holds the worker runs of -workers.
@@ -42,6 +46,29 @@ func serverName(ctx context.Context, url string, embedded bool) string {
 		}
 	}
 	return o.Addr
+}
+
+// redisReportsCPU tells whether the server at url answers INFO cpu with
+// its CPU time, which the runs read for Redis's CPU per job.
+func redisReportsCPU(ctx context.Context, url string) bool {
+	c, err := bench.Client(url, &bench.Probe{}, 1)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	info, err := c.Info(ctx, "cpu").Result()
+	return err == nil && strings.Contains(info, "used_cpu_sys:")
+}
+
+// cpuCells formats a run's client and Redis CPU and allocations per job;
+// Redis's is n/a when the server does not report it.
+func (rep report) cpuCells(c bench.CPU, jobs int64) (client, redis, allocs string) {
+	cl, rd, al, _ := c.PerJob(jobs)
+	redis = "n/a"
+	if rep.RedisCPU {
+		redis = fmt.Sprintf("%.1f", rd)
+	}
+	return fmt.Sprintf("%.1f", cl), redis, fmt.Sprintf("%.0f", al)
 }
 
 // pair is one measured point of every design: jobkey, the multi-key
@@ -90,7 +117,15 @@ func (rep report) markdown() string {
 	fmt.Fprintf(&b, "- machine: %s\n- server: %s\n- command: `%s`\n- started: %s\n\n", rep.Machine, rep.Server, rep.Command, rep.Started)
 	b.WriteString("Every op is one job. p50/p99 are per call (a batched call handles a whole batch). " +
 		"jobkey × = jobkey's jobs/s ÷ this design's jobs/s in the same run (above 1: jobkey is faster). cmds and rtt are Redis commands and round trips per job, " +
-		"wire is bytes sent plus received per job, conflicts are aborted EXECs per job.\n\n")
+		"wire is bytes sent plus received per job, conflicts are aborted EXECs per job. " +
+		"Client and Redis µs/job are the CPU time per job over the timed phase (getrusage of this process, INFO cpu of the server), " +
+		"allocs/job the client's heap allocations per job; " + cpuChartFile + " draws the CPU per job by design.\n\n")
+	if !rep.RedisCPU {
+		b.WriteString("Redis µs/job is n/a: the server does not report its CPU time (INFO cpu).\n\n")
+	}
+	if rep.Embedded {
+		b.WriteString("The embedded server runs in this process: client µs/job includes its CPU.\n\n")
+	}
 	for _, sc := range bench.Scenarios {
 		keys, by := rep.pairs(sc)
 		if len(keys) == 0 {
@@ -109,8 +144,8 @@ func (rep report) markdown() string {
 				if r != p.jk && p.jk != nil && r.Throughput() > 0 {
 					ratio = fmt.Sprintf("%.2f×", p.jk.Throughput()/r.Throughput())
 				}
-				client, redis, allocs, _ := r.CPU.PerJob(r.Jobs)
-				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %.1f | %.1f | %.0f | %.3f | %d |\n",
+				client, redis, allocs := rep.cpuCells(r.CPU, r.Jobs)
+				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %s | %s | %s | %.3f | %d |\n",
 					sizeName(r.Payload), r.Clients, r.Design, r.Throughput(), ratio, dur(r.P50), dur(r.P99),
 					r.Per(r.Wire.Cmds), r.Per(r.Wire.RTT), r.Per(r.Wire.BytesOut+r.Wire.BytesIn), client, redis, allocs, r.Per(r.Conflicts), r.Errors)
 			}
@@ -153,8 +188,8 @@ func (rep report) workTable(b *strings.Builder) {
 			if sc == bench.ProduceAndWork {
 				p50, p99 = dur(r.P50), dur(r.P99)
 			}
-			client, redis, allocs, _ := r.CPU.PerJob(r.Jobs)
-			fmt.Fprintf(b, "| %s | %d | %.0f | %s | %.2f | %.2f | %.1f | %.1f | %.0f | %s | %s |\n", r.Design, r.Jobs, r.Throughput(), ratio,
+			client, redis, allocs := rep.cpuCells(r.CPU, r.Jobs)
+			fmt.Fprintf(b, "| %s | %d | %.0f | %s | %.2f | %.2f | %s | %s | %s | %s | %s |\n", r.Design, r.Jobs, r.Throughput(), ratio,
 				r.Per(r.Wire.RTT), r.Per(r.Wire.Cmds), client, redis, allocs, p50, p99)
 		}
 		b.WriteString("\n")
