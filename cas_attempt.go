@@ -162,8 +162,8 @@ func (e *casEngine) readRound(t *casTxn) *readRound {
 		watch = append(watch, k)
 	}
 	return &readRound{e: e, t: t, watch: watch,
-		types:  make([]*redis.StatusCmd, 0, len(t.checks)),
-		auxs:   make([]*redis.StringCmd, 0, len(t.aux))}
+		types: make([]*redis.StatusCmd, 0, len(t.checks)),
+		auxs:  make([]*redis.StringCmd, 0, len(t.aux))}
 }
 
 // queue appends the round's commands to p, WATCH first.
