@@ -1,6 +1,7 @@
 package jobkey_test
 
 import (
+	"flag"
 	"fmt"
 	"testing"
 
@@ -16,6 +17,8 @@ import (
 //
 //	go test -run '^$' -bench 'Enqueue|Lifecycle|Extend|Contended' -count 6 . > designs.txt
 //	benchstat -col /design designs.txt
+
+var benchRate = flag.Float64("rate", 5000, "BenchmarkBoundedRate: the producers' total enqueue rate, jobs/s")
 
 var benchPayloads = []int{64, 1 << 10, 16 << 10, 256 << 10}
 
@@ -81,6 +84,21 @@ func BenchmarkBurnDown(b *testing.B) {
 		b.Run("design="+design, func(b *testing.B) {
 			benchscenario.BenchWork(b, design, benchscenario.WorkParams{Scenario: benchscenario.BurnDown, Payload: 1 << 10, Slots: 8},
 				benchscenario.NewWorkerDesign)
+		})
+	}
+}
+
+// BenchmarkBoundedRate: 8 producers enqueue b.N jobs of 1 KiB at -rate
+// jobs/s in all (default 5000) on an open-loop schedule while each
+// design's worker runs 8 slots; reports the latency from each job's
+// intended send time to its start (p50-ms, p99-ms, p99.9-ms) and fails a
+// run whose producers ended behind their schedule by more than 2% of its
+// length (or 100 ms). Give it a fixed count (-benchtime 10000x).
+func BenchmarkBoundedRate(b *testing.B) {
+	for _, design := range benchscenario.WorkerDesigns {
+		b.Run("design="+design, func(b *testing.B) {
+			benchscenario.BenchWork(b, design, benchscenario.WorkParams{Scenario: benchscenario.BoundedRate, Payload: 1 << 10,
+				Slots: 8, Producers: 8, Rate: *benchRate}, benchscenario.NewWorkerDesign)
 		})
 	}
 }

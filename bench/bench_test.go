@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"flag"
 	"fmt"
 	"testing"
 
@@ -15,6 +16,8 @@ import (
 //
 //	go test -run '^$' -bench 'Lifecycle' -count 10 . > lifecycle.txt
 //	benchstat -col /design lifecycle.txt
+
+var rate = flag.Float64("rate", 5000, "BenchmarkBoundedRate: the producers' total enqueue rate, jobs/s")
 
 var payloads = []int{64, 1 << 10, 16 << 10, 256 << 10}
 
@@ -94,6 +97,21 @@ func BenchmarkProduceAndWork(b *testing.B) {
 	for _, design := range bench.WorkerDesigns {
 		b.Run("design="+design, func(b *testing.B) {
 			runWork(b, design, bench.WorkParams{Scenario: bench.ProduceAndWork, Payload: 1 << 10, Slots: 8, Producers: 8})
+		})
+	}
+}
+
+// BenchmarkBoundedRate: 8 producers enqueue b.N jobs at -rate jobs/s in all
+// (default 5000) on an open-loop schedule while 8 worker slots run, and
+// the latency from each job's intended send time to its start is reported
+// (p50-ms, p99-ms, p99.9-ms), with how late the producers' enqueues began
+// (lag-p99-ms, lag-max-ms). A run whose producers ended behind their
+// schedule by more than 2% of its length (or 100 ms) fails. Give it a
+// fixed count (-benchtime 10000x).
+func BenchmarkBoundedRate(b *testing.B) {
+	for _, design := range bench.WorkerDesigns {
+		b.Run("design="+design, func(b *testing.B) {
+			runWork(b, design, bench.WorkParams{Scenario: bench.BoundedRate, Payload: 1 << 10, Slots: 8, Producers: 8, Rate: *rate})
 		})
 	}
 }

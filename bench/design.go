@@ -25,6 +25,7 @@ const (
 	Drain          = benchscenario.Drain
 	BurnDown       = benchscenario.BurnDown
 	ProduceAndWork = benchscenario.ProduceAndWork
+	BoundedRate    = benchscenario.BoundedRate
 )
 
 type (
@@ -38,6 +39,8 @@ type (
 	WorkParams = benchscenario.WorkParams
 	// WorkResult is what one worker run measured.
 	WorkResult = benchscenario.WorkResult
+	// Pacing is how closely bounded-rate producers kept their schedule.
+	Pacing = benchscenario.Pacing
 	// CPU is what a run's timed phase cost: the client's and Redis's CPU
 	// time and the client's allocations.
 	CPU = benchscenario.CPU

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,9 +24,10 @@ const (
 	// BurnDown: Ops jobs are enqueued first; then Slots worker slots drain
 	// them with a handler that does nothing.
 	BurnDown = "burn-down"
-	// ProduceAndWork: Producers enqueue Ops jobs between them while Slots
-	// worker slots run; reports processed jobs/s and enqueue-to-start
-	// latency.
+	// ProduceAndWork: Producers enqueue Ops jobs between them as fast as
+	// they can while Slots worker slots run; reports processed jobs/s and
+	// enqueue-to-start latency, which grows with the backlog when the
+	// producers outrun the workers (BoundedRate does not).
 	ProduceAndWork = "produce-and-work"
 )
 
@@ -93,6 +95,14 @@ type WorkParams struct {
 	// MinReplicas is jobkey's Config.MinReplicas (default 0; other
 	// designs ignore it).
 	MinReplicas int
+	// Rate is the bounded-rate scenario's total enqueue rate, jobs/s
+	// (required there; other scenarios ignore it).
+	Rate float64
+	// RateSlack is how far behind its schedule, as a share of the
+	// schedule's length, a bounded-rate run's producers may end before the
+	// run counts as not keeping its rate (Pacing.Kept; default
+	// DefaultRateSlack; never less than 100 ms).
+	RateSlack float64
 }
 
 // WorkResult is what one worker run measured.
@@ -103,10 +113,16 @@ type WorkResult struct {
 	Slots     int    `json:"slots"`
 	Producers int    `json:"producers"`
 	Tally
-	// P50 and P99 are enqueue-to-start latencies (produce-and-work).
+	// P50, P99 and P999 (p99.9) are enqueue-to-start latencies
+	// (produce-and-work, bounded-rate). In bounded-rate they count from each
+	// job's intended send time, in produce-and-work from its enqueue call.
 	P50  time.Duration `json:"p50_ns"`
 	P99  time.Duration `json:"p99_ns"`
-	Wire Snapshot      `json:"wire"`
+	P999 time.Duration `json:"p999_ns"`
+	// Pacing is how closely bounded-rate producers kept their schedule; a
+	// run whose Pacing.Kept is false did not measure a bounded rate.
+	Pacing *Pacing  `json:"pacing,omitempty"`
+	Wire   Snapshot `json:"wire"`
 	// CPU is what the client process and Redis spent over the timed phase.
 	CPU CPU `json:"cpu"`
 	// Batches are the sizes of jobkey's group-committed batches.
@@ -148,41 +164,59 @@ func RunWorkWith(ctx context.Context, url, design string, p WorkParams, newDesig
 		binary.BigEndian.PutUint64(b, uint64(time.Now().UnixNano()))
 		return b
 	}
-	if p.Scenario == BurnDown {
+	switch p.Scenario {
+	case BurnDown:
 		if err := fill(ctx, d, p.Ops, payload); err != nil {
 			return WorkResult{}, fmt.Errorf("benchscenario: fill %s: %w", design, err)
 		}
-	} else if p.Scenario != ProduceAndWork {
+	case ProduceAndWork:
+	case BoundedRate:
+		if !(p.Rate > 0) || math.IsInf(p.Rate, 0) {
+			return WorkResult{}, fmt.Errorf("benchscenario: %s needs a rate, not %v", BoundedRate, p.Rate)
+		}
+	default:
 		return WorkResult{}, fmt.Errorf("benchscenario: unknown worker scenario %q", p.Scenario)
 	}
 
-	var handled atomic.Int64
-	all := make(chan struct{})
-	lats := make([]time.Duration, p.Ops)
-	handle := func(b []byte) {
-		n := handled.Add(1)
-		if n <= int64(p.Ops) && len(b) >= 8 {
-			lats[n-1] = time.Duration(time.Now().UnixNano() - int64(binary.BigEndian.Uint64(b)))
-		}
-		if n == int64(p.Ops) {
-			close(all)
+	st := newStarts(p.Ops)
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	var workErr error
+	worked := make(chan struct{}) // closed when Work has returned workErr
+	startWork := func() {
+		go func() { workErr = d.Work(workCtx, p.Slots, st.handle); close(worked) }()
+	}
+	if p.Scenario == BoundedRate {
+		// A steady rate is measured in a steady state: the worker is up
+		// and has handled a job before the clock starts.
+		startWork()
+		if err := warmUp(ctx, d, payload, st.warmed, worked); err != nil {
+			stopWork()
+			<-worked
+			return WorkResult{}, fmt.Errorf("benchscenario: warm up %s: %w", design, cmp.Or(workErr, err))
 		}
 	}
-	workCtx, stopWork := context.WithCancel(ctx)
-	worked := make(chan error, 1)
 	before := probe.Snap()
 	if p.OnStart != nil {
 		p.OnStart()
 	}
 	cpu, b0 := StartCPU(ctx, rdb), batches(d)
 	start := time.Now()
-	go func() { worked <- d.Work(workCtx, p.Slots, handle) }()
 	var produced sync.WaitGroup
-	if p.Scenario == ProduceAndWork {
-		produce(ctx, &produced, d, p, stamp)
+	var sched *schedule
+	switch p.Scenario {
+	case BurnDown:
+		startWork()
+	case ProduceAndWork:
+		startWork()
+		produce(workCtx, &produced, d, p, stamp)
+	case BoundedRate:
+		sched = &schedule{start: start, rate: p.Rate, lag: make([]time.Duration, p.Ops)}
+		pace(workCtx, &produced, d, p, sched, payload)
 	}
 	select {
-	case <-all:
+	case <-st.all:
+	case <-worked:
 	case <-ctx.Done():
 	}
 	elapsed := time.Since(start)
@@ -191,22 +225,70 @@ func RunWorkWith(ctx context.Context, url, design string, p WorkParams, newDesig
 		p.OnEnd()
 	}
 	wire := probe.Snap().Sub(before)
-	produced.Wait()
+	// Every job has started, so every enqueue has landed; a worker that
+	// stopped early stops the producers too.
 	stopWork()
-	if err := <-worked; err != nil {
-		return WorkResult{}, err
+	produced.Wait()
+	<-worked
+	if workErr != nil {
+		return WorkResult{}, workErr
 	}
 	if err := ctx.Err(); err != nil {
 		return WorkResult{}, err
 	}
+	if n := st.handled.Load(); n < int64(p.Ops) {
+		return WorkResult{}, fmt.Errorf("benchscenario: %s's worker stopped after %d of %d jobs", design, n, p.Ops)
+	}
 	r := WorkResult{Design: design, Scenario: p.Scenario, Payload: p.Payload, Slots: p.Slots,
 		Tally: Tally{Jobs: int64(p.Ops), Elapsed: elapsed}, Wire: wire, CPU: used, Batches: batched}
-	if p.Scenario == ProduceAndWork {
+	if p.Scenario != BurnDown {
 		r.Producers = p.Producers
-		slices.Sort(lats)
-		r.P50, r.P99 = percentile(lats, 0.50), percentile(lats, 0.99)
+		r.P50, r.P99, r.P999 = st.percentiles()
+	}
+	if sched != nil {
+		pc := sched.pacing(cmp.Or(p.RateSlack, DefaultRateSlack))
+		r.Pacing = &pc
 	}
 	return r, nil
+}
+
+// starts records each job's enqueue-to-start latency from the time
+// stamped in its first 8 bytes, and closes all when the ops-th job has
+// started.
+type starts struct {
+	ops     int64
+	handled atomic.Int64
+	lats    []time.Duration
+	all     chan struct{}
+	warmed  chan struct{} // receives when the warm-up job has started
+}
+
+func newStarts(ops int) *starts {
+	return &starts{ops: int64(ops), lats: make([]time.Duration, ops), all: make(chan struct{}), warmed: make(chan struct{}, 1)}
+}
+
+// handle is the workers' handler.
+func (s *starts) handle(b []byte) {
+	if len(b) >= 8 && binary.BigEndian.Uint64(b) == warmUpStamp {
+		select {
+		case s.warmed <- struct{}{}:
+		default:
+		}
+		return
+	}
+	n := s.handled.Add(1)
+	if n <= s.ops && len(b) >= 8 {
+		s.lats[n-1] = time.Duration(time.Now().UnixNano() - int64(binary.BigEndian.Uint64(b)))
+	}
+	if n == s.ops {
+		close(s.all)
+	}
+}
+
+// percentiles are the p50, p99 and p99.9 latencies, once all have started.
+func (s *starts) percentiles() (p50, p99, p999 time.Duration) {
+	slices.Sort(s.lats)
+	return percentile(s.lats, 0.50), percentile(s.lats, 0.99), percentile(s.lats, 0.999)
 }
 
 // produce starts p.Producers producers on wg that enqueue p.Ops stamped
