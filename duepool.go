@@ -395,14 +395,20 @@ func (p *duePool) putBack(cands []candidate) {
 	defer p.mu.Unlock()
 	now := time.Now()
 	by := map[int][]candidate{}
+	held := map[string]bool{} // the IDs of the shards put back to, and those put back
 	for _, c := range cands {
 		if c.shard < 0 || c.shard >= len(p.shards) {
 			continue
 		}
 		delete(p.taken, c.id)
-		ps := &p.shards[c.shard]
-		if !slices.ContainsFunc(ps.cands, func(o candidate) bool { return o.id == c.id }) &&
-			!slices.ContainsFunc(by[c.shard], func(o candidate) bool { return o.id == c.id }) {
+		if _, ok := by[c.shard]; !ok {
+			by[c.shard] = nil
+			for _, o := range p.shards[c.shard].cands {
+				held[o.id] = true
+			}
+		}
+		if !held[c.id] {
+			held[c.id] = true
 			by[c.shard] = append(by[c.shard], c)
 		}
 	}
@@ -414,6 +420,38 @@ func (p *duePool) putBack(cands []candidate) {
 			ps.waiting = now
 		}
 	}
+}
+
+// holds reports whether the pool can serve the next takes of n
+// candidates without a read ahead: each shard of in (nil: every shard)
+// that a read reaches was read within poolFresh/2 and after the last hint
+// of a priority (none of them is stale), and those shards hold at least 2n
+// candidates, and one at least, that the pool would hand out now. A fused
+// transaction then skips its read ahead: a shard is read again before the
+// pool stops serving it, and at once after a hint, as when it reads ahead
+// every time.
+func (p *duePool) holds(n int, in []int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	floor := p.floor()
+	have := 0
+	for s := range p.shards {
+		if p.skipped(s) || in != nil && !slices.Contains(in, s) {
+			continue
+		}
+		ps := &p.shards[s]
+		if ps.read.IsZero() || ps.need > 0 || now.Sub(ps.read) > poolFresh/2 {
+			return false
+		}
+		for _, c := range ps.cands { // highest priority first
+			if c.prio < floor {
+				break
+			}
+			have++
+		}
+	}
+	return have >= max(2*n, 1)
 }
 
 // drop forgets what the pool holds, and that any shard was read.
