@@ -186,7 +186,7 @@ func runPlan(ctx context.Context, url string, reps int, specs []runSpec, works [
 // write prints the report as Markdown and writes report.md, results.json
 // and the charts into folder out.
 func (rep report) write(out string, stdout, stderr io.Writer) error {
-	rep.RateNotKept = rateNotKept(rep.Work)
+	rep.RateNotKept, rep.WorkersBehind = rateNotKept(rep.Work), workersBehind(rep.Work)
 	md := rep.markdown()
 	fmt.Fprint(stdout, md)
 	if err := os.MkdirAll(out, 0o755); err != nil {

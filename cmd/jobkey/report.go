@@ -28,6 +28,27 @@ type report struct {
 	// its rate (their Pacing.Kept is false): those runs offered less load
 	// than asked, and their latencies measure a backlog.
 	RateNotKept []string `json:"rate_not_kept,omitempty"`
+	// WorkersBehind names the designs whose bounded-rate run kept its rate
+	// but processed under workersBehindShare of it: their workers fell
+	// behind, and their latencies include the workers' backlog.
+	WorkersBehind []string `json:"workers_behind,omitempty"`
+}
+
+// workersBehindShare is the share of a bounded-rate run's rate below which
+// its processed jobs/s say that the workers fell behind the producers
+// (short of the rate by more than a short run's tail latency explains).
+const workersBehindShare = 0.9
+
+// workersBehind lists the designs whose bounded-rate run kept its rate but
+// whose workers did not keep up with it.
+func workersBehind(work []bench.WorkResult) []string {
+	var out []string
+	for _, r := range work {
+		if r.Scenario == bench.BoundedRate && rateKept(r) && r.Throughput() < workersBehindShare*r.Pacing.Rate {
+			out = append(out, r.Design)
+		}
+	}
+	return out
 }
 
 // rateKept tells whether a bounded-rate run's producers kept their
@@ -234,6 +255,11 @@ func boundedRateTable(b *strings.Builder, rep report, rows []bench.WorkResult) {
 	if nk := rateNotKept(rows); len(nk) > 0 {
 		fmt.Fprintf(b, "> **Rate not kept** by %s: the producers ended behind their schedule, so the run offered less load than asked "+
 			"and its latencies, marked \"backlog\", measure a backlog, not the bounded rate. Lower `-worker-rate`.\n\n", strings.Join(nk, ", "))
+	}
+	if wb := workersBehind(rows); len(wb) > 0 {
+		fmt.Fprintf(b, "> **Workers behind** for %s: they processed under %.0f%% of the rate, so the jobs queued up "+
+			"and the latencies include that backlog, not only the pickup. Lower `-worker-rate` below their burn-down rate.\n\n",
+			strings.Join(wb, ", "), 100*workersBehindShare)
 	}
 	b.WriteString("| design | jobs | rate jobs/s | sent jobs/s | jobs/s | rtt/job | cmds/job | client µs/job | Redis µs/job | allocs/job | p50 | p99 | p99.9 | lag p99 | lag max | end lag | rate kept |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")

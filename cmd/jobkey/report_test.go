@@ -96,6 +96,20 @@ func TestReportGivesBoundedRateLatenciesAndPacing(t *testing.T) {
 	require.Contains(t, md, "| jobkey | 1000 | 5000 | 4998 | 5000 | 0.00 | 0.00 | 50.0 | 20.0 | 40 | 1.50 ms | 4.00 ms | 12.00 ms | 400 µs | 3.00 ms | 0 µs | yes |")
 	require.NotContains(t, md, "Rate not kept")
 	require.NotContains(t, md, "backlog 1")
+	require.NotContains(t, md, "Workers behind")
+}
+
+// A bounded-rate run whose producers kept the rate but whose workers
+// processed well under it is flagged too: its latencies include the
+// workers' backlog.
+func TestReportFlagsABoundedRateRunWhoseWorkersFellBehind(t *testing.T) {
+	rep := boundedRateReport(true)
+	rep.Work[0].Elapsed = 400 * time.Millisecond // 2500 jobs/s of 5000
+	require.Equal(t, []string{"jobkey"}, workersBehind(rep.Work))
+	require.Contains(t, rep.markdown(), "> **Workers behind** for jobkey: they processed under 90% of the rate")
+	rep.Work[0].Elapsed = 210 * time.Millisecond // 4762 jobs/s: a short run's tail
+	require.Empty(t, workersBehind(rep.Work))
+	require.Empty(t, workersBehind(boundedRateReport(false).Work), "a run that did not keep its rate is flagged as that")
 }
 
 // A bounded-rate run whose producers fell behind (RunWork returns no error
