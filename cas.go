@@ -70,7 +70,7 @@ type casRead struct {
 	jobs []*Job  // nil when the key does not exist or could not be read
 	errs []error // per key: *CorruptError, ErrUnsupportedFormat, *WrongTypeError
 	now  time.Time
-	// guarded says, per casTxn.guards key, whether it exists.
+	// guarded says, per casTxn.guards key, whether it holds a value.
 	guarded []bool
 	// aux holds the auxiliary keys read under WATCH (casTxn.aux and what
 	// casTxn.follow named), raw: the decision decodes them.
@@ -86,15 +86,20 @@ type casRead struct {
 // index read that found a claim's candidates, up to half a second before
 // for entries read ahead) proves nothing now. Keys the caller predicts in
 // checks ride in the WATCH+GET round trip; any other key a plan writes
-// costs one extra round trip of TYPE commands, still under the WATCH.
+// costs one extra round trip of TYPE commands, still under the WATCH. A
+// caller whose extra reads a key with a command of its type in round trip
+// 1 may leave it out of checks and of its plan's: the extra refuses the
+// transaction when that read answers WRONGTYPE (the fused read ahead).
 type casTxn struct {
 	route   string // a key whose hash slot picks the node on a cluster
 	keys    []string
 	checks  []typeCheck
 	noRetry bool // return a conflict at once instead of retrying (claims move on)
-	// guards are keys watched beside the job keys whose existence the
-	// decision reads (casRead.guarded): a shard's pause flag. They ride in
-	// round trip 1, and a guard set before EXEC aborts it.
+	// guards are keys watched beside the job keys that the decision reads
+	// as set (holding a value) or not (casRead.guarded): a shard's pause
+	// flag, and the flags a read ahead looks at (shardFlags). They ride in
+	// round trip 1, all in one MGET, and a guard set before EXEC aborts
+	// it.
 	guards []string
 	decide func(r *casRead) (*casPlan, error)
 	// aux are keys of values other than jobs (a concurrency key's slots)
@@ -107,8 +112,11 @@ type casTxn struct {
 	follow func(r *casRead) []string
 	// extra, when set, adds read-only commands to round trip 1 (the due
 	// entries a fused claim will need next) and returns what to do with
-	// their replies, before decide runs.
-	extra func(ctx context.Context, p redis.Pipeliner) func()
+	// their replies and the read, before decide runs. An error it returns
+	// refuses the transaction: a key the caller left out of checks because
+	// extra's commands type it (a zset read answers WRONGTYPE for another
+	// type) and that holds another type.
+	extra func(ctx context.Context, p redis.Pipeliner) func(r *casRead) error
 }
 
 // casMetrics counts what the engine did, for benchmarks and tests.

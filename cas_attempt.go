@@ -112,15 +112,11 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	return read, plan, unconfirmed
 }
 
-// read is round trip 1: WATCH, TIME, every job key, and TYPE of every
-// declared key. One key is a GET. Several are one MGET and one EXISTS: MGET
-// answers nil for a key of another type, so when EXISTS counts more keys
-// than MGET returned values, one more round trip of GETs finds the culprit.
-func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*casRead, error) {
-	return e.readOn(ctx, conn, e.readRound(t))
-}
-
-// readOn sends rr in a round trip of its own on conn.
+// readOn is round trip 1, rr, sent on its own on conn: WATCH, TIME, every
+// job key, and TYPE of every declared key. One key is a GET. Several are
+// one MGET and one EXISTS: MGET answers nil for a key of another type, so
+// when EXISTS counts more keys than MGET returned values, one more round
+// trip of GETs finds the culprit.
 func (e *casEngine) readOn(ctx context.Context, conn *redis.Conn, rr *readRound) (*casRead, error) {
 	e.m.roundTrips.Add(1)
 	sent := e.clock.Local()
@@ -143,9 +139,9 @@ type readRound struct {
 	mget   *redis.SliceCmd
 	exists *redis.IntCmd
 	clock  *redis.TimeCmd
-	after  func()
+	after  func(*casRead) error
 	types  []*redis.StatusCmd
-	guards []*redis.IntCmd
+	guards *redis.SliceCmd
 	auxs   []*redis.StringCmd
 }
 
@@ -162,9 +158,8 @@ func (e *casEngine) readRound(t *casTxn) *readRound {
 		watch = append(watch, k)
 	}
 	return &readRound{e: e, t: t, watch: watch,
-		types:  make([]*redis.StatusCmd, 0, len(t.checks)),
-		guards: make([]*redis.IntCmd, 0, len(t.guards)),
-		auxs:   make([]*redis.StringCmd, 0, len(t.aux))}
+		types: make([]*redis.StatusCmd, 0, len(t.checks)),
+		auxs:  make([]*redis.StringCmd, 0, len(t.aux))}
 }
 
 // queue appends the round's commands to p, WATCH first.
@@ -182,8 +177,8 @@ func (rr *readRound) queue(ctx context.Context, p redis.Pipeliner) {
 	for _, c := range t.checks {
 		rr.types = append(rr.types, p.Type(ctx, c.key))
 	}
-	for _, g := range t.guards {
-		rr.guards = append(rr.guards, p.Exists(ctx, g))
+	if len(t.guards) > 0 {
+		rr.guards = p.MGet(ctx, t.guards...)
 	}
 	for _, k := range t.aux {
 		rr.auxs = append(rr.auxs, p.Get(ctx, k))
@@ -229,18 +224,22 @@ func (rr *readRound) parse(ctx context.Context, conn *redis.Conn, cmds []redis.C
 		return nil, err
 	}
 	r.now = e.clock.Observe(server, sent, recv)
-	for _, g := range rr.guards {
-		n, err := g.Result()
+	if rr.guards != nil {
+		vals, err := rr.guards.Result()
 		if err != nil {
-			return nil, fmt.Errorf("jobkey: read %s: %w", g.Args()[1], err)
+			return nil, fmt.Errorf("jobkey: read %s: %w", t.guards[0], err)
 		}
-		r.guarded = append(r.guarded, n > 0)
+		for _, v := range vals {
+			r.guarded = append(r.guarded, v != nil)
+		}
 	}
 	if err := r.addAux(t.aux, rr.auxs); err != nil {
 		return nil, err
 	}
 	if rr.after != nil {
-		rr.after()
+		if err := rr.after(r); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }

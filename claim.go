@@ -374,7 +374,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	var vanished []candidate
 	var plan *casPlan
 	asked := time.Now() // the claims' leases are measured from here
-	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards, follow: q.slotFollow(shards),
+	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards.keys, follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
 			vanished = vanished[:0]

@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -156,19 +157,34 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	if q.cluster() {
 		shard = shards[0] // one slot: while no other shard's turn has come (duePool.take)
 	}
+	inTxn := make(map[string]bool, len(keys)+len(wanting))
+	for _, k := range keys {
+		inTxn[k] = true
+	}
 	var cands []candidate
 	for _, c := range q.pool.take(len(wanting), shard) {
-		if key := q.ks.jobKey(c.shard, c.id); !slices.Contains(keys, key) {
+		if key := q.ks.jobKey(c.shard, c.id); !inTxn[key] {
+			inTxn[key] = true
 			cands = append(cands, c)
 			keys = append(keys, key)
 		}
 	}
 	q.pool.served(cands)
-	var ahead dueView
-	read := func(ctx context.Context, p redis.Pipeliner) func() {
-		return q.readAhead(ctx, p, q.aheadOf(shards), &ahead)
+	// The candidates' pause flags are watched; the flags of the shards read
+	// ahead are read in the same MGET.
+	flags, guardOf := q.shardGuards(cands)
+	ahead := q.planAhead(shards, len(wanting))
+	var view dueView
+	var read func(ctx context.Context, p redis.Pipeliner) func(*casRead) error
+	if ahead != nil {
+		prio := !q.prios.Load()
+		for _, s := range ahead.shards {
+			flags.add(q.ks, s, prio)
+		}
+		read = func(ctx context.Context, p redis.Pipeliner) func(*casRead) error {
+			return q.readAhead(ctx, p, ahead, flags, &view)
+		}
 	}
-	guards, guardOf := q.shardGuards(cands)
 	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting, guardOf: guardOf,
 		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
 	for _, k := range q.indexKeys(cands, idxLeased) {
@@ -185,10 +201,15 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 		all = append(all, c.shard)
 	}
 	checks = q.pullChecks(checks, mine, shards, []string{idxLeased, idxSucceeded})
+	checks = ahead.typing(q.ks, checks)
 	asked := time.Now() // the claims' leases are measured from here
-	_, plan, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: guards,
+	_, done, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: flags.keys,
 		aux: q.slotPredict(mine, shards), follow: q.slotFollow(all),
-		decide: func(r *casRead) (*casPlan, error) { return q.decideFinish(fs, r), nil }})
+		decide: func(r *casRead) (*casPlan, error) {
+			p := q.decideFinish(fs, r)
+			p.checks = ahead.untyped(p.checks)
+			return p, nil
+		}})
 	out, errs, vanished := fs.out, fs.errs, fs.vanished
 	if errors.Is(err, ErrOutcomeUnknown) {
 		q.recoverClaims(fs, err)
@@ -216,22 +237,22 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	if err != nil {
 		return err
 	}
-	q.vanishedFound(ctx, plan, vanished)
-	// The due entries read ahead go to the pool, less the jobs this very
-	// transaction claimed or completed.
-	used := map[string]bool{}
-	for _, id := range ids {
-		used[id] = true
-	}
-	for _, o := range out {
-		if o.next != nil {
-			used[o.next.ID] = true
+	q.vanishedFound(ctx, done, vanished)
+	if ahead != nil {
+		// The due entries read ahead go to the pool, less the jobs this
+		// very transaction claimed or completed.
+		used := make(map[string]bool, len(ids)+len(out))
+		for _, id := range ids {
+			used[id] = true
 		}
+		for _, o := range out {
+			if o.next != nil {
+				used[o.next.ID] = true
+			}
+		}
+		view.cands = slices.DeleteFunc(view.cands, func(c candidate) bool { return used[c.id] })
+		q.pool.fill(view)
 	}
-	// Shuffled, so processes that read the same head of the queue do not
-	// all try the same candidates first.
-	ahead.cands = slices.DeleteFunc(ahead.cands, func(c candidate) bool { return used[c.id] })
-	q.pool.fill(ahead)
 	for k, i := range set {
 		if errs[k] != errLeftOut {
 			batch[i].finish(out[k], errs[k])
@@ -351,58 +372,133 @@ func (q *Queue) aheadOf(shards []int) []int {
 	return append(own, q.pool.stale(own, claimShards)...)
 }
 
-// readAhead adds to a pipeline the reads of the due entries of shards
-// (ready and leased, up to aheadN each), and returns what turns their
-// replies into a view in *into, for the pool.
-func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, shards []int, into *dueView) func() {
+// aheadPlan is what a fused transaction reads ahead: the due indexes idx
+// of shards, and which keys of the transaction's type checks that read
+// types in its stead.
+type aheadPlan struct {
+	shards []int
+	idx    []dueIndex
+	typed  map[string]bool
+}
+
+// planAhead returns what a fused transaction that completes jobs of shards
+// for callers of whom want want a next job reads ahead, or nil when the
+// pool holds enough candidates, fresh, for the takes that follow
+// (duePool.holds; on a cluster, of those shards: the other shards are read
+// apart, see flushFinishes). Most batches of a busy Work then read no
+// index: its read and the pool's refill cost more than the transaction's
+// own commands.
+func (q *Queue) planAhead(shards []int, want int) *aheadPlan {
+	var in []int
+	if q.cluster() {
+		in = shards
+	}
+	if q.pool.holds(want, in) {
+		return nil
+	}
+	a := &aheadPlan{idx: q.dueIdx()} // once: every shard reads the same indexes
+	for _, s := range q.aheadOf(shards) {
+		if !slices.Contains(a.shards, s) {
+			a.shards = append(a.shards, s)
+		}
+	}
+	return a
+}
+
+// typing returns checks less the zset checks of the indexes a reads: its
+// ZRANGEBYSCORE of each, in the same round trip under the same WATCH,
+// types the key as TYPE would (a key of another type answers WRONGTYPE),
+// and readAhead refuses the transaction then, before MULTI (rule 5). a may
+// be nil: nothing is read ahead.
+func (a *aheadPlan) typing(ks *keyspace, checks []typeCheck) []typeCheck {
+	if a == nil {
+		return checks
+	}
+	read := make(map[string]bool, len(a.shards)*len(a.idx))
+	for _, s := range a.shards {
+		for _, d := range a.idx {
+			read[ks.index(s, d.index)] = true
+		}
+	}
+	a.typed = map[string]bool{}
+	return slices.DeleteFunc(checks, func(c typeCheck) bool {
+		if c.want == "zset" && read[c.key] {
+			a.typed[c.key] = true
+			return true
+		}
+		return false
+	})
+}
+
+// untyped returns a plan's checks less those the read ahead makes: the
+// engine would otherwise type them again in a round trip of its own.
+func (a *aheadPlan) untyped(checks []typeCheck) []typeCheck {
+	if a == nil || len(a.typed) == 0 {
+		return checks
+	}
+	return slices.DeleteFunc(checks, func(c typeCheck) bool { return c.want == "zset" && a.typed[c.key] })
+}
+
+// readAhead adds to a pipeline the reads of the due entries a names (up
+// to aheadN of each index), and returns what, once round trip 1 is read,
+// turns their replies into a view in *into, for the pool: less the shards
+// whose pause flag flags (the transaction's guards) found set, and nothing
+// when it found a priority flag set while the read left out the priority
+// indexes. It refuses the transaction when an index whose type check the
+// read stands in for (a.typed) could not be read as a sorted set.
+func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, flags *shardFlags, into *dueView) func(*casRead) error {
 	sent := time.Now()
 	now, _ := q.clock.Estimate()
 	upTo := strconv.FormatInt(toMillis(now), 10)
 	type read struct {
 		shard int
-		index string
-		prio  int
+		key   string
+		due   dueIndex
 		cmd   *redis.StringSliceCmd
 	}
-	var reads []read
-	var covered []int
-	paused := q.readPaused(ctx, p, shards)
-	prios := q.readPrioFlags(ctx, p, shards)
-	idx := q.dueIdx() // once: every shard reads the same indexes
-	for _, s := range shards {
-		if slices.Contains(covered, s) {
-			continue
-		}
-		covered = append(covered, s)
-		for _, d := range idx {
+	reads := make([]read, 0, len(a.shards)*len(a.idx))
+	for _, s := range a.shards {
+		for _, d := range a.idx {
+			key := q.ks.index(s, d.index)
 			by := &redis.ZRangeBy{Min: "-inf", Max: upTo, Count: int64(aheadN)}
-			reads = append(reads, read{s, d.index, d.prio, p.ZRangeByScore(ctx, q.ks.index(s, d.index), by)})
+			reads = append(reads, read{s, key, d, p.ZRangeByScore(ctx, key, by)})
 		}
 	}
-	return func() {
+	return func(r *casRead) error {
 		*into = dueView{full: -1, at: sent}
-		if prios() {
-			return // the queue uses priorities this read did not look at: nothing to pool
+		for _, rd := range reads {
+			if err := rd.cmd.Err(); err != nil && a.typed[rd.key] {
+				if isWrongType(err) {
+					return &WrongTypeError{Key: rd.key, Want: "zset", Got: "non-zset"}
+				}
+				return fmt.Errorf("jobkey: read %s: %w", rd.key, err)
+			}
 		}
-		into.shards = covered
+		if q.sawPrioFlag(flags, r.guarded) {
+			return nil // the queue uses priorities this read did not look at: nothing to pool
+		}
+		into.shards = a.shards
 		// An ID in two indexes (a stray entry) is a candidate once: one
 		// transaction must not decide about one job twice.
 		seen := map[string]bool{}
-		for _, r := range reads {
-			if paused(r.shard) {
+		newer := q.newer.size() > 0
+		for _, rd := range reads {
+			if flags.paused(r.guarded, rd.shard) {
 				continue
 			}
-			if len(r.cmd.Val()) == aheadN {
-				into.full = max(into.full, r.prio)
+			ids := rd.cmd.Val()
+			if len(ids) == aheadN {
+				into.full = max(into.full, rd.due.prio)
 			}
-			for _, id := range r.cmd.Val() {
-				if !seen[id] && !q.newer.has(id) {
+			for _, id := range ids {
+				if !seen[id] && !(newer && q.newer.has(id)) {
 					seen[id] = true
-					into.cands = append(into.cands, candidate{shard: r.shard, id: id, index: r.index, prio: r.prio})
+					into.cands = append(into.cands, candidate{shard: rd.shard, id: id, index: rd.due.index, prio: rd.due.prio})
 				}
 			}
 		}
 		q.sawPriorities(into.cands)
 		into.cands = keepTopPriorities(into.cands, into.full)
+		return nil
 	}
 }

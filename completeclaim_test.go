@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -555,4 +556,215 @@ func TestLostFusedReplyDoesNotFailUnrunJob(t *testing.T) {
 	time.Sleep(lease + 100*time.Millisecond)
 	_, err = q.Claim(ctx, "w2")
 	require.ErrorIs(t, err, ErrNoJob, "nothing stranded, nothing left to fail")
+}
+
+// sent records the commands of every pipeline a client sends, as "cmd key".
+type sent struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (s *sent) hook() pipeHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.cmds = append(s.cmds, names(cmds)...)
+		return nil
+	}
+}
+
+// take returns the commands recorded since the last take.
+func (s *sent) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.cmds
+	s.cmds = nil
+	return out
+}
+
+// count returns how many of cmds are of command name.
+func count(cmds []string, name string) int {
+	n := 0
+	for _, c := range cmds {
+		if c == name || strings.HasPrefix(c, name+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// A fused transaction reads no index ahead while the pool holds twice
+// the candidates its callers want, fresh: it then types the indexes it
+// writes with TYPE. When it reads ahead, its ZRANGEBYSCOREs type the
+// indexes they read, and no TYPE goes for those. Either way the pause
+// flag (and, while the process has seen no priority, the priority flag)
+// of each shard is one MGET beside the jobs' MGET, and the batch is 16
+// commands: 8 in the WATCH round trip, 8 in MULTI..EXEC.
+func TestFusedReadAheadSkippedWhileThePoolHoldsEnough(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	for range 10 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+	}
+	var rec sent
+	f.rdb.AddHook(rec.hook())
+	cur, err := f.q.Claim(f.ctx, "w") // 8 read; 7 wait in the pool
+	require.NoError(t, err)
+	rec.take()
+	skipped, readAhead := 0, 0
+	for range 9 {
+		out, err := f.q.completeAndClaim(f.ctx, cur, nil, "w")
+		require.NoError(t, err)
+		require.NotNil(t, out.next)
+		cmds := rec.take()
+		t.Logf("%v", cmds)
+		require.Len(t, cmds, 16, "WATCH TIME MGET EXISTS, three index types or reads, the flags; MULTI, 2 SET, 4 index writes, EXEC")
+		require.Equal(t, 2, count(cmds, "mget"), "the jobs, and the flags")
+		require.Equal(t, 1, count(cmds, "exists"), "the jobs' only: no flag goes in one of its own")
+		switch count(cmds, "zrangebyscore") {
+		case 0:
+			skipped++
+			require.Equal(t, 3, count(cmds, "type"), "leased, succeeded and ready are typed")
+		case 2:
+			readAhead++
+			require.Equal(t, []string{"type " + f.q.ks.index(0, idxSucceeded)}, slices.DeleteFunc(cmds, func(c string) bool { return !strings.HasPrefix(c, "type ") }),
+				"ready and leased are typed by their read")
+		default:
+			t.Fatalf("read ahead of 1 shard: %v", cmds)
+		}
+		cur = out.next
+	}
+	t.Logf("%d fused calls skipped the read ahead, %d read ahead", skipped, readAhead)
+	require.NotZero(t, skipped)
+	require.NotZero(t, readAhead, "the pool ran low")
+}
+
+// A fused transaction refuses an index of the wrong type that it would
+// write, with a *WrongTypeError naming it, and writes nothing, whether a
+// TYPE checks it or the read ahead's ZRANGEBYSCORE does in its stead.
+func TestFusedTransactionRefusesAWrongTypedIndexWithOrWithoutReadAhead(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"read ahead", "pool holds enough"} {
+		for _, idx := range []string{idxLeased, idxReady, idxSucceeded} {
+			t.Run(mode+"/"+idx, func(t *testing.T) {
+				t.Parallel()
+				f := setup(t, &Config{Logger: quietLog()})
+				n := 2 // the pool holds 1 after the claim: too few, it reads ahead
+				if mode == "pool holds enough" {
+					n = 10
+				}
+				var ids []string
+				for range n {
+					j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+					require.NoError(t, err)
+					ids = append(ids, j.ID)
+				}
+				cur, err := f.q.Claim(f.ctx, "w")
+				require.NoError(t, err)
+				key := f.q.ks.index(0, idx)
+				require.NoError(t, f.rdb.Set(f.ctx, key, "not a zset", 0).Err())
+				var rec sent
+				f.rdb.AddHook(rec.hook())
+
+				out, err := f.q.completeAndClaim(f.ctx, cur, []byte("r"), "w")
+				cmds := rec.take()
+				t.Logf("%v", cmds)
+				var wt *WrongTypeError
+				require.ErrorAs(t, err, &wt)
+				require.Equal(t, key, wt.Key)
+				require.Nil(t, out.next)
+				require.Zero(t, count(cmds, "multi"), "refused before MULTI")
+				if mode == "read ahead" {
+					require.NotZero(t, count(cmds, "zrangebyscore"))
+				} else {
+					require.Zero(t, count(cmds, "zrangebyscore"))
+				}
+				got, err := f.rdb.Get(f.ctx, key).Result()
+				require.NoError(t, err)
+				require.Equal(t, "not a zset", got)
+				for _, id := range ids {
+					j, err := f.q.Get(f.ctx, id)
+					require.NoError(t, err)
+					if j.ID == cur.ID {
+						require.Equal(t, StateActive, j.State)
+						require.Nil(t, j.Result)
+					} else {
+						require.Equal(t, StatePending, j.State, "nothing was claimed")
+					}
+				}
+			})
+		}
+	}
+}
+
+// A job of a higher priority that comes due while the pool holds enough
+// lower ones is claimed within the pool's refresh bound, as when every
+// fused transaction read ahead. Announced (this process enqueued it), the
+// pool holds back the lower ones at once, and the next transaction reads
+// ahead: the pool's next candidate is the job. Unannounced (another
+// process enqueued it, and its hint is not heard), a transaction that
+// starts more than poolFresh/2 after the pool's last read reads ahead;
+// one more learns from the shard's flag that the queue uses priorities
+// and reads their indexes; the next takes the job.
+func TestFusedClaimTakesAHigherPriorityWithinTheRefreshBound(t *testing.T) {
+	t.Parallel()
+	for _, announced := range []bool{true, false} {
+		t.Run(fmt.Sprintf("announced=%v", announced), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, nil)
+			for range 100 {
+				_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+				require.NoError(t, err)
+			}
+			var rec sent
+			f.rdb.AddHook(rec.hook())
+			cur, err := f.q.Claim(f.ctx, "w")
+			require.NoError(t, err)
+			producer := f.q
+			if !announced {
+				producer = f.twin(t)
+			}
+			var hi *Job
+			var enqueued time.Time
+			since, late := 0, 0 // calls started after the enqueue; of them, more than poolFresh/2 after it
+			for {
+				start := time.Now()
+				out, err := f.q.completeAndClaim(f.ctx, cur, nil, "w")
+				require.NoError(t, err)
+				readAhead := count(rec.take(), "zrangebyscore") > 0
+				if hi == nil {
+					require.NotNil(t, out.next)
+					if readAhead { // the pool holds 30 fresh candidates of priority 0
+						hi, err = producer.Enqueue(f.ctx, "t", nil, &EnqueueOpts{Priority: MaxPriority})
+						require.NoError(t, err)
+						enqueued = time.Now()
+					}
+					cur = out.next
+					continue
+				}
+				since++
+				if start.Sub(enqueued) > poolFresh/2 {
+					late++
+				}
+				if announced {
+					require.True(t, readAhead, "the hint makes the next transaction read ahead")
+					if out.next == nil || out.next.ID != hi.ID {
+						got := f.q.pool.take(1, anyShard)
+						require.NotEmpty(t, got)
+						require.Equal(t, hi.ID, got[0].id, "the pool's next candidate")
+					}
+					return
+				}
+				require.NotNil(t, out.next)
+				if out.next.ID == hi.ID {
+					t.Logf("claimed by call %d after the enqueue, %v after it", since, time.Since(enqueued))
+					return
+				}
+				require.Less(t, late, 3, "the unannounced job is taken by the third call past poolFresh/2")
+				cur = out.next
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
 }

@@ -72,26 +72,25 @@ func (q *Queue) sawPriorities(cands []candidate) {
 	}
 }
 
-// readPrioFlags adds the reads of the shards' prioFlag to a pipeline, when
-// this process does not know yet that the queue uses priorities, and
-// returns what says, once it ran, whether one was set (and remembers it).
-func (q *Queue) readPrioFlags(ctx context.Context, p redis.Pipeliner, shards []int) func() bool {
-	if q.prios.Load() {
-		return func() bool { return false }
-	}
-	var flags []*redis.IntCmd
+// flagsOf names the pause flags of shards, and their priority flags while
+// this process does not know yet that the queue uses priorities.
+func (q *Queue) flagsOf(shards []int) *shardFlags {
+	f := &shardFlags{}
+	prio := !q.prios.Load()
 	for _, s := range shards {
-		flags = append(flags, p.Exists(ctx, q.ks.index(s, prioFlag)))
+		f.add(q.ks, s, prio)
 	}
-	return func() bool {
-		for _, f := range flags {
-			if f.Val() > 0 {
-				q.prios.Store(true)
-				return true
-			}
-		}
-		return false
+	return f
+}
+
+// sawPrioFlag notes that set, a read of f, found a priority flag set: from
+// then on, reads take every priority's index. It reports whether it did.
+func (q *Queue) sawPrioFlag(f *shardFlags, set []bool) bool {
+	if f.anyPrio(set) {
+		q.prios.Store(true)
+		return true
 	}
+	return false
 }
 
 // dueCandidatesN reads the first n due entries of each ready index and of
@@ -212,7 +211,8 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 	full = -1 // the highest priority whose read filled its window
 	seen := map[string]bool{}
 	var paused func(s int) bool
-	prios := func() bool { return false }
+	var flags *shardFlags
+	var flagsSet func() []bool
 	for page := 0; len(pending) > 0 && page < maxDuePages; page++ {
 		cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if page == 0 {
@@ -225,8 +225,8 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 						shards = append(shards, r.shard)
 					}
 				}
-				paused = q.readPaused(ctx, p, shards)
-				prios = q.readPrioFlags(ctx, p, shards)
+				flags = q.flagsOf(shards)
+				flagsSet = q.readFlags(ctx, p, flags)
 			}
 			for _, r := range pending {
 				by := &redis.ZRangeBy{Min: "-inf", Max: now, Offset: r.offset, Count: window}
@@ -239,8 +239,10 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 		}
 		var more []*dueRead
 		if page == 0 {
+			set := flagsSet()
+			paused = func(s int) bool { return flags.paused(set, s) }
 			q.paused.Store(!slices.ContainsFunc(pending, func(r *dueRead) bool { return !paused(r.shard) }))
-			if prios() {
+			if q.sawPrioFlag(flags, set) {
 				return nil, -1, nil, nil, nil // the caller reads again, every priority
 			}
 		}
@@ -301,11 +303,11 @@ func keepTopPriorities(cands []candidate, full int) []candidate {
 // build looks past. ok is false when the queue holds none.
 func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err error) {
 	var cmds []*redis.ZSliceCmd
-	var paused []*redis.IntCmd // per shard read, its pause flag
 	var clock *redis.TimeCmd
-	var up []int
+	var up []int // the shards read, in the order of cmds
 	idx := q.dueIdx()
-	prios := func() bool { return false }
+	flags := &shardFlags{}
+	flagsSet := func() []bool { return nil }
 	sent := q.clock.Local()
 	all, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if !q.cluster() {
@@ -318,16 +320,17 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 				continue
 			}
 			n := int64(min(q.newer.size(), maxSkip))
-			paused = append(paused, p.Exists(ctx, q.ks.pauseKey(s)))
 			for _, d := range idx {
 				cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, d.index), 0, n))
 			}
 			up = append(up, s)
 		}
-		prios = q.readPrioFlags(ctx, p, up)
+		flags = q.flagsOf(up)
+		flagsSet = q.readFlags(ctx, p, flags)
 		return nil
 	})
-	prios()
+	set := flagsSet()
+	q.sawPrioFlag(flags, set)
 	// A shard that cannot be read (its node is down) is left out: the
 	// others still say when to wake. A queue found to use priorities is
 	// read whole from the next call on; this one may wake late for a
@@ -340,9 +343,9 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 		now = q.clock.Observe(clock.Val(), sent, q.clock.Local())
 	}
 	var next time.Time
-	q.paused.Store(len(paused) > 0 && !slices.ContainsFunc(paused, func(c *redis.IntCmd) bool { return c.Val() == 0 }))
+	q.paused.Store(len(up) > 0 && !slices.ContainsFunc(up, func(s int) bool { return !flags.paused(set, s) }))
 	for i, c := range cmds {
-		if paused[i/len(idx)].Val() > 0 {
+		if flags.paused(set, up[i/len(idx)]) {
 			continue // waits for Resume, which wakes the workers
 		}
 		for _, z := range c.Val() {

@@ -52,6 +52,10 @@ type duePool struct {
 	// is under way; probeAt, when the last began.
 	probing bool
 	probeAt time.Time
+	// stopProbe ends the read under way; probeEnded is closed once it has
+	// returned (see Queue.stopProbe).
+	stopProbe  context.CancelFunc
+	probeEnded chan struct{}
 	// taken remembers the IDs handed out in the last poolTTL, so a read
 	// ahead made while their claims were in flight does not hand them out
 	// again: two transactions watching one candidate would both be retried.
@@ -120,13 +124,13 @@ func (p *duePool) gone(s int) bool {
 // probeDue returns the shards whose node the last read could not reach
 // and that are due to be read again (downFor after the last such read),
 // when no such read is under way; if it names some, one is under way from
-// now until probed is called.
-func (p *duePool) probeDue() []int {
+// now until probed is called, under ctx, which stopProbe ends.
+func (p *duePool) probeDue() ([]int, context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	if p.probing || now.Sub(p.probeAt) <= downFor && !p.anyMoved() {
-		return nil
+		return nil, nil
 	}
 	var out []int
 	for s := range p.shards {
@@ -134,10 +138,13 @@ func (p *duePool) probeDue() []int {
 			out = append(out, s)
 		}
 	}
-	if len(out) > 0 {
-		p.probing, p.probeAt = true, now
+	if len(out) == 0 {
+		return nil, nil
 	}
-	return out
+	p.probing, p.probeAt = true, now
+	ctx, cancel := context.WithTimeout(context.Background(), probeFor)
+	p.stopProbe, p.probeEnded = cancel, make(chan struct{})
+	return out, ctx
 }
 
 // isGone reports a shard whose node the last read of it could not reach.
@@ -165,15 +172,15 @@ const probeFor = 5 * downFor
 // last read could not reach, once downFor has passed: the pool and the
 // claims leave them out meanwhile, since a read of a dead node may take
 // the client's dial retries. It returns at once; the read fills the pool.
+// The read is the Queue's, not one Work's: the last Work to return ends
+// it and waits for it (stopProbe), so that it outlives no Work.
 func (q *Queue) probeGone() {
-	shards := q.pool.probeDue()
+	shards, ctx := q.pool.probeDue()
 	if len(shards) == 0 {
 		return
 	}
 	go func() {
 		defer q.pool.probed()
-		ctx, cancel := context.WithTimeout(context.Background(), probeFor)
-		defer cancel()
 		if v, err := q.dueOf(ctx, aheadN, shards); err == nil {
 			q.pool.fill(v)
 		}
@@ -184,7 +191,22 @@ func (q *Queue) probeGone() {
 func (p *duePool) probed() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.probing = false
+	p.stopProbe()
+	close(p.probeEnded)
+	p.probing, p.stopProbe, p.probeEnded = false, nil, nil
+}
+
+// stopProbe ends the read of the shards whose node could not be reached,
+// if one is under way, and waits for it to return. The shards stay gone
+// until a later read reaches them.
+func (q *Queue) stopProbe() {
+	q.pool.mu.Lock()
+	stop, ended := q.pool.stopProbe, q.pool.probeEnded
+	q.pool.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-ended
+	}
 }
 
 // reachable returns the shards a read reached last.
@@ -373,14 +395,20 @@ func (p *duePool) putBack(cands []candidate) {
 	defer p.mu.Unlock()
 	now := time.Now()
 	by := map[int][]candidate{}
+	held := map[string]bool{} // the IDs of the shards put back to, and those put back
 	for _, c := range cands {
 		if c.shard < 0 || c.shard >= len(p.shards) {
 			continue
 		}
 		delete(p.taken, c.id)
-		ps := &p.shards[c.shard]
-		if !slices.ContainsFunc(ps.cands, func(o candidate) bool { return o.id == c.id }) &&
-			!slices.ContainsFunc(by[c.shard], func(o candidate) bool { return o.id == c.id }) {
+		if _, ok := by[c.shard]; !ok {
+			by[c.shard] = nil
+			for _, o := range p.shards[c.shard].cands {
+				held[o.id] = true
+			}
+		}
+		if !held[c.id] {
+			held[c.id] = true
 			by[c.shard] = append(by[c.shard], c)
 		}
 	}
@@ -392,6 +420,38 @@ func (p *duePool) putBack(cands []candidate) {
 			ps.waiting = now
 		}
 	}
+}
+
+// holds reports whether the pool can serve the next takes of n
+// candidates without a read ahead: each shard of in (nil: every shard)
+// that a read reaches was read within poolFresh/2 and after the last hint
+// of a priority (none of them is stale), and those shards hold at least 2n
+// candidates, and one at least, that the pool would hand out now. A fused
+// transaction then skips its read ahead: a shard is read again before the
+// pool stops serving it, and at once after a hint, as when it reads ahead
+// every time.
+func (p *duePool) holds(n int, in []int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	floor := p.floor()
+	have := 0
+	for s := range p.shards {
+		if p.skipped(s) || in != nil && !slices.Contains(in, s) {
+			continue
+		}
+		ps := &p.shards[s]
+		if ps.read.IsZero() || ps.need > 0 || now.Sub(ps.read) > poolFresh/2 {
+			return false
+		}
+		for _, c := range ps.cands { // highest priority first
+			if c.prio < floor {
+				break
+			}
+			have++
+		}
+	}
+	return have >= max(2*n, 1)
 }
 
 // drop forgets what the pool holds, and that any shard was read.

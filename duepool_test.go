@@ -149,6 +149,53 @@ func TestDuePoolHintHoldsLowerPrioritiesUntilEveryShardIsRead(t *testing.T) {
 	require.Equal(t, "lo", p.take(1, anyShard)[0].id)
 }
 
+// A fused transaction skips its read ahead only while the pool can serve
+// the takes that follow from a fresh read: twice the candidates wanted,
+// every shard read within poolFresh/2 (so it is read again before the
+// pool stops serving it) and after the last hint of a priority.
+func TestDuePoolHoldsEnoughOnlyWhileFreshAndAfterEveryHint(t *testing.T) {
+	p := newDuePool(2, nil)
+	require.False(t, p.holds(0, nil), "never read")
+	four := []candidate{{id: "a"}, {id: "b"}, {id: "c", shard: 1}, {id: "d", shard: 1}}
+	p.fill(read([]int{0, 1}, four...))
+	require.True(t, p.holds(2, nil), "4 candidates for 2 wanted")
+	require.False(t, p.holds(3, nil), "4 candidates for 3 wanted")
+	require.True(t, p.holds(0, nil))
+	require.True(t, p.holds(1, []int{1}), "a cluster's transaction counts its own shards")
+	require.False(t, p.holds(2, []int{1}))
+
+	// A shard read more than poolFresh/2 ago is read again, while the pool
+	// still serves it.
+	p.shards[1].read = time.Now().Add(-poolFresh/2 - 10*time.Millisecond)
+	require.False(t, p.holds(1, nil), "shard 1's read is getting old")
+	require.True(t, p.holds(1, []int{0}), "shard 0's is not")
+	require.NotEmpty(t, p.take(1, anyShard), "the pool still serves: the read comes before it stops")
+	p.fill(read([]int{0, 1}, four...))
+	require.True(t, p.holds(1, nil))
+
+	// A hint of a priority: the read follows at once, on every shard, even
+	// while the pool holds enough of that priority: the job it announced
+	// may lie on any shard.
+	p.dropBelow(0)
+	require.True(t, p.holds(1, nil), "a hint of priority 0 holds nothing back")
+	sevens := []candidate{{id: "s1", prio: 7}, {id: "s2", prio: 7}, {id: "s3", shard: 1, prio: 7}}
+	p.fill(read([]int{0, 1}, sevens...))
+	require.True(t, p.holds(1, nil))
+	p.dropBelow(7)
+	require.False(t, p.holds(1, nil), "a job of priority 7 came due somewhere")
+	p.fill(read([]int{0}, sevens[:2]...))
+	require.False(t, p.holds(1, nil), "shard 1 is not read since the hint")
+	p.fill(read([]int{1}, sevens[2]))
+	require.True(t, p.holds(1, nil))
+
+	// Candidates below the priority a full window holds are not counted:
+	// the pool would not hand them out.
+	full := read([]int{0, 1}, candidate{id: "x", prio: 3}, candidate{id: "lo1"}, candidate{id: "lo2"})
+	full.full = 3
+	p.fill(full)
+	require.False(t, p.holds(1, nil), "one candidate the pool would hand out")
+}
+
 // On a cluster with a master down, Work's claims go on within the bound on
 // the live masters, and a job on the master's shards is claimed soon
 // after it is back. A read of the dead node takes the client's dial

@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -65,34 +66,94 @@ const resumeHint = "resume"
 
 // shardGuards returns the pause flags of the shards of cands, for a claim's
 // compare-and-set to watch, and which of them guards each candidate.
-func (q *Queue) shardGuards(cands []candidate) (keys []string, of []int) {
-	of = make([]int, len(cands))
-	pos := map[int]int{}
+func (q *Queue) shardGuards(cands []candidate) (*shardFlags, []int) {
+	f := &shardFlags{}
+	of := make([]int, len(cands))
 	for i, c := range cands {
-		k, ok := pos[c.shard]
-		if !ok {
-			k = len(keys)
-			pos[c.shard] = k
-			keys = append(keys, q.ks.pauseKey(c.shard))
-		}
-		of[i] = k
+		f.add(q.ks, c.shard, false)
+		of[i] = f.at[c.shard]
 	}
-	return keys, of
+	return f, of
 }
 
-// readPaused adds to a pipeline the reads of the pause flags of shards, and
-// returns what says, once it ran, whether shard s is paused. A flag that
-// could not be read counts as not paused: the claim's own compare-and-set
-// reads it again under WATCH before it takes anything.
-func (q *Queue) readPaused(ctx context.Context, p redis.Pipeliner, shards []int) func(s int) bool {
-	flags := map[int]*redis.IntCmd{}
-	for _, s := range shards {
-		if _, ok := flags[s]; !ok {
-			flags[s] = p.Exists(ctx, q.ks.pauseKey(s))
+// shardFlags names the flags of some shards that one command reads (an
+// MGET): each shard's pause flag, and its priority flag (prioFlag) where
+// asked. A flag is set when it holds a value, as Pause and the EXEC that
+// first enqueues a job above priority 0 write one; Resume deletes it.
+// Reading both flags of a shard in one command, and every shard's in one
+// on a single Redis, spares a command per flag.
+type shardFlags struct {
+	keys []string
+	at   map[int]int // shard -> the position of its pause flag in keys
+	prio []int       // positions in keys of the priority flags
+}
+
+// add names shard s's pause flag, and its priority flag when prio, unless
+// they are named already.
+func (f *shardFlags) add(ks *keyspace, s int, prio bool) {
+	if f.at == nil {
+		f.at = map[int]int{}
+	}
+	if _, ok := f.at[s]; !ok {
+		f.at[s] = len(f.keys)
+		f.keys = append(f.keys, ks.pauseKey(s))
+	}
+	if k := ks.index(s, prioFlag); prio && !slices.Contains(f.keys, k) {
+		f.prio = append(f.prio, len(f.keys))
+		f.keys = append(f.keys, k)
+	}
+}
+
+// paused reports whether set, which says per key whether it is set, has
+// shard s's pause flag set.
+func (f *shardFlags) paused(set []bool, s int) bool {
+	i, ok := f.at[s]
+	return ok && i < len(set) && set[i]
+}
+
+// anyPrio reports whether set has a priority flag set.
+func (f *shardFlags) anyPrio(set []bool) bool {
+	return slices.ContainsFunc(f.prio, func(i int) bool { return i < len(set) && set[i] })
+}
+
+// readFlags adds to a pipeline the read of f's flags: one MGET on a single
+// Redis, one per shard on a cluster (a command stays in one hash slot; a
+// shard's flags share its tag). It returns what says, once it ran, which
+// are set: a flag that could not be read counts as not set (a claim's own
+// compare-and-set reads the pause flags again under WATCH before it takes
+// anything).
+func (q *Queue) readFlags(ctx context.Context, p redis.Pipeliner, f *shardFlags) func() []bool {
+	if len(f.keys) == 0 {
+		return func() []bool { return nil }
+	}
+	type part struct {
+		from int
+		cmd  *redis.SliceCmd
+	}
+	var parts []part
+	if !q.cluster() {
+		parts = append(parts, part{0, p.MGet(ctx, f.keys...)})
+	} else {
+		for from := 0; from < len(f.keys); {
+			to := from + 1
+			for to < len(f.keys) && keySlot(f.keys[to]) == keySlot(f.keys[from]) {
+				to++
+			}
+			parts = append(parts, part{from, p.MGet(ctx, f.keys[from:to]...)})
+			from = to
 		}
 	}
-	return func(s int) bool {
-		c, ok := flags[s]
-		return ok && c.Err() == nil && c.Val() > 0
+	return func() []bool {
+		set := make([]bool, len(f.keys))
+		for _, pt := range parts {
+			vals, err := pt.cmd.Result()
+			if err != nil {
+				continue
+			}
+			for i, v := range vals {
+				set[pt.from+i] = v != nil
+			}
+		}
+		return set
 	}
 }

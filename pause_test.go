@@ -75,6 +75,88 @@ func TestPauseAbortsAClaimInFlight(t *testing.T) {
 	}
 }
 
+// A fused complete-and-claim that takes its candidate from the pool, read
+// ahead before Pause, and reads nothing ahead (the pool holds enough)
+// claims nothing once Pause has returned: the candidate's pause flag is
+// watched and read in the MGET of the flags, whether Pause lands before
+// its WATCH round trip or between that and its EXEC (the watched flag
+// aborts the EXEC, and the retry reads it set). The completion commits.
+func TestPauseStopsFusedClaimsFromThePool(t *testing.T) {
+	t.Parallel()
+	for _, at := range []string{"watch", "multi"} {
+		t.Run(at, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, nil)
+			for range 10 {
+				_, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+				require.NoError(t, err)
+			}
+			first, err := f.q.Claim(f.ctx, "w") // the others wait in the pool
+			require.NoError(t, err)
+			admin := queueOn(t, redistest.Client(t, nil), f.q.cfg.Prefix, Config{})
+			var paused atomic.Bool
+			var sentCmds []string
+			f.rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+				sentCmds = append(sentCmds, names(cmds)...)
+				if slices.ContainsFunc(names(cmds), func(n string) bool { return strings.HasPrefix(n, at) }) && paused.CompareAndSwap(false, true) {
+					require.NoError(t, admin.Pause(context.Background()))
+				}
+				return nil
+			}))
+			out, err := f.q.completeAndClaim(f.ctx, first, []byte("r"), "w")
+			require.NoError(t, err)
+			require.True(t, paused.Load())
+			require.False(t, slices.ContainsFunc(sentCmds, func(n string) bool { return strings.HasPrefix(n, "zrangebyscore") }),
+				"the pool held enough: nothing was read ahead")
+			require.Equal(t, StateSucceeded, out.done.State)
+			require.Nil(t, out.next, "Pause landed before the fused transaction's %s", at)
+			st, err := f.q.Stats(f.ctx)
+			require.NoError(t, err)
+			require.Equal(t, int64(9), st.Due)
+			require.Equal(t, int64(0), st.Active)
+		})
+	}
+}
+
+// One read of shards' flags names each flag once, a shard's pause flag
+// and its priority flag beside it, and tells which is set: Pause's flag
+// on shard 2 and a priority flag on shard 1 are told apart, in one MGET
+// on a single Redis.
+func TestShardFlagsTellPauseFromPriorityInOneRead(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 3})
+	fl := &shardFlags{}
+	fl.add(f.q.ks, 1, false)
+	fl.add(f.q.ks, 2, true)
+	fl.add(f.q.ks, 1, true)
+	fl.add(f.q.ks, 2, true)
+	require.Equal(t, []string{f.q.ks.pauseKey(1), f.q.ks.pauseKey(2), f.q.ks.index(2, prioFlag), f.q.ks.index(1, prioFlag)}, fl.keys)
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.pauseKey(2), "1", 0).Err())
+	var set func() []bool
+	f.hook.Reset()
+	_, err := f.rdb.Pipelined(f.ctx, func(p redis.Pipeliner) error {
+		set = f.q.readFlags(f.ctx, p, fl)
+		return nil
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, f.hook.Cmds.Load())
+	got := set()
+	require.False(t, fl.paused(got, 1))
+	require.True(t, fl.paused(got, 2))
+	require.False(t, fl.paused(got, 0), "not read")
+	require.False(t, fl.anyPrio(got))
+
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.index(1, prioFlag), "1", 0).Err())
+	_, err = f.rdb.Pipelined(f.ctx, func(p redis.Pipeliner) error {
+		set = f.q.readFlags(f.ctx, p, fl)
+		return nil
+	})
+	require.NoError(t, err)
+	got = set()
+	require.True(t, fl.anyPrio(got))
+	require.False(t, fl.paused(got, 1), "the priority flag is not a pause")
+}
+
 // Work: a paused queue lets the handler in flight finish and record its
 // outcome, takes nothing new, and picks up again at Resume without waiting
 // for its poll interval.

@@ -2,12 +2,14 @@ package jobkey
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/faultproxy"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
@@ -56,4 +58,50 @@ func TestWorkRenewsManyRunsFromOneKeeper(t *testing.T) {
 		require.Equal(t, 1, j.Attempt, "no run lost its lease")
 	}
 	require.Zero(t, lost.Load(), "no handler was stopped")
+}
+
+// Renewals that land in Redis but whose replies are lost extend the lease
+// unseen: the worker, which counts only renewals it saw confirmed, stops
+// its handler first (ErrLeaseExpired), and no other worker claims the job
+// before that.
+func TestWorkFencesItselfWhenRenewalRepliesAreLost(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	prefix := redistest.Prefix(t)
+	const lease = time.Second
+	q := queueOn(t, cut, prefix, Config{Lease: lease})
+	rival := queueOn(t, redistest.Client(t, nil), prefix, Config{Lease: lease})
+	ctx := context.Background()
+	j, err := rival.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	started := make(chan struct{})
+	stopped := make(chan error, 1)
+	var stoppedAt atomic.Int64
+	startWork(t, q, HandlerFunc(func(ctx context.Context, _ *Job) ([]byte, error) {
+		close(started)
+		select {
+		case <-ctx.Done():
+			stoppedAt.Store(time.Now().UnixNano())
+			stopped <- context.Cause(ctx)
+		case <-time.After(20 * time.Second):
+			stopped <- errors.New("never stopped")
+		}
+		return nil, ctx.Err()
+	}), &WorkOpts{Concurrency: 1})
+	<-started
+	proxy.Set(faultproxy.Faults{ExecCutProb: 1}) // every renewal runs; no reply comes back
+	var claimedAt time.Time
+	waitFor(t, "the rival's claim once the lease ran out", func() bool {
+		c, err := rival.Claim(ctx, "rival")
+		if errors.Is(err, ErrNoJob) {
+			return false
+		}
+		require.NoError(t, err)
+		require.Equal(t, j.ID, c.ID)
+		claimedAt = time.Now()
+		return true
+	})
+	require.ErrorIs(t, <-stopped, ErrLeaseExpired)
+	require.True(t, time.Unix(0, stoppedAt.Load()).Before(claimedAt), "the handler stopped before the rival's claim")
+	proxy.Set(faultproxy.Faults{})
 }

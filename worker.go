@@ -129,7 +129,11 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	defer w.renewer.close()
 	sub := q.rdb.Subscribe(ctx, q.ks.wakeChannel(), q.ks.cancelChannel())
 	q.listeners.Add(1)
-	defer q.listeners.Add(-1)
+	defer func() {
+		if q.listeners.Add(-1) == 0 {
+			q.stopProbe() // a read of unreachable shards a claim of this Work may have started
+		}
+	}()
 	listening := make(chan struct{})
 	go func() { defer close(listening); w.listen(sub.Channel()) }()
 	defer func() {
@@ -143,10 +147,7 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	var slots, chores sync.WaitGroup
 	w.live = o.Concurrency
 	for i := range o.Concurrency {
-		slots.Go(func() {
-			defer w.slotDone()
-			w.slot(ctx, o.Name+"/"+strconv.Itoa(i))
-		})
+		w.goSlot(ctx, &slots, o.Name+"/"+strconv.Itoa(i))
 	}
 	if o.TrimInterval > 0 {
 		chores.Go(func() { w.trimmer(ctx) })
@@ -276,6 +277,27 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 	}
 }
 
+// goSlot runs a slot on a goroutine of its own. A handler that calls
+// runtime.Goexit (t.FailNow does) ends the slot's goroutine without
+// returning; the slot then goes on in a new one, so Concurrency does not
+// shrink for good.
+func (w *worker) goSlot(ctx context.Context, slots *sync.WaitGroup, name string) {
+	slots.Add(1)
+	go func() {
+		returned := false
+		defer func() {
+			if returned {
+				w.slotDone()
+			} else {
+				w.goSlot(ctx, slots, name) // added before this one is done: slots.Wait cannot return between
+			}
+			slots.Done()
+		}()
+		w.slot(ctx, name)
+		returned = true
+	}()
+}
+
 // poke wakes one idle slot, if any is waiting.
 func (w *worker) poke() {
 	select {
@@ -394,7 +416,26 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	hctx, stopDeadline := withDeadline(hctx, j, asked)
 	defer stopDeadline()
 	watch := w.watch(r, hctx)
+	returned := false
+	defer func() {
+		if !returned {
+			// The handler called runtime.Goexit: it neither returned nor
+			// panicked, and this goroutine is ending (goSlot starts the
+			// slot again). The attempt fails, as after a panic, while the
+			// lease is still kept (w.stop runs after this), unless the
+			// lease is no longer ours to write under.
+			watch.returned()
+			switch cause := context.Cause(r.ctx); {
+			case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled), errors.Is(cause, ErrLeaseExpired):
+			case errors.Is(cause, ErrShutdown):
+				w.record(r, w.q.Release)
+			default:
+				w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, errHandlerGoexit) })
+			}
+		}
+	}()
 	result, err := w.call(hctx, j)
+	returned = true
 	watch.returned()
 	cause := context.Cause(r.ctx)
 	timedOut := err != nil && cause == nil && errors.Is(context.Cause(hctx), ErrTimeout)
@@ -525,6 +566,10 @@ func (w *worker) recorded(j *Job, err error) {
 		w.o.OnRecorded(j, err)
 	}
 }
+
+// errHandlerGoexit fails the attempt of a handler that called
+// runtime.Goexit.
+var errHandlerGoexit = errors.New("the handler called runtime.Goexit: it neither returned nor panicked")
 
 // call runs the handler, turning a panic into an error with its stack.
 func (w *worker) call(ctx context.Context, j *Job) (result []byte, err error) {

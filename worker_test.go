@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -436,6 +438,85 @@ func TestWorkShutdownByDeadlineLogsNoError(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Empty(t, rec.find(slog.LevelError, ""), "an ordinary shutdown is not an error")
+}
+
+// A handler that ends its goroutine with runtime.Goexit (t.FailNow does)
+// neither returns nor panics. Its attempt fails at once, its slot goes on
+// claiming, it is never reported stuck, and Work shuts down cleanly.
+func TestHandlerGoexitFailsItsAttemptAndFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: time.Minute}) // a lease that cannot run out within the test
+	ctx := context.Background()
+	_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "exits", MaxAttempts: 1})
+	require.NoError(t, err)
+	exited := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		if j.ID == "exits" {
+			close(exited)
+			runtime.Goexit()
+		}
+		return []byte("ok"), nil
+	})
+	stop := startWork(t, q, h, &WorkOpts{Concurrency: 1, StuckAfter: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	<-exited
+	_, err = q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "after"})
+	require.NoError(t, err)
+	waitFor(t, "the job that called Goexit failed", func() bool { return state(t, q, "exits") == StateFailed })
+	j, err := q.Get(ctx, "exits")
+	require.NoError(t, err)
+	require.Contains(t, j.LastError, "Goexit")
+	waitFor(t, "the slot ran the next job", func() bool { return state(t, q, "after") == StateSucceeded })
+	stop() // with no error: no handler is left stuck
+	require.Zero(t, q.Metrics().StuckDetected, "a handler that called Goexit is not stuck")
+}
+
+// A Work's claim that finds a shard gone (its node could not be reached)
+// reads it again apart (the due pool's probe). When Work returns, that
+// read is over: nothing of a Work outlives it, even a read of a node that
+// does not answer.
+func TestWorkReturnsOnlyOnceItsShardProbeHasEnded(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t, nil)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Shards: 2})
+	tag := q.ks.index(1, "") // every key of shard 1 starts so
+	var reads atomic.Int32
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			for _, a := range c.Args() {
+				if s, ok := a.(string); ok && strings.HasPrefix(s, tag) {
+					// Shard 1's node does not answer: the read waits out
+					// its ctx.
+					reads.Add(1)
+					<-ctx.Done()
+					return ctx.Err()
+				}
+			}
+		}
+		return nil
+	}))
+	q.pool.mu.Lock()
+	q.pool.shards[1].gone = true // the last read could not reach it
+	q.pool.mu.Unlock()
+	probing := func() bool {
+		q.pool.mu.Lock()
+		defer q.pool.mu.Unlock()
+		return q.pool.probing
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+			&WorkOpts{Concurrency: 1, Logger: quiet, TrimInterval: -1})
+	}()
+	waitFor(t, "a read of shard 1 under way", func() bool { return probing() && reads.Load() > 0 })
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Work did not return")
+	}
+	require.False(t, probing(), "the read of shard 1 a claim of Work started is over when Work returns")
 }
 
 // requireIdleWorkerStarts starts Work with opts on a queue of its own, lets
