@@ -36,6 +36,7 @@ type benchFlags struct {
 	cluster    bool
 	workers    bool
 	workerJobs int
+	workerRate float64 // jobs/s of the bounded-rate worker runs
 	replicas   int
 	onlyJobkey bool // -min-replicas was given: the other designs have nothing like it
 }
@@ -62,8 +63,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&f.full, "full", false, "the whole matrix: every scenario at every payload and contention level (-scenarios, -payloads, -contention choose a part of it)")
 	fs.StringVar(&f.out, "out", "report", "folder for report.md, results.json and the charts")
 	fs.BoolVar(&f.cluster, "cluster", false, "-redis names a node of a Redis Cluster: report each master's share of keys and commands")
-	fs.BoolVar(&f.workers, "workers", false, "also run each design's own worker (jobkey Work, the multi-key worker loop, asynq's Server): burn-down and produce-and-work")
+	fs.BoolVar(&f.workers, "workers", false, "also run each design's own worker (jobkey Work, the multi-key worker loop, asynq's Server): burn-down, produce-and-work and bounded-rate")
 	fs.IntVar(&f.workerJobs, "worker-jobs", 20000, "jobs per worker run (-workers)")
+	fs.Float64Var(&f.workerRate, "worker-rate", defaultWorkerRate, "total enqueue rate in jobs/s of the bounded-rate worker runs (-workers): keep it below every design's burn-down rate, or the latencies measure a backlog")
 	fs.IntVar(&f.replicas, "min-replicas", 0, "jobkey's Config.MinReplicas: every jobkey write waits for this many replicas of the -redis master; when given (0 too), only jobkey runs, so runs with and without it compare")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -176,8 +178,7 @@ func runPlan(ctx context.Context, url string, reps int, specs []runSpec, works [
 			runs = append(runs, r)
 			_ = bar.Add(1)
 		}
-		slices.SortFunc(runs, func(a, b bench.WorkResult) int { return cmp.Compare(a.Throughput(), b.Throughput()) })
-		workResults = append(workResults, runs[len(runs)/2])
+		workResults = append(workResults, medianWork(runs))
 	}
 	return results, workResults, nil
 }
@@ -185,6 +186,7 @@ func runPlan(ctx context.Context, url string, reps int, specs []runSpec, works [
 // write prints the report as Markdown and writes report.md, results.json
 // and the charts into folder out.
 func (rep report) write(out string, stdout, stderr io.Writer) error {
+	rep.RateNotKept, rep.WorkersBehind = rateNotKept(rep.Work), workersBehind(rep.Work)
 	md := rep.markdown()
 	fmt.Fprint(stdout, md)
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -226,6 +228,8 @@ func (f benchFlags) check() error {
 		return fmt.Errorf("bench: -min-replicas is %d, want 0..64", f.replicas)
 	case f.workerJobs < 100 || f.workerJobs > 10_000_000:
 		return fmt.Errorf("bench: -worker-jobs is %d, want 100..10000000", f.workerJobs)
+	case !(f.workerRate >= 1 && f.workerRate <= 10_000_000):
+		return fmt.Errorf("bench: -worker-rate is %v, want 1..10000000 jobs/s", f.workerRate)
 	}
 	return nil
 }
@@ -305,17 +309,42 @@ type workSpec struct {
 	params bench.WorkParams
 }
 
-// workPlan lists the worker runs of -workers: burn-down and
-// produce-and-work, 8 slots (and 8 producers) of every worker design.
+// defaultWorkerRate is -worker-rate's default, jobs/s, as in
+// BenchmarkBoundedRate: about 60% of the slowest design's burn-down rate
+// on a 2-core VM (asynq, 8k jobs/s in docs/benchmarks.md), so that the
+// workers keep up and the latencies are the pickup's, not a backlog's.
+const defaultWorkerRate = 5000
+
+// workerScenarios are the worker scenarios of -workers, in report order.
+var workerScenarios = []string{bench.BurnDown, bench.ProduceAndWork, bench.BoundedRate}
+
+// workPlan lists the worker runs of -workers: burn-down, produce-and-work
+// and bounded-rate (at -worker-rate), 8 slots (and 8 producers) of every
+// worker design.
 func workPlan(f benchFlags) []workSpec {
 	var out []workSpec
-	for _, sc := range []string{bench.BurnDown, bench.ProduceAndWork} {
+	for _, sc := range workerScenarios {
 		for _, d := range bench.WorkerDesigns {
-			out = append(out, workSpec{design: d, params: bench.WorkParams{Scenario: sc, Payload: 1 << 10, Slots: 8, Producers: 8, Ops: f.workerJobs,
-				MinReplicas: f.replicas}})
+			p := bench.WorkParams{Scenario: sc, Payload: 1 << 10, Slots: 8, Producers: 8, Ops: f.workerJobs, MinReplicas: f.replicas}
+			if sc == bench.BoundedRate {
+				p.Rate = f.workerRate
+			}
+			out = append(out, workSpec{design: d, params: p})
 		}
 	}
 	return out
+}
+
+// medianWork picks the repetition of a worker run to report: the median by
+// p99 latency in bounded-rate, whose throughput is pinned near the rate,
+// else the median by throughput.
+func medianWork(runs []bench.WorkResult) bench.WorkResult {
+	by := func(a, b bench.WorkResult) int { return cmp.Compare(a.Throughput(), b.Throughput()) }
+	if runs[0].Scenario == bench.BoundedRate {
+		by = func(a, b bench.WorkResult) int { return cmp.Compare(a.P99, b.P99) }
+	}
+	slices.SortFunc(runs, by)
+	return runs[len(runs)/2]
 }
 
 func ints(s string) ([]int, error) {

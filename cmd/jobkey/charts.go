@@ -152,7 +152,11 @@ func cpuGroups(results []bench.Result, work []bench.WorkResult) []cpuGroup {
 	}
 	for _, r := range work {
 		client, redis, _, _ := r.CPU.PerJob(r.Jobs)
-		add(fmt.Sprintf("%s %s %d slots", r.Scenario, sizeName(r.Payload), r.Slots), r.Design, client, redis)
+		label := fmt.Sprintf("%s %s %d slots", r.Scenario, sizeName(r.Payload), r.Slots)
+		if r.Pacing != nil {
+			label += fmt.Sprintf(" %.0f/s", r.Pacing.Rate)
+		}
+		add(label, r.Design, client, redis)
 	}
 	return groups
 }

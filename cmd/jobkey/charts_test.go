@@ -94,3 +94,24 @@ func rgba(img image.Image, x, y int) color.Color {
 	r, g, b, a := img.At(x, y).RGBA()
 	return color.RGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: uint8(a >> 8)}
 }
+
+// The CPU chart draws the bounded-rate worker runs too, labelled with
+// their rate.
+func TestCPUGroupsIncludeBoundedRateRuns(t *testing.T) {
+	work := []bench.WorkResult{
+		{Design: "jobkey", Scenario: bench.ProduceAndWork, Payload: 1 << 10, Slots: 8, Tally: bench.Tally{Jobs: 10}, CPU: bench.CPU{Client: time.Millisecond}},
+		{Design: "jobkey", Scenario: bench.BoundedRate, Payload: 1 << 10, Slots: 8, Tally: bench.Tally{Jobs: 10},
+			CPU: bench.CPU{Client: 2 * time.Millisecond, Redis: time.Millisecond}, Pacing: &bench.Pacing{Rate: 5000, Kept: true}},
+	}
+	got := cpuGroups(nil, work)
+	require.Equal(t, []string{"produce-and-work 1KiB 8 slots", "bounded-rate 1KiB 8 slots 5000/s"}, cpuGroupLabels(got))
+	require.Equal(t, []cpuBar{{"jobkey", 200, 100}}, got[1].bars)
+}
+
+func cpuGroupLabels(groups []cpuGroup) []string {
+	var out []string
+	for _, g := range groups {
+		out = append(out, g.label)
+	}
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 
 	"github.com/jobkey/jobkey/internal/redact"
@@ -14,7 +15,28 @@ import (
 // package lets the last one win, so `delete -queue a x1 -queue b x2`
 // deleted x1 from queue b: a flag given twice is an error instead.
 func refuseRepeats(fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) { f.Value = &onceValue{Value: f.Value, name: f.Name} })
+	fs.VisitAll(func(f *flag.Flag) {
+		if isZeroDefault(f) {
+			f.DefValue = "" // the usage tells a zero default by "", a onceValue's zero String
+		}
+		f.Value = &onceValue{Value: f.Value, name: f.Name}
+	})
+}
+
+// isZeroDefault tells whether f's default is its type's zero value (0,
+// false, ""), which the usage leaves out, as the flag package does.
+func isZeroDefault(f *flag.Flag) (zero bool) {
+	defer func() {
+		if recover() != nil { // a zero value whose String panics, as the flag package allows
+			zero = false
+		}
+	}()
+	t := reflect.TypeOf(f.Value)
+	if t.Kind() != reflect.Pointer {
+		return false
+	}
+	z, ok := reflect.New(t.Elem()).Interface().(flag.Value)
+	return ok && z.String() == f.DefValue
 }
 
 // parseFlags parses args with fs, refusing a flag given twice.
@@ -37,6 +59,15 @@ func (v *onceValue) Set(s string) error {
 	}
 	v.set = true
 	return v.Value.Set(s)
+}
+
+// String is the value's; the flag package calls it on a zero onceValue too
+// (to tell whether a default is worth printing in the usage).
+func (v *onceValue) String() string {
+	if v == nil || v.Value == nil {
+		return ""
+	}
+	return v.Value.String()
 }
 
 // IsBoolFlag keeps a bool flag one that takes no value (-yes, not -yes=true).

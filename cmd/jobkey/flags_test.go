@@ -70,3 +70,15 @@ func TestDeleteWithTwoQueuesDeletesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A command's usage (-h) prints every flag with its default, not the
+// flag package's "panic calling String method" for a repeat-refusing flag.
+func TestUsagePrintsEveryFlagsDefault(t *testing.T) {
+	var out, errOut bytes.Buffer
+	_ = run(context.Background(), []string{"bench", "-h"}, &out, &errOut)
+	require.NotContains(t, errOut.String(), "panic")
+	require.Contains(t, errOut.String(), "(default 20000)", "-worker-jobs")
+	require.Contains(t, errOut.String(), "(default report)", "-out")
+	require.NotContains(t, errOut.String(), "(default 0)", "a zero default is left out")
+	require.NotContains(t, errOut.String(), "(default false)")
+}

@@ -77,13 +77,16 @@ func TestBenchWorkers(t *testing.T) {
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"bench", "-redis", url, "-scenarios", "enqueue", "-payloads", "1024",
-		"-duration", "150ms", "-workers", "-worker-jobs", "300", "-out", dir}, &out, &errOut)
+		"-duration", "150ms", "-workers", "-worker-jobs", "300", "-worker-rate", "500", "-out", dir}, &out, &errOut)
 	require.NoError(t, err, errOut.String())
 	s := out.String()
 	require.Contains(t, s, "| 1KiB | 8 | asynq |")
 	require.Contains(t, s, "## workers: burn-down")
 	require.Contains(t, s, "## workers: produce-and-work")
 	require.Contains(t, s, "| asynq-fast | 300 |")
+	require.Contains(t, s, "## workers: bounded-rate")
+	require.Contains(t, s, "| p50 | p99 | p99.9 | lag p99 | lag max | end lag | rate kept |")
+	require.Regexp(t, `\| asynq-fast \| 300 \| 500 \| [0-9]+ \|`, s, "the bounded-rate row, at -worker-rate")
 	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	require.NoError(t, err)
 	var rep struct {
@@ -92,11 +95,20 @@ func TestBenchWorkers(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(b, &rep))
 	require.Len(t, rep.Results, 3, "enqueue × jobkey, multikey, asynq")
-	require.Len(t, rep.Work, 8, "2 scenarios × 4 worker designs")
+	require.Len(t, rep.Work, 12, "3 scenarios × 4 worker designs")
+	bounded := 0
 	for _, r := range rep.Work {
 		require.EqualValues(t, 300, r.Jobs, "%s/%s", r.Design, r.Scenario)
 		require.Positive(t, r.Throughput(), "%s/%s", r.Design, r.Scenario)
+		if r.Scenario == bench.BoundedRate {
+			bounded++
+			require.NotNil(t, r.Pacing, r.Design)
+			require.InDelta(t, 500, r.Pacing.Rate, 0, r.Design)
+			require.Positive(t, r.P999, r.Design)
+		}
 	}
+	require.Equal(t, 4, bounded, "bounded-rate for every worker design")
+	require.Contains(t, cpuGroupLabels(cpuGroups(nil, rep.Work)), "bounded-rate 1KiB 8 slots 500/s", "the CPU chart draws it")
 	require.Error(t, run(context.Background(), []string{"bench", "-redis", url, "-workers", "-worker-jobs", "5"}, &out, &errOut))
 }
 
@@ -222,7 +234,8 @@ func TestInspectRefusesWhatWouldLookClear(t *testing.T) {
 func TestBenchRefusesBadFlags(t *testing.T) {
 	for _, bad := range [][]string{
 		{"-clients", "-5"}, {"-clients", "0"}, {"-reps", "0"}, {"-batch", "-1"}, {"-duration", "0"},
-		{"-payloads", "0"}, {"-contention", "x"}, {"extra"},
+		{"-payloads", "0"}, {"-contention", "x"}, {"extra"}, {"-worker-rate", "0"}, {"-worker-rate", "-5"}, {"-worker-rate", "NaN"},
+		{"-worker-rate", "+Inf"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), append([]string{"bench", "-redis", "redis://127.0.0.1:1"}, bad...), &out, &errOut)
@@ -243,6 +256,36 @@ func TestBenchOnCluster(t *testing.T) {
 	for _, a := range cl.Addrs() {
 		require.Contains(t, s, "| lifecycle | 1KiB | jobkey | "+a+" |")
 	}
+}
+
+// -workers runs burn-down, produce-and-work and bounded-rate for every
+// worker design, bounded-rate at -worker-rate (default 5000 jobs/s).
+func TestBenchWorkerPlanRunsBoundedRateAtTheWorkerRate(t *testing.T) {
+	works := workPlan(benchFlags{workerJobs: 1000, workerRate: 750})
+	require.Len(t, works, 3*len(bench.WorkerDesigns))
+	for _, d := range bench.WorkerDesigns {
+		require.Contains(t, works, workSpec{design: d, params: bench.WorkParams{Scenario: bench.BoundedRate, Payload: 1 << 10,
+			Slots: 8, Producers: 8, Ops: 1000, Rate: 750}})
+		require.Contains(t, works, workSpec{design: d, params: bench.WorkParams{Scenario: bench.ProduceAndWork, Payload: 1 << 10,
+			Slots: 8, Producers: 8, Ops: 1000}}, "the other scenarios have no rate")
+	}
+	var out, errOut bytes.Buffer
+	_ = run(context.Background(), []string{"bench", "-h"}, &out, &errOut)
+	require.Regexp(t, `-worker-rate value\n.*\(default 5000\)`, errOut.String())
+}
+
+// A bounded-rate run's throughput is pinned near the rate, so the median
+// repetition is picked by p99; the other worker scenarios' by throughput.
+func TestMedianWorkRunIsByP99InBoundedRate(t *testing.T) {
+	run := func(sc string, jobs int64, p99 time.Duration) bench.WorkResult {
+		return bench.WorkResult{Scenario: sc, Tally: bench.Tally{Jobs: jobs, Elapsed: time.Second}, P99: p99}
+	}
+	got := medianWork([]bench.WorkResult{run(bench.BoundedRate, 4990, 9*time.Millisecond),
+		run(bench.BoundedRate, 5000, time.Millisecond), run(bench.BoundedRate, 4980, 3*time.Millisecond)})
+	require.Equal(t, 3*time.Millisecond, got.P99)
+	got = medianWork([]bench.WorkResult{run(bench.ProduceAndWork, 4990, 9*time.Millisecond),
+		run(bench.ProduceAndWork, 5000, time.Millisecond), run(bench.ProduceAndWork, 4980, 3*time.Millisecond)})
+	require.EqualValues(t, 4990, got.Jobs)
 }
 
 // With no flags, bench runs a short set that shows the main trade-off, so

@@ -24,6 +24,47 @@ type report struct {
 	Results  []bench.Result `json:"results"`
 	// Work holds the worker runs of -workers.
 	Work []bench.WorkResult `json:"work,omitempty"`
+	// RateNotKept names the designs whose bounded-rate run did not keep
+	// its rate (their Pacing.Kept is false): those runs offered less load
+	// than asked, and their latencies measure a backlog.
+	RateNotKept []string `json:"rate_not_kept,omitempty"`
+	// WorkersBehind names the designs whose bounded-rate run kept its rate
+	// but processed under workersBehindShare of it: their workers fell
+	// behind, and their latencies include the workers' backlog.
+	WorkersBehind []string `json:"workers_behind,omitempty"`
+}
+
+// workersBehindShare is the share of a bounded-rate run's rate below which
+// its processed jobs/s say that the workers fell behind the producers
+// (short of the rate by more than a short run's tail latency explains).
+const workersBehindShare = 0.9
+
+// workersBehind lists the designs whose bounded-rate run kept its rate but
+// whose workers did not keep up with it.
+func workersBehind(work []bench.WorkResult) []string {
+	var out []string
+	for _, r := range work {
+		if r.Scenario == bench.BoundedRate && rateKept(r) && r.Throughput() < workersBehindShare*r.Pacing.Rate {
+			out = append(out, r.Design)
+		}
+	}
+	return out
+}
+
+// rateKept tells whether a bounded-rate run's producers kept their
+// schedule, so that its latencies are the bounded rate's.
+func rateKept(r bench.WorkResult) bool { return r.Pacing != nil && r.Pacing.Kept }
+
+// rateNotKept lists the designs whose bounded-rate run did not keep its
+// rate.
+func rateNotKept(work []bench.WorkResult) []string {
+	var out []string
+	for _, r := range work {
+		if r.Scenario == bench.BoundedRate && !rateKept(r) {
+			out = append(out, r.Design)
+		}
+	}
+	return out
 }
 
 func serverName(ctx context.Context, url string, embedded bool) string {
@@ -158,9 +199,10 @@ func (rep report) markdown() string {
 }
 
 // workTable shows the worker runs: each design's own worker draining a
-// backlog (burn-down) and keeping up with producers (produce-and-work).
+// backlog (burn-down), keeping up with producers (produce-and-work) and
+// with producers at a fixed rate (bounded-rate).
 func (rep report) workTable(b *strings.Builder) {
-	for _, sc := range []string{bench.BurnDown, bench.ProduceAndWork} {
+	for _, sc := range workerScenarios {
 		var rows []bench.WorkResult
 		var jk *bench.WorkResult
 		for i, r := range rep.Work {
@@ -175,6 +217,10 @@ func (rep report) workTable(b *strings.Builder) {
 			continue
 		}
 		fmt.Fprintf(b, "## workers: %s\n\n", sc)
+		if sc == bench.BoundedRate {
+			boundedRateTable(b, rep, rows)
+			continue
+		}
 		b.WriteString("Each design's own worker, 8 slots, a handler that does nothing, 1 KiB payloads")
 		if sc == bench.ProduceAndWork {
 			b.WriteString(", 8 producers enqueueing meanwhile; p50/p99 are enqueue-to-start latency")
@@ -194,6 +240,45 @@ func (rep report) workTable(b *strings.Builder) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// boundedRateTable shows the bounded-rate runs: their enqueue-to-start
+// latencies and how closely the producers kept the rate. A run that did
+// not keep it is flagged, and its latencies are marked as a backlog's
+// rather than printed as the rate's.
+func boundedRateTable(b *strings.Builder, rep report, rows []bench.WorkResult) {
+	b.WriteString("Each design's own worker, 8 slots, a handler that does nothing, 1 KiB payloads, " +
+		"8 producers enqueueing at a fixed total rate on an open-loop schedule. " +
+		"p50, p99 and p99.9 are enqueue-to-start latency counted from each job's intended send time; " +
+		"sent is the rate the producers achieved, lag p99 and lag max how late their enqueue calls began, " +
+		"end lag how far behind the schedule they ended. The median of repetitions is by p99, not jobs/s, which the rate pins.\n\n")
+	if nk := rateNotKept(rows); len(nk) > 0 {
+		fmt.Fprintf(b, "> **Rate not kept** by %s: the producers ended behind their schedule, so the run offered less load than asked "+
+			"and its latencies, marked \"backlog\", measure a backlog, not the bounded rate. Lower `-worker-rate`.\n\n", strings.Join(nk, ", "))
+	}
+	if wb := workersBehind(rows); len(wb) > 0 {
+		fmt.Fprintf(b, "> **Workers behind** for %s: they processed under %.0f%% of the rate, so the jobs queued up "+
+			"and the latencies include that backlog, not only the pickup. Lower `-worker-rate` below their burn-down rate.\n\n",
+			strings.Join(wb, ", "), 100*workersBehindShare)
+	}
+	b.WriteString("| design | jobs | rate jobs/s | sent jobs/s | jobs/s | rtt/job | cmds/job | client µs/job | Redis µs/job | allocs/job | p50 | p99 | p99.9 | lag p99 | lag max | end lag | rate kept |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		pc := bench.Pacing{}
+		if r.Pacing != nil {
+			pc = *r.Pacing
+		}
+		lat, kept := dur, "yes"
+		if !rateKept(r) {
+			lat = func(d time.Duration) string { return "backlog " + dur(d) }
+			kept = "**NO**"
+		}
+		client, redis, allocs := rep.cpuCells(r.CPU, r.Jobs)
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.Design, r.Jobs, pc.Rate, pc.Sent, r.Throughput(), r.Per(r.Wire.RTT), r.Per(r.Wire.Cmds), client, redis, allocs,
+			lat(r.P50), lat(r.P99), lat(r.P999), dur(pc.LagP99), dur(pc.LagMax), dur(pc.EndLag), kept)
+	}
+	b.WriteString("\n")
 }
 
 // clusterTable shows each master's share of a cluster run's keys and
