@@ -95,6 +95,13 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	if e.dur.on() {
 		cmds, unconfirmed, err = e.execWait(ctx, conn, t.route, plan, values)
 	} else if r := e.rideOut(ctx, node); r != nil {
+		// The hand-over may have taken a while: a flush whose callers
+		// all gave up meanwhile sends nothing, and its successor reads on
+		// its own.
+		if err := ctx.Err(); err != nil {
+			r.result <- rideResult{}
+			return read, nil, err
+		}
 		carried = true
 		cmds, handed, err = e.execRide(ctx, node, conn, t.route, plan, values, r)
 	} else {
