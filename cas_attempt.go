@@ -126,15 +126,11 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	return read, plan, unconfirmed
 }
 
-// read is round trip 1: WATCH, TIME, every job key, and TYPE of every
-// declared key. One key is a GET. Several are one MGET and one EXISTS: MGET
-// answers nil for a key of another type, so when EXISTS counts more keys
-// than MGET returned values, one more round trip of GETs finds the culprit.
-func (e *casEngine) read(ctx context.Context, conn *redis.Conn, t *casTxn) (*casRead, error) {
-	return e.readOn(ctx, conn, e.readRound(t))
-}
-
-// readOn sends rr in a round trip of its own on conn.
+// readOn sends rr, round trip 1, in a round trip of its own on conn:
+// WATCH, TIME, every job key, and TYPE of every declared key. One key is a
+// GET. Several are one MGET and one EXISTS: MGET answers nil for a key of
+// another type, so when EXISTS counts more keys than MGET returned values,
+// one more round trip of GETs finds the culprit.
 func (e *casEngine) readOn(ctx context.Context, conn *redis.Conn, rr *readRound) (*casRead, error) {
 	e.m.roundTrips.Add(1)
 	sent := e.clock.Local()
