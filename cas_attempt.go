@@ -91,17 +91,31 @@ func (e *casEngine) attempt(ctx context.Context, t *casTxn) (_ *casRead, _ *casP
 	}
 	var cmds []redis.Cmder
 	var unconfirmed error
+	carried := false // a successor's read went after the EXEC
 	if e.dur.on() {
 		cmds, unconfirmed, err = e.execWait(ctx, conn, t.route, plan, values)
 	} else if r := e.rideOut(ctx, node); r != nil {
+		// The hand-over may have taken a while: a flush whose callers
+		// all gave up meanwhile sends nothing, and its successor reads on
+		// its own.
+		if err := ctx.Err(); err != nil {
+			r.result <- rideResult{}
+			return read, nil, err
+		}
+		carried = true
 		cmds, handed, err = e.execRide(ctx, node, conn, t.route, plan, values, r)
 	} else {
 		cmds, err = e.exec(ctx, conn, plan, values)
 	}
 	armed, err = classify(t.route, cmds, err)
+	if carried && !handed {
+		// The read behind the EXEC was not answered in full: its WATCH may
+		// be armed, and the connection out of step. It is not kept.
+		armed, sick = true, true
+	}
 	if err != nil {
 		var r *retry
-		sick = !errors.As(err, &r) && !errors.Is(err, ErrStep)
+		sick = sick || !errors.As(err, &r) && !errors.Is(err, ErrStep)
 		return nil, nil, err
 	}
 	var re *ReplicationError

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -481,4 +482,23 @@ func TestClaimNeverConfirmedIsGivenBack(t *testing.T) {
 		require.NoError(t, err)
 		return got.State == StatePending && got.Attempt == 0 // given back, the attempt it never ran not spent
 	}, 5*time.Second, 20*time.Millisecond)
+}
+
+// Writes that wait for replicas end their pipeline with WAIT: Work's
+// finishes carry no ride behind their EXEC, and every job runs once.
+func TestWaitForReplicasCarriesNoRide(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 5 * time.Second, Logger: quietLog()})
+	var carried atomic.Int32
+	r.master.AddHook(pipeHook(func(_ context.Context, cmds []redis.Cmder) error {
+		if carriesRide(cmds) {
+			carried.Add(1)
+		}
+		return nil
+	}))
+	const n = 200
+	runs, m := burnDown(t, r.q, n, 8)
+	requireOnceEach(t, r.q, runs, n)
+	require.Zero(t, m.Rides)
+	require.Zero(t, carried.Load(), "pipelines with a read after their EXEC")
 }

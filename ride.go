@@ -31,7 +31,10 @@ import (
 //     every WATCH, whether it committed or not).
 //   - When the EXEC's pipeline fails on the wire, the successor reads
 //     again on a connection of its own: nothing was decided on what it
-//     queued.
+//     queued. The connection, which may still watch the successor's keys,
+//     is unwatched and not kept.
+//   - A flush whose callers all gave up while its successor got ready
+//     sends no EXEC; the successor reads on its own.
 //   - A successor that does not reach a read within rideWait, or whose
 //     first transaction routes to another node, or that has nothing to do,
 //     declines; the EXEC goes alone, and the successor reads as it would

@@ -2,12 +2,14 @@ package jobkey
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/faultproxy"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -185,4 +187,306 @@ func TestRideWhoseReplyIsLostLosesNoJobAndRunsNoneTwice(t *testing.T) {
 	t.Logf("%d replies cut; %d rides", cut.Load(), m.Rides)
 	require.Positive(t, cut.Load(), "some reply to a ride was cut")
 	requireOnceEach(t, q, runs, n)
+}
+
+// On a cluster each shard's transaction runs on a goroutine and a
+// connection of its own, and every one of them may hand its connection to
+// the next batch: every job still runs once, and no connection is used by
+// two goroutines (run with -race).
+func TestRideOnClusterRunsEachJobOnce(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	q := queueOn(t, cl.Client(t, nil), redistest.Prefix(t), Config{Logger: quietLog()})
+	const n = 600
+	runs, m := burnDown(t, q, n, 16)
+	t.Logf("%d jobs: %d rides, %d conflicts", n, m.Rides, m.Conflicts)
+	requireOnceEach(t, q, runs, n)
+}
+
+// watchesLeft reports how many of rdb's idle pooled connections still
+// watch a key: every key under prefix is rewritten unchanged, and each
+// connection then runs an empty MULTI/EXEC, which a stale WATCH aborts.
+func watchesLeft(t *testing.T, rdb *redis.Client, prefix string) int {
+	t.Helper()
+	ctx := context.Background()
+	other := redis.NewClient(rdb.Options())
+	defer other.Close()
+	keys, err := other.Keys(ctx, prefix+"*").Result()
+	require.NoError(t, err)
+	for _, k := range keys {
+		d, err := other.Dump(ctx, k).Result()
+		require.NoError(t, err)
+		require.NoError(t, other.RestoreReplace(ctx, k, 0, d).Err())
+	}
+	idle := int(rdb.PoolStats().IdleConns)
+	conns := make([]*redis.Conn, 0, idle)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	stale := 0
+	for range idle {
+		c := rdb.Conn()
+		conns = append(conns, c)
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Ping(ctx)
+			return nil
+		})
+		if errors.Is(err, redis.TxFailedErr) {
+			stale++
+		} else {
+			require.NoError(t, err)
+		}
+	}
+	return stale
+}
+
+// A pipeline that carried a ride leaves no WATCH armed on a connection
+// that goes back to go-redis's pool, whatever its EXEC answered: a stale
+// WATCH would abort a later, unrelated transaction on that connection.
+func TestRideLeavesNoWatchOnPooledConnections(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	for _, tc := range []struct {
+		name string
+		// hurt changes a pipeline that carries a ride before it is sent,
+		// or its replies after.
+		hurt func(ctx context.Context, other *redis.Client, cmds []redis.Cmder, send func() error) error
+	}{
+		{"clean", func(_ context.Context, _ *redis.Client, _ []redis.Cmder, send func() error) error { return send() }},
+		{"aborted", func(ctx context.Context, other *redis.Client, cmds []redis.Cmder, send func() error) error {
+			for _, c := range cmds {
+				if a := c.Args(); c.Name() == "set" && len(a) > 2 {
+					key := a[1].(string)
+					if v, err := other.Get(ctx, key).Bytes(); err == nil {
+						other.Set(ctx, key, v, redis.KeepTTL)
+					}
+					break
+				}
+			}
+			return send()
+		}},
+		{"execabort", func(_ context.Context, _ *redis.Client, cmds []redis.Cmder, send func() error) error {
+			for _, c := range cmds {
+				if a := c.Args(); c.Name() == "set" && len(a) > 2 {
+					a[0] = "nosuchcommand" // refused as it is queued: EXECABORT
+					break
+				}
+			}
+			return send()
+		}},
+		{"tail lost", func(_ context.Context, _ *redis.Client, cmds []redis.Cmder, send func() error) error {
+			// Redis ran everything; the replies after the EXEC's are lost.
+			err := send()
+			after := false
+			for _, c := range cmds {
+				if after {
+					c.SetErr(io.ErrUnexpectedEOF)
+				}
+				after = after || c.Name() == "exec"
+			}
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := redistest.Client(t, nil)
+			other := redistest.Client(t, nil)
+			var hurt atomic.Int32
+			rdb.AddHook(rideHook(func(ctx context.Context, cmds []redis.Cmder, send func() error) error {
+				if hurt.Add(1)%3 != 0 {
+					return send()
+				}
+				return tc.hurt(ctx, other, cmds, send)
+			}))
+			prefix := redistest.Prefix(t)
+			q := queueOn(t, rdb, prefix, Config{Logger: quietLog()})
+			const n = 300
+			runs, m := burnDown(t, q, n, 8)
+			t.Logf("%d rides, %d hurt, %d conflicts", m.Rides, hurt.Load()/3, m.Conflicts)
+			require.Positive(t, hurt.Load()/3, "some ride was hurt")
+			for id, c := range runs {
+				require.Equal(t, 1, c, "job %s ran %d times", id, c)
+			}
+			require.Zero(t, watchesLeft(t, rdb, prefix), "pooled connections with a WATCH armed")
+		})
+	}
+}
+
+// Through a link that resets connections and loses the replies to EXECs,
+// Work's slots drain the queue with rides on: no job runs twice, and
+// every one succeeds.
+func TestRideThroughLostRepliesAndResetsRunsEachJobOnce(t *testing.T) {
+	t.Parallel()
+	rdb, proxy := proxied(t)
+	// A claim whose reply was lost comes back when its lease runs out.
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog(), Lease: 2 * time.Second})
+	ctx := context.Background()
+	const n = 300
+	specs := make([]JobSpec, n)
+	for i := range specs {
+		specs[i] = JobSpec{Type: "t"}
+	}
+	_, err := q.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	proxy.Set(faultproxy.Faults{ExecCutProb: 0.05, ResetProb: 0.005})
+	var mu sync.Mutex
+	runs, running := map[string]int{}, map[string]bool{}
+	var total atomic.Int64
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(wctx, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+			mu.Lock()
+			if running[j.ID] {
+				mu.Unlock()
+				t.Errorf("job %s runs twice at once", j.ID)
+				return nil, nil
+			}
+			running[j.ID] = true
+			runs[j.ID]++
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			delete(running, j.ID)
+			mu.Unlock()
+			total.Add(1)
+			return nil, nil
+		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog()})
+	}()
+	waitForIn(t, 90*time.Second, "every job succeeded", func() bool {
+		st, err := q.Stats(ctx)
+		return err == nil && st.Succeeded == n
+	})
+	proxy.Set(faultproxy.Faults{})
+	stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Work did not return")
+	}
+	m := q.Metrics()
+	t.Logf("%d rides; proxy %+v", m.Rides, proxy.Counts())
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range runs {
+		require.Equal(t, 1, c, "job %s ran %d times", id, c)
+	}
+}
+
+func waitForIn(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rideOnce runs one transaction writing key under a relay whose successor
+// offers a read that watches watched, and returns the connection the
+// transaction's cache kept afterwards (nil if none).
+func rideOnce(t *testing.T, q *Queue, key, watched string) *redis.Conn {
+	t.Helper()
+	ctx, release := withConnCache(context.Background())
+	t.Cleanup(release)
+	o := &relay{start: func(r *ride) bool {
+		require.True(t, r.offer(r.node, func(ctx context.Context, p redis.Pipeliner) {
+			p.Do(ctx, "watch", watched)
+			p.Ping(ctx)
+		}))
+		return true
+	}}
+	ctx = context.WithValue(ctx, relayKey{}, o)
+	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, decide: func(*casRead) (*casPlan, error) {
+		return &casPlan{steps: [][]any{{"set", key + ":x", "v"}}}, nil
+	}})
+	require.NoError(t, err)
+	node, err := q.cas.node(ctx, key)
+	require.NoError(t, err)
+	return ctx.Value(connCacheKey{}).(*connCache).conns[node]
+}
+
+// When the replies after an EXEC that carried a ride are lost while the
+// EXEC's own came, the EXEC stands and the read behind it is not used; the
+// connection, which may still watch the successor's keys, is not kept:
+// an unrelated transaction on it later would abort.
+func TestRideWhoseTailIsLostKeepsNoWatchingConnection(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	rdb := redistest.Client(t, nil)
+	rdb.AddHook(rideHook(func(_ context.Context, cmds []redis.Cmder, send func() error) error {
+		err := send()
+		after := false
+		for _, c := range cmds {
+			if after {
+				c.SetErr(io.ErrUnexpectedEOF)
+			}
+			after = after || c.Name() == "exec"
+		}
+		return err
+	}))
+	prefix := redistest.Prefix(t)
+	q := queueOn(t, rdb, prefix, Config{Logger: quietLog()})
+	ctx := context.Background()
+	watched := prefix + "watched"
+	conn := rideOnce(t, q, prefix+"k", watched)
+	if conn == nil {
+		return // not kept: nothing can go stale
+	}
+	require.NoError(t, rdb.Set(ctx, watched, "changed", 0).Err())
+	_, err := conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Ping(ctx)
+		return nil
+	})
+	require.NoError(t, err, "the kept connection still watched the successor's key")
+}
+
+// A ride that is handed over leaves the connection to the successor: the
+// transaction that carried it keeps no reference to it.
+func TestRideHandedOverLeavesTheConnectionToTheSuccessor(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	prefix := redistest.Prefix(t)
+	q := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quietLog()})
+	require.Nil(t, rideOnce(t, q, prefix+"k", prefix+"watched"))
+}
+
+// The hand-over may take a while (the successor's batch fills, then its
+// read is built): a flush whose callers all gave up meanwhile sends no
+// EXEC, and its successor reads on its own.
+func TestRideSendsNoEXECOnceTheFlushEndedDuringTheHandOver(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	prefix := redistest.Prefix(t)
+	rdb := redistest.Client(t, nil)
+	q := queueOn(t, rdb, prefix, Config{Logger: quietLog(), Backoff: func(int) time.Duration { return 0 }})
+	key, written := prefix+"k", prefix+"k:x"
+	cctx, release := withConnCache(context.Background())
+	defer release()
+	ctx, cancel := context.WithCancel(cctx)
+	var got chan rideResult
+	o := &relay{start: func(r *ride) bool {
+		cancel() // every caller gives up while the successor gets ready
+		require.True(t, r.offer(r.node, func(ctx context.Context, p redis.Pipeliner) { p.Ping(ctx) }))
+		got = r.result
+		return true
+	}}
+	ctx = context.WithValue(ctx, relayKey{}, o)
+	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, decide: func(*casRead) (*casPlan, error) {
+		return &casPlan{steps: [][]any{{"set", written, "v"}}}, nil
+	}})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, rdb.Exists(context.Background(), written).Val(), "the EXEC was sent after its flush ended")
+	select {
+	case res := <-got:
+		require.Nil(t, res.conn, "the successor reads on its own")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the successor got no answer")
+	}
 }
