@@ -84,6 +84,7 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 		{"jobkey.cas.round_trips", "{round_trip}", "Network round trips of the compare-and-set engine.", func(m jobkey.MetricsSnapshot) int64 { return m.RoundTrips }},
 		{"jobkey.cas.commands", "{command}", "Redis commands sent by the compare-and-set engine, MULTI and EXEC included.", func(m jobkey.MetricsSnapshot) int64 { return m.Commands }},
 		{"jobkey.cas.unwatches", "{command}", "UNWATCHes sent on paths that did not reach EXEC.", func(m jobkey.MetricsSnapshot) int64 { return m.Unwatches }},
+		{"jobkey.cas.rides", "{read}", "Reads sent behind the EXEC of the batch before them, on its connection: a round trip saved each.", func(m jobkey.MetricsSnapshot) int64 { return m.Rides }},
 	} {
 		inst, err := meter.Int64ObservableCounter(c.name, metric.WithDescription(c.desc+" By queue, in this process."), metric.WithUnit(c.unit))
 		if err != nil {
