@@ -30,6 +30,20 @@ func (h rideHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
+// loseTail sends cmds, then loses the replies after the EXEC's: Redis ran
+// everything, the client hears only up to the EXEC.
+func loseTail(cmds []redis.Cmder, send func() error) error {
+	err := send()
+	after := false
+	for _, c := range cmds {
+		if after {
+			c.SetErr(io.ErrUnexpectedEOF)
+		}
+		after = after || c.Name() == "exec"
+	}
+	return err
+}
+
 // carriesRide reports a pipeline with a WATCH after its EXEC.
 func carriesRide(cmds []redis.Cmder) bool {
 	exec := false
@@ -277,16 +291,7 @@ func TestRideLeavesNoWatchOnPooledConnections(t *testing.T) {
 			return send()
 		}},
 		{"tail lost", func(_ context.Context, _ *redis.Client, cmds []redis.Cmder, send func() error) error {
-			// Redis ran everything; the replies after the EXEC's are lost.
-			err := send()
-			after := false
-			for _, c := range cmds {
-				if after {
-					c.SetErr(io.ErrUnexpectedEOF)
-				}
-				after = after || c.Name() == "exec"
-			}
-			return err
+			return loseTail(cmds, send)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -421,15 +426,7 @@ func TestRideWhoseTailIsLostKeepsNoWatchingConnection(t *testing.T) {
 	redistest.RequireReal(t)
 	rdb := redistest.Client(t, nil)
 	rdb.AddHook(rideHook(func(_ context.Context, cmds []redis.Cmder, send func() error) error {
-		err := send()
-		after := false
-		for _, c := range cmds {
-			if after {
-				c.SetErr(io.ErrUnexpectedEOF)
-			}
-			after = after || c.Name() == "exec"
-		}
-		return err
+		return loseTail(cmds, send)
 	}))
 	prefix := redistest.Prefix(t)
 	q := queueOn(t, rdb, prefix, Config{Logger: quietLog()})
