@@ -59,16 +59,29 @@ func StartClusterWithReplicas(tb testing.TB, masters, replicas int, extra ...str
 		// A replica that lost its master a moment ago may stand at once.
 		"--cluster-replica-validity-factor", "0",
 	}, extra...))
+	// In sync both ways: each replica's link is up, and each master counts
+	// its replicas online (a master may still be serving a replica's full
+	// sync, state=wait_bgsave, after the replica's link came up).
 	deadline := time.Now().Add(30 * time.Second)
 	for _, n := range c.Nodes {
-		for role(n.Addr) == "slave" && !replicaInSync(n.Addr) {
+		for !nodeInSync(n.Addr, replicas) {
 			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: cluster replica %s not in sync after 30s", n.Addr)
+				tb.Fatalf("redistest: cluster node %s: replication not in sync after 30s", n.Addr)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	return c
+}
+
+// nodeInSync reports a replica whose link to its master is up, or a master
+// that counts replicas of its own online.
+func nodeInSync(addr string, replicas int) bool {
+	if role(addr) == "slave" {
+		return replicaInSync(addr)
+	}
+	info, err := infoOf(addr)
+	return err == nil && strings.Count(info, "state=online") >= replicas
 }
 
 func startCluster(tb testing.TB, masters, replicas int, extra []string) *Cluster {
