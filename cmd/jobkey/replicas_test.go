@@ -98,3 +98,25 @@ func newFlagSet(rf *replicaFlags) *flag.FlagSet {
 	rf.register(fs)
 	return fs
 }
+
+// The migrations open their jobkey queue with the setting, read as the
+// other commands read it.
+func TestMigrationsTakeTheReplicaSetting(t *testing.T) {
+	t.Setenv(minReplicasEnv, "")
+	t.Setenv(replicaTimeoutEnv, "")
+	for _, c := range []struct {
+		args []string
+		want replicaSetting
+	}{
+		{[]string{"-redis", "redis://h", "-min-replicas", "2", "-replica-timeout", "3s"}, replicaSetting{2, 3 * time.Second}},
+		{[]string{"-redis", "redis://h?min_replicas=1"}, replicaSetting{1, 0}},
+		{[]string{"-redis", "redis://h"}, replicaSetting{}},
+	} {
+		var m migrateFlags
+		require.NoError(t, m.parse("migrate-asynq", append(c.args, "-type", "t", "-to", "q"), io.Discard, "from-queue", "to", ""), c.args)
+		require.Equal(t, c.want, m.replicas.setting, c.args)
+		cfg := m.replicas.setting.config("p", 0)
+		require.Equal(t, c.want.minReplicas, cfg.MinReplicas, c.args)
+		require.Equal(t, c.want.timeout, cfg.ReplicaTimeout, c.args)
+	}
+}
