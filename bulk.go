@@ -232,7 +232,7 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 	if to != nil {
 		predict = append(predict, derive(to(&Job{State: o.State}, time.Time{})).index)
 	}
-	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, checks: q.checksFor(shard, predict...), follow: q.slotFollowListed(slices.Repeat([]int{shard}, len(keys))),
+	_, _, err = q.run(ctx, &casTxn{keys: keys, checks: q.checksFor(shard, predict...), follow: q.slotFollowListed(slices.Repeat([]int{shard}, len(keys))),
 		decide: func(r *casRead) (*casPlan, error) {
 			done, skipped = 0, 0
 			top := 0 // the highest priority made pending, for the wake-up hint

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/cas"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -85,7 +87,7 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
 	if q.claims == nil {
 		return q.claimAlone(ctx, worker, nil)
 	}
-	return q.claims.do(ctx, worker)
+	return q.claims.Do(ctx, worker)
 }
 
 // workClaim is Claim for a Work slot. A claim whose call a flush has
@@ -100,7 +102,7 @@ func (q *Queue) workClaim(ctx context.Context, worker string) (*Job, error) {
 	if err := validOwner(worker); err != nil {
 		return nil, err
 	}
-	return q.claims.await(ctx, worker)
+	return q.claims.Await(ctx, worker)
 }
 
 // claimAlone is one caller's claim: the due entries, then one candidate at
@@ -156,29 +158,29 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 // of the due entries and one compare-and-set hand callers different jobs,
 // each decided under its own WATCH. Callers left without a job get
 // ErrNoJob after maxClaimRounds.
-func (q *Queue) flushClaims(ctx context.Context, batch []*call[string, *Job]) {
-	batch = live(batch)
+func (q *Queue) flushClaims(ctx context.Context, batch []*cas.Call[string, *Job]) {
+	batch = cas.Live(batch)
 	switch len(batch) {
 	case 0:
 		return
 	case 1:
 		c := batch[0]
-		c.finish(q.claimAlone(ctx, c.in, c.gone))
+		c.Finish(q.claimAlone(ctx, c.In(), c.Gone))
 		return
 	}
 	workers := make([]string, len(batch))
 	for i, c := range batch {
-		workers[i] = c.in
+		workers[i] = c.In()
 	}
-	got, err := q.claimBatch(ctx, workers, func(i int) bool { return batch[i].gone() })
+	got, err := q.claimBatch(ctx, workers, func(i int) bool { return batch[i].Gone() })
 	for i, c := range batch {
 		switch {
 		case got[i] != nil:
-			c.finish(got[i], nil)
+			c.Finish(got[i], nil)
 		case err != nil:
-			c.finish(nil, err)
+			c.Finish(nil, err)
 		default:
-			c.finish(nil, ErrNoJob)
+			c.Finish(nil, ErrNoJob)
 		}
 	}
 }
@@ -363,7 +365,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 		keys[i] = q.ks.jobKey(c.shard, c.id)
 	}
 	for _, k := range q.indexKeys(cands, idxLeased) {
-		checks = append(checks, typeCheck{key: k, want: "zset"})
+		checks = append(checks, typeCheck{Key: k, Want: "zset"})
 	}
 	got = make([]*Job, len(cands))
 	guards, guardOf := q.shardGuards(cands)
@@ -374,7 +376,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	var vanished []candidate
 	var plan *casPlan
 	asked := time.Now() // the claims' leases are measured from here
-	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards.keys, follow: q.slotFollow(shards),
+	_, plan, err = q.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards.keys, follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
 			vanished = vanished[:0]

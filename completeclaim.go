@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/reply"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -56,13 +59,13 @@ func (q *Queue) completeAndClaim(ctx context.Context, j *Job, result []byte, wor
 		done, err := q.Complete(ctx, j, result)
 		return finishOut{done: done}, err
 	}
-	return q.finishes.do(ctx, finishIn{j, result, worker})
+	return q.finishes.Do(ctx, finishIn{j, result, worker})
 }
 
 // flushFinishes serves a batch of completeAndClaim calls: one transaction
 // per set of txnSets (per shard on a cluster).
-func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finishOut]) {
-	if batch = live(batch); len(batch) == 0 {
+func (q *Queue) flushFinishes(ctx context.Context, batch []*cas.Call[finishIn, finishOut]) {
+	if batch = cas.Live(batch); len(batch) == 0 {
 		return
 	}
 	// A job finished twice in one batch (two slots holding it, one of them
@@ -71,14 +74,14 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 	var pos, again []int
 	seen := map[string]bool{}
 	for i, c := range batch {
-		if seen[c.in.job.ID] {
+		if seen[c.In().job.ID] {
 			again = append(again, i)
 			continue
 		}
-		seen[c.in.job.ID] = true
+		seen[c.In().job.ID] = true
 		pos = append(pos, i)
 	}
-	sets := q.txnSets(pos, func(i int) string { return batch[i].in.job.ID })
+	sets := q.txnSets(pos, func(i int) string { return batch[i].In().job.ID })
 	if q.cluster() {
 		q.probeGone()
 	}
@@ -104,7 +107,7 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 		var txns sync.WaitGroup
 		for _, set := range sets[1:] {
 			txns.Go(func() {
-				ctx, release := withConnCache(ctx)
+				ctx, release := cas.WithConnCache(ctx)
 				defer release()
 				q.finishSet(ctx, batch, set)
 			})
@@ -123,19 +126,19 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 
 // finishSet runs the transaction of one set of a batch of finishes, and
 // answers the callers it could not serve.
-func (q *Queue) finishSet(ctx context.Context, batch []*call[finishIn, finishOut], set []int) {
+func (q *Queue) finishSet(ctx context.Context, batch []*cas.Call[finishIn, finishOut], set []int) {
 	err := q.finishTxn(ctx, batch, set)
 	switch {
 	case err == nil:
 	case len(set) > 1 && refusedWhole(err):
 		for _, i := range set { // each on its own, so one broken job does not refuse the others
 			if err := q.finishTxn(ctx, batch, []int{i}); err != nil {
-				batch[i].finish(finishOut{}, err)
+				batch[i].Finish(finishOut{}, err)
 			}
 		}
 	default:
 		for _, i := range set {
-			batch[i].finish(finishOut{}, err)
+			batch[i].Finish(finishOut{}, err)
 		}
 	}
 }
@@ -143,12 +146,12 @@ func (q *Queue) finishSet(ctx context.Context, batch []*call[finishIn, finishOut
 // finishTxn completes the jobs of batch[set...] and claims, from the due
 // entries read ahead, a job for each caller that wants one, in one
 // compare-and-set; it answers the callers when it commits.
-func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut], set []int) error {
+func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finishOut], set []int) error {
 	ids := make([]string, len(set))
 	var wanting []int // positions in set whose caller wants a next job
 	for k, i := range set {
-		ids[k] = batch[i].in.job.ID
-		if batch[i].in.worker != "" {
+		ids[k] = batch[i].In().job.ID
+		if batch[i].In().worker != "" {
 			wanting = append(wanting, k)
 		}
 	}
@@ -188,14 +191,14 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting, guardOf: guardOf,
 		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
 	for _, k := range q.indexKeys(cands, idxLeased) {
-		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.key == k }) {
-			checks = append(checks, typeCheck{key: k, want: "zset"})
+		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.Key == k }) {
+			checks = append(checks, typeCheck{Key: k, Want: "zset"})
 		}
 	}
 	all := slices.Clone(shards)
 	mine := make([]*Job, len(set))
 	for k, i := range set {
-		mine[k] = batch[i].in.job
+		mine[k] = batch[i].In().job
 	}
 	for _, c := range cands {
 		all = append(all, c.shard)
@@ -203,7 +206,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	checks = q.pullChecks(checks, mine, shards, []string{idxLeased, idxSucceeded})
 	checks = ahead.typing(q.ks, checks)
 	asked := time.Now() // the claims' leases are measured from here
-	_, done, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: flags.keys,
+	_, done, err := q.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: flags.keys,
 		aux: q.slotPredict(mine, shards), follow: q.slotFollow(all),
 		decide: func(r *casRead) (*casPlan, error) {
 			p := q.decideFinish(fs, r)
@@ -255,7 +258,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	}
 	for k, i := range set {
 		if errs[k] != errLeftOut {
-			batch[i].finish(out[k], errs[k])
+			batch[i].Finish(out[k], errs[k])
 		}
 	}
 	return nil
@@ -264,7 +267,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 // finishSet is one fused transaction's callers and candidates, and what
 // its latest decision made of them.
 type finishSet struct {
-	batch   []*call[finishIn, finishOut]
+	batch   []*cas.Call[finishIn, finishOut]
 	set     []int // positions in batch
 	keys    []string
 	shards  []int
@@ -287,8 +290,8 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 	fs.vanished = fs.vanished[:0]
 	for k, i := range fs.set {
 		fs.out[k], fs.errs[k] = finishOut{}, nil
-		in := fs.batch[i].in
-		if fs.batch[i].gone() {
+		in := fs.batch[i].In()
+		if fs.batch[i].Gone() {
 			fs.errs[k] = errLeftOut
 			continue
 		}
@@ -307,7 +310,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 			continue // its shard is paused
 		}
 		k := len(fs.set) + ci
-		worker := fs.batch[fs.set[fs.wanting[w]]].in.worker
+		worker := fs.batch[fs.set[fs.wanting[w]]].In().worker
 		claimed, lost := q.decideCandidate(plan, &ip, b, c, fs.keys[k], r.jobs[k], r.errs[k], worker, r.now)
 		if claimed != nil {
 			fs.out[fs.wanting[w]].next = claimed
@@ -331,7 +334,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 func (q *Queue) recoverClaims(fs *finishSet, err error) {
 	for k, i := range fs.set {
 		if fs.errs[k] != errLeftOut {
-			fs.batch[i].finish(finishOut{unsure: fs.out[k].next}, err)
+			fs.batch[i].Finish(finishOut{unsure: fs.out[k].next}, err)
 		}
 	}
 }
@@ -422,8 +425,8 @@ func (a *aheadPlan) typing(ks *keyspace, checks []typeCheck) []typeCheck {
 	}
 	a.typed = map[string]bool{}
 	return slices.DeleteFunc(checks, func(c typeCheck) bool {
-		if c.want == "zset" && read[c.key] {
-			a.typed[c.key] = true
+		if c.Want == "zset" && read[c.Key] {
+			a.typed[c.Key] = true
 			return true
 		}
 		return false
@@ -436,7 +439,7 @@ func (a *aheadPlan) untyped(checks []typeCheck) []typeCheck {
 	if a == nil || len(a.typed) == 0 {
 		return checks
 	}
-	return slices.DeleteFunc(checks, func(c typeCheck) bool { return c.want == "zset" && a.typed[c.key] })
+	return slices.DeleteFunc(checks, func(c typeCheck) bool { return c.Want == "zset" && a.typed[c.Key] })
 }
 
 // readAhead adds to a pipeline the reads of the due entries a names (up
@@ -468,7 +471,7 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, 
 		*into = dueView{full: -1, at: sent}
 		for _, rd := range reads {
 			if err := rd.cmd.Err(); err != nil && a.typed[rd.key] {
-				if isWrongType(err) {
+				if reply.IsWrongType(err) {
 					return &WrongTypeError{Key: rd.key, Want: "zset", Got: "non-zset"}
 				}
 				return fmt.Errorf("jobkey: read %s: %w", rd.key, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/cas"
 	"github.com/jobkey/jobkey/internal/faultproxy"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -209,21 +210,22 @@ func TestFinishBatchWithOneJobTwice(t *testing.T) {
 	require.NoError(t, err)
 	b, err := f.q.Claim(f.ctx, "w2")
 	require.NoError(t, err)
-	mk := func(j *Job, worker string) *call[finishIn, finishOut] {
-		return &call[finishIn, finishOut]{ctx: f.ctx, in: finishIn{job: j, result: []byte("r"), worker: worker}, done: make(chan struct{})}
+	mk := func(j *Job, worker string) *cas.Call[finishIn, finishOut] {
+		return cas.NewCall[finishIn, finishOut](f.ctx, finishIn{job: j, result: []byte("r"), worker: worker})
 	}
-	calls := []*call[finishIn, finishOut]{mk(a, "w1"), mk(a, "w1"), mk(b, "w2")}
+	calls := []*cas.Call[finishIn, finishOut]{mk(a, "w1"), mk(a, "w1"), mk(b, "w2")}
 	f.q.flushFinishes(f.ctx, calls)
-	for _, c := range calls {
-		<-c.done
-	}
-	require.NoError(t, calls[0].err)
-	require.Equal(t, StateSucceeded, calls[0].out.done.State)
-	require.NoError(t, calls[2].err, "b's completion is not refused for a's repeat")
-	require.Equal(t, StateSucceeded, calls[2].out.done.State)
-	require.NotNil(t, calls[2].out.next, "and b's slot gets its next job")
+	out0, err0 := calls[0].Wait()
+	out1, err1 := calls[1].Wait()
+	out2, err2 := calls[2].Wait()
+	require.NoError(t, err0)
+	require.Equal(t, StateSucceeded, out0.done.State)
+	require.NoError(t, err2, "b's completion is not refused for a's repeat")
+	require.Equal(t, StateSucceeded, out2.done.State)
+	require.NotNil(t, out2.next, "and b's slot gets its next job")
 	// The repeat recognises the completion already written.
-	require.NoError(t, calls[1].err)
+	require.NoError(t, err1)
+	_ = out1
 }
 
 // A candidate read ahead before its shard's index broke does not fail the

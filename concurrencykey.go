@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/jobkey/jobkey/internal/msgpk"
+	"github.com/jobkey/jobkey/internal/reply"
 )
 
 // Concurrency limits per key (docs/design.md, "Concurrency keys").
@@ -308,10 +309,10 @@ func (b *slotBook) entry(shard int, j *Job) *slotEntry {
 	switch {
 	case !ok:
 		e.err = fmt.Errorf("jobkey: internal error: concurrency value %q was not read", key)
-	case raw.err != nil:
+	case raw.Err != nil:
 		e.err = &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
-	case !raw.missing:
-		e.v, e.err = decodeSlots(raw.s)
+	case !raw.Missing:
+		e.v, e.err = decodeSlots(raw.S)
 	}
 	if e.err != nil {
 		b.q.cfg.Logger.Error("jobkey: a concurrency key's value cannot be read: it is kept as it is, and its jobs wait until it is repaired or deleted",
@@ -573,7 +574,7 @@ func (q *Queue) SetConcurrencyLimit(ctx context.Context, key string, n int) erro
 	}
 	shard := q.ks.shardOf(key)
 	probe := &Job{ConcurrencyKey: key}
-	_, _, err := q.cas.run(ctx, &casTxn{aux: []string{q.slotKeyOf(shard, probe)}, decide: func(r *casRead) (*casPlan, error) {
+	_, _, err := q.run(ctx, &casTxn{aux: []string{q.slotKeyOf(shard, probe)}, decide: func(r *casRead) (*casPlan, error) {
 		b := q.newSlotBook(r)
 		e := b.entry(shard, probe)
 		if e.err != nil {
@@ -624,9 +625,9 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 	if err != nil {
 		return ConcurrencyInfo{}, err
 	}
-	raw := fromGet(q.rdb.Get(ctx, slot))
-	if raw.err != nil && !isWrongType(raw.err) {
-		return ConcurrencyInfo{}, fmt.Errorf("jobkey: get %s: %w", slot, raw.err)
+	raw := reply.FromGet(q.rdb.Get(ctx, slot))
+	if raw.Err != nil && !reply.IsWrongType(raw.Err) {
+		return ConcurrencyInfo{}, fmt.Errorf("jobkey: get %s: %w", slot, raw.Err)
 	}
 	b := q.newSlotBook(&casRead{now: now, aux: map[string]rawRead{slot: raw}})
 	e := b.entry(shard, probe)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -234,7 +235,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 			}
 			return nil
 		})
-		if err := unanswered(cmds, err); err != nil {
+		if err := reply.Unanswered(cmds, err); err != nil {
 			return nil, -1, nil, nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 		}
 		var more []*dueRead
@@ -253,7 +254,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 			key := q.ks.index(r.shard, r.index)
 			ids, err := r.due.Result()
 			switch {
-			case isWrongType(err):
+			case reply.IsWrongType(err):
 				firstErr = cmp.Or(firstErr, error(&WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}))
 				broken[r.shard] = true
 				continue
@@ -335,7 +336,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	// others still say when to wake. A queue found to use priorities is
 	// read whole from the next call on; this one may wake late for a
 	// scheduled job of a higher priority, by PollInterval at most.
-	if err := unanswered(all, err); err != nil || ctx.Err() != nil {
+	if err := reply.Unanswered(all, err); err != nil || ctx.Err() != nil {
 		return 0, false, fmt.Errorf("jobkey: read next due time: %w", cmp.Or(err, ctx.Err()))
 	}
 	now, _ := q.clock.Estimate()

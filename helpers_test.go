@@ -69,7 +69,7 @@ func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 // reads reports a pipeline that carries a transaction's round trip 1 (a
 // WATCH): a round trip of its own, or one that rides behind the EXEC of the
-// batch before it (ride.go).
+// batch before it (internal/cas/handover.go).
 func reads(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
 		if c.Name() == "watch" {

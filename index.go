@@ -82,7 +82,7 @@ func (p *indexPlan) use(key string) int {
 		p.checks = slices.Grow(p.checks, indexKeysHint)
 	}
 	p.keys = append(p.keys, indexKey{key: key, box: key})
-	p.checks = append(p.checks, typeCheck{key: key, want: "zset"})
+	p.checks = append(p.checks, typeCheck{Key: key, Want: "zset"})
 	return len(p.keys) - 1
 }
 
@@ -143,10 +143,10 @@ func memberIs(member any, id string) bool {
 // flag sets a string key to "1" in the transaction (once), its type
 // checked before MULTI.
 func (p *indexPlan) flag(key string) {
-	if slices.ContainsFunc(p.checks, func(c typeCheck) bool { return c.key == key }) {
+	if slices.ContainsFunc(p.checks, func(c typeCheck) bool { return c.Key == key }) {
 		return
 	}
-	p.checks = append(p.checks, typeCheck{key: key, want: "string"})
+	p.checks = append(p.checks, typeCheck{Key: key, Want: "string"})
 	p.extra = append(p.extra, []any{"set", key, "1"})
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,7 +49,7 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 		}
 		return nil
 	})
-	if err := unanswered(cmds, err); err != nil {
+	if err := reply.Unanswered(cmds, err); err != nil {
 		return fmt.Errorf("jobkey: pause %q: %w", q.name, err)
 	}
 	failed := &ShardsError{Of: q.ks.shards, Write: true}

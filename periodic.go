@@ -301,7 +301,7 @@ func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (ti
 	marker := q.ks.periodicKey(q.markerShard(p.Name, shard), p.Name)
 	tick := toMillis(t)
 	var out tickOutcome
-	_, _, err = q.cas.run(ctx, &casTxn{
+	_, _, err = q.run(ctx, &casTxn{
 		keys: []string{key}, checks: q.checksFor(shard, readyIndex(j.Priority)),
 		guards: []string{q.ks.pauseKey(shard)}, aux: []string{marker},
 		decide: func(r *casRead) (*casPlan, error) {
@@ -360,14 +360,14 @@ func markerValue(tick int64) []byte { return strconv.AppendInt(nil, tick, 10) }
 // wait until it is repaired or deleted.
 func readMarker(key string, raw rawRead) (int64, error) {
 	switch {
-	case raw.missing:
+	case raw.Missing:
 		return 0, nil
-	case raw.err != nil:
+	case raw.Err != nil:
 		return 0, &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
 	}
-	n, err := strconv.ParseInt(raw.s, 10, 64)
+	n, err := strconv.ParseInt(raw.S, 10, 64)
 	if err != nil || n < 0 {
-		return 0, &CorruptError{Key: key, Field: "periodic marker", Reason: fmt.Sprintf("%q is not a tick in unix milliseconds", raw.s)}
+		return 0, &CorruptError{Key: key, Field: "periodic marker", Reason: fmt.Sprintf("%q is not a tick in unix milliseconds", raw.S)}
 	}
 	return n, nil
 }

@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/cas"
 	"github.com/jobkey/jobkey/internal/redisclock"
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -19,7 +21,7 @@ type Queue struct {
 	name  string
 	cfg   Config
 	ks    *keyspace
-	cas   *casEngine
+	cas   *cas.Engine
 	clock *redisclock.Clock
 	newer *expiring[string] // jobs of a newer format that claimers look past
 	down  *shardsDown       // shards whose node could not be reached
@@ -39,11 +41,11 @@ type Queue struct {
 	paused atomic.Bool
 
 	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
-	claims    *commitGroup[string, *Job]
-	enqueues  *commitGroup[*enqueueIn, *Job]
-	completes *commitGroup[completeIn, *Job]
-	extends   *commitGroup[*Job, *Job]
-	finishes  *commitGroup[finishIn, finishOut] // Work's fused complete-and-claim
+	claims    *cas.Group[string, *Job]
+	enqueues  *cas.Group[*enqueueIn, *Job]
+	completes *cas.Group[completeIn, *Job]
+	extends   *cas.Group[*Job, *Job]
+	finishes  *cas.Group[finishIn, finishOut] // Work's fused complete-and-claim
 	// afterBulkPage, in tests, runs after each page a bulk action acted on.
 	afterBulkPage func()
 	handlers      handlerMetrics // stuck handlers of this process's Works
@@ -65,37 +67,37 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 		return nil, err
 	}
 	clock := &redisclock.Clock{Local: c.Now}
-	engine, err := newCASEngine(rdb, casLimits{attempts: c.CASAttempts, baseBackoff: c.CASBackoff, maxBackoff: c.CASMaxBackoff}, clock)
-	if err != nil {
-		return nil, err
-	}
-	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine, clock: clock,
+	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), clock: clock,
 		newer: &expiring[string]{ttl: skipFor, max: maxSkip}}
+	engine, err := cas.New(rdb, cas.Options{Attempts: c.CASAttempts, BaseBackoff: c.CASBackoff, MaxBackoff: c.CASMaxBackoff,
+		Clock: clock, MinReplicas: c.MinReplicas, ReplicaTimeout: c.ReplicaTimeout, SyncKey: syncKey,
+		Check: func(ctx context.Context) error { return q.check(ctx, true) },
+		Failed: func(ctx context.Context, err error) {
+			if q.unreachable(ctx, err) {
+				q.down.slots.reload()
+			}
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	q.cas = engine
 	crdb, _ := rdb.(*redis.ClusterClient)
 	q.down = newShardsDown(&slotMap{rdb: crdb}, func(s int) string { return q.ks.index(s, idxReady) })
-	engine.check = func(ctx context.Context) error { return q.check(ctx, true) }
-	engine.failed = func(ctx context.Context, err error) {
-		if q.unreachable(ctx, err) {
-			q.down.slots.reload()
-		}
-	}
-	engine.dur = durability{replicas: c.MinReplicas, timeout: c.ReplicaTimeout}
-	engine.readTimeout = readTimeoutOf(rdb)
 	q.pool = newDuePool(c.Shards, q.down.has)
 	q.pool.moved = q.down.moved
 	if !c.DisableGroupCommit {
-		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims, fill: batchFill,
-			unknown: func(w string, err error) error { return outcomeUnknown("claim", w, err) },
-			orphan:  q.giveBack}
-		q.enqueues = &commitGroup[*enqueueIn, *Job]{max: c.MaxBatch, flush: q.flushEnqueues, lanes: enqueueLanes, fill: batchFill,
-			unknown: func(in *enqueueIn, err error) error { return outcomeUnknown("enqueue", in.job.ID, err) }}
-		q.completes = &commitGroup[completeIn, *Job]{max: c.MaxBatch, flush: q.flushCompletes, fill: batchFill,
-			unknown: func(in completeIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) }}
-		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, flush: q.flushExtends, fill: batchFill,
-			unknown: func(j *Job, err error) error { return outcomeUnknown("extend", j.ID, err) }}
-		q.finishes = &commitGroup[finishIn, finishOut]{max: c.MaxBatch, flush: q.flushFinishes, rides: true,
-			unknown: func(in finishIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) },
-			orphan: func(out finishOut) {
+		q.claims = &cas.Group[string, *Job]{Max: c.MaxBatch, Flush: q.flushClaims, Fill: batchFill,
+			Unknown: func(w string, err error) error { return outcomeUnknown("claim", w, err) },
+			Orphan:  q.giveBack}
+		q.enqueues = &cas.Group[*enqueueIn, *Job]{Max: c.MaxBatch, Flush: q.flushEnqueues, Lanes: enqueueLanes, Fill: batchFill,
+			Unknown: func(in *enqueueIn, err error) error { return outcomeUnknown("enqueue", in.job.ID, err) }}
+		q.completes = &cas.Group[completeIn, *Job]{Max: c.MaxBatch, Flush: q.flushCompletes, Fill: batchFill,
+			Unknown: func(in completeIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) }}
+		q.extends = &cas.Group[*Job, *Job]{Max: c.MaxBatch, Flush: q.flushExtends, Fill: batchFill,
+			Unknown: func(j *Job, err error) error { return outcomeUnknown("extend", j.ID, err) }}
+		q.finishes = &cas.Group[finishIn, finishOut]{Max: c.MaxBatch, Flush: q.flushFinishes, HandOver: true,
+			Unknown: func(in finishIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) },
+			Orphan: func(out finishOut) {
 				q.giveBack(out.next)
 				q.giveBack(out.unsure)
 			}}
@@ -110,31 +112,12 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 const enqueueLanes = 4
 
 // batchFill bounds how long a leader waits for its next batch to fill
-// under load (commitGroup.fill): a few percent of a round trip on
+// under load (cas.Group.Fill): a few percent of a round trip on
 // loopback.
 const batchFill = 50 * time.Microsecond
 
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
-
-// Metrics returns the queue's counters in this process since the Queue
-// was made: the compare-and-set engine's attempts, conflicts, round trips
-// and commands, and the stuck handlers of its Works.
-//
-// It is API because the counters are what an operator watches and no
-// other call exposes them: the otel module exports them as OpenTelemetry
-// instruments, the bench module reads conflicts and retries from them, and
-// an application may feed them to its own metrics.
-func (q *Queue) Metrics() MetricsSnapshot {
-	m := q.cas.m.snapshot()
-	m.StuckHandlers, m.StuckDetected = q.handlers.stuck.Load(), q.handlers.detected.Load()
-	if q.enqueues != nil {
-		m.EnqueueBatches, m.ClaimBatches = q.enqueues.hist.snapshot(), q.claims.hist.snapshot()
-		m.CompleteBatches, m.ExtendBatches = q.completes.hist.snapshot(), q.extends.hist.snapshot()
-		m.FinishBatches = q.finishes.hist.snapshot()
-	}
-	return m
-}
 
 // Get returns the job with the given ID in one round trip. It returns
 // ErrNotFound when there is none, and ErrCorrupt or ErrUnsupportedFormat
@@ -151,7 +134,7 @@ func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
-	case err != nil && isWrongType(err):
+	case err != nil && reply.IsWrongType(err):
 		return nil, &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
 	case err != nil:
 		return nil, fmt.Errorf("jobkey: get %q: %w", id, err)
@@ -213,7 +196,7 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 	key, shard := q.ks.jobKeyOf(id)
 	var out *Job
 	follow := q.slotFollowListed([]int{shard}) // a keyed job's waiting listing may have to go
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), follow: follow, decide: func(r *casRead) (*casPlan, error) {
+	_, _, err := q.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), follow: follow, decide: func(r *casRead) (*casPlan, error) {
 		if r.errs[0] != nil {
 			return nil, r.errs[0]
 		}
@@ -264,7 +247,7 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 func (q *Queue) checksFor(shard int, indexes ...string) []typeCheck {
 	out := make([]typeCheck, len(indexes))
 	for i, name := range indexes {
-		out[i] = typeCheck{key: q.ks.index(shard, name), want: "zset"}
+		out[i] = typeCheck{Key: q.ks.index(shard, name), Want: "zset"}
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -106,7 +107,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		}
 		return nil
 	})
-	if err := unanswered(cmds, err); err != nil {
+	if err := reply.Unanswered(cmds, err); err != nil {
 		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
 	}
 	if clock != nil && clock.Err() == nil {
@@ -146,7 +147,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 // readErr names the key a read failed on, as a *WrongTypeError when the key
 // holds another type.
 func readErr(key string, err error) error {
-	if isWrongType(err) {
+	if reply.IsWrongType(err) {
 		return &WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}
 	}
 	return fmt.Errorf("jobkey: read %s: %w", key, err)

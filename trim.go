@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -87,7 +88,7 @@ func (q *Queue) trimStep(ctx context.Context, now time.Time, targets []trimTarge
 		}
 		return nil
 	})
-	if err := unanswered(cmds, err); err != nil {
+	if err := reply.Unanswered(cmds, err); err != nil {
 		return 0, nil, fmt.Errorf("jobkey: trim: %w", err)
 	}
 	var more []trimTarget
@@ -111,7 +112,7 @@ func (q *Queue) trimStep(ctx context.Context, now time.Time, targets []trimTarge
 		}
 		return nil
 	})
-	if err := unanswered(cmds, err); err != nil {
+	if err := reply.Unanswered(cmds, err); err != nil {
 		return 0, nil, fmt.Errorf("jobkey: trim: %w", err)
 	}
 	removed := 0

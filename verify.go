@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -292,13 +293,13 @@ func (q *Queue) values(ctx context.Context, node redis.Cmdable, shard int, ids [
 			}
 			return nil
 		})
-		if err != nil && (unanswered(all, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
+		if err != nil && (reply.Unanswered(all, err) != nil || !errors.Is(err, redis.Nil) && !reply.IsRedisErr(err)) {
 			return nil, fmt.Errorf("jobkey: verify: read values: %w", err)
 		}
 		for i, c := range cmds {
-			r := fromGet(c)
-			if r.err != nil && !isWrongType(r.err) {
-				return nil, fmt.Errorf("jobkey: verify: get %s: %w", q.ks.jobKey(shard, page[i]), r.err)
+			r := reply.FromGet(c)
+			if r.Err != nil && !reply.IsWrongType(r.Err) {
+				return nil, fmt.Errorf("jobkey: verify: get %s: %w", q.ks.jobKey(shard, page[i]), r.Err)
 			}
 			out = append(out, r)
 		}
@@ -311,7 +312,7 @@ func (q *Queue) values(ctx context.Context, node redis.Cmdable, shard int, ids [
 // alone: it is not this build's to judge.
 func (q *Queue) rederive(ctx context.Context, shard int, id string) error {
 	key := q.ks.jobKey(shard, id)
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, allIndexes...),
+	_, _, err := q.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, allIndexes...),
 		decide: func(r *casRead) (*casPlan, error) {
 			if errors.Is(r.errs[0], ErrUnsupportedFormat) {
 				return nil, nil
