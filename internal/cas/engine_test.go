@@ -3,7 +3,6 @@ package cas
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/jobkey/jobkey/internal/redisclock"
 	"github.com/jobkey/jobkey/internal/redistest"
-	"github.com/jobkey/jobkey/internal/rttcount"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -22,23 +20,6 @@ func testEngine(t *testing.T, rdb redis.UniversalClient, attempts int) *Engine {
 		Clock: &redisclock.Clock{Local: time.Now}})
 	require.NoError(t, err)
 	return e
-}
-
-// hooked is a client of one connection pool whose round trips and
-// commands are counted.
-func hooked(t *testing.T, poolSize int) (*redis.Client, *rttcount.Hook) {
-	t.Helper()
-	c := redistest.Client(t, func(o *redis.Options) {
-		o.PoolSize = poolSize
-		o.DisableIdentity = true
-		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}
-	})
-	h := &rttcount.Hook{}
-	c.AddHook(h)
-	return c, h
 }
 
 // incr is a transaction that adds one to the decimal counter held at key.
@@ -102,7 +83,7 @@ func TestAnAttemptIsTwoRoundTrips(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
 	ctx := context.Background()
-	rdb, hook := hooked(t, 1)
+	rdb, hook := redistest.Counted(t, 1)
 	e := testEngine(t, rdb, 3)
 	p := redistest.Prefix(t)
 	key := p + ":a"
@@ -137,7 +118,7 @@ func TestEveryPathThatSkipsEXECUnwatches(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
 	ctx := context.Background()
-	rdb, _ := hooked(t, 1)
+	rdb, _ := redistest.Counted(t, 1)
 	other := redistest.Client(t, nil)
 	e := testEngine(t, rdb, 3)
 	p := redistest.Prefix(t)

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/jobkey/jobkey/internal/rttcount"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -429,4 +430,25 @@ func CarriesRead(cmds []redis.Cmder) bool {
 		}
 	}
 	return false
+}
+
+// Counted returns a client of the shared test server whose round trips
+// and commands a hook counts; poolSize > 0 sets its pool's size.
+// Connection set-up (HELLO, CLIENT SETINFO) goes outside the hook, and is
+// kept quiet and identical for every test.
+func Counted(tb testing.TB, poolSize int) (*redis.Client, *rttcount.Hook) {
+	tb.Helper()
+	c := Client(tb, func(o *redis.Options) {
+		if poolSize > 0 {
+			o.PoolSize = poolSize
+		}
+		o.DisableIdentity = true
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	h := &rttcount.Hook{}
+	c.AddHook(h)
+	return c, h
 }
