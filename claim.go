@@ -10,19 +10,13 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/readahead"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // candidate is a due entry read from an index: a hint, not a truth.
-type candidate struct {
-	shard int
-	id    string
-	index string // a ready index (readyIndex) or idxLeased
-	// prio orders candidates, higher first: the priority of the ready
-	// index it came from, or leasedPrio for an expired lease.
-	prio int
-}
+type candidate = readahead.Candidate
 
 // leasedPrio ranks the expired leases of a shard: before every ready job,
 // as the most overdue work; their index does not say their priority.
@@ -34,9 +28,9 @@ const leasedPrio = MaxPriority + 1
 // only when their blocks do, where random picks of n would nearly always
 // share one job and abort each other's EXEC.
 func pickBlock(cands []candidate, n int) (block, rest []candidate) {
-	slices.SortStableFunc(cands, func(a, b candidate) int { return b.prio - a.prio })
+	slices.SortStableFunc(cands, func(a, b candidate) int { return b.Prio - a.Prio })
 	top := 0
-	for top < len(cands) && cands[top].prio == cands[0].prio {
+	for top < len(cands) && cands[top].Prio == cands[0].Prio {
 		top++
 	}
 	start := 0
@@ -46,14 +40,6 @@ func pickBlock(cands []candidate, n int) (block, rest []candidate) {
 	block = slices.Clone(cands[start : start+n])
 	rest = slices.Concat(cands[:start], cands[start+n:])
 	return block, rest
-}
-
-// byPriority orders candidates by priority, highest first, at random
-// within a priority: claimers of one priority spread over its jobs, and a
-// higher priority is always tried first.
-func byPriority(cands []candidate) {
-	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	slices.SortStableFunc(cands, func(a, b candidate) int { return b.prio - a.prio })
 }
 
 // maxClaimRounds bounds how often one Claim re-reads the indexes after
@@ -115,16 +101,16 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 		if left() {
 			return nil, ErrNoJob
 		}
-		v, pooled, err := q.candidates(ctx, round, q.cfg.ClaimWindow, anyShard)
+		v, pooled, err := q.candidates(ctx, round, q.cfg.ClaimWindow, readahead.AnyShard)
 		if err != nil {
 			return nil, err
 		}
-		cands := v.cands
+		cands := v.Cands
 		if len(cands) == 0 {
 			break
 		}
 		if !pooled {
-			byPriority(cands) // the pool's order serves the shards in turn
+			readahead.ByPriority(cands) // the pool's order serves the shards in turn
 		}
 		cleared = false
 		for k, c := range cands {
@@ -135,7 +121,7 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 			switch {
 			case err == nil && j != nil:
 				q.leftOver(v, cands[k+1:], pooled) // not tried: for the claims that follow
-				q.pool.served(cands[:k+1])
+				q.pool.Served(cands[:k+1])
 				return j, nil
 			case errors.Is(err, ErrConflict):
 				// Someone else changed it first.
@@ -210,20 +196,20 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 				break
 			}
 		}
-		mode := anyShard
+		mode := readahead.AnyShard
 		if q.cluster() {
-			mode = oneShard // one transaction stays in one slot
+			mode = readahead.OneShard // one transaction stays in one slot
 		}
 		v, pooled, err := q.candidates(ctx, round, max(q.cfg.ClaimWindow, 8*len(waiting)), mode)
 		if err != nil {
 			return got, err
 		}
-		cands := v.cands
+		cands := v.Cands
 		if q.cluster() && len(cands) > 0 {
 			// One transaction stays in one slot: the shard of the highest
 			// priority's candidate, or the pool's choice.
 			if !pooled {
-				byPriority(cands)
+				readahead.ByPriority(cands)
 			}
 			cands = sameShard(cands)
 		}
@@ -238,10 +224,10 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 			block, _ = pickBlock(cands, n)
 		}
 		// Not tried, of every shard read: for the claims that follow.
-		q.leftOver(v, slices.DeleteFunc(slices.Clone(v.cands), func(c candidate) bool {
-			return slices.ContainsFunc(block, func(b candidate) bool { return b.id == c.id })
+		q.leftOver(v, slices.DeleteFunc(slices.Clone(v.Cands), func(c candidate) bool {
+			return slices.ContainsFunc(block, func(b candidate) bool { return b.ID == c.ID })
 		}), pooled)
-		q.pool.served(block)
+		q.pool.Served(block)
 		names := make([]string, n)
 		for k := range block {
 			names[k] = workers[waiting[k]]
@@ -304,17 +290,17 @@ func validOwner(worker string) error {
 
 // candidates returns due entries to try: in the first round of a process
 // whose Work runs, those the pool holds (see duePool), taken by mode
-// (anyShard, oneShard), when it has some; else a read of the indexes, n
+// (readahead.AnyShard, readahead.OneShard), when it has some; else a read of the indexes, n
 // entries per index, of every shard when the pool cannot vouch for some.
 func (q *Queue) candidates(ctx context.Context, round, n, mode int) (_ dueView, pooled bool, _ error) {
 	work := q.listeners.Load() > 0
 	q.probeGone()
 	if round == 0 && work {
-		if cands := q.pool.take(n, mode); len(cands) > 0 {
-			return dueView{cands: cands}, true, nil
+		if cands := q.pool.Take(n, mode); len(cands) > 0 {
+			return dueView{Cands: cands}, true, nil
 		}
 	}
-	if work && !q.pool.complete() {
+	if work && !q.pool.Complete() {
 		// A read of a few shards would refill the pool without a job due
 		// on another, or a higher priority a hint announced.
 		v, err := q.dueIn(ctx, n, nil)
@@ -329,11 +315,11 @@ func (q *Queue) candidates(ctx context.Context, round, n, mode int) (_ dueView, 
 // read of v's shards.
 func (q *Queue) leftOver(v dueView, rest []candidate, pooled bool) {
 	if pooled {
-		q.pool.putBack(rest)
+		q.pool.PutBack(rest)
 		return
 	}
-	v.cands = rest
-	q.pool.fill(v)
+	v.Cands = rest
+	q.pool.Fill(v)
 }
 
 // tryClaim decides on one candidate from its value under WATCH. It returns
@@ -362,7 +348,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	keys := make([]string, len(cands))
 	var checks []typeCheck
 	for i, c := range cands {
-		keys[i] = q.ks.jobKey(c.shard, c.id)
+		keys[i] = q.ks.jobKey(c.Shard, c.ID)
 	}
 	for _, k := range q.indexKeys(cands, idxLeased) {
 		checks = append(checks, typeCheck{Key: k, Want: "zset"})
@@ -371,7 +357,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	guards, guardOf := q.shardGuards(cands)
 	shards := make([]int, len(cands))
 	for i, c := range cands {
-		shards[i] = c.shard
+		shards[i] = c.Shard
 	}
 	var vanished []candidate
 	var plan *casPlan
@@ -426,17 +412,17 @@ func (q *Queue) vanishedFound(ctx context.Context, plan *casPlan, cands []candid
 		return
 	}
 	for _, c := range cands {
-		vanished := q.ks.index(c.shard, seenVanished)
-		if stepReply(plan, "zrem", q.ks.index(c.shard, c.index), c.id) != 0 {
+		vanished := q.ks.index(c.Shard, seenVanished)
+		if stepReply(plan, "zrem", q.ks.index(c.Shard, c.Index), c.ID) != 0 {
 			q.cfg.Logger.Error("jobkey: a job's index entry pointed at no value: the job was deleted outside jobkey, or evicted by Redis (is maxmemory-policy noeviction?)",
-				"queue", q.name, "job", c.id)
+				"queue", q.name, "job", c.ID)
 			continue
 		}
 		// Someone removed the hint first, as Delete does with the value:
 		// nothing was lost. The count goes again if this claim made it.
-		if stepReply(plan, "zadd", vanished, c.id) == 1 {
-			if err := q.rdb.ZRem(ctx, vanished, c.id).Err(); err != nil {
-				q.cfg.Logger.Warn("jobkey: could not take back a vanished count", "queue", q.name, "job", c.id, "err", err)
+		if stepReply(plan, "zadd", vanished, c.ID) == 1 {
+			if err := q.rdb.ZRem(ctx, vanished, c.ID).Err(); err != nil {
+				q.cfg.Logger.Warn("jobkey: could not take back a vanished count", "queue", q.name, "job", c.ID, "err", err)
 			}
 		}
 	}
@@ -472,15 +458,15 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 		// Its hint stays for the workers that can read it; this one skips
 		// it for a while, and logs the sighting so Stats shows a rollout
 		// that stalls.
-		q.newer.add(c.id)
-		ip.zadd(q.ks.index(c.shard, seenNewer), toMillis(now), c.id)
+		q.newer.Add(c.ID)
+		ip.zadd(q.ks.index(c.Shard, seenNewer), toMillis(now), c.ID)
 		return nil, false
 	case readErr != nil:
 		// The value cannot be read. Its bytes are kept untouched; its hint
 		// moves to the corrupt index, so no claimer trips on it again and
 		// Stats counts it.
-		ip.zrem(q.ks.index(c.shard, c.index), c.id)
-		ip.zadd(q.ks.index(c.shard, idxCorrupt), toMillis(now), c.id)
+		ip.zrem(q.ks.index(c.Shard, c.Index), c.ID)
+		ip.zadd(q.ks.index(c.Shard, idxCorrupt), toMillis(now), c.ID)
 		return nil, false
 	}
 	next, took := q.decideClaim(cur, worker, now)
@@ -488,7 +474,7 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 		// A keyed job takes a slot of its key in the same EXEC, or waits
 		// for one; failed for good, it gives back the slot its last lease
 		// held.
-		e := b.entry(c.shard, cur)
+		e := b.entry(c.Shard, cur)
 		switch {
 		case took && !b.take(e, next):
 			q.blocked(plan, ip, b, e, c, key, cur, now)
@@ -500,7 +486,7 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 	}
 	switch {
 	case next != nil:
-		q.move(ip, c.shard, c.id, cur, next, c.index)
+		q.move(ip, c.Shard, c.ID, cur, next, c.Index)
 		plan.writes = append(plan.writes, q.write(key, next))
 		if took {
 			return next, false
@@ -513,17 +499,17 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 		// the hint was still there and whether this claim counted the
 		// loss (vanishedFound): a hint someone else removed first (Delete)
 		// takes back the count this claim made.
-		vanished := q.ks.index(c.shard, seenVanished)
+		vanished := q.ks.index(c.Shard, seenVanished)
 		ip.use(vanished) // its type is checked before MULTI
-		ip.extra = append(ip.extra, []any{"zrem", q.ks.index(c.shard, c.index), c.id},
-			[]any{"zadd", vanished, "NX", toMillis(now), c.id})
+		ip.extra = append(ip.extra, []any{"zrem", q.ks.index(c.Shard, c.Index), c.ID},
+			[]any{"zadd", vanished, "NX", toMillis(now), c.ID})
 		return nil, true
-	case derive(cur).index != c.index:
+	case derive(cur).index != c.Index:
 		// Not claimable, and the hint that led here disagrees with the value.
-		q.move(ip, c.shard, c.id, cur, cur, c.index)
+		q.move(ip, c.Shard, c.ID, cur, cur, c.Index)
 	default:
 		// Same index, but the hint said due: its score may be stale.
-		q.fixScore(ip, c.shard, c.id, q.entryOf(cur), now)
+		q.fixScore(ip, c.Shard, c.ID, q.entryOf(cur), now)
 	}
 	return nil, false
 }
@@ -588,7 +574,7 @@ func (q *Queue) ClaimMany(ctx context.Context, worker string, n int) ([]*Job, er
 func sameShard(cands []candidate) []candidate {
 	out := cands[:0:0]
 	for _, c := range cands {
-		if c.shard == cands[0].shard {
+		if c.Shard == cands[0].Shard {
 			out = append(out, c)
 		}
 	}

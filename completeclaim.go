@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/readahead"
 	"github.com/jobkey/jobkey/internal/reply"
 
 	"github.com/redis/go-redis/v9"
@@ -85,7 +86,7 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*cas.Call[finishIn, f
 	if q.cluster() {
 		q.probeGone()
 	}
-	if q.cluster() && q.pool.refreshDue() {
+	if q.cluster() && q.pool.RefreshDue() {
 		// A cluster's transaction reads ahead only its own shard: every
 		// shard is read beside it, before the pool stops serving. Not
 		// those whose node could not be reached: the flush waits for this
@@ -93,11 +94,11 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*cas.Call[finishIn, f
 		var refresh sync.WaitGroup
 		defer refresh.Wait()
 		refresh.Go(func() {
-			v, err := q.dueIn(ctx, aheadN, q.pool.reachable())
+			v, err := q.dueIn(ctx, aheadN, q.pool.Reachable())
 			if err == nil {
-				q.pool.fill(v)
+				q.pool.Fill(v)
 			}
-			q.pool.refreshed()
+			q.pool.Refreshed()
 		})
 	}
 	if q.cluster() && len(sets) > 1 {
@@ -156,7 +157,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finis
 		}
 	}
 	keys, shards, checks := q.txnKeys(ids, idxLeased, idxSucceeded)
-	shard := anyShard // a single Redis takes candidates of every shard
+	shard := readahead.AnyShard // a single Redis takes candidates of every shard
 	if q.cluster() {
 		shard = shards[0] // one slot: while no other shard's turn has come (duePool.take)
 	}
@@ -165,14 +166,14 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finis
 		inTxn[k] = true
 	}
 	var cands []candidate
-	for _, c := range q.pool.take(len(wanting), shard) {
-		if key := q.ks.jobKey(c.shard, c.id); !inTxn[key] {
+	for _, c := range q.pool.Take(len(wanting), shard) {
+		if key := q.ks.jobKey(c.Shard, c.ID); !inTxn[key] {
 			inTxn[key] = true
 			cands = append(cands, c)
 			keys = append(keys, key)
 		}
 	}
-	q.pool.served(cands)
+	q.pool.Served(cands)
 	// The candidates' pause flags are watched; the flags of the shards read
 	// ahead are read in the same MGET.
 	flags, guardOf := q.shardGuards(cands)
@@ -201,7 +202,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finis
 		mine[k] = batch[i].In().job
 	}
 	for _, c := range cands {
-		all = append(all, c.shard)
+		all = append(all, c.Shard)
 	}
 	checks = q.pullChecks(checks, mine, shards, []string{idxLeased, idxSucceeded})
 	checks = ahead.typing(q.ks, checks)
@@ -253,8 +254,8 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finis
 				used[o.next.ID] = true
 			}
 		}
-		view.cands = slices.DeleteFunc(view.cands, func(c candidate) bool { return used[c.id] })
-		q.pool.fill(view)
+		view.Cands = slices.DeleteFunc(view.Cands, func(c candidate) bool { return used[c.ID] })
+		q.pool.Fill(view)
 	}
 	for k, i := range set {
 		if errs[k] != errLeftOut {
@@ -344,8 +345,8 @@ func (q *Queue) recoverClaims(fs *finishSet, err error) {
 func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
 	var out []string
 	for _, c := range cands {
-		for _, n := range append([]string{c.index}, names...) {
-			if k := q.ks.index(c.shard, n); !slices.Contains(out, k) {
+		for _, n := range append([]string{c.Index}, names...) {
+			if k := q.ks.index(c.Shard, n); !slices.Contains(out, k) {
 				out = append(out, k)
 			}
 		}
@@ -372,7 +373,7 @@ func (q *Queue) aheadOf(shards []int) []int {
 			own = append(own, s)
 		}
 	}
-	return append(own, q.pool.stale(own, claimShards)...)
+	return append(own, q.pool.Stale(own, claimShards)...)
 }
 
 // aheadPlan is what a fused transaction reads ahead: the due indexes idx
@@ -396,7 +397,7 @@ func (q *Queue) planAhead(shards []int, want int) *aheadPlan {
 	if q.cluster() {
 		in = shards
 	}
-	if q.pool.holds(want, in) {
+	if q.pool.Holds(want, in) {
 		return nil
 	}
 	a := &aheadPlan{idx: q.dueIdx()} // once: every shard reads the same indexes
@@ -468,7 +469,7 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, 
 		}
 	}
 	return func(r *casRead) error {
-		*into = dueView{full: -1, at: sent}
+		*into = dueView{Full: -1, At: sent}
 		for _, rd := range reads {
 			if err := rd.cmd.Err(); err != nil && a.typed[rd.key] {
 				if reply.IsWrongType(err) {
@@ -480,28 +481,28 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, 
 		if q.sawPrioFlag(flags, r.guarded) {
 			return nil // the queue uses priorities this read did not look at: nothing to pool
 		}
-		into.shards = a.shards
+		into.Shards = a.shards
 		// An ID in two indexes (a stray entry) is a candidate once: one
 		// transaction must not decide about one job twice.
 		seen := map[string]bool{}
-		newer := q.newer.size() > 0
+		newer := q.newer.Size() > 0
 		for _, rd := range reads {
 			if flags.paused(r.guarded, rd.shard) {
 				continue
 			}
 			ids := rd.cmd.Val()
 			if len(ids) == aheadN {
-				into.full = max(into.full, rd.due.prio)
+				into.Full = max(into.Full, rd.due.prio)
 			}
 			for _, id := range ids {
-				if !seen[id] && !(newer && q.newer.has(id)) {
+				if !seen[id] && !(newer && q.newer.Has(id)) {
 					seen[id] = true
-					into.cands = append(into.cands, candidate{shard: rd.shard, id: id, index: rd.due.index, prio: rd.due.prio})
+					into.Cands = append(into.Cands, candidate{Shard: rd.shard, ID: id, Index: rd.due.index, Prio: rd.due.prio})
 				}
 			}
 		}
-		q.sawPriorities(into.cands)
-		into.cands = keepTopPriorities(into.cands, into.full)
+		q.sawPriorities(into.Cands)
+		into.Cands = keepTopPriorities(into.Cands, into.Full)
 		return nil
 	}
 }

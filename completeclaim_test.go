@@ -12,6 +12,7 @@ import (
 
 	"github.com/jobkey/jobkey/internal/cas"
 	"github.com/jobkey/jobkey/internal/faultproxy"
+	"github.com/jobkey/jobkey/internal/readahead"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -246,7 +247,7 @@ func TestClaimSkipsPooledCandidateOfBrokenShard(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// The pool holds a shard-0 job, read ahead a moment ago.
-	f.q.pool.fill(dueView{shards: []int{0, 1}, cands: []candidate{{shard: 0, id: ids[0][0], index: idxReady}}, at: time.Now()})
+	f.q.pool.Fill(dueView{Shards: []int{0, 1}, Cands: []candidate{{Shard: 0, ID: ids[0][0], Index: idxReady}}, At: time.Now()})
 	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.index(0, idxReady), "not a zset", 0).Err())
 	j, err := f.q.Claim(f.ctx, "w")
 	require.NoError(t, err, "shard 1 still has a due job")
@@ -706,7 +707,7 @@ func TestFusedTransactionRefusesAWrongTypedIndexWithOrWithoutReadAhead(t *testin
 // pool holds back the lower ones at once, and the next transaction reads
 // ahead: the pool's next candidate is the job. Unannounced (another
 // process enqueued it, and its hint is not heard), a transaction that
-// starts more than poolFresh/2 after the pool's last read reads ahead;
+// starts more than readahead.Fresh/2 after the pool's last read reads ahead;
 // one more learns from the shard's flag that the queue uses priorities
 // and reads their indexes; the next takes the job.
 func TestFusedClaimTakesAHigherPriorityWithinTheRefreshBound(t *testing.T) {
@@ -729,7 +730,7 @@ func TestFusedClaimTakesAHigherPriorityWithinTheRefreshBound(t *testing.T) {
 			}
 			var hi *Job
 			var enqueued time.Time
-			since, late := 0, 0 // calls started after the enqueue; of them, more than poolFresh/2 after it
+			since, late := 0, 0 // calls started after the enqueue; of them, more than readahead.Fresh/2 after it
 			for {
 				start := time.Now()
 				out, err := f.q.completeAndClaim(f.ctx, cur, nil, "w")
@@ -746,15 +747,15 @@ func TestFusedClaimTakesAHigherPriorityWithinTheRefreshBound(t *testing.T) {
 					continue
 				}
 				since++
-				if start.Sub(enqueued) > poolFresh/2 {
+				if start.Sub(enqueued) > readahead.Fresh/2 {
 					late++
 				}
 				if announced {
 					require.True(t, readAhead, "the hint makes the next transaction read ahead")
 					if out.next == nil || out.next.ID != hi.ID {
-						got := f.q.pool.take(1, anyShard)
+						got := f.q.pool.Take(1, readahead.AnyShard)
 						require.NotEmpty(t, got)
-						require.Equal(t, hi.ID, got[0].id, "the pool's next candidate")
+						require.Equal(t, hi.ID, got[0].ID, "the pool's next candidate")
 					}
 					return
 				}
@@ -763,7 +764,7 @@ func TestFusedClaimTakesAHigherPriorityWithinTheRefreshBound(t *testing.T) {
 					t.Logf("claimed by call %d after the enqueue, %v after it", since, time.Since(enqueued))
 					return
 				}
-				require.Less(t, late, 3, "the unannounced job is taken by the third call past poolFresh/2")
+				require.Less(t, late, 3, "the unannounced job is taken by the third call past readahead.Fresh/2")
 				cur = out.next
 				time.Sleep(20 * time.Millisecond)
 			}

@@ -550,8 +550,8 @@ func (q *Queue) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry,
 		plan.writes = append(plan.writes, q.write(key, next))
 		b.release(e, cur.ID, cur.LeaseToken)
 	}
-	q.move(ip, c.shard, c.id, cur, next, c.index)
-	ip.rescore(q.ks.index(c.shard, readyIndex(next.Priority)), b.park(e, next), c.id)
+	q.move(ip, c.Shard, c.ID, cur, next, c.Index)
+	ip.rescore(q.ks.index(c.Shard, readyIndex(next.Priority)), b.park(e, next), c.ID)
 }
 
 // SetConcurrencyLimit sets the limit of concurrency key key: at most n jobs

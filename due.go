@@ -9,9 +9,9 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/readahead"
 	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
@@ -68,7 +68,7 @@ const fullReadEvery = time.Minute
 // sawPriorities notes that a read found due entries above priority 0:
 // from then on, reads take every priority's index.
 func (q *Queue) sawPriorities(cands []candidate) {
-	if !q.prios.Load() && slices.ContainsFunc(cands, func(c candidate) bool { return c.prio > 0 && c.prio < leasedPrio }) {
+	if !q.prios.Load() && slices.ContainsFunc(cands, func(c candidate) bool { return c.Prio > 0 && c.Prio < leasedPrio }) {
 		q.prios.Store(true)
 	}
 }
@@ -105,7 +105,7 @@ func (q *Queue) dueCandidatesN(ctx context.Context, n int) (dueView, error) {
 	// Many shards: look in a random few first, and in all of them only when
 	// those few have nothing due, so a claim does not read every shard.
 	pick := rand.Perm(q.ks.shards)[:claimShards]
-	if v, err := q.dueIn(ctx, n, pick); len(v.cands) > 0 {
+	if v, err := q.dueIn(ctx, n, pick); len(v.Cands) > 0 {
 		return v, err
 	}
 	return q.dueIn(ctx, n, nil)
@@ -148,7 +148,7 @@ func (q *Queue) dueOf(ctx context.Context, n int, shards []int) (dueView, error)
 		return q.dueOf(ctx, n, shards)
 	}
 	if len(broken) > 0 {
-		out = slices.DeleteFunc(out, func(c candidate) bool { return broken[c.shard] })
+		out = slices.DeleteFunc(out, func(c candidate) bool { return broken[c.Shard] })
 	}
 	if len(out) == 0 && firstErr != nil {
 		return dueView{}, firstErr
@@ -158,11 +158,11 @@ func (q *Queue) dueOf(ctx context.Context, n int, shards []int) (dueView, error)
 	// named, for the pool to leave out until a read reaches them.
 	var down []int
 	for s := range broken {
-		if q.down.has(s) {
+		if q.down.Has(s) {
 			down = append(down, s)
 		}
 	}
-	return dueView{cands: out, shards: shards, down: down, full: full, at: sent}, nil
+	return dueView{Cands: out, Shards: shards, Down: down, Full: full, At: sent}, nil
 }
 
 // upShards returns shards (nil: all of them) less those whose node could
@@ -177,7 +177,7 @@ func (q *Queue) upShards(shards []int) []int {
 			shards[i] = i
 		}
 	}
-	out := func(s int) bool { return q.down.has(s) || q.pool.isGone(s) }
+	out := func(s int) bool { return q.down.Has(s) || q.pool.IsGone(s) }
 	if up := slices.DeleteFunc(slices.Clone(shards), out); len(up) > 0 {
 		return up
 	}
@@ -207,7 +207,7 @@ type dueRead struct {
 // once: one transaction must not decide about one job twice. err is a
 // pipeline that got no answer.
 func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n int) (out []candidate, full int, broken map[int]bool, firstErr, err error) {
-	window := int64(n + min(q.newer.size(), 1000))
+	window := int64(n + min(q.newer.Size(), 1000))
 	broken = map[int]bool{}
 	full = -1 // the highest priority whose read filled its window
 	seen := map[string]bool{}
@@ -262,15 +262,15 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 				firstErr = cmp.Or(firstErr, fmt.Errorf("jobkey: read %s: %w", key, err))
 				broken[r.shard] = true
 				if q.unreachable(ctx, err) {
-					q.down.add(r.shard, err)
+					q.down.Add(r.shard, err)
 				}
 				continue
 			}
 			for _, id := range ids {
-				if !seen[id] && r.taken < n && !q.newer.has(id) {
+				if !seen[id] && r.taken < n && !q.newer.Has(id) {
 					seen[id] = true
 					r.taken++
-					out = append(out, candidate{shard: r.shard, id: id, index: r.index, prio: r.prio})
+					out = append(out, candidate{Shard: r.shard, ID: id, Index: r.index, Prio: r.prio})
 				}
 			}
 			switch {
@@ -295,7 +295,7 @@ func keepTopPriorities(cands []candidate, full int) []candidate {
 	if full <= 0 {
 		return cands
 	}
-	return slices.DeleteFunc(cands, func(c candidate) bool { return c.prio < full })
+	return slices.DeleteFunc(cands, func(c candidate) bool { return c.Prio < full })
 }
 
 // untilDue returns how long until the next job becomes claimable by
@@ -317,10 +317,10 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 			clock = p.Time(ctx)
 		}
 		for s := range q.ks.shards {
-			if q.down.has(s) {
+			if q.down.Has(s) {
 				continue
 			}
-			n := int64(min(q.newer.size(), maxSkip))
+			n := int64(min(q.newer.Size(), maxSkip))
 			for _, d := range idx {
 				cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, d.index), 0, n))
 			}
@@ -350,7 +350,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 			continue // waits for Resume, which wakes the workers
 		}
 		for _, z := range c.Val() {
-			if id, _ := z.Member.(string); q.newer.has(id) {
+			if id, _ := z.Member.(string); q.newer.Has(id) {
 				continue
 			}
 			if t := fromMillis(int64(z.Score)); next.IsZero() || t.Before(next) {
@@ -365,79 +365,19 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	return max(0, next.Sub(now)), true, nil
 }
 
-// expiring is a small set whose members leave after a while: shards whose
-// node could not be reached, and jobs of a newer format that claimers look
-// past. At most max members stay: when full, the one that would leave
-// first goes.
-type expiring[K comparable] struct {
-	ttl time.Duration
-	max int
+// dueView is one read of due entries (readahead.View).
+type dueView = readahead.View
 
-	mu     sync.Mutex
-	until  map[K]time.Time
-	purged time.Time
-}
+// aheadN is how many entries of each due index a read ahead takes: enough
+// to get past the head of the queue, which the claims in flight are taking.
+const aheadN = 32
 
-func (s *expiring[K]) add(k K) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.until == nil {
-		s.until = map[K]time.Time{}
-	}
-	if _, ok := s.until[k]; !ok && len(s.until) >= s.max {
-		// Full: the expired members go, and if none has, the one that
-		// would leave first.
-		s.purge()
-		if len(s.until) >= s.max {
-			var first K
-			var at time.Time
-			for m, t := range s.until {
-				if at.IsZero() || t.Before(at) {
-					first, at = m, t
-				}
-			}
-			delete(s.until, first)
-		}
-	}
-	s.until[k] = time.Now().Add(s.ttl)
-}
-
-// purge removes the expired members. s.mu is held.
-func (s *expiring[K]) purge() {
-	now := time.Now()
-	for m, t := range s.until {
-		if now.After(t) {
-			delete(s.until, m)
-		}
-	}
-	s.purged = now
-}
-
-func (s *expiring[K]) remove(k K) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.until, k)
-}
-
-func (s *expiring[K]) has(k K) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	until, ok := s.until[k]
-	if ok && time.Now().After(until) {
-		delete(s.until, k)
-		return false
-	}
-	return ok
-}
-
-// size counts the members, purging the expired ones at most once a second.
-func (s *expiring[K]) size() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.until) > 0 && time.Since(s.purged) > time.Second {
-		s.purge()
-	}
-	return len(s.until)
+// probeGone reads again, apart from the claims, the shards whose node the
+// last read could not reach (readahead.Pool.Probe). The read is the
+// Queue's, not one Work's: the last Work to return ends it and waits for
+// it, so that it outlives no Work.
+func (q *Queue) probeGone() {
+	q.pool.Probe(func(ctx context.Context, shards []int) (dueView, error) { return q.dueOf(ctx, aheadN, shards) })
 }
 
 // downFor is how long claims leave out a shard whose node was unreachable.

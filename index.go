@@ -216,7 +216,7 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 			// The due entries read ahead may hold lower priorities than
 			// this job: they must not go before it. Readers that do not
 			// know the queue uses priorities learn it from the flag.
-			q.pool.dropBelow(new.Priority)
+			q.pool.DropBelow(new.Priority)
 			q.prios.Store(true)
 			p.flag(q.ks.index(shard, prioFlag))
 		}

@@ -71,8 +71,8 @@ func (q *Queue) shardGuards(cands []candidate) (*shardFlags, []int) {
 	f := &shardFlags{}
 	of := make([]int, len(cands))
 	for i, c := range cands {
-		f.add(q.ks, c.shard, false)
-		of[i] = f.at[c.shard]
+		f.add(q.ks, c.Shard, false)
+		of[i] = f.at[c.Shard]
 	}
 	return f, of
 }

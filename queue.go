@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/cluster"
+	"github.com/jobkey/jobkey/internal/expiring"
+	"github.com/jobkey/jobkey/internal/readahead"
 	"github.com/jobkey/jobkey/internal/redisclock"
 	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
@@ -23,10 +26,10 @@ type Queue struct {
 	ks    *keyspace
 	cas   *cas.Engine
 	clock *redisclock.Clock
-	newer *expiring[string] // jobs of a newer format that claimers look past
-	down  *shardsDown       // shards whose node could not be reached
-	srv   serverCheck       // what the first call checks about Redis
-	pool  *duePool          // due entries read ahead, for the claims that follow
+	newer *expiring.Set[string] // jobs of a newer format that claimers look past
+	down  *cluster.Down         // shards whose node could not be reached
+	srv   serverCheck           // what the first call checks about Redis
+	pool  *readahead.Pool       // due entries read ahead, for the claims that follow
 	// listeners counts the Works of this Queue subscribed to the wake-up
 	// hints: only then do claims take entries from the pool, since only
 	// then do other processes' hints drop what a higher priority passes.
@@ -61,20 +64,20 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	if err := validName("queue name", name, false); err != nil {
 		return nil, err
 	}
-	_, cluster := rdb.(*redis.ClusterClient)
-	c := cfg.withDefaults(cluster)
+	_, onCluster := rdb.(*redis.ClusterClient)
+	c := cfg.withDefaults(onCluster)
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	clock := &redisclock.Clock{Local: c.Now}
 	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), clock: clock,
-		newer: &expiring[string]{ttl: skipFor, max: maxSkip}}
+		newer: &expiring.Set[string]{TTL: skipFor, Max: maxSkip}}
 	engine, err := cas.New(rdb, cas.Options{Attempts: c.CASAttempts, BaseBackoff: c.CASBackoff, MaxBackoff: c.CASMaxBackoff,
 		Clock: clock, MinReplicas: c.MinReplicas, ReplicaTimeout: c.ReplicaTimeout, SyncKey: syncKey,
 		Check: func(ctx context.Context) error { return q.check(ctx, true) },
 		Failed: func(ctx context.Context, err error) {
 			if q.unreachable(ctx, err) {
-				q.down.slots.reload()
+				q.down.Slots.Reload()
 			}
 		}})
 	if err != nil {
@@ -82,9 +85,8 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	}
 	q.cas = engine
 	crdb, _ := rdb.(*redis.ClusterClient)
-	q.down = newShardsDown(&slotMap{rdb: crdb}, func(s int) string { return q.ks.index(s, idxReady) })
-	q.pool = newDuePool(c.Shards, q.down.has)
-	q.pool.moved = q.down.moved
+	q.down = cluster.NewDown(&cluster.SlotMap{RDB: crdb}, func(s int) string { return q.ks.index(s, idxReady) }, downFor, maxShards)
+	q.pool = readahead.New(c.Shards, q.down.Has, q.down.Moved, downFor)
 	if !c.DisableGroupCommit {
 		q.claims = &cas.Group[string, *Job]{Max: c.MaxBatch, Flush: q.flushClaims, Fill: batchFill,
 			Unknown: func(w string, err error) error { return outcomeUnknown("claim", w, err) },

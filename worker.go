@@ -131,7 +131,7 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	q.listeners.Add(1)
 	defer func() {
 		if q.listeners.Add(-1) == 0 {
-			q.stopProbe() // a read of unreachable shards a claim of this Work may have started
+			q.pool.StopProbe() // a read of unreachable shards a claim of this Work may have started
 		}
 	}()
 	listening := make(chan struct{})
@@ -259,7 +259,7 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 				// of lower ones must not pass it over.
 				if n, err := strconv.Atoi(p); err == nil {
 					w.q.prios.Store(true)
-					w.q.pool.dropBelow(n)
+					w.q.pool.DropBelow(n)
 				}
 			}
 			if m.Payload == resumeHint || !w.q.paused.Load() {

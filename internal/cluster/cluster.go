@@ -1,4 +1,4 @@
-package jobkey
+package cluster
 
 import (
 	"context"
@@ -8,119 +8,126 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/expiring"
 	"github.com/redis/go-redis/v9"
 )
 
+// Package cluster keeps a queue's view of a Redis Cluster's hash slots:
+// the bounded reload of go-redis's slot map, and the shards whose node
+// could not be reached.
+//
 // On a cluster, go-redis learns that a slot changed owner from a MOVED or
 // ASK reply, or from its own reload every ClusterStateReloadInterval (a
 // minute by default). A master that died sends no MOVED: until the slot map
 // is reloaded, every call of its shards goes to its dead address, long after
 // the cluster promoted a replica. So a shard whose node cannot be reached
 // has the slot map reloaded at once, and again while the shard stays down,
-// at most once per reloadEvery; and the shard is down only while its slot
+// at most once per ReloadEvery; and the shard is down only while its slot
 // still names the address that could not be reached.
 
-// reloadEvery bounds how often a Queue asks for the slot map while nodes
+// ReloadEvery bounds how often a Queue asks for the slot map while nodes
 // are unreachable: an outage costs a CLUSTER SLOTS of a live node now and
 // then, not one per call. go-redis runs at most one reload at a time.
-const reloadEvery = 250 * time.Millisecond
+const ReloadEvery = 250 * time.Millisecond
 
-// slotMap asks a ClusterClient to reload its slot map, bounded.
-type slotMap struct {
-	rdb  *redis.ClusterClient // nil on a single Redis
+// SlotMap asks a ClusterClient to reload its slot map, bounded.
+type SlotMap struct {
+	RDB  *redis.ClusterClient // nil on a single Redis
 	last atomic.Int64         // when a reload was last asked for (unix ns)
 }
 
-// reload asks for the slot map unless it was asked for within reloadEvery.
+// Reload asks for the slot map unless it was asked for within ReloadEvery.
 // It returns at once: go-redis reloads in the background.
-func (m *slotMap) reload() {
-	if m.rdb == nil {
+func (m *SlotMap) Reload() {
+	if m.RDB == nil {
 		return
 	}
 	now := time.Now().UnixNano()
-	if last := m.last.Load(); now-last < int64(reloadEvery) || !m.last.CompareAndSwap(last, now) {
+	if last := m.last.Load(); now-last < int64(ReloadEvery) || !m.last.CompareAndSwap(last, now) {
 		return
 	}
-	m.rdb.ReloadState(context.Background())
+	m.RDB.ReloadState(context.Background())
 }
 
-// master returns the address the client's slot map gives for key's slot
+// Master returns the address the client's slot map gives for key's slot
 // now, or "" when it has none. It does no I/O once the map is loaded.
-func (m *slotMap) master(key string) string {
-	if m.rdb == nil {
+func (m *SlotMap) Master(key string) string {
+	if m.RDB == nil {
 		return ""
 	}
-	c, err := m.rdb.MasterForKey(context.Background(), key)
+	c, err := m.RDB.MasterForKey(context.Background(), key)
 	if err != nil {
 		return ""
 	}
 	return c.Options().Addr
 }
 
-// shardsDown are the shards whose node could not be reached lately: claims
-// leave them out, and enqueues of their jobs fail at once, for downFor, or
+// Down are the shards whose node could not be reached lately: claims
+// leave them out, and enqueues of their jobs fail at once, for the ttl, or
 // until the slot map names another node for them (a replica promoted).
-type shardsDown struct {
-	set   expiring[int]
-	slots *slotMap
+type Down struct {
+	set   expiring.Set[int]
+	Slots *SlotMap
 	key   func(s int) string // a key of shard s, for its slot
 
 	mu   sync.Mutex
 	addr map[int]string // the address that could not be reached, per shard
 }
 
-func newShardsDown(slots *slotMap, key func(int) string) *shardsDown {
-	return &shardsDown{set: expiring[int]{ttl: downFor, max: maxShards}, slots: slots, key: key, addr: map[int]string{}}
+// NewDown returns an empty set of shards down for ttl each, at most max of
+// them. key names a key of a shard, for its hash slot.
+func NewDown(slots *SlotMap, key func(int) string, ttl time.Duration, max int) *Down {
+	return &Down{set: expiring.Set[int]{TTL: ttl, Max: max}, Slots: slots, key: key, addr: map[int]string{}}
 }
 
-// add marks shard s down after err, and asks for the slot map: its node
+// Add marks shard s down after err, and asks for the slot map: its node
 // may have been replaced already. A call that failed on an address the slot
 // map no longer gives for s (it was sent before a reload that found a
 // promoted replica) marks nothing: the shard's owner now is another node.
-func (d *shardsDown) add(s int, err error) {
-	addr := d.slots.master(d.key(s))
+func (d *Down) Add(s int, err error) {
+	addr := d.Slots.Master(d.key(s))
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Addr != nil && addr != "" && !sameNode(oe.Addr, addr) {
-		d.slots.reload()
+		d.Slots.Reload()
 		return
 	}
 	d.mu.Lock()
 	d.addr[s] = addr
 	d.mu.Unlock()
-	d.set.add(s)
-	d.slots.reload()
+	d.set.Add(s)
+	d.Slots.Reload()
 }
 
-// has reports whether shard s is down: marked within downFor, and its slot
+// Has reports whether shard s is down: marked within the ttl, and its slot
 // still owned by the address that could not be reached. While it is, the
-// slot map is asked for again (bounded by reloadEvery).
-func (d *shardsDown) has(s int) bool {
-	if !d.set.has(s) {
+// slot map is asked for again (bounded by ReloadEvery).
+func (d *Down) Has(s int) bool {
+	if !d.set.Has(s) {
 		return false
 	}
-	if d.moved(s) {
-		d.set.remove(s)
+	if d.Moved(s) {
+		d.set.Remove(s)
 		return false
 	}
-	d.slots.reload()
+	d.Slots.Reload()
 	return true
 }
 
-// moved reports whether the slot map names, for shard s, another node than
+// Moved reports whether the slot map names, for shard s, another node than
 // the one that could not be reached when s was last marked down.
-func (d *shardsDown) moved(s int) bool {
+func (d *Down) Moved(s int) bool {
 	d.mu.Lock()
 	was, ok := d.addr[s]
 	d.mu.Unlock()
 	if !ok || was == "" {
 		return false
 	}
-	now := d.slots.master(d.key(s))
+	now := d.Slots.Master(d.key(s))
 	return now != "" && now != was
 }
 
-// where names the node shard s could not reach, for messages.
-func (d *shardsDown) where(s int) string {
+// Where names the node shard s could not reach, for messages.
+func (d *Down) Where(s int) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if a := d.addr[s]; a != "" {
