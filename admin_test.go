@@ -53,6 +53,29 @@ func TestCancel(t *testing.T) {
 	require.Equal(t, Stats{Succeeded: 1, Canceled: 2}, st)
 }
 
+// A Cancel that finds the job canceled already answers from a write that
+// may be its own, unconfirmed: with MinReplicas it waits for the replicas
+// before it answers, so running it again after ErrNotReplicated never
+// reports a cancel a failover could still undo.
+func TestCancelOfCanceledJobWaitsForTheReplicas(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "a"})
+	require.NoError(t, err)
+	thaw := r.freeze(t)
+	_, err = r.q.Cancel(r.ctx, "a")
+	require.ErrorIs(t, err, ErrNotReplicated)
+	_, err = r.q.Cancel(r.ctx, "a")
+	require.ErrorIs(t, err, ErrNotReplicated, "canceled on the master only, still")
+	thaw()
+	r.sent.reset()
+	j, err := untilReplicated(t, func() (*Job, error) { return r.q.Cancel(r.ctx, "a") })
+	require.NoError(t, err)
+	require.Equal(t, StateCanceled, j.State)
+	require.Equal(t, StateCanceled, r.onReplica(t, "a").State)
+	require.Contains(t, r.sent.all(), []string{"unwatch", "set", "wait"}, "it wrote before its WAIT")
+}
+
 func TestUpdate(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

@@ -20,6 +20,13 @@ type BulkResult struct {
 	// Unreadable counts the listed jobs whose value cannot be read; they
 	// are left as they are (see ListOpts.Corrupt and Verify).
 	Unreadable int
+	// Unconfirmed counts the jobs of Done that were changed on the master
+	// only: with Config.MinReplicas, the transaction that changed them was
+	// not confirmed by the replicas in time (the error is then a *BulkError
+	// that matches ErrNotReplicated), so a failover may still undo it. The
+	// action stops at that transaction: the other jobs of Done were
+	// confirmed, and the rest was not done.
+	Unconfirmed int
 }
 
 // RetryFailed puts every failed job of type typ ("": every type) back to
@@ -119,6 +126,7 @@ func (q *Queue) bulkAll(ctx context.Context, op string, o ListOpts, to func(*Job
 		// (TestCancelPendingCountsUnreadableJobOnce).
 		res.Done += more.Done
 		res.Skipped += more.Skipped
+		res.Unconfirmed += more.Unconfirmed
 		switch {
 		case err != nil && !errors.As(err, &se):
 			return res, err
@@ -182,9 +190,10 @@ func (q *Queue) bulkWalk(ctx context.Context, o ListOpts, to func(*Job, time.Tim
 		}
 		for s, ids := range byShard {
 			for chunk := range slices.Chunk(ids, q.cfg.MaxBatch) {
-				done, skipped, err := q.bulkChunk(ctx, s, chunk, o, to, notify)
+				done, skipped, unconfirmed, err := q.bulkChunk(ctx, s, chunk, o, to, notify)
 				res.Done += done
 				res.Skipped += skipped
+				res.Unconfirmed += unconfirmed
 				if err != nil {
 					return res, err
 				}
@@ -202,21 +211,31 @@ func (q *Queue) bulkWalk(ctx context.Context, o ListOpts, to func(*Job, time.Tim
 
 // bulkChunk runs bulkTxn on ids, then one job at a time if the batch kept
 // conflicting with others' writes, so one busy job does not hold back the
-// rest.
-func (q *Queue) bulkChunk(ctx context.Context, s int, ids []string, o ListOpts, to func(*Job, time.Time) *Job, notify string) (done, skipped int, err error) {
+// rest. unconfirmed counts the jobs of done that its last transaction
+// changed on the master only (ErrNotReplicated), where it stopped.
+func (q *Queue) bulkChunk(ctx context.Context, s int, ids []string, o ListOpts, to func(*Job, time.Time) *Job, notify string) (done, skipped, unconfirmed int, err error) {
 	done, skipped, err = q.bulkTxn(ctx, s, ids, o, to, notify)
 	if !errors.Is(err, ErrConflict) || len(ids) == 1 {
-		return done, skipped, err
+		return done, skipped, masterOnly(done, err), err
 	}
 	done, skipped = 0, 0
 	for _, id := range ids {
 		d, sk, err := q.bulkTxn(ctx, s, []string{id}, o, to, notify)
 		done, skipped = done+d, skipped+sk
 		if err != nil {
-			return done, skipped, err
+			return done, skipped, masterOnly(d, err), err
 		}
 	}
-	return done, skipped, nil
+	return done, skipped, 0, nil
+}
+
+// masterOnly is how many of the done jobs of a transaction that ended in
+// err are on the master only: all of them when err is ErrNotReplicated.
+func masterOnly(done int, err error) int {
+	if errors.Is(err, ErrNotReplicated) {
+		return done
+	}
+	return 0
 }
 
 // bulkTxn applies a bulk transition to the jobs ids of one shard in one

@@ -265,3 +265,42 @@ func TestCancelPendingReachesParkedJobPulledBack(t *testing.T) {
 	require.Equal(t, StateCanceled, j.State, "w was pending when CancelPending started, and no claim took it")
 	require.Equal(t, MaxListLimit+1, res.Done)
 }
+
+// A bulk action whose transaction the replicas did not confirm stops
+// there, and its result says how many of the jobs it did were applied on
+// the master only: the earlier transactions were confirmed, the rest was
+// not done. Here the replica stops before the second of three batches.
+func TestBulkActionCountsTheJobsAppliedOnTheMasterOnly(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond, MaxBatch: 2})
+	for i := range 6 {
+		_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("j%d", i)})
+		require.NoError(t, err)
+	}
+	var execs atomic.Int32
+	var thaw func()
+	r.master.AddHook(pipeHook(func(_ context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "exec" && execs.Add(1) == 2 {
+				thaw = r.freeze(t)
+			}
+		}
+		return nil
+	}))
+	res, err := r.q.CancelPending(r.ctx, "")
+	require.ErrorIs(t, err, ErrNotReplicated)
+	var be *BulkError
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, BulkResult{Done: 4, Unconfirmed: 2}, res)
+	require.Equal(t, res, be.Result)
+	require.Contains(t, err.Error(), "cancel: 4 done (2 of them applied on the master only, not confirmed by the replicas), 0 skipped")
+	require.NotNil(t, thaw, "the replica was stopped")
+	thaw()
+	canceled := 0
+	for i := range 6 {
+		if state(t, r.q, fmt.Sprintf("j%d", i)) == StateCanceled {
+			canceled++
+		}
+	}
+	require.Equal(t, 4, canceled, "the 2 jobs of the unconfirmed batch are canceled on the master")
+}

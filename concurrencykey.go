@@ -598,14 +598,17 @@ func (q *Queue) SetConcurrencyLimit(ctx context.Context, key string, n int) erro
 // ConcurrencyInfo is where a concurrency key stands.
 type ConcurrencyInfo struct {
 	Key     string // the concurrency key
-	Limit   int    // its limit: its own, or Config.ConcurrencyLimit
-	Own     bool   // the limit was set by SetConcurrencyLimit
+	Limit   int    // its limit: its own, or else this Queue's Config.ConcurrencyLimit
+	Own     bool   // the limit was set by SetConcurrencyLimit, and is stored in Redis
 	Active  int    // leases that have not run out
 	Waiting int    // jobs listed as waiting for a slot
 }
 
 // Concurrency reads where concurrency key key stands: its limit, its
-// active leases and its waiting jobs. One round trip: a plain GET, no
+// active leases and its waiting jobs. A key without a limit of its own
+// (Own false) is held by the Config.ConcurrencyLimit of each worker's
+// Queue, which Redis does not store: Limit is then this Queue's, which
+// says nothing of the workers' unless every process has the same. One round trip: a plain GET, no
 // WATCH (which would cost an UNWATCH), and leases counted by the estimate
 // of Redis's clock, as Stats counts due jobs.
 func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, error) {

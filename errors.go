@@ -293,7 +293,11 @@ type BulkError struct {
 
 func (e *BulkError) Error() string {
 	r := e.Result
-	done := fmt.Sprintf("jobkey: %s: %d done, %d skipped, %d unreadable", e.Op, r.Done, r.Skipped, r.Unreadable)
+	unconfirmed := ""
+	if r.Unconfirmed > 0 {
+		unconfirmed = fmt.Sprintf(" (%d of them applied on the master only, not confirmed by the replicas)", r.Unconfirmed)
+	}
+	done := fmt.Sprintf("jobkey: %s: %d done%s, %d skipped, %d unreadable", e.Op, r.Done, unconfirmed, r.Skipped, r.Unreadable)
 	why := strings.TrimPrefix(e.Err.Error(), "jobkey: ") // "jobkey: " once
 	var se *ShardsError
 	if errors.As(e.Err, &se) {

@@ -228,6 +228,37 @@ func ExampleQueue_CancelPending() {
 	// Output: canceled 4, still pending 1
 }
 
+// With MinReplicas, a bulk action stops at the first transaction the
+// replicas did not confirm, and Unconfirmed counts the jobs it changed on
+// the master only. Here the server has no replica, so nothing is
+// confirmed; canceling a job again waits for the replicas again, and says
+// so, rather than report a cancel a failover could still undo.
+func ExampleBulkResult_unconfirmed() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	cfg := exampleConfig("bulkunconfirmed")
+	cfg.MinReplicas = 1
+	cfg.ReplicaTimeout = 50 * time.Millisecond
+	q, err := jobkey.NewQueue(rdb, "sms", cfg)
+	if err != nil {
+		panic(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		q.Enqueue(ctx, "promo", nil, &jobkey.EnqueueOpts{ID: id}) // applied on the master, unconfirmed
+	}
+
+	res, err := q.CancelPending(ctx, "promo")
+	fmt.Println("not replicated:", errors.Is(err, jobkey.ErrNotReplicated))
+	fmt.Printf("done %d, on the master only %d\n", res.Done, res.Unconfirmed)
+	_, err = q.Cancel(ctx, "a")
+	fmt.Println("cancel again:", errors.Is(err, jobkey.ErrNotReplicated))
+	// Output:
+	// not replicated: true
+	// done 3, on the master only 3
+	// cancel again: true
+}
+
 // DeleteFinished deletes the jobs of one finished state at once, rather
 // than waiting for their retention to expire.
 func ExampleQueue_DeleteFinished() {

@@ -212,8 +212,12 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 			return nil, err
 		}
 		if next == nil {
+			// The job is as asked already, maybe by this caller's own
+			// write, unconfirmed: with MinReplicas the answer waits for
+			// the replicas too, so it never reports what a failover may
+			// still undo.
 			out = &old
-			return nil, nil
+			return &casPlan{confirm: true}, nil
 		}
 		if next.State == StatePending {
 			// Not claimable while the last run may go on (lastrun.go).

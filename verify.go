@@ -162,7 +162,11 @@ func (q *Queue) verifyShard(ctx context.Context, shard int, o VerifyOpts, now ti
 		for _, f := range found {
 			if o.Fix {
 				if err := q.rederive(ctx, shard, f.ID); err != nil {
-					return wrapf(err, "verify: fix %q", f.ID)
+					// Found all the same: reported, not Fixed. A fix the
+					// replicas did not confirm (ErrNotReplicated) was
+					// written on the master only.
+					rep.Findings = append(rep.Findings, f)
+					return wrapf(err, "verify: fix of job %q", f.ID)
 				}
 				f.Fixed = true
 			}

@@ -330,3 +330,20 @@ func TestVerifyFixSetsPriorityFlagOfRebuiltEntry(t *testing.T) {
 	require.NoError(t, err, "the repaired priority job is claimable")
 	require.Equal(t, j.ID, c.ID)
 }
+
+// A fix the replicas did not confirm was written on the master only: the
+// finding is still reported, not Fixed, beside the error that says so.
+func TestVerifyReportsAFindingWhoseFixWasNotConfirmed(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "unlisted"})
+	require.NoError(t, err)
+	require.NoError(t, r.master.ZRem(r.ctx, r.q.Keys("unlisted").Ready, "unlisted").Err())
+	_ = r.freeze(t)
+	rep, err := r.q.Verify(r.ctx, &VerifyOpts{Keys: true, Fix: true})
+	require.ErrorIs(t, err, ErrNotReplicated)
+	require.Contains(t, err.Error(), `verify: fix of job "unlisted"`)
+	require.Len(t, rep.Findings, 1)
+	require.Equal(t, "unlisted", rep.Findings[0].ID)
+	require.False(t, rep.Findings[0].Fixed)
+}

@@ -42,6 +42,9 @@ func typeNote(typ string) string {
 
 func bulkNote(verb string, n jobkey.BulkResult) string {
 	s := fmt.Sprintf("%s %d", verb, n.Done)
+	if n.Unconfirmed > 0 {
+		s += fmt.Sprintf("; %d of them on the master only", n.Unconfirmed)
+	}
 	if n.Skipped > 0 {
 		s += fmt.Sprintf("; %d skipped (changed state in between, or unreadable)", n.Skipped)
 	}
@@ -61,30 +64,64 @@ func shardsDone(what string, err error) string {
 	return fmt.Sprintf("%s on %d of %d shards.", what, se.Of-len(se.Shards), se.Of)
 }
 
+// masterOnly is what an action on one job that ended in err did: done
+// (such as "Job x canceled") when the replicas did not confirm it, so that
+// the answer says it was applied on the master only; else "", nothing.
+func masterOnly(done string, err error) string {
+	if errors.Is(err, jobkey.ErrNotReplicated) {
+		return done
+	}
+	return ""
+}
+
+// notConfirmed says why a write the replicas did not confirm (err matches
+// ErrNotReplicated) is not safe.
+func notConfirmed(err error) string {
+	var re *jobkey.ReplicationError
+	if !errors.As(err, &re) {
+		return oneLine(err)
+	}
+	s := fmt.Sprintf("%d of %d replicas confirmed the write within %v, so a failover now may undo it.", re.Acked, re.Want, re.Timeout)
+	if re.Err != nil {
+		s += " " + oneLine(re.Err)
+	}
+	return s
+}
+
+// flagsNotWaited is what a pause or resume adds to its message when the
+// handler's writes wait for replicas: jobkey waits for them on the writes
+// of jobs, not on the pause flags, and the UI does not imply it did.
+func (h *Handler) flagsNotWaited(what string) string {
+	if h.minReplicas == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" Not confirmed by the replicas: jobkey does not wait for them on a %s (only on the writes of jobs), so a failover before they copy it may undo it.", what)
+}
+
 // actions are the handler's POST endpoints, by path under "action/".
 func (h *Handler) actions() map[string]http.Handler {
 	byPath := map[string]action{
 		"retry": func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			j, err := q.Retry(ctx, f.id)
 			if err != nil {
-				return "", "", err
+				return masterOnly(fmt.Sprintf("Job %s retried", short(f.id, 80)), err), f.jobPage(), err
 			}
 			return fmt.Sprintf("Job %s retried: it is %s.", short(f.id, 80), j.State), f.jobPage(), nil
 		},
 		"cancel": func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			j, err := q.Cancel(ctx, f.id)
 			if err != nil {
-				return "", "", err
+				return masterOnly(fmt.Sprintf("Job %s canceled", short(f.id, 80)), err), f.jobPage(), err
 			}
 			return fmt.Sprintf("Job %s canceled: it is %s.", short(f.id, 80), j.State), f.jobPage(), nil
 		},
 		"delete": func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
-			if err := q.Delete(ctx, f.id); err != nil {
-				return "", "", err
-			}
 			back := f.state
 			if _, ok := parseState(back); !ok {
 				back = ""
+			}
+			if err := q.Delete(ctx, f.id); err != nil {
+				return masterOnly(fmt.Sprintf("Job %s deleted", short(f.id, 80)), err), f.queuePage(back), err
 			}
 			return fmt.Sprintf("Job %s deleted.", short(f.id, 80)), f.queuePage(back), nil
 		},
@@ -92,13 +129,13 @@ func (h *Handler) actions() map[string]http.Handler {
 			if err := q.Pause(ctx); err != nil {
 				return shardsDone("Queue paused", err), f.queuePage(f.state), err
 			}
-			return "Queue paused: workers take no new jobs; enqueues still land.", f.queuePage(f.state), nil
+			return "Queue paused: workers take no new jobs; enqueues still land." + h.flagsNotWaited("pause"), f.queuePage(f.state), nil
 		},
 		"resume": func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			if err := q.Resume(ctx); err != nil {
 				return shardsDone("Queue resumed", err), f.queuePage(f.state), err
 			}
-			return "Queue resumed.", f.queuePage(f.state), nil
+			return "Queue resumed." + h.flagsNotWaited("resume"), f.queuePage(f.state), nil
 		},
 		"retry-failed": bulk(func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			n, err := q.RetryFailed(ctx, f.typ)

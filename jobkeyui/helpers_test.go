@@ -215,3 +215,66 @@ func formQueues(body string) []string {
 	}
 	return out
 }
+
+// replicatedFixture is the queue "mails", with pending jobs p1 to p4 of
+// type "welcome", on the master of a master and one replica of its own,
+// and a UI over it opened with o.
+type replicatedFixture struct {
+	*fixture
+	set     *redistest.Replicated
+	replica *redis.Client
+}
+
+func newReplicatedFixture(t *testing.T, o Options) *replicatedFixture {
+	t.Helper()
+	set := redistest.StartReplicated(t, 1)
+	f := &fixture{rdb: redistest.ClientFor(t, set.Master.URL(), nil), prefix: redistest.Prefix(t)}
+	var err error
+	if f.q, err = jobkey.NewQueue(f.rdb, "mails", &jobkey.Config{Prefix: f.prefix}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"p1", "p2", "p3", "p4"} {
+		if _, err := f.q.Enqueue(context.Background(), "welcome", nil, &jobkey.EnqueueOpts{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.Prefix = f.prefix
+	if f.h, err = New(f.rdb, o); err != nil {
+		t.Fatal(err)
+	}
+	f.srv = httptest.NewServer(f.h)
+	t.Cleanup(f.srv.Close)
+	return &replicatedFixture{fixture: f, set: set, replica: redistest.ClientFor(t, set.Replicas[0].URL(), nil)}
+}
+
+// freeze stops the replica's process until thaw, or the test's end.
+func (f *replicatedFixture) freeze(t *testing.T) (thaw func()) {
+	t.Helper()
+	s := f.set.Replicas[0]
+	if err := s.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Thaw() })
+	return func() {
+		if err := s.Thaw(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.set.WaitSynced(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// onReplica is the state of job id as the replica holds it.
+func (f *replicatedFixture) onReplica(t *testing.T, id string) jobkey.State {
+	t.Helper()
+	b, err := f.replica.Get(context.Background(), f.q.Keys(id).Job).Bytes()
+	if err != nil {
+		t.Fatalf("job %s on the replica: %v", id, err)
+	}
+	var j jobkey.Job
+	if err := jobkey.Unmarshal(b, &j); err != nil {
+		t.Fatal(err)
+	}
+	return j.State
+}

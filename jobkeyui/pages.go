@@ -141,8 +141,10 @@ type errorData struct {
 	Status  string
 	Message string
 	// Done says what an action did before its error; Missing names the
-	// shards it could not read; Back is the page to go back to.
-	Done, Missing, Back string
+	// shards it could not read; MasterOnly says what it applied on the
+	// master only, which the replicas did not confirm; Back is the page to
+	// go back to.
+	Done, Missing, MasterOnly, Back string
 }
 
 // fail answers with the error page: code and one line saying why.
@@ -166,6 +168,16 @@ func (h *Handler) failPartial(w http.ResponseWriter, r *http.Request, err error,
 	var missing *jobkey.ShardsError
 	if errors.As(err, &missing) {
 		d.Missing = missingNote(missing)
+	}
+	var bulk *jobkey.BulkError
+	switch {
+	case !errors.Is(err, jobkey.ErrNotReplicated):
+	case errors.As(err, &bulk):
+		// done counts them; the earlier ones were confirmed.
+		d.MasterOnly = fmt.Sprintf("%d of them were applied on the master only: %s", bulk.Result.Unconfirmed, notConfirmed(err))
+	default:
+		p.Title, d.Done = "Applied on the master only", ""
+		d.MasterOnly = done + " on the master only: " + notConfirmed(err)
 	}
 	p.Data = d
 	h.render(w, r, h.pages.errPage, code, p)

@@ -28,12 +28,17 @@ func (h *Handler) queue(ctx context.Context, name string) (*jobkey.Queue, error)
 	if o, ok := h.queues[name]; ok && o.shards == shards {
 		return o.q, nil
 	}
-	q, err := jobkey.NewQueue(h.rdb, name, &jobkey.Config{Prefix: h.prefix, Shards: shards})
+	q, err := jobkey.NewQueue(h.rdb, name, h.config(shards))
 	if err != nil {
 		return nil, err
 	}
 	h.queues[name] = openQueue{q: q, shards: shards}
 	return q, nil
+}
+
+// config is the Config the handler opens a queue of shards with.
+func (h *Handler) config(shards int) *jobkey.Config {
+	return &jobkey.Config{Prefix: h.prefix, Shards: shards, MinReplicas: h.minReplicas, ReplicaTimeout: h.replicaTimeout}
 }
 
 // openQueue is a Queue the handler opened, with the shard count it was
@@ -47,6 +52,10 @@ type openQueue struct {
 func status(err error) int {
 	var se *jobkey.StateError
 	switch {
+	case errors.Is(err, jobkey.ErrNotReplicated):
+		// Applied on the master, which answered; the replicas did not
+		// confirm it.
+		return http.StatusServiceUnavailable
 	case errors.Is(err, jobkey.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, jobkey.ErrUnreachable):

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jobkey/jobkey"
 	"github.com/redis/go-redis/v9"
@@ -50,6 +51,14 @@ type Options struct {
 	CSRFKey []byte
 	// Logger receives the errors answered with 500 (default slog.Default()).
 	Logger *slog.Logger
+	// MinReplicas and ReplicaTimeout are the Config.MinReplicas and
+	// Config.ReplicaTimeout of the queues the handler opens: every action
+	// that writes a job waits until that many replicas confirm it, as the
+	// service's own writes do. One they do not confirm in time answers
+	// with an error page that says it was applied on the master only
+	// (default: 0, no wait; ReplicaTimeout 1s).
+	MinReplicas    int
+	ReplicaTimeout time.Duration
 }
 
 // Handler is the web UI. It is safe for concurrent use.
@@ -61,8 +70,12 @@ type Handler struct {
 	pageSize int
 	csrfKey  []byte
 	log      *slog.Logger
-	mux      *http.ServeMux
-	pages    *pages
+	// minReplicas and replicaTimeout are the Options', for the queues the
+	// handler opens.
+	minReplicas    int
+	replicaTimeout time.Duration
+	mux            *http.ServeMux
+	pages          *pages
 
 	mu     sync.Mutex
 	queues map[string]openQueue // opened queues, by name
@@ -77,9 +90,16 @@ func New(rdb redis.UniversalClient, o Options) (*Handler, error) {
 	h := &Handler{
 		rdb: rdb, prefix: o.Prefix, readOnly: o.ReadOnly, pageSize: o.PageSize,
 		log: o.Logger, queues: map[string]openQueue{},
+		minReplicas: o.MinReplicas, replicaTimeout: o.ReplicaTimeout,
 	}
 	if h.prefix == "" {
 		h.prefix = "jobkey"
+	}
+	// The queues are opened per request; a setting jobkey refuses (the
+	// prefix, the replicas) is refused now, as jobkey would refuse it.
+	// NewQueue does not talk to Redis.
+	if _, err := jobkey.NewQueue(rdb, "jobkeyui", h.config(1)); err != nil {
+		return nil, err
 	}
 	if h.pageSize == 0 {
 		h.pageSize = 50

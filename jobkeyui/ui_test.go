@@ -997,3 +997,61 @@ func TestPauseOnSomeShardsSaysWhichItDid(t *testing.T) {
 	require.Contains(t, body, `<p class="flash" id="done">Done in part: Queue paused on 3 of 4 shards.</p>`)
 	require.Contains(t, body, `<p class="error" id="missing">1 of 4 shards could not be written: [2].</p>`)
 }
+
+// With Options.MinReplicas, an action the replicas did not confirm
+// answers with an error page that says it was applied on the master only,
+// never with a success; a bulk action says how many of its jobs were. Once
+// the replica is back, the same action succeeds, and the replica holds
+// what it did when it answers.
+func TestActionTheReplicasDidNotConfirmIsMasterOnly(t *testing.T) {
+	t.Parallel()
+	f := newReplicatedFixture(t, Options{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond, Logger: discardLogger()})
+	ctx := context.Background()
+	c := f.client(t)
+	tok := f.token(t, c)
+	thaw := f.freeze(t)
+
+	resp, body := f.post(t, c, "cancel", url.Values{"csrf": {tok}, "queue": {"mails"}, "id": {"p1"}})
+	wantStatus(t, resp, body, http.StatusServiceUnavailable)
+	require.Contains(t, body, `<p class="error" id="master-only">Job p1 canceled on the master only: `+
+		`0 of 1 replicas confirmed the write within 200ms, so a failover now may undo it.`)
+	require.NotContains(t, body, "Done in part")
+	require.Empty(t, resp.Header.Get("Location"))
+	j, err := f.q.Get(ctx, "p1")
+	require.NoError(t, err)
+	require.Equal(t, jobkey.StateCanceled, j.State, "applied on the master, as the page says")
+
+	resp, body = f.post(t, c, "cancel-pending", url.Values{"csrf": {tok}, "queue": {"mails"}, "confirm": {"yes"}})
+	wantStatus(t, resp, body, http.StatusServiceUnavailable)
+	require.Contains(t, body, `<p class="flash" id="done">Done in part: Canceled pending jobs: 3; 3 of them on the master only.</p>`)
+	require.Contains(t, body, `<p class="error" id="master-only">3 of them were applied on the master only: `+
+		`0 of 1 replicas confirmed the write within 200ms, so a failover now may undo it.`)
+
+	// A pause is not waited for: the flash says so.
+	resp, body = f.post(t, c, "pause", url.Values{"csrf": {tok}, "queue": {"mails"}})
+	wantStatus(t, resp, body, http.StatusSeeOther)
+	_, body = f.fetch(t, c, resp.Header.Get("Location"))
+	require.Contains(t, body, "Queue paused: workers take no new jobs; enqueues still land. Not confirmed by the replicas")
+
+	thaw()
+	resp, body = f.post(t, c, "cancel", url.Values{"csrf": {tok}, "queue": {"mails"}, "id": {"p1"}})
+	wantStatus(t, resp, body, http.StatusSeeOther)
+	require.Equal(t, jobkey.StateCanceled, f.onReplica(t, "p1"))
+	resp, body = f.post(t, c, "retry", url.Values{"csrf": {tok}, "queue": {"mails"}, "id": {"p2"}})
+	wantStatus(t, resp, body, http.StatusSeeOther)
+	require.Equal(t, jobkey.StatePending, f.onReplica(t, "p2"), "the retry is on the replica when the UI answers")
+}
+
+// The UI's queues use Options.MinReplicas and ReplicaTimeout, which New
+// checks as jobkey.Config does.
+func TestNewRefusesABadReplicaSetting(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { rdb.Close() })
+	for _, o := range []Options{{MinReplicas: -1}, {MinReplicas: 65}, {MinReplicas: 1, ReplicaTimeout: 2 * time.Minute}} {
+		_, err := New(rdb, o)
+		require.ErrorIs(t, err, jobkey.ErrInvalid, "%+v", o)
+	}
+	_, err := New(rdb, Options{MinReplicas: 2, ReplicaTimeout: 3 * time.Second})
+	require.NoError(t, err)
+}

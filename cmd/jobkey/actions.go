@@ -89,10 +89,13 @@ var errNotConfirmed = errors.New("nothing changed: add -yes to do it")
 
 // jobOutcome is what an action did to one job, as -json prints it.
 type jobOutcome struct {
-	ID    string `json:"id"`
-	OK    bool   `json:"ok"`
-	State string `json:"state,omitempty"` // the state the job was left in
-	Error string `json:"error,omitempty"`
+	ID string `json:"id"`
+	OK bool   `json:"ok"` // done, and with -min-replicas confirmed by the replicas
+	// MasterOnly is set when the job was done on the master only: the
+	// replicas did not confirm it, and Error says how many did.
+	MasterOnly bool   `json:"master_only,omitempty"`
+	State      string `json:"state,omitempty"` // the state the job was left in
+	Error      string `json:"error,omitempty"`
 }
 
 // bulkOutcome is what a bulk action did, as -json prints it.
@@ -103,6 +106,10 @@ type bulkOutcome struct {
 	Done       int    `json:"done"`
 	Skipped    int    `json:"skipped"`
 	Unreadable int    `json:"unreadable"`
+	// MasterOnly counts the jobs of Done whose write the replicas did not
+	// confirm (-min-replicas): done on the master only, where the action
+	// stopped.
+	MasterOnly int `json:"master_only"`
 	// MissingShards are the shards that could not be read, whose jobs
 	// were left as they are; Error says why the action did not do
 	// everything.
@@ -118,7 +125,7 @@ func (a action) run(ctx context.Context, args []string, stdout, stderr io.Writer
 		typ, stateName   string
 		state            = a.states[0]
 	)
-	q, ids, closeQ, err := liveQueueOperands(ctx, a.name, args, stderr, func(fs *flag.FlagSet) {
+	q, ids, closeQ, err := liveQueueOperands(ctx, a.name, args, stderr, &replicaFlags{}, func(fs *flag.FlagSet) {
 		fs.BoolVar(&all, "all", false, fmt.Sprintf("%s every %s job (of -type), instead of the IDs given", a.name, a.allStates()))
 		fs.StringVar(&typ, "type", "", "with -all: only jobs of this type (default: every type)")
 		fs.BoolVar(&yes, "yes", false, "with -all: do it (without -yes it only says what it would do)")
@@ -170,34 +177,42 @@ func (a action) allStates() string {
 }
 
 // runIDs acts on each job of ids in turn, prints what became of each, and
-// fails with the first error when any job could not be acted on. A single
-// ID that fails prints nothing but the error.
+// fails with the first error when any job could not be acted on, or was
+// acted on on the master only (its replicas did not confirm the write). A
+// single ID that fails prints nothing but the error.
 func (a action) runIDs(ctx context.Context, q *jobkey.Queue, ids []string, asJSON bool, stdout io.Writer) error {
 	outcomes := make([]jobOutcome, 0, len(ids))
 	var first error
-	failed := 0
+	failed, unsafe := 0, 0
 	for _, id := range ids {
 		st, err := a.one(ctx, q, id)
+		err = masterOnly(fmt.Sprintf("%s: job %q %s", a.name, id, a.past), err)
 		o := jobOutcome{ID: id, OK: err == nil, State: st}
-		if err != nil {
+		switch {
+		case errors.Is(err, jobkey.ErrNotReplicated):
+			o.MasterOnly, o.Error = true, notConfirmed(err)
+			unsafe++
+		case err != nil:
 			o.Error = err.Error()
 			failed++
-			if first == nil {
-				first = err
-			}
+		}
+		if first == nil {
+			first = err
 		}
 		outcomes = append(outcomes, o)
 	}
 	if len(ids) == 1 && first != nil {
 		return first // its one line says it all
 	}
+	done := len(ids) - failed // as a bulk action counts: unsafe are done, on the master only
 	if asJSON {
 		if err := writeJSON(stdout, struct {
-			Action string       `json:"action"`
-			Done   int          `json:"done"`
-			Failed int          `json:"failed"`
-			Jobs   []jobOutcome `json:"jobs"`
-		}{a.name, len(ids) - failed, failed, outcomes}); err != nil {
+			Action     string       `json:"action"`
+			Done       int          `json:"done"`
+			MasterOnly int          `json:"master_only"`
+			Failed     int          `json:"failed"`
+			Jobs       []jobOutcome `json:"jobs"`
+		}{a.name, done, unsafe, failed, outcomes}); err != nil {
 			return err
 		}
 	} else {
@@ -205,6 +220,8 @@ func (a action) runIDs(ctx context.Context, q *jobkey.Queue, ids []string, asJSO
 		fmt.Fprintln(stdout, "|---|---|")
 		for _, o := range outcomes {
 			switch {
+			case o.MasterOnly:
+				fmt.Fprintf(stdout, "| %s | %s on the master only: %s |\n", cell(o.ID, 0), a.past, cell(o.Error, 0))
 			case !o.OK:
 				fmt.Fprintf(stdout, "| %s | not %s: %s |\n", cell(o.ID, 0), a.past, cell(o.Error, 0))
 			case o.State != "":
@@ -213,12 +230,24 @@ func (a action) runIDs(ctx context.Context, q *jobkey.Queue, ids []string, asJSO
 				fmt.Fprintf(stdout, "| %s | %s |\n", cell(o.ID, 0), a.past)
 			}
 		}
-		fmt.Fprintf(stdout, "\n%s: %d done, %d failed\n", a.name, len(ids)-failed, failed)
+		of := ""
+		if unsafe > 0 {
+			of = fmt.Sprintf(" (%d of them on the master only)", unsafe)
+		}
+		fmt.Fprintf(stdout, "\n%s: %d done%s, %d failed\n", a.name, done, of, failed)
 	}
-	if failed == 0 {
+	switch {
+	case failed == 0 && unsafe == 0:
 		return nil
+	case unsafe == 0:
+		return fmt.Errorf("%s: %d of %d jobs not %s; the first: %w", a.name, failed, len(ids), a.past, first)
 	}
-	return fmt.Errorf("%s: %d of %d jobs not %s; the first: %w", a.name, failed, len(ids), a.past, first)
+	notDone := ""
+	if failed > 0 {
+		notDone = fmt.Sprintf(", and %d not %s", failed, a.past)
+	}
+	return fmt.Errorf("%s: %d of %d jobs %s on the master only, not confirmed by the replicas%s; the first: %w",
+		a.name, unsafe, len(ids), a.past, notDone, first)
 }
 
 // runAll acts on every job of state s (and type typ) when yes confirms it;
@@ -245,7 +274,7 @@ func (a action) runAll(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ
 	res, err := a.bulk(ctx, q, s, typ)
 	if asJSON {
 		out := bulkOutcome{Action: a.name, State: s.String(), Type: typ,
-			Done: res.Done, Skipped: res.Skipped, Unreadable: res.Unreadable, Error: errText(err)}
+			Done: res.Done, Skipped: res.Skipped, Unreadable: res.Unreadable, MasterOnly: res.Unconfirmed, Error: errText(err)}
 		var missing *jobkey.ShardsError
 		if errors.As(err, &missing) {
 			out.MissingShards = missing.Shards
@@ -254,9 +283,9 @@ func (a action) runAll(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ
 			return jerr
 		}
 	} else {
-		fmt.Fprintln(stdout, "| action | state | type | done | skipped | unreadable |")
-		fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
-		fmt.Fprintf(stdout, "| %s | %s | %s | %d | %d | %d |\n", a.name, s, orDash(cell(typ, 0)), res.Done, res.Skipped, res.Unreadable)
+		fmt.Fprintln(stdout, "| action | state | type | done | skipped | unreadable | done on the master only |")
+		fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|")
+		fmt.Fprintf(stdout, "| %s | %s | %s | %d | %d | %d | %d |\n", a.name, s, orDash(cell(typ, 0)), res.Done, res.Skipped, res.Unreadable, res.Unconfirmed)
 	}
 	return err
 }
@@ -308,7 +337,7 @@ func count(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ string) (in
 func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
 	set := -1
-	q, ops, closeQ, err := liveQueueOperands(ctx, "limit", args, stderr, func(fs *flag.FlagSet) {
+	q, ops, closeQ, err := liveQueueOperands(ctx, "limit", args, stderr, &replicaFlags{}, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print one JSON document instead of a line")
 	}, func(ops []string) error {
 		switch len(ops) {
@@ -317,7 +346,8 @@ func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case 2:
 			n, err := strconv.Atoi(ops[1])
 			if err != nil || n < 0 || n > jobkey.MaxConcurrencyLimit {
-				return fmt.Errorf("limit: the limit must be 0..%d (0: the queue's default), got %q", jobkey.MaxConcurrencyLimit, ops[1])
+				return fmt.Errorf("limit: the limit must be 0..%d (0: none of its own, so each worker's Config.ConcurrencyLimit holds the key), got %q",
+					jobkey.MaxConcurrencyLimit, ops[1])
 			}
 			set = n
 			return nil
@@ -330,35 +360,46 @@ func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer closeQ()
 	if set >= 0 {
 		if err := q.SetConcurrencyLimit(ctx, ops[0], set); err != nil {
-			return err
+			return masterOnly(fmt.Sprintf("limit: the limit of key %q set", ops[0]), err)
 		}
 	}
 	info, err := q.Concurrency(ctx, ops[0])
 	if err != nil {
 		return err
 	}
+	// A key without a limit of its own is held by each worker's
+	// Config.ConcurrencyLimit, which Redis does not store: the command's
+	// own default would say nothing of the workers', so it says none.
+	var limit *int
+	if info.Own {
+		limit = &info.Limit
+	}
 	if asJSON {
 		return writeJSON(stdout, struct {
 			Queue   string `json:"queue"`
 			Key     string `json:"key"`
-			Limit   int    `json:"limit"`
+			Limit   *int   `json:"limit"` // null: none of its own
 			Default bool   `json:"default"`
 			Active  int    `json:"active"`
 			Waiting int    `json:"waiting"`
-		}{q.Name(), info.Key, info.Limit, !info.Own, info.Active, info.Waiting})
+		}{q.Name(), info.Key, limit, !info.Own, info.Active, info.Waiting})
 	}
-	own := "its own"
+	held := fmt.Sprintf("limit %d (its own)", info.Limit)
 	if !info.Own {
-		own = "the queue's default"
+		// info.Limit is then the command's own Config.ConcurrencyLimit,
+		// left at jobkey's default.
+		held = fmt.Sprintf("no limit of its own, so each worker's Config.ConcurrencyLimit holds it (not stored in Redis: this command cannot tell it; jobkey's default is %d)",
+			info.Limit)
 	}
-	fmt.Fprintf(stdout, "key %s of queue %q: limit %d (%s), %d active, %d waiting\n", line(info.Key), q.Name(), info.Limit, own, info.Active, info.Waiting)
+	fmt.Fprintf(stdout, "key %s of queue %q: %s, %d active, %d waiting\n", line(info.Key), q.Name(), held, info.Active, info.Waiting)
 	return nil
 }
 
 // pauseCmd pauses (or with resume, resumes) a queue's claims.
 func pauseCmd(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
-	q, closeQ, err := liveQueue(ctx, name, args, stderr, func(fs *flag.FlagSet) {
+	rf := &replicaFlags{}
+	q, closeQ, err := liveQueue(ctx, name, args, stderr, rf, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print one JSON document instead of a line")
 	})
 	if err != nil {
@@ -374,16 +415,26 @@ func pauseCmd(ctx context.Context, name string, args []string, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	// jobkey waits for replicas on the writes of jobs, not on the pause
+	// flags: asked to wait, the command says so rather than imply it did.
+	note := ""
+	if rf.setting.minReplicas > 0 {
+		note = fmt.Sprintf("not confirmed by the replicas: jobkey does not wait for them on a %s (only on the writes of jobs), so a failover before they copy it may undo it; jobkey stats shows how far behind they are", name)
+	}
 	if asJSON {
 		return writeJSON(stdout, struct {
 			Queue  string `json:"queue"`
 			Paused bool   `json:"paused"`
-		}{q.Name(), paused})
+			Note   string `json:"note,omitempty"`
+		}{q.Name(), paused, note})
 	}
 	if paused {
 		fmt.Fprintf(stdout, "queue %q paused: workers take no new jobs until resume; jobs in flight finish, enqueues are accepted\n", q.Name())
 	} else {
 		fmt.Fprintf(stdout, "queue %q resumed\n", q.Name())
+	}
+	if note != "" {
+		fmt.Fprintf(stdout, "%s %s\n", name, note)
 	}
 	return nil
 }

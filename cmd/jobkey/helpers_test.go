@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/redistest"
@@ -141,4 +142,54 @@ func requireNoSecret(t *testing.T, what string, err error, outs ...string) {
 		all += "\n" + err.Error() + "\n" + oneLine(err)
 	}
 	require.NotContains(t, all, secret, what)
+}
+
+// replicatedFixture is the queue "mail" on the master of a master and one
+// replica of its own, with a client of the replica.
+type replicatedFixture struct {
+	*fixture
+	set     *redistest.Replicated
+	replica *redis.Client
+}
+
+func newReplicatedFixture(t *testing.T) *replicatedFixture {
+	t.Helper()
+	set := redistest.StartReplicated(t, 1)
+	rdb := redistest.ClientFor(t, set.Master.URL(), nil)
+	prefix := redistest.Prefix(t)
+	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix})
+	require.NoError(t, err)
+	return &replicatedFixture{
+		fixture: &fixture{t: t, ctx: context.Background(), rdb: rdb, q: q, url: set.Master.URL(), prefix: prefix},
+		set:     set, replica: redistest.ClientFor(t, set.Replicas[0].URL(), nil),
+	}
+}
+
+// freeze stops the replica's process until thaw, or the test's end: the
+// master's writes reach it no more, and it confirms none.
+func (f *replicatedFixture) freeze() (thaw func()) {
+	f.t.Helper()
+	s := f.set.Replicas[0]
+	require.NoError(f.t, s.Freeze())
+	f.t.Cleanup(func() { _ = s.Thaw() })
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			require.NoError(f.t, s.Thaw())
+			require.NoError(f.t, f.set.WaitSynced(10*time.Second))
+		})
+	}
+}
+
+// onReplica is job id as the replica holds it; nil when it holds none.
+func (f *replicatedFixture) onReplica(id string) *jobkey.Job {
+	f.t.Helper()
+	b, err := f.replica.Get(f.ctx, f.q.Keys(id).Job).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	require.NoError(f.t, err)
+	j := new(jobkey.Job)
+	require.NoError(f.t, jobkey.Unmarshal(b, j))
+	return j
 }

@@ -39,7 +39,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		asJSON                 bool
 		state                  jobkey.State
 	)
-	q, _, closeQ, err := liveQueueOperands(ctx, "ls", args, stderr, func(fs *flag.FlagSet) {
+	q, _, closeQ, err := liveQueueOperands(ctx, "ls", args, stderr, nil, func(fs *flag.FlagSet) {
 		fs.StringVar(&stateName, "state", "", "state of the jobs to list (required): pending, active, succeeded, failed or canceled; or corrupt, the values claimers set aside")
 		fs.StringVar(&typ, "type", "", "list only jobs of this type (default: every type)")
 		fs.IntVar(&limit, "limit", jobkey.DefaultListLimit, fmt.Sprintf("jobs per page, 1 to %d", jobkey.MaxListLimit))
@@ -143,7 +143,7 @@ func errText(err error) string {
 // showCmd prints one job: every field, the payload and the result.
 func showCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
-	q, ids, closeQ, err := liveQueueOperands(ctx, "show", args, stderr, func(fs *flag.FlagSet) {
+	q, ids, closeQ, err := liveQueueOperands(ctx, "show", args, stderr, nil, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print the job as JSON instead of text")
 	}, func(operands []string) error {
 		if len(operands) != 1 {
@@ -245,7 +245,7 @@ func queuesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // queueStats opens the queue name and reads its counts. A *ShardsError
 // comes with the counts of the shards it read.
 func queueStats(ctx context.Context, rdb redis.UniversalClient, prefix, name string) (jobkey.Stats, error) {
-	q, err := openQueue(ctx, rdb, prefix, name)
+	q, err := openQueue(ctx, rdb, prefix, name, replicaSetting{})
 	if err != nil {
 		return jobkey.Stats{}, err
 	}

@@ -365,21 +365,51 @@ func TestLimit(t *testing.T) {
 
 	out, err := f.run("limit", "acme")
 	require.NoError(t, err)
-	require.Equal(t, "key acme of queue \"mail\": limit 1 (the queue's default), 1 active, 1 waiting\n", out)
+	require.Equal(t, "key acme of queue \"mail\": no limit of its own, so each worker's Config.ConcurrencyLimit holds it "+
+		"(not stored in Redis: this command cannot tell it; jobkey's default is 1), 1 active, 1 waiting\n", out)
 	out, err = f.run("limit", "acme", "2", "-json")
 	require.NoError(t, err)
 	require.JSONEq(t, `{"queue":"mail","key":"acme","limit":2,"default":false,"active":1,"waiting":1}`, out)
 	j, err := f.q.Claim(f.ctx, "w")
 	require.NoError(t, err, "the raised limit lets the waiting job run")
 	require.Equal(t, "acme", j.ConcurrencyKey)
-	out, err = f.run("limit", "acme", "0")
+	out, err = f.run("limit", "acme")
 	require.NoError(t, err)
-	require.Contains(t, out, "limit 1 (the queue's default), 2 active, 0 waiting")
+	require.Equal(t, "key acme of queue \"mail\": limit 2 (its own), 2 active, 0 waiting\n", out)
+	out, err = f.run("limit", "acme", "0", "-json")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queue":"mail","key":"acme","limit":null,"default":true,"active":2,"waiting":0}`, out)
 
 	for _, bad := range [][]string{{}, {"acme", "-1"}, {"acme", "x"}, {"a", "1", "2"}, {"a{b}"}} {
 		_, err := f.run("limit", bad...)
 		require.Error(t, err, "%q", bad)
 	}
+}
+
+// The command never shows its own Config.ConcurrencyLimit as the workers':
+// a worker with ConcurrencyLimit 2 runs two jobs of a key with no limit of
+// its own, and the command, which cannot know that 2, says so instead of
+// printing "limit 1" beside "2 active".
+func TestLimitNeverShowsTheCommandsDefaultAsTheWorkers(t *testing.T) {
+	f := newFixtureWith(t, jobkey.Config{ConcurrencyLimit: 2})
+	for range 3 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &jobkey.EnqueueOpts{ConcurrencyKey: "acme"})
+		require.NoError(t, err)
+	}
+	for range 2 {
+		_, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+	}
+	_, err := f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, jobkey.ErrNoJob, "the key is full: the third job waits")
+	out, err := f.run("limit", "acme")
+	require.NoError(t, err)
+	require.NotContains(t, out, "limit 1")
+	require.Contains(t, out, "no limit of its own, so each worker's Config.ConcurrencyLimit holds it")
+	require.Contains(t, out, "2 active, 1 waiting")
+	out, err = f.run("limit", "acme", "-json")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queue":"mail","key":"acme","limit":null,"default":true,"active":2,"waiting":1}`, out)
 }
 
 // queues finds every queue under the prefix without being told a name,
@@ -603,4 +633,150 @@ func TestLsShowsTheReadableShards(t *testing.T) {
 	require.Len(t, page.Jobs, len(ids)-len(on))
 	require.Equal(t, []int{2}, page.MissingShards)
 	require.Contains(t, page.Error, "could not be read")
+}
+
+// With -min-replicas, a write the replicas did not confirm is reported as
+// applied on the master only, and the command exits non-zero: never as
+// done. The replica is stopped for every write here; the setting is read
+// from the flags, the Redis URL and the environment alike.
+func TestWriteTheReplicasDidNotConfirmIsReportedAsMasterOnly(t *testing.T) {
+	f := newReplicatedFixture(t)
+	failed := f.failed("t", nil, "boom")
+	succeeded := f.claimed("t", nil)
+	_, err := f.q.Complete(f.ctx, succeeded, nil)
+	require.NoError(t, err)
+	var pending []string
+	for range 9 {
+		pending = append(pending, f.enqueue("t", nil).ID)
+	}
+	lost := pending[8] // its ready entry goes, for verify to find
+	require.NoError(t, f.rdb.ZRem(f.ctx, f.q.Keys(lost).Ready, lost).Err())
+	require.NoError(t, f.set.WaitSynced(10*time.Second))
+	thaw := f.freeze()
+	wait := []string{"-min-replicas", "1", "-replica-timeout", "200ms"}
+
+	masterOnly := func(what string, err error, args ...string) {
+		t.Helper()
+		require.Error(t, err, "%s: not reported as done", args)
+		require.ErrorIs(t, err, jobkey.ErrNotReplicated, args)
+		require.Contains(t, oneLine(err), what+" on the master only: 0 of 1 replicas confirmed it within 200ms, so a failover now may undo it", args)
+	}
+	_, err = f.run("cancel", append(wait, pending[0])...)
+	masterOnly(fmt.Sprintf("cancel: job %q canceled", pending[0]), err, "cancel")
+	require.Equal(t, jobkey.StateCanceled, f.state(pending[0]), "applied on the master, as it says")
+	_, err = f.run("retry", append(wait, failed.ID)...)
+	masterOnly(fmt.Sprintf("retry: job %q retried", failed.ID), err, "retry")
+	_, err = f.run("delete", append(wait, succeeded.ID)...)
+	masterOnly(fmt.Sprintf("delete: job %q deleted", succeeded.ID), err, "delete")
+	_, err = f.run("limit", append(wait, "acme", "3")...)
+	masterOnly(`limit: the limit of key "acme" set`, err, "limit")
+
+	// Several IDs: each row says what became of its job.
+	out, err := f.run("cancel", append(wait, pending[1], pending[2])...)
+	require.ErrorIs(t, err, jobkey.ErrNotReplicated)
+	require.Contains(t, out, "| "+pending[1]+" | canceled on the master only: 0 of 1 replicas confirmed it within 200ms")
+	require.Contains(t, out, "cancel: 2 done (2 of them on the master only), 0 failed")
+	require.Contains(t, oneLine(err), "cancel: 2 of 2 jobs canceled on the master only, not confirmed by the replicas")
+	out, err = f.run("cancel", append(wait, "-json", pending[3], "missing")...)
+	require.ErrorIs(t, err, jobkey.ErrNotReplicated)
+	var doc struct {
+		Done       int          `json:"done"`
+		MasterOnly int          `json:"master_only"`
+		Failed     int          `json:"failed"`
+		Jobs       []jobOutcome `json:"jobs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	require.Equal(t, 1, doc.Done, "done, on the master only")
+	require.Equal(t, 1, doc.MasterOnly)
+	require.Equal(t, 1, doc.Failed)
+	require.True(t, doc.Jobs[0].MasterOnly)
+	require.False(t, doc.Jobs[0].OK)
+
+	// A bulk action says how many jobs it did on the master only: the 4
+	// pending jobs still listed, and the failed one retried above.
+	out, err = f.run("cancel", append(wait, "-all", "-type", "t", "-yes")...)
+	require.ErrorIs(t, err, jobkey.ErrNotReplicated)
+	require.Contains(t, out, "| cancel | pending | t | 5 | 0 | 0 | 5 |")
+	require.Contains(t, oneLine(err), "5 done (5 of them applied on the master only, not confirmed by the replicas)")
+
+	// verify -fix: the repair is not reported as made.
+	out, err = f.run("verify", append(wait, "-fix", "-keys")...)
+	require.ErrorIs(t, err, jobkey.ErrNotReplicated, out)
+	masterOnly("verify: a fix (of a finding above, not marked fixed) written", err, "verify")
+	require.Contains(t, out, "| "+lost+" | missing-entry | ")
+	require.Contains(t, out, "| false |")
+	require.Contains(t, out, fmt.Sprintf("fix of job %q: write to", lost))
+
+	// The URL's min_replicas and replica_timeout, and the environment's.
+	more := []string{f.enqueue("t", nil).ID, f.enqueue("t", nil).ID}
+	var stdout, stderr bytes.Buffer
+	err = run(f.ctx, []string{"cancel", "-redis", f.url + "?min_replicas=1&replica_timeout=200ms", "-queue", "mail", "-prefix", f.prefix, more[0]}, &stdout, &stderr)
+	masterOnly(fmt.Sprintf("cancel: job %q canceled", more[0]), err, "the URL's")
+	t.Setenv("JOBKEY_MIN_REPLICAS", "1")
+	t.Setenv("JOBKEY_REPLICA_TIMEOUT", "200ms")
+	_, err = f.run("cancel", more[1])
+	masterOnly(fmt.Sprintf("cancel: job %q canceled", more[1]), err, "the environment's")
+
+	// As an operator runs it: exit 1, one line.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS=retry -redis "+f.url+" -queue mail -prefix "+f.prefix+" "+more[1])
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	var exit *exec.ExitError
+	require.ErrorAs(t, cmd.Run(), &exit)
+	require.Equal(t, 1, exit.ExitCode())
+	require.Equal(t, 1, strings.Count(errOut.String(), "\n"), errOut.String())
+	require.Contains(t, errOut.String(), fmt.Sprintf("jobkey: retry: job %q retried on the master only", more[1]))
+
+	// Once the replica is back, the same commands succeed, and what they
+	// report is on the replica when they return: cancel again waits for
+	// the replica before it says canceled.
+	thaw()
+	t.Setenv("JOBKEY_REPLICA_TIMEOUT", "10s")
+	out, err = f.run("cancel", pending[0])
+	require.NoError(t, err)
+	require.Contains(t, out, "canceled")
+	require.Equal(t, jobkey.StateCanceled, f.onReplica(pending[0]).State)
+}
+
+// With the replica up, every writing command with -min-replicas succeeds,
+// and what it reports is on the replica when it returns.
+func TestWritesWaitForTheReplicas(t *testing.T) {
+	f := newReplicatedFixture(t)
+	failed := f.failed("t", nil, "boom")
+	p := []string{f.enqueue("t", nil).ID, f.enqueue("t", nil).ID, f.enqueue("t", nil).ID}
+	wait := []string{"-min-replicas", "1", "-replica-timeout", "10s"}
+
+	out, err := f.run("cancel", append(wait, p[0])...)
+	require.NoError(t, err)
+	require.Contains(t, out, "canceled, now canceled")
+	require.Equal(t, jobkey.StateCanceled, f.onReplica(p[0]).State)
+	_, err = f.run("retry", append(wait, failed.ID)...)
+	require.NoError(t, err)
+	require.Equal(t, jobkey.StatePending, f.onReplica(failed.ID).State)
+	_, err = f.run("delete", append(wait, p[0])...)
+	require.NoError(t, err)
+	require.Nil(t, f.onReplica(p[0]))
+	out, err = f.run("cancel", append(wait, "-all", "-yes")...)
+	require.NoError(t, err)
+	require.Contains(t, out, "| cancel | pending | - | 3 | 0 | 0 | 0 |")
+	for _, id := range []string{p[1], p[2], failed.ID} {
+		require.Equal(t, jobkey.StateCanceled, f.onReplica(id).State)
+	}
+	_, err = f.run("limit", append(wait, "acme", "3")...)
+	require.NoError(t, err)
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, run(f.ctx, []string{"limit", "-redis", f.set.Replicas[0].URL(), "-queue", "mail", "-prefix", f.prefix, "acme"}, &stdout, &stderr))
+	require.Contains(t, stdout.String(), "limit 3 (its own)", "read on the replica")
+	// A command that only reads takes a URL that carries the setting.
+	stdout.Reset()
+	require.NoError(t, run(f.ctx, []string{"ls", "-redis", f.url + "?min_replicas=1&replica_timeout=2s", "-queue", "mail", "-prefix", f.prefix, "-state", "canceled"}, &stdout, &stderr))
+	require.Contains(t, stdout.String(), "| canceled |")
+	// A pause is not waited for: the command says so.
+	out, err = f.run("pause", wait...)
+	require.NoError(t, err)
+	require.Contains(t, out, "pause not confirmed by the replicas: jobkey does not wait for them on a pause")
+	out, err = f.run("resume")
+	require.NoError(t, err)
+	require.NotContains(t, out, "not confirmed", "not asked to wait")
 }

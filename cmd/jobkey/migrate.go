@@ -68,6 +68,7 @@ type migrateFlags struct {
 	dryRun, json, pause                      bool
 	concurrency                              int
 	wait                                     time.Duration
+	replicas                                 replicaFlags // the jobkey queue's writes wait for these
 }
 
 func (m *migrateFlags) parse(name string, args []string, stderr io.Writer, asynqFlag, jobkeyFlag, pauseHelp string) error {
@@ -83,11 +84,15 @@ func (m *migrateFlags) parse(name string, args []string, stderr io.Writer, asynq
 	fs.BoolVar(&m.pause, "pause", false, pauseHelp)
 	fs.IntVar(&m.concurrency, "concurrency", 8, "tasks moved at once")
 	fs.DurationVar(&m.wait, "wait", 0, "wait up to this long for another migration of the asynq queue (or a killed one's lock, which ends within 6s) instead of refusing")
+	m.replicas.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if m.redisURL == "" {
 		m.redisURL = os.Getenv("REDIS_URL")
+	}
+	if _, err := m.replicas.resolve(m.redisURL); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	for t := range strings.SplitSeq(m.typ, ",") {
 		t = strings.TrimSpace(t)
@@ -123,7 +128,7 @@ func (m *migrateFlags) open(ctx context.Context, mayCreate bool) (openQ func() (
 	if err != nil {
 		return nil, false, nil, err
 	}
-	cfg := &jobkey.Config{Prefix: m.prefix}
+	cfg := m.replicas.setting.config(m.prefix, 0)
 	shards, err := jobkey.LookupShards(ctx, rdb, m.prefix, m.queue)
 	switch {
 	case err == nil:

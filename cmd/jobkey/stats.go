@@ -21,6 +21,10 @@ import (
 // name (redis+sentinel://). It fails at once, in one line, when Redis
 // cannot be reached.
 func connect(ctx context.Context, url string) (redis.UniversalClient, error) {
+	url, _, err := splitReplicaParams(url) // the writes' setting, not go-redis's
+	if err != nil {
+		return nil, err
+	}
 	if isSentinelURL(url) {
 		return connectSentinel(ctx, url)
 	}
@@ -74,9 +78,10 @@ func reachable(ctx context.Context, url string, embedded bool) error {
 
 // liveQueue parses the flags that name a live queue and opens it with the
 // shard count the queue stored in Redis when it was created. It refuses
-// operands.
-func liveQueue(ctx context.Context, name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*jobkey.Queue, func(), error) {
-	q, _, closeQ, err := liveQueueOperands(ctx, name, args, stderr, extra, func(operands []string) error {
+// operands. A command that writes passes rf: its writes wait for the
+// replicas it says (replicas.go); nil for one that only reads.
+func liveQueue(ctx context.Context, name string, args []string, stderr io.Writer, rf *replicaFlags, extra func(*flag.FlagSet)) (*jobkey.Queue, func(), error) {
+	q, _, closeQ, err := liveQueueOperands(ctx, name, args, stderr, rf, extra, func(operands []string) error {
 		if len(operands) > 0 {
 			return fmt.Errorf("%s: unexpected arguments %q", name, operands)
 		}
@@ -89,14 +94,14 @@ func liveQueue(ctx context.Context, name string, args []string, stderr io.Writer
 // IDs): flags and operands may come in any order ("--" ends the flags), and
 // check judges the operands and the command's own flags before anything
 // connects.
-func liveQueueOperands(ctx context.Context, name string, args []string, stderr io.Writer, extra func(*flag.FlagSet),
+func liveQueueOperands(ctx context.Context, name string, args []string, stderr io.Writer, rf *replicaFlags, extra func(*flag.FlagSet),
 	check func(operands []string) error) (*jobkey.Queue, []string, func(), error) {
-	q, _, operands, closeQ, err := openLive(ctx, name, args, stderr, extra, check)
+	q, _, operands, closeQ, err := openLive(ctx, name, args, stderr, rf, extra, check)
 	return q, operands, closeQ, err
 }
 
 // openLive is liveQueueOperands that also returns the client it opened.
-func openLive(ctx context.Context, name string, args []string, stderr io.Writer, extra func(*flag.FlagSet),
+func openLive(ctx context.Context, name string, args []string, stderr io.Writer, rf *replicaFlags, extra func(*flag.FlagSet),
 	check func(operands []string) error) (*jobkey.Queue, redis.UniversalClient, []string, func(), error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -104,6 +109,9 @@ func openLive(ctx context.Context, name string, args []string, stderr io.Writer,
 		"redis+sentinel://[:password@]host:port[,host:port]/mastername[/db] asks Sentinels)")
 	queue := fs.String("queue", "", "queue name (required)")
 	prefix := fs.String("prefix", "jobkey", "key prefix of the queue")
+	if rf != nil {
+		rf.register(fs)
+	}
 	if extra != nil {
 		extra(fs)
 	}
@@ -118,6 +126,12 @@ func openLive(ctx context.Context, name string, args []string, stderr io.Writer,
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	var waits replicaSetting
+	if rf != nil {
+		if waits, err = rf.resolve(url); err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	if err := check(operands); err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -125,7 +139,7 @@ func openLive(ctx context.Context, name string, args []string, stderr io.Writer,
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	q, err := openQueue(ctx, rdb, *prefix, *queue)
+	q, err := openQueue(ctx, rdb, *prefix, *queue, waits)
 	if err != nil {
 		rdb.Close()
 		return nil, nil, nil, nil, err
@@ -147,13 +161,14 @@ func requireURL(name, flagURL string) (string, error) {
 }
 
 // openQueue opens the queue name under prefix with the shard count it
-// stored in Redis; a queue never created is ErrNotFound.
-func openQueue(ctx context.Context, rdb redis.UniversalClient, prefix, name string) (*jobkey.Queue, error) {
+// stored in Redis, its writes waiting for replicas as waits says; a queue
+// never created is ErrNotFound.
+func openQueue(ctx context.Context, rdb redis.UniversalClient, prefix, name string, waits replicaSetting) (*jobkey.Queue, error) {
 	shards, err := jobkey.LookupShards(ctx, rdb, prefix, name)
 	if err != nil {
 		return nil, err
 	}
-	return jobkey.NewQueue(rdb, name, &jobkey.Config{Prefix: prefix, Shards: shards})
+	return jobkey.NewQueue(rdb, name, waits.config(prefix, shards))
 }
 
 // parseInterleaved parses args with fs, taking flags that follow operands
@@ -181,7 +196,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 var errPartial = errors.New("some shards could not be read: the figures above leave them out")
 
 func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	q, rdb, _, closeQ, err := openLive(ctx, "stats", args, stderr, nil, func(operands []string) error {
+	q, rdb, _, closeQ, err := openLive(ctx, "stats", args, stderr, nil, nil, func(operands []string) error {
 		if len(operands) > 0 {
 			return fmt.Errorf("stats: unexpected arguments %q", operands)
 		}
@@ -220,7 +235,7 @@ var errFindings = errors.New("verify: the indexes disagree with the values")
 
 func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o jobkey.VerifyOpts
-	q, closeQ, err := liveQueue(ctx, "verify", args, stderr, func(fs *flag.FlagSet) {
+	q, closeQ, err := liveQueue(ctx, "verify", args, stderr, &replicaFlags{}, func(fs *flag.FlagSet) {
 		fs.BoolVar(&o.Fix, "fix", false, "re-derive the index entries of every finding from its value (values are never written)")
 		fs.BoolVar(&o.Keys, "keys", false, "also scan the keyspace for job values no index lists (costs a walk of the whole database)")
 	})
@@ -252,6 +267,14 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	switch {
+	case missing != nil && errors.Is(missing, jobkey.ErrNotReplicated):
+		fmt.Fprintf(stdout, "\n%v\n", missing)
+		for _, e := range missing.Errs {
+			if errors.Is(e, jobkey.ErrNotReplicated) {
+				return masterOnly("verify: a fix (of a finding above, not marked fixed) written", e)
+			}
+		}
+		return errPartial
 	case missing != nil:
 		fmt.Fprintf(stdout, "\n%v\n", missing)
 		return errPartial

@@ -27,6 +27,8 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	prefix := fs.String("prefix", "jobkey", "key prefix of the queues to show")
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on (loopback by default: the UI has no login of its own)")
 	readOnly := fs.Bool("readonly", false, "hide and refuse every action (retry, cancel, delete, pause, resume)")
+	var rf replicaFlags
+	rf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -40,6 +42,10 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case fs.NArg() > 0:
 		return fmt.Errorf("ui: unexpected arguments %q", fs.Args())
 	}
+	waits, err := rf.resolve(url)
+	if err != nil {
+		return fmt.Errorf("ui: %w", err)
+	}
 	rdb, err := connect(ctx, url)
 	if err != nil {
 		return err
@@ -52,7 +58,8 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("ui: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	h, err := jobkeyui.New(rdb, jobkeyui.Options{Prefix: *prefix, ReadOnly: *readOnly, Logger: log})
+	h, err := jobkeyui.New(rdb, jobkeyui.Options{Prefix: *prefix, ReadOnly: *readOnly, Logger: log,
+		MinReplicas: waits.minReplicas, ReplicaTimeout: waits.timeout})
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"html"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -138,4 +141,41 @@ func TestUIReadOnly(t *testing.T) {
 	j, err := q.Get(ctx, "j1")
 	require.NoError(t, err)
 	require.Equal(t, jobkey.StatePending, j.State)
+}
+
+// jobkey ui -min-replicas: a cancel the replicas did not confirm answers
+// with a page that says it was applied on the master only; with the
+// replica up, the cancel succeeds and the replica holds it.
+func TestUIActionsWaitForTheReplicas(t *testing.T) {
+	f := newReplicatedFixture(t)
+	ids := []string{f.enqueue("t", nil).ID, f.enqueue("t", nil).ID}
+	base, _ := startUI(t, "-redis", f.url, "-prefix", f.prefix, "-min-replicas", "1", "-replica-timeout", "200ms")
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	page, err := c.Get(base + "queue?name=mail&state=pending")
+	require.NoError(t, err)
+	b, err := io.ReadAll(page.Body)
+	page.Body.Close()
+	require.NoError(t, err)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(string(b))
+	require.NotNil(t, m, "a CSRF token on the page")
+	cancel := func(id string) (*http.Response, string) {
+		t.Helper()
+		resp, err := c.PostForm(base+"action/cancel", url.Values{"csrf": {html.UnescapeString(m[1])}, "queue": {"mail"}, "id": {id}})
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(b)
+	}
+
+	thaw := f.freeze()
+	resp, body := cancel(ids[0])
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	require.Contains(t, body, "Job "+ids[0]+" canceled on the master only: 0 of 1 replicas confirmed the write within 200ms")
+	thaw()
+	resp, body = cancel(ids[1])
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	require.Equal(t, jobkey.StateCanceled, f.onReplica(ids[1]).State)
 }
