@@ -176,7 +176,7 @@ func (q *Queue) delete(ctx context.Context, id string, want State) error {
 				b := q.newSlotBook(r)
 				b.unlistMoved(shard, cur, nil)
 				b.finish(plan, &ip)
-				plan.steps, plan.checks = ip.steps(), ip.checks
+				plan.index(&ip)
 				return plan, nil
 			}
 		}})

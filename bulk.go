@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -283,7 +284,7 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 			if notify != "" && done > 0 {
 				ip.extra = append(ip.extra, []any{"publish", notify, wakeHint(top)})
 			}
-			plan.steps, plan.checks = ip.steps(), ip.checks
+			plan.index(&ip)
 			return plan, nil
 		}})
 	if err != nil && !errors.Is(err, ErrNotReplicated) {
@@ -291,3 +292,34 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 	}
 	return done, skipped, err // done counts jobs a *ReplicationError's EXEC applied
 }
+
+// BulkError is the error of a bulk action (RetryFailed, DeleteFinished,
+// CancelPending) that did not act on every job it was asked to: Result
+// counts what it did all the same, as the BulkResult returned beside it
+// does, and Err says why the rest was not done. When Err is a
+// *ShardsError, the action went through every shard it could read and
+// left the jobs of the others as they are; otherwise it stopped at Err.
+// errors.Is and errors.As see Err.
+type BulkError struct {
+	Op     string     // the action: "retry", "delete" or "cancel"
+	Result BulkResult // what it did
+	Err    error      // why it did not do the rest
+}
+
+func (e *BulkError) Error() string {
+	r := e.Result
+	unconfirmed := ""
+	if r.Unconfirmed > 0 {
+		unconfirmed = fmt.Sprintf(" (%d of them applied on the master only, not confirmed by the replicas)", r.Unconfirmed)
+	}
+	done := fmt.Sprintf("jobkey: %s: %d done%s, %d skipped, %d unreadable", e.Op, r.Done, unconfirmed, r.Skipped, r.Unreadable)
+	why := strings.TrimPrefix(e.Err.Error(), "jobkey: ") // "jobkey: " once
+	var se *ShardsError
+	if errors.As(e.Err, &se) {
+		return fmt.Sprintf("%s in the shards it could read; the jobs of the others were left as they are: %s", done, why)
+	}
+	return fmt.Sprintf("%s before it stopped; the rest was not done: %s", done, why)
+}
+
+// Unwrap returns Err, for errors.Is and errors.As.
+func (e *BulkError) Unwrap() error { return e.Err }

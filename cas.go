@@ -54,6 +54,14 @@ type casPlan struct {
 	// own (a retried Complete, an Enqueue that found its job): when writes
 	// wait for replicas, that write is waited for too (cas.Plan.Confirm).
 	confirm bool
+	// raised is the highest priority above 0 of a job the plan makes
+	// pending (indexPlan.raised).
+	raised int
+}
+
+// index takes ip's index writes, and what they say, into the plan.
+func (p *casPlan) index(ip *indexPlan) {
+	p.steps, p.checks, p.raised = ip.steps(), ip.checks, ip.raised
 }
 
 func (p *casPlan) empty() bool {
@@ -113,6 +121,13 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 			plan = p
 			if err != nil || p == nil {
 				return nil, err
+			}
+			if p.raised > 0 {
+				// A job of that priority may be pending once this EXEC
+				// runs: what this process read ahead below it must not go
+				// before it, and its reads take every priority from now.
+				q.pool.DropBelow(p.raised)
+				q.prios.Store(true)
 			}
 			return encodePlan(t.keys, jr, p)
 		}}

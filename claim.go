@@ -381,7 +381,7 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 				}
 			}
 			b.finish(plan, &ip)
-			plan.steps, plan.checks = ip.steps(), ip.checks
+			plan.index(&ip)
 			return plan, nil
 		}})
 	if errors.Is(err, ErrNotReplicated) {

@@ -322,7 +322,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 		}
 	}
 	b.finish(plan, &ip)
-	plan.steps, plan.checks = ip.steps(), ip.checks
+	plan.index(&ip)
 	return plan
 }
 

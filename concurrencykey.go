@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -45,13 +44,6 @@ import (
 // state, RunAt or priority), so a freed slot never pulls its entry before
 // its RunAt (slotBook.unlistMoved).
 
-// MaxConcurrencyKeyLen bounds Job.ConcurrencyKey, which is part of a Redis
-// key.
-const MaxConcurrencyKeyLen = 256
-
-// MaxConcurrencyLimit bounds a concurrency key's limit.
-const MaxConcurrencyLimit = 10000
-
 const (
 	// maxWaiting bounds a key's waiting list. A job blocked while the list
 	// is full still waits, by its entry's score, but is not pulled forward
@@ -74,17 +66,6 @@ const (
 	// be in force; the margin only absorbs rounding to milliseconds.
 	slotLinger = time.Second
 )
-
-// validConcurrencyKey refuses a key the value format does not hold.
-func validConcurrencyKey(k string) error {
-	switch {
-	case len(k) > MaxConcurrencyKeyLen:
-		return fmt.Errorf("%w: ConcurrencyKey is %d bytes, limit %d", ErrInvalid, len(k), MaxConcurrencyKeyLen)
-	case strings.ContainsAny(k, "{}"):
-		return fmt.Errorf("%w: ConcurrencyKey %q contains a brace", ErrInvalid, k)
-	}
-	return nil
-}
 
 // slotLease is one active job of a key: its ID, the lease token of the
 // claim, and the lease deadline (unix ms), kept equal to the job's.
@@ -589,7 +570,7 @@ func (q *Queue) SetConcurrencyLimit(ctx context.Context, key string, n int) erro
 		plan := &casPlan{}
 		var ip indexPlan
 		b.finish(plan, &ip)
-		plan.steps, plan.checks = ip.steps(), ip.checks
+		plan.index(&ip)
 		return plan, nil
 	}})
 	return err

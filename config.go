@@ -197,3 +197,6 @@ func (c *Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// MaxConcurrencyLimit bounds a concurrency key's limit.
+const MaxConcurrencyLimit = 10000

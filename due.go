@@ -38,11 +38,6 @@ var dueIndexes = func() []dueIndex {
 // never had a job of a priority above 0: the expired leases and ready.
 var dueIndexesP0 = []dueIndex{{idxLeased, leasedPrio}, {idxReady, 0}}
 
-// prioFlag names, under each shard's hash tag, a string key that says the
-// shard has had a job of a priority above 0: it is set in the EXEC that
-// first puts such a job in its ready index, and never cleared.
-const prioFlag = "prio"
-
 // dueIdx returns the indexes a read of due entries takes: every
 // priority's once this process has seen the queue use priorities, else
 // the two a queue without them has (reads then check the shards' prioFlag

@@ -320,15 +320,6 @@ func wakeHint(top int) string {
 	return "p" + strconv.Itoa(top)
 }
 
-// validTime refuses a time a job value cannot hold in milliseconds: before
-// 1970 or after 9999.
-func validTime(field string, t time.Time) error {
-	if y := t.Year(); y < 1970 || y > 9999 {
-		return fmt.Errorf("%w: %s %v is outside 1970..9999", ErrInvalid, field, t)
-	}
-	return nil
-}
-
 // enqueueTxn writes ins[set...] in one compare-and-set. A taken ID, or one
 // whose value cannot be read, is left alone and reported in errs.
 func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, errs []error, gone func(int) bool) error {
@@ -370,7 +361,7 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 				q.move(&ip, shards[k], j.ID, nil, j, "")
 			}
 		}
-		plan.steps, plan.checks = ip.steps(), ip.checks
+		plan.index(&ip)
 		if len(plan.writes) > 0 {
 			// A hint for idle workers, published by the same EXEC. Delayed
 			// jobs publish it too, so a sleeping worker learns the earlier

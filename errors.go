@@ -278,37 +278,6 @@ func (e *ShardsError) orNil() error {
 	return e
 }
 
-// BulkError is the error of a bulk action (RetryFailed, DeleteFinished,
-// CancelPending) that did not act on every job it was asked to: Result
-// counts what it did all the same, as the BulkResult returned beside it
-// does, and Err says why the rest was not done. When Err is a
-// *ShardsError, the action went through every shard it could read and
-// left the jobs of the others as they are; otherwise it stopped at Err.
-// errors.Is and errors.As see Err.
-type BulkError struct {
-	Op     string     // the action: "retry", "delete" or "cancel"
-	Result BulkResult // what it did
-	Err    error      // why it did not do the rest
-}
-
-func (e *BulkError) Error() string {
-	r := e.Result
-	unconfirmed := ""
-	if r.Unconfirmed > 0 {
-		unconfirmed = fmt.Sprintf(" (%d of them applied on the master only, not confirmed by the replicas)", r.Unconfirmed)
-	}
-	done := fmt.Sprintf("jobkey: %s: %d done%s, %d skipped, %d unreadable", e.Op, r.Done, unconfirmed, r.Skipped, r.Unreadable)
-	why := strings.TrimPrefix(e.Err.Error(), "jobkey: ") // "jobkey: " once
-	var se *ShardsError
-	if errors.As(e.Err, &se) {
-		return fmt.Sprintf("%s in the shards it could read; the jobs of the others were left as they are: %s", done, why)
-	}
-	return fmt.Sprintf("%s before it stopped; the rest was not done: %s", done, why)
-}
-
-// Unwrap returns Err, for errors.Is and errors.As.
-func (e *BulkError) Unwrap() error { return e.Err }
-
 // UnreachableError is the detail behind ErrUnreachable: where Redis was
 // looked for, and the network's error.
 type UnreachableError struct {

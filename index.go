@@ -39,7 +39,10 @@ type indexPlan struct {
 	keys   []indexKey // in first-use order; a transaction touches a few
 	ops    []indexOp  // every ZREM and ZADD member, in the order made
 	extra  [][]any    // other steps, after the index writes
-	score  struct {   // the last score boxed: a batch's jobs share "now"
+	// raised is the highest priority above 0 of a job the plan makes
+	// pending (0: none).
+	raised int
+	score  struct { // the last score boxed: a batch's jobs share "now"
 		v   int64
 		box any
 	}
@@ -213,11 +216,10 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 	if new != nil {
 		to = q.entryOf(new)
 		if new.State == StatePending && new.Priority > 0 {
-			// The due entries read ahead may hold lower priorities than
-			// this job: they must not go before it. Readers that do not
-			// know the queue uses priorities learn it from the flag.
-			q.pool.DropBelow(new.Priority)
-			q.prios.Store(true)
+			// Readers that do not know the queue uses priorities learn it
+			// from the flag; this process drops what it read ahead below
+			// the job's priority before the EXEC (raised).
+			p.raised = max(p.raised, new.Priority)
 			p.flag(q.ks.index(shard, prioFlag))
 		}
 	}

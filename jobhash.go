@@ -1,7 +1,6 @@
 package jobkey
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
@@ -88,49 +87,6 @@ func crc16(s string) uint16 {
 		}
 	}
 	return crc
-}
-
-// IDFor returns an ID for a job of concurrency key key, made from base. On
-// a queue of several shards a keyed job must live in its key's shard, so
-// that the job and its key's value share a hash slot and one transaction
-// changes both; Enqueue refuses a caller's ID that is not there. IDFor
-// returns base itself when it is there and does not end in "~<digits>",
-// and else base with the first suffix "~<n>" (n = 1, 2, ...) that is
-// there. On a queue of one shard, or for an empty key, it returns base.
-//
-// Distinct bases always give distinct IDs for one key: an ID that ends in
-// "~<digits>" came from the base before its last "~", and any other ID is
-// its own base. The same key and base always give the same ID, so it
-// deduplicates as base would. A base that is not a valid ID, or too long
-// to take its suffix within MaxIDLen, and a key Enqueue would refuse, are
-// refused with ErrInvalid.
-func (q *Queue) IDFor(key, base string) (string, error) {
-	if err := validID(base); err != nil {
-		return "", err
-	}
-	if key != "" {
-		if err := validConcurrencyKey(key); err != nil {
-			return "", err
-		}
-	}
-	if q.ks.shards == 1 || key == "" {
-		return base, nil
-	}
-	want := q.ks.shardOf(key)
-	if q.ks.shardOf(base) == want && !suffixed(base) {
-		return base, nil
-	}
-	for n := 1; n <= maxIDForTries; n++ {
-		id := base + "~" + strconv.Itoa(n)
-		if len(id) > MaxIDLen {
-			break
-		}
-		if q.ks.shardOf(id) == want {
-			return id, nil
-		}
-	}
-	return "", fmt.Errorf("%w: job ID base %q (%d bytes) leaves no room within MaxIDLen (%d) for a suffix that places it in the shard of concurrency key %q",
-		ErrInvalid, base, len(base), MaxIDLen, key)
 }
 
 // maxIDForTries bounds IDFor's search. Each suffix lands in the key's shard

@@ -162,16 +162,6 @@ type JobKeys struct {
 	Corrupt   string // jobs whose value could not be read
 }
 
-// Keys returns the keys of the job with the given ID and of its shard.
-func (q *Queue) Keys(id string) JobKeys {
-	key, s := q.ks.jobKeyOf(id)
-	return JobKeys{
-		Job: key, Ready: q.ks.index(s, idxReady), Leased: q.ks.index(s, idxLeased),
-		Succeeded: q.ks.index(s, idxSucceeded), Failed: q.ks.index(s, idxFailed), Canceled: q.ks.index(s, idxCanceled),
-		Corrupt: q.ks.index(s, idxCorrupt),
-	}
-}
-
 // pauseFlag is the name, under each shard's hash tag, of the key whose
 // existence pauses the shard: "<prefix>:{<queue>/<shard>}:paused". It lives
 // in the shard's slot, so a claim's compare-and-set watches it beside the
@@ -223,4 +213,15 @@ func syncKey(route string) string {
 		return route[:i+1] + ":sync"
 	}
 	return route + ":sync"
+}
+
+// prioFlag names, under each shard's hash tag, a string key that says the
+// shard has had a job of a priority above 0: it is set in the EXEC that
+// first puts such a job in its ready index, and never cleared.
+const prioFlag = "prio"
+
+// globEscape quotes the characters SCAN MATCH treats as patterns.
+func globEscape(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
+	return r.Replace(s)
 }

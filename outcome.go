@@ -99,7 +99,7 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 				out[i], errs[i] = q.decideFenced(plan, &ip, b, f, r.jobs[k], r.errs[k], r.now)
 			}
 			b.finish(plan, &ip)
-			plan.steps, plan.checks = ip.steps(), ip.checks
+			plan.index(&ip)
 			return plan, nil
 		}})
 	return err

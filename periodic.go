@@ -328,7 +328,7 @@ func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (ti
 			plan := &casPlan{writes: []casWrite{{key: key, job: j}}, aux: []auxWrite{{key: marker, val: markerValue(tick)}}}
 			var ip indexPlan
 			q.move(&ip, shard, j.ID, nil, j, "")
-			plan.steps, plan.checks = ip.steps(), ip.checks
+			plan.index(&ip)
 			plan.steps = append(plan.steps, []any{"publish", q.ks.wakeChannel(), wakeHint(j.Priority)})
 			return plan, nil
 		}})

@@ -340,13 +340,9 @@ func (q *Queue) rederive(ctx context.Context, shard int, id string) error {
 					ip.zrem(q.ks.index(shard, idx), id)
 				}
 			}
-			return &casPlan{steps: ip.steps(), checks: ip.checks}, nil
+			plan := &casPlan{}
+			plan.index(&ip)
+			return plan, nil
 		}})
 	return err
-}
-
-// globEscape quotes the characters SCAN MATCH treats as patterns.
-func globEscape(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
-	return r.Replace(s)
 }
