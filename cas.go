@@ -57,6 +57,9 @@ type casPlan struct {
 	// raised is the highest priority above 0 of a job the plan makes
 	// pending (indexPlan.raised).
 	raised int
+	// newer lists the jobs of a newer format a claim found: claimers
+	// look past them for a while (Queue.newer).
+	newer []string
 }
 
 // index takes ip's index writes, and what they say, into the plan.
@@ -121,6 +124,9 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 			plan = p
 			if err != nil || p == nil {
 				return nil, err
+			}
+			for _, id := range p.newer {
+				q.newer.Add(id)
 			}
 			if p.raised > 0 {
 				// A job of that priority may be pending once this EXEC

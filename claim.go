@@ -450,26 +450,26 @@ func stepReply(plan *casPlan, name, key, member string) int64 {
 // job returned), fail it for good, put its hint right, set an unreadable
 // value aside, or skip a newer format. Its writes go to plan and ip; lost
 // says the hint pointed at no value.
-func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c candidate, key string, cur *Job, readErr error,
+func (d *decider) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c candidate, key string, cur *Job, readErr error,
 	worker string, now time.Time) (claimed *Job, lost bool) {
 	switch {
 	case errors.Is(readErr, ErrUnsupportedFormat):
 		// Written by a newer jobkey: neither ours to read nor to set aside.
 		// Its hint stays for the workers that can read it; this one skips
-		// it for a while, and logs the sighting so Stats shows a rollout
-		// that stalls.
-		q.newer.Add(c.ID)
-		ip.zadd(q.ks.index(c.Shard, seenNewer), toMillis(now), c.ID)
+		// it for a while (casPlan.newer), and logs the sighting so Stats
+		// shows a rollout that stalls.
+		plan.newer = append(plan.newer, c.ID)
+		ip.zadd(d.ks.index(c.Shard, seenNewer), toMillis(now), c.ID)
 		return nil, false
 	case readErr != nil:
 		// The value cannot be read. Its bytes are kept untouched; its hint
 		// moves to the corrupt index, so no claimer trips on it again and
 		// Stats counts it.
-		ip.zrem(q.ks.index(c.Shard, c.Index), c.ID)
-		ip.zadd(q.ks.index(c.Shard, idxCorrupt), toMillis(now), c.ID)
+		ip.zrem(d.ks.index(c.Shard, c.Index), c.ID)
+		ip.zadd(d.ks.index(c.Shard, idxCorrupt), toMillis(now), c.ID)
 		return nil, false
 	}
-	next, took := q.decideClaim(cur, worker, now)
+	next, took := d.decideClaim(cur, worker, now)
 	if next != nil && cur.ConcurrencyKey != "" {
 		// A keyed job takes a slot of its key in the same EXEC, or waits
 		// for one; failed for good, it gives back the slot its last lease
@@ -477,7 +477,7 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 		e := b.entry(c.Shard, cur)
 		switch {
 		case took && !b.take(e, next):
-			q.blocked(plan, ip, b, e, c, key, cur, now)
+			d.blocked(plan, ip, b, e, c, key, cur, now)
 			return nil, false
 		case !took:
 			b.unlist(e, cur.ID)
@@ -486,8 +486,8 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 	}
 	switch {
 	case next != nil:
-		q.move(ip, c.Shard, c.ID, cur, next, c.Index)
-		plan.writes = append(plan.writes, q.write(key, next))
+		d.move(ip, c.Shard, c.ID, cur, next, c.Index)
+		plan.writes = append(plan.writes, d.write(key, next))
 		if took {
 			return next, false
 		}
@@ -499,17 +499,17 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 		// the hint was still there and whether this claim counted the
 		// loss (vanishedFound): a hint someone else removed first (Delete)
 		// takes back the count this claim made.
-		vanished := q.ks.index(c.Shard, seenVanished)
+		vanished := d.ks.index(c.Shard, seenVanished)
 		ip.use(vanished) // its type is checked before MULTI
-		ip.extra = append(ip.extra, []any{"zrem", q.ks.index(c.Shard, c.Index), c.ID},
+		ip.extra = append(ip.extra, []any{"zrem", d.ks.index(c.Shard, c.Index), c.ID},
 			[]any{"zadd", vanished, "NX", toMillis(now), c.ID})
 		return nil, true
 	case derive(cur).index != c.Index:
 		// Not claimable, and the hint that led here disagrees with the value.
-		q.move(ip, c.Shard, c.ID, cur, cur, c.Index)
+		d.move(ip, c.Shard, c.ID, cur, cur, c.Index)
 	default:
 		// Same index, but the hint said due: its score may be stale.
-		q.fixScore(ip, c.Shard, c.ID, q.entryOf(cur), now)
+		d.fixScore(ip, c.Shard, c.ID, d.entryOf(cur), now)
 	}
 	return nil, false
 }
@@ -517,7 +517,7 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 // decideClaim says what a claim does to cur at now (Redis's clock): take it
 // (a pending job that is due, or an active one whose lease expired, with
 // attempts left), fail it (no attempt left), or nothing (nil).
-func (q *Queue) decideClaim(cur *Job, worker string, now time.Time) (next *Job, took bool) {
+func (d *decider) decideClaim(cur *Job, worker string, now time.Time) (next *Job, took bool) {
 	if cur == nil {
 		return nil, false
 	}
@@ -537,7 +537,7 @@ func (q *Queue) decideClaim(cur *Job, worker string, now time.Time) (next *Job, 
 		next.UpdatedAt = now
 		return next, false
 	case due || expired:
-		return q.claimed(cur, worker, now), true
+		return d.claimed(cur, worker, now), true
 	}
 	return nil, false
 }
@@ -583,12 +583,12 @@ func sameShard(cands []candidate) []candidate {
 
 // claimed returns cur taken by worker: active, one more attempt, leased
 // under a token of its own.
-func (q *Queue) claimed(cur *Job, worker string, now time.Time) *Job {
+func (d *decider) claimed(cur *Job, worker string, now time.Time) *Job {
 	next := cloneJob(cur)
 	next.State = StateActive
 	next.Attempt++
 	next.LeaseOwner = worker
-	next.LeaseUntil = now.Add(q.cfg.Lease)
+	next.LeaseUntil = now.Add(d.cfg.Lease)
 	next.LeaseToken = newToken()
 	next.UpdatedAt = now
 	return next
@@ -605,9 +605,9 @@ func newToken() uint64 {
 
 // fixScore rewrites an entry whose index is right but whose score says due
 // when the value says not yet.
-func (q *Queue) fixScore(p *indexPlan, shard int, id string, want entry, now time.Time) {
+func (d *decider) fixScore(p *indexPlan, shard int, id string, want entry, now time.Time) {
 	if want.score > toMillis(now) {
-		p.zadd(q.ks.index(shard, want.index), want.score, id)
+		p.zadd(d.ks.index(shard, want.index), want.score, id)
 	}
 }
 

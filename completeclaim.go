@@ -146,52 +146,83 @@ func (q *Queue) finishSet(ctx context.Context, batch []*cas.Call[finishIn, finis
 
 // finishTxn completes the jobs of batch[set...] and claims, from the due
 // entries read ahead, a job for each caller that wants one, in one
-// compare-and-set; it answers the callers when it commits.
+// compare-and-set; it answers the callers when it commits. It runs in
+// three steps: plan the transaction, run it, and settle what it did.
 func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finishOut], set []int) error {
-	ids := make([]string, len(set))
-	var wanting []int // positions in set whose caller wants a next job
+	fs := q.planFinish(batch, set)
+	asked := time.Now() // the claims' leases are measured from here
+	_, done, err := q.run(ctx, fs.txn)
+	return q.settleFinish(ctx, fs, done, asked, err)
+}
+
+// finishSet is one fused transaction: its callers, the candidates taken
+// for them, what round trip 1 reads ahead, and what its latest decision
+// made of them.
+type finishSet struct {
+	batch   []*cas.Call[finishIn, finishOut]
+	set     []int    // positions in batch
+	ids     []string // the jobs completed, per position in set
+	keys    []string
+	shards  []int
+	cands   []candidate // keys[len(set):] are theirs
+	guardOf []int       // per candidate, its shard's pause flag in the casTxn's guards
+	wanting []int       // positions in set whose caller wants a next job
+	txn     *casTxn
+	ahead   *aheadPlan // nil: no read ahead
+	view    dueView    // what the read ahead found
+
+	out      []finishOut
+	errs     []error
+	vanished []candidate
+}
+
+// planFinish builds the transaction of batch[set...]: the jobs to
+// complete, the candidates taken from the pool for the callers that want a
+// next job, the keys and types to check, and the due entries to read
+// ahead in round trip 1.
+func (q *Queue) planFinish(batch []*cas.Call[finishIn, finishOut], set []int) *finishSet {
+	fs := &finishSet{batch: batch, set: set, ids: make([]string, len(set)),
+		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
 	for k, i := range set {
-		ids[k] = batch[i].In().job.ID
+		fs.ids[k] = batch[i].In().job.ID
 		if batch[i].In().worker != "" {
-			wanting = append(wanting, k)
+			fs.wanting = append(fs.wanting, k)
 		}
 	}
-	keys, shards, checks := q.txnKeys(ids, idxLeased, idxSucceeded)
+	keys, shards, checks := q.txnKeys(fs.ids, idxLeased, idxSucceeded)
 	shard := readahead.AnyShard // a single Redis takes candidates of every shard
 	if q.cluster() {
-		shard = shards[0] // one slot: while no other shard's turn has come (duePool.take)
+		shard = shards[0] // one hash slot: while no other shard's turn has come (readahead.Pool.Take)
 	}
-	inTxn := make(map[string]bool, len(keys)+len(wanting))
+	inTxn := make(map[string]bool, len(keys)+len(fs.wanting))
 	for _, k := range keys {
 		inTxn[k] = true
 	}
-	var cands []candidate
-	for _, c := range q.pool.Take(len(wanting), shard) {
+	for _, c := range q.pool.Take(len(fs.wanting), shard) {
 		if key := q.ks.jobKey(c.Shard, c.ID); !inTxn[key] {
 			inTxn[key] = true
-			cands = append(cands, c)
+			fs.cands = append(fs.cands, c)
 			keys = append(keys, key)
 		}
 	}
-	q.pool.Served(cands)
+	q.pool.Served(fs.cands)
+	fs.keys, fs.shards = keys, shards
 	// The candidates' pause flags are watched; the flags of the shards read
 	// ahead are read in the same MGET.
-	flags, guardOf := q.shardGuards(cands)
-	ahead := q.planAhead(shards, len(wanting))
-	var view dueView
+	flags, guardOf := q.shardGuards(fs.cands)
+	fs.guardOf = guardOf
+	fs.ahead = q.planAhead(shards, len(fs.wanting))
 	var read func(ctx context.Context, p redis.Pipeliner) func(*casRead) error
-	if ahead != nil {
+	if fs.ahead != nil {
 		prio := !q.prios.Load()
-		for _, s := range ahead.shards {
+		for _, s := range fs.ahead.shards {
 			flags.add(q.ks, s, prio)
 		}
 		read = func(ctx context.Context, p redis.Pipeliner) func(*casRead) error {
-			return q.readAhead(ctx, p, ahead, flags, &view)
+			return q.readAhead(ctx, p, fs.ahead, flags, &fs.view)
 		}
 	}
-	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting, guardOf: guardOf,
-		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
-	for _, k := range q.indexKeys(cands, idxLeased) {
+	for _, k := range q.indexKeys(fs.cands, idxLeased) {
 		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.Key == k }) {
 			checks = append(checks, typeCheck{Key: k, Want: "zset"})
 		}
@@ -201,20 +232,26 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finis
 	for k, i := range set {
 		mine[k] = batch[i].In().job
 	}
-	for _, c := range cands {
+	for _, c := range fs.cands {
 		all = append(all, c.Shard)
 	}
 	checks = q.pullChecks(checks, mine, shards, []string{idxLeased, idxSucceeded})
-	checks = ahead.typing(q.ks, checks)
-	asked := time.Now() // the claims' leases are measured from here
-	_, done, err := q.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: flags.keys,
+	checks = fs.ahead.typing(q.ks, checks)
+	fs.txn = &casTxn{keys: keys, checks: checks, extra: read, guards: flags.keys,
 		aux: q.slotPredict(mine, shards), follow: q.slotFollow(all),
 		decide: func(r *casRead) (*casPlan, error) {
 			p := q.decideFinish(fs, r)
-			p.checks = ahead.untyped(p.checks)
+			p.checks = fs.ahead.untyped(p.checks)
 			return p, nil
-		}})
-	out, errs, vanished := fs.out, fs.errs, fs.vanished
+		}}
+	return fs
+}
+
+// settleFinish answers the callers of a fused transaction that ran with
+// err: each completion with its outcome, each claim once confirmed; and
+// fills the pool with what it read ahead.
+func (q *Queue) settleFinish(ctx context.Context, fs *finishSet, done *casPlan, asked time.Time, err error) error {
+	out, errs := fs.out, fs.errs
 	if errors.Is(err, ErrOutcomeUnknown) {
 		q.recoverClaims(fs, err)
 	}
@@ -241,12 +278,12 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finis
 	if err != nil {
 		return err
 	}
-	q.vanishedFound(ctx, done, vanished)
-	if ahead != nil {
+	q.vanishedFound(ctx, done, fs.vanished)
+	if fs.ahead != nil {
 		// The due entries read ahead go to the pool, less the jobs this
 		// very transaction claimed or completed.
-		used := make(map[string]bool, len(ids)+len(out))
-		for _, id := range ids {
+		used := make(map[string]bool, len(fs.ids)+len(out))
+		for _, id := range fs.ids {
 			used[id] = true
 		}
 		for _, o := range out {
@@ -254,31 +291,15 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finis
 				used[o.next.ID] = true
 			}
 		}
-		view.Cands = slices.DeleteFunc(view.Cands, func(c candidate) bool { return used[c.ID] })
-		q.pool.Fill(view)
+		fs.view.Cands = slices.DeleteFunc(fs.view.Cands, func(c candidate) bool { return used[c.ID] })
+		q.pool.Fill(fs.view)
 	}
-	for k, i := range set {
+	for k, i := range fs.set {
 		if errs[k] != errLeftOut {
-			batch[i].Finish(out[k], errs[k])
+			fs.batch[i].Finish(out[k], errs[k])
 		}
 	}
 	return nil
-}
-
-// finishSet is one fused transaction's callers and candidates, and what
-// its latest decision made of them.
-type finishSet struct {
-	batch   []*cas.Call[finishIn, finishOut]
-	set     []int // positions in batch
-	keys    []string
-	shards  []int
-	cands   []candidate // keys[len(set):] are theirs
-	guardOf []int       // per candidate, its shard's pause flag in the casTxn's guards
-	wanting []int       // positions in set whose caller wants a next job
-
-	out      []finishOut
-	errs     []error
-	vanished []candidate
 }
 
 // decideFinish decides a fused transaction from what round trip 1 read:

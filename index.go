@@ -208,19 +208,19 @@ func (p *indexPlan) steps() [][]any {
 // really changes. hint names an index the caller found id in; when it is
 // not where old says, the index was changed outside jobkey, so the hint is
 // removed and the right entry written whatever old said (rule 3).
-func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
+func (d *decider) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
 	var from, to entry
 	if old != nil {
-		from = q.entryOf(old)
+		from = d.entryOf(old)
 	}
 	if new != nil {
-		to = q.entryOf(new)
+		to = d.entryOf(new)
 		if new.State == StatePending && new.Priority > 0 {
 			// Readers that do not know the queue uses priorities learn it
 			// from the flag; this process drops what it read ahead below
 			// the job's priority before the EXEC (raised).
 			p.raised = max(p.raised, new.Priority)
-			p.flag(q.ks.index(shard, prioFlag))
+			p.flag(d.ks.index(shard, prioFlag))
 		}
 	}
 	tampered := hint != "" && hint != from.index
@@ -232,13 +232,13 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 	}
 	var member any = id // converted once, for every write below
 	if remFrom {
-		p.zremBoxed(q.ks.index(shard, from.index), member)
+		p.zremBoxed(d.ks.index(shard, from.index), member)
 	}
 	if remHint {
-		p.zremBoxed(q.ks.index(shard, hint), member)
+		p.zremBoxed(d.ks.index(shard, hint), member)
 	}
 	if add {
-		p.zaddBoxed(q.ks.index(shard, to.index), to.score, member)
+		p.zaddBoxed(d.ks.index(shard, to.index), to.score, member)
 	}
 }
 
@@ -247,10 +247,10 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 // transaction's time. A job canceled while it ran keeps its key, and so its
 // ID, at least until that run's lease ends, however short the retention
 // (lastrun.go).
-func (q *Queue) write(key string, j *Job) casWrite {
+func (d *decider) write(key string, j *Job) casWrite {
 	w := casWrite{key: key, job: j}
 	if j.State.Finished() {
-		w.ttl = max(q.retention(j), lastRunLeft(j, j.UpdatedAt))
+		w.ttl = max(d.retention(j), lastRunLeft(j, j.UpdatedAt))
 	}
 	return w
 }

@@ -138,13 +138,13 @@ type fencedWrite struct {
 
 // decideFenced decides one fenced transition on the stored job cur (or
 // the error reading it gave) and adds its writes to plan and ip.
-func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fencedWrite, cur *Job, readErr error, now time.Time) (*Job, error) {
+func (d *decider) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fencedWrite, cur *Job, readErr error, now time.Time) (*Job, error) {
 	j := f.j
 	switch {
 	case readErr != nil:
 		return nil, readErr
 	case cur == nil:
-		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, j.ID, q.name)
+		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, j.ID, d.name)
 	case f.done != nil && f.done(j, cur):
 		plan.confirm = true // answered from a write of its own: waited for as if just made
 		return cur, nil
@@ -153,7 +153,7 @@ func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fenced
 	}
 	next := f.fn(j, cloneJob(cur), now)
 	next.UpdatedAt = now
-	if err := q.fits(next, cur); err != nil {
+	if err := d.fits(next, cur); err != nil {
 		return nil, err
 	}
 	if e := b.entry(f.shard, cur); e != nil {
@@ -167,8 +167,8 @@ func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fenced
 			return nil, &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Token: j.LeaseToken, Now: cur}
 		}
 	}
-	q.move(ip, f.shard, j.ID, cur, next, "")
-	plan.writes = append(plan.writes, q.write(f.key, next))
+	d.move(ip, f.shard, j.ID, cur, next, "")
+	plan.writes = append(plan.writes, d.write(f.key, next))
 	return next, nil
 }
 
@@ -319,14 +319,14 @@ func (q *Queue) CompleteMany(ctx context.Context, jobs []*Job, results [][]byte)
 // fits holds a transition's value to Config.MaxValueBytes: a LastError
 // that would push it past is cut to what fits, and anything else that does
 // (a result, a job an Update grew) refuses the transition for that job.
-func (q *Queue) fits(next, cur *Job) error {
-	over := encodedSize(next) - q.cfg.MaxValueBytes
+func (d *decider) fits(next, cur *Job) error {
+	over := encodedSize(next) - d.cfg.MaxValueBytes
 	if over > 0 && next.LastError != cur.LastError && over <= len(next.LastError) {
 		next.LastError = truncate(next.LastError, len(next.LastError)-over) // a shorter string never has a longer header
-		over = encodedSize(next) - q.cfg.MaxValueBytes
+		over = encodedSize(next) - d.cfg.MaxValueBytes
 	}
 	if over > 0 {
-		return fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, next.ID, encodedSize(next), q.cfg.MaxValueBytes)
+		return fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, next.ID, encodedSize(next), d.cfg.MaxValueBytes)
 	}
 	return nil
 }

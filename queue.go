@@ -21,10 +21,8 @@ import (
 // every change to a job is a compare-and-set on that key, so a change
 // happens whole or not at all. A Queue is safe for concurrent use.
 type Queue struct {
-	rdb   redis.UniversalClient
-	name  string
-	cfg   Config
-	ks    *keyspace
+	decider // the queue's name, config and keys: what its decisions use
+	rdb     redis.UniversalClient
 	cas   *cas.Engine
 	clock *redisclock.Clock
 	newer *expiring.Set[string] // jobs of a newer format that claimers look past
@@ -71,7 +69,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 		return nil, err
 	}
 	clock := &redisclock.Clock{Local: c.Now}
-	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), clock: clock,
+	q := &Queue{decider: decider{name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards)}, rdb: rdb, clock: clock,
 		newer: &expiring.Set[string]{TTL: skipFor, Max: maxSkip}}
 	engine, err := cas.New(rdb, cas.Options{Attempts: c.CASAttempts, BaseBackoff: c.CASBackoff, MaxBackoff: c.CASMaxBackoff,
 		Clock: clock, MinReplicas: c.MinReplicas, ReplicaTimeout: c.ReplicaTimeout, SyncKey: syncKey,
