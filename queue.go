@@ -23,12 +23,12 @@ import (
 type Queue struct {
 	decider // the queue's name, config and keys: what its decisions use
 	rdb     redis.UniversalClient
-	cas   *cas.Engine
-	clock *redisclock.Clock
-	newer *expiring.Set[string] // jobs of a newer format that claimers look past
-	down  *cluster.Down         // shards whose node could not be reached
-	srv   serverCheck           // what the first call checks about Redis
-	pool  *readahead.Pool       // due entries read ahead, for the claims that follow
+	cas     *cas.Engine
+	clock   *redisclock.Clock
+	newer   *expiring.Set[string] // jobs of a newer format that claimers look past
+	down    *cluster.Down         // shards whose node could not be reached
+	srv     serverCheck           // what the first call checks about Redis
+	pool    *readahead.Pool       // due entries read ahead, for the claims that follow
 	// listeners counts the Works of this Queue subscribed to the wake-up
 	// hints: only then do claims take entries from the pool, since only
 	// then do other processes' hints drop what a higher priority passes.
