@@ -204,7 +204,9 @@ func Example_retention() {
 
 // Periodic jobs need no leader: every Work that lists the schedule enqueues
 // the tick's job under one ID, so each tick runs once however many processes
-// run. A Work that starts between ticks enqueues the latest one.
+// run. A schedule Redis has not seen starts at its next tick; this one asks
+// to start with its latest, so the Work that deploys it between two hourly
+// ticks enqueues the one before at once.
 func ExampleEvery() {
 	rdb := exampleRedis()
 	defer rdb.Close()
@@ -221,11 +223,40 @@ func ExampleEvery() {
 		return nil, nil
 	})
 	err = q.Work(ctx, h, &jobkey.WorkOpts{Periodic: []jobkey.PeriodicJob{
-		{Name: "cleanup", Schedule: jobkey.Every(time.Hour), Type: "cleanup"},
+		{Name: "cleanup", Schedule: jobkey.Every(time.Hour), Type: "cleanup", StartWithLatestTick: true},
 	}})
 	fmt.Println(err)
 	// Output:
 	// cleanup true
+	// <nil>
+}
+
+// A schedule Redis has not seen before starts at its next tick: deployed
+// between two ticks, it does not run for the tick before it existed. A
+// process that was down catches up on the latest tick it missed, since
+// Redis has seen the schedule by then.
+func ExamplePeriodicJob() {
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "maintenance", exampleConfig("periodic"))
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	deployed := time.Now()
+	h := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		fmt.Println(j.Type, "tick after the deploy:", j.RunAt.After(deployed))
+		stop()
+		return nil, nil
+	})
+	err = q.Work(ctx, h, &jobkey.WorkOpts{Periodic: []jobkey.PeriodicJob{
+		{Name: "heartbeat", Schedule: jobkey.Every(time.Second), Type: "heartbeat"},
+	}})
+	fmt.Println(err)
+	// Output:
+	// heartbeat tick after the deploy: true
 	// <nil>
 }
 
