@@ -640,8 +640,10 @@ func TestPeriodicSkipsTickOlderThanRetentionOnRecovery(t *testing.T) {
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
+			// The schedule asks for its latest tick: T1 below is enqueued
+			// even when a process first looks at the schedule just after it.
 			done <- q.Work(ctx, h, &WorkOpts{Name: name, Concurrency: 1, Logger: quietLog(), PollInterval: 50 * time.Millisecond,
-				Periodic: []PeriodicJob{{Name: "tick", Schedule: sched, Type: "t"}}})
+				Periodic: []PeriodicJob{{Name: "tick", Schedule: sched, Type: "t", StartWithLatestTick: true}}})
 		}()
 		return func() { stop(); require.NoError(t, <-done) }
 	}
@@ -798,7 +800,7 @@ func TestNewPeriodicScheduleStartsAtItsNextTick(t *testing.T) {
 			prefix := redistest.Prefix(t)
 			ctx := context.Background()
 			now := time.Now().Truncate(time.Millisecond)
-			before, after := now.Add(-time.Hour), now.Add(3*time.Second)
+			before, after := now.Add(-time.Hour), now.Add(5*time.Second) // the processes look first well before it
 			ps := []PeriodicJob{{Name: "daily", Schedule: ticksAt{before, after}, Type: "digest", StartWithLatestTick: latest}}
 			runs := newRunsByID()
 			var stops []func() error
