@@ -98,9 +98,9 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 			Unknown: func(j *Job, err error) error { return outcomeUnknown("extend", j.ID, err) }}
 		q.finishes = &cas.Group[finishIn, finishOut]{Max: c.MaxBatch, Flush: q.flushFinishes, HandOver: true,
 			Unknown: func(in finishIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) },
-			Orphan: func(out finishOut) {
-				q.giveBack(out.next)
-				q.giveBack(out.unsure)
+			Orphan: func(t *cas.Trail, out finishOut) {
+				q.giveBack(t, out.next)
+				q.giveBack(t, out.unsure)
 			}}
 	}
 	return q, nil

@@ -22,8 +22,11 @@ type Call[T, R any] struct {
 	// left is set once the caller was answered because its ctx ended.
 	left atomic.Bool
 	// orphan, when not nil, is given an answer that came after the caller
-	// left: a claim made for it is given back.
-	orphan func(R)
+	// left: a claim made for it is given back. trail is the caller's (see
+	// Trail): it counts the call until its flush is over, and the
+	// give-back.
+	orphan func(t *Trail, out R)
+	trail  *Trail
 }
 
 // Finish answers the caller. The first answer stands; later ones are
@@ -37,7 +40,7 @@ func (c *Call[T, R]) Finish(out R, err error) {
 		answered = true
 	})
 	if !answered && c.left.Load() && c.orphan != nil {
-		c.orphan(out)
+		c.orphan(c.trail, out)
 	}
 }
 
@@ -66,6 +69,67 @@ func (c *Call[T, R]) In() T { return c.in }
 
 // Context returns the caller's context.
 func (c *Call[T, R]) Context() context.Context { return c.ctx }
+
+// Trail counts what a caller's calls leave running once they were
+// answered: a call a flush still carries, whose answer may yet come after
+// the caller left and start a give-back (Call.orphan), and that give-back.
+// Work's calls carry its trail in their ctx, and Work waits for it before
+// it returns, so that nothing it started outlives it. A nil *Trail counts
+// nothing.
+type Trail struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while it is 0
+}
+
+type trailKey struct{}
+
+// WithTrail returns ctx carrying t: the calls made under it count on t.
+func WithTrail(ctx context.Context, t *Trail) context.Context {
+	return context.WithValue(ctx, trailKey{}, t)
+}
+
+// TrailOf returns the trail ctx carries, or nil.
+func TrailOf(ctx context.Context) *Trail {
+	t, _ := ctx.Value(trailKey{}).(*Trail)
+	return t
+}
+
+// Add counts one more thing running.
+func (t *Trail) Add() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.n++
+}
+
+// Done counts one thing less.
+func (t *Trail) Done() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n--; t.n == 0 {
+		close(t.idle)
+		t.idle = nil
+	}
+}
+
+// Wait returns once nothing is counted.
+func (t *Trail) Wait() {
+	t.mu.Lock()
+	idle := t.idle
+	t.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+}
 
 // errUnanswered is what a call gets if a flush forgot it: a bug.
 var errUnanswered = errors.New("jobkey: internal error: a batched call got no answer")
@@ -118,8 +182,8 @@ type Group[T, R any] struct {
 	// err (see OutcomeUnknown).
 	Unknown func(in T, err error) error
 	// Orphan, when not nil, takes a call's answer that came after its
-	// caller left (see Call.orphan).
-	Orphan func(R)
+	// caller left (see Call.orphan), with the caller's trail.
+	Orphan func(t *Trail, out R)
 
 	// inside counts the callers in run now; peak is the most there were
 	// since the last flush began (under mu).
@@ -147,6 +211,12 @@ func (g *Group[T, R]) run(ctx context.Context, in T, await bool) (R, error) {
 		return zero, err
 	}
 	c := &Call[T, R]{ctx: ctx, in: in, done: make(chan struct{}), orphan: g.Orphan}
+	if g.Orphan != nil {
+		// Its answer may start a give-back after the caller left: the
+		// caller's trail counts the call until its flush is over.
+		c.trail = TrailOf(ctx)
+		c.trail.Add()
+	}
 	g.inside.Add(1)
 	defer g.inside.Add(-1)
 	g.mu.Lock()
@@ -171,6 +241,7 @@ func (g *Group[T, R]) run(ctx context.Context, in T, await bool) (R, error) {
 	if i := slices.Index(g.queue, c); i >= 0 {
 		g.queue = slices.Delete(g.queue, i, i+1)
 		g.mu.Unlock()
+		c.trail.Done()
 		return zero, ctx.Err() // never sent
 	}
 	g.mu.Unlock()
@@ -237,6 +308,7 @@ func (g *Group[T, R]) leadFrom(batch []*Call[T, R], in *handover) {
 		}
 		for _, c := range batch {
 			c.Finish(zero, errUnanswered)
+			c.trail.Done() // the flush is over: no answer comes after this
 		}
 		if out != nil && out.passed() {
 			return // the successor leads the group now
