@@ -42,7 +42,7 @@ func (q *Queue) eachTxn(ctx context.Context, failFast bool, pos []int, id func(i
 		shard := q.ks.shardOf(id(set[0]))
 		if failFast && q.cluster() && q.down.Has(shard) {
 			failed(set, fmt.Errorf("jobkey: not attempted, nothing written: the node of shard %d%s could not be reached within the last %v, "+
-				"and the cluster's slot map still names it", shard, q.down.Where(shard), downFor))
+				"and the cluster's map of hash slots still names it", shard, q.down.Where(shard), downFor))
 			continue
 		}
 		err := run(set)

@@ -76,8 +76,8 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
 	return q.claims.Do(ctx, worker)
 }
 
-// workClaim is Claim for a Work slot. A claim whose call a flush has
-// taken is waited for even once ctx has ended: the slot then gives back
+// workClaim is Claim for a Work runner. A claim whose call a flush has
+// taken is waited for even once ctx has ended: the runner then gives back
 // the job it claimed before Work returns (execute), where an answer at
 // ctx's end would leave that to a give-back that may outlive the process,
 // and the job leased to nobody, its attempt spent.
@@ -198,7 +198,7 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 		}
 		mode := readahead.AnyShard
 		if q.cluster() {
-			mode = readahead.OneShard // one transaction stays in one slot
+			mode = readahead.OneShard // one transaction stays in one hash slot
 		}
 		v, pooled, err := q.candidates(ctx, round, max(q.cfg.ClaimWindow, 8*len(waiting)), mode)
 		if err != nil {
@@ -206,7 +206,7 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 		}
 		cands := v.Cands
 		if q.cluster() && len(cands) > 0 {
-			// One transaction stays in one slot: the shard of the highest
+			// One transaction stays in one hash slot: the shard of the highest
 			// priority's candidate, or the pool's choice.
 			if !pooled {
 				readahead.ByPriority(cands)
@@ -672,7 +672,7 @@ func (q *Queue) confirmClaim(ctx context.Context, j *Job, asked time.Time, err e
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
 			// Given back before returning, not on a goroutine of its own: the
-			// caller (a Work slot, a flush Work waits for) may be shutting
+			// caller (a Work runner, a flush Work waits for) may be shutting
 			// down, and nothing it started may outlive it.
 			q.cfg.Logger.Warn("jobkey: claim not confirmed by replicas before its lease could end; given back unrun",
 				"queue", q.name, "job", j.ID, "err", err)

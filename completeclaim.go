@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A Work slot that finishes a job and wants the next one completes the
+// A Work runner that finishes a job and wants the next one completes the
 // first and claims the second in one compare-and-set, as BullMQ's
 // moveToFinished returns the next job: both keys are watched and read in
 // round trip 1, and both written in one MULTI/EXEC. The candidate comes
@@ -25,9 +25,9 @@ import (
 // and starting the next costs two round trips. Every rule holds: each job
 // is decided under its own WATCH, the completion is fenced on its lease
 // token, the claim is decided from the candidate's value, types are checked
-// before MULTI, and on a cluster a pair is fused only within one slot.
+// before MULTI, and on a cluster a pair is fused only within one hash slot.
 
-// finishIn is one slot's request: complete job with result, and claim the
+// finishIn is one runner's request: complete job with result, and claim the
 // next due job for worker ("" wants none).
 type finishIn struct {
 	job    *Job
@@ -36,9 +36,9 @@ type finishIn struct {
 }
 
 // finishOut is its answer: the job as completed, and the next job claimed
-// for the slot, if one was. unsure is set instead of next when the EXEC's
+// for the runner, if one was. unsure is set instead of next when the EXEC's
 // reply was lost: the job as the transaction would have claimed it, for
-// the slot to look for by its lease token.
+// the runner to look for by its lease token.
 type finishOut struct {
 	done   *Job
 	next   *Job
@@ -69,7 +69,7 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*cas.Call[finishIn, f
 	if batch = cas.Live(batch); len(batch) == 0 {
 		return
 	}
-	// A job finished twice in one batch (two slots holding it, one of them
+	// A job finished twice in one batch (two runners holding it, one of them
 	// stale) goes in a transaction of its own: one transaction must not
 	// decide about one job twice, and the others must not pay for it.
 	var pos, again []int
@@ -103,7 +103,7 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*cas.Call[finishIn, f
 	}
 	if q.cluster() && len(sets) > 1 {
 		// A cluster's shards: their transactions run at once, each on a
-		// connection of its own, since Work's slots spread over the
+		// connection of its own, since Work's runners spread over the
 		// shards (duePool serves them in turn).
 		var txns sync.WaitGroup
 		for _, set := range sets[1:] {
@@ -377,7 +377,7 @@ func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
 
 // aheadOf returns the shards a fused transaction that completes jobs of
 // shards reads ahead. On a cluster, theirs: the read rides the connection
-// of their slot's node. On a single Redis, every shard when there are at
+// of their hash slot's node. On a single Redis, every shard when there are at
 // most claimShards; else theirs and up to claimShards more whose read in
 // the pool is getting old, so the pool goes on serving with a fresh read
 // of every shard (see duePool).

@@ -6,7 +6,7 @@ import (
 )
 
 // This file says where a job hashes: the hash tag of each shard of a
-// queue, the shard of a job ID, and the Redis Cluster slot a key falls in.
+// queue, the shard of a job ID, and the Redis Cluster hash slot a key falls in.
 // keyspace.go builds every key name from these; nothing else may choose a
 // tag or a shard, or a job would be looked for in the wrong place.
 
@@ -35,25 +35,25 @@ func fnv32a(s string) uint32 {
 	return h
 }
 
-// keySlot is the Redis Cluster slot of key, by the cluster's rule: the
+// hashSlot is the Redis Cluster hash slot of key, by the cluster's rule: the
 // CRC16 of the hash tag when key has a non-empty one, else of the whole key.
-func keySlot(key string) int {
+func hashSlot(key string) int {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]
 		}
 	}
-	return int(crc16(key)) % clusterSlots
+	return int(crc16(key)) % hashSlots
 }
 
-// clusterSlots is the number of Redis Cluster hash slots.
-const clusterSlots = 16384
+// hashSlots is the number of Redis Cluster hash slots.
+const hashSlots = 16384
 
 // shardTag returns the hash tag of shard i of n. Tags are chosen so that
-// shard i's slot falls in the middle half of the i-th of n equal parts of
-// the slot range: "<queue>/<i>" when it already does, else the first
-// "<queue>/<i>.<k>" that does. Masters own contiguous slot ranges, so the
-// shards, and the jobs, spread over the masters as evenly as the slots do
+// shard i's hash slot falls in the middle half of the i-th of n equal parts of
+// the hash slot range: "<queue>/<i>" when it already does, else the first
+// "<queue>/<i>.<k>" that does. Masters own contiguous hash slot ranges, so the
+// shards, and the jobs, spread over the masters as evenly as the hash slots do
 // instead of where chance would put them; keeping to the middle of each
 // part keeps a shard off the edge between two masters' ranges. The choice
 // depends only on the queue name, i and n, so it never changes for a queue.
@@ -61,12 +61,12 @@ func shardTag(queue string, i, n int) string {
 	if n == 1 {
 		return queue + "/0"
 	}
-	part := clusterSlots / n
-	lo := i*clusterSlots/n + part/4
+	part := hashSlots / n
+	lo := i*hashSlots/n + part/4
 	hi := lo + max(1, part/2)
 	tag := queue + "/" + strconv.Itoa(i)
 	for k := 1; ; k++ {
-		if s := int(crc16(tag)) % clusterSlots; s >= lo && s < hi {
+		if s := int(crc16(tag)) % hashSlots; s >= lo && s < hi {
 			return tag
 		}
 		tag = queue + "/" + strconv.Itoa(i) + "." + strconv.Itoa(k)

@@ -64,10 +64,10 @@ var readyIndexes = func() []string {
 //	<prefix>:{<queue>}:cancel         pub/sub: a running job was canceled
 //
 // The shard tag is "<queue>/<shard>", with ".<k>" appended where needed to
-// spread the shards' slots evenly (shardTag).
+// spread the shards' hash slots evenly (shardTag).
 //
 // The braces are a Redis Cluster hash tag: a job and its shard's indexes
-// share a slot, so one MULTI/EXEC may write them all.
+// share a hash slot, so one MULTI/EXEC may write them all.
 type keyspace struct {
 	prefix string
 	queue  string
@@ -166,7 +166,7 @@ type JobKeys struct {
 
 // pauseFlag is the name, under each shard's hash tag, of the key whose
 // existence pauses the shard: "<prefix>:{<queue>/<shard>}:paused". It lives
-// in the shard's slot, so a claim's compare-and-set watches it beside the
+// in the shard's hash slot, so a claim's compare-and-set watches it beside the
 // jobs it takes, and a Pause that lands before the claim's EXEC aborts it.
 const pauseFlag = "paused"
 

@@ -137,7 +137,7 @@ func (q *Queue) readFlags(ctx context.Context, p redis.Pipeliner, f *shardFlags)
 	} else {
 		for from := 0; from < len(f.keys); {
 			to := from + 1
-			for to < len(f.keys) && keySlot(f.keys[to]) == keySlot(f.keys[from]) {
+			for to < len(f.keys) && hashSlot(f.keys[to]) == hashSlot(f.keys[from]) {
 				to++
 			}
 			parts = append(parts, part{from, p.MGet(ctx, f.keys[from:to]...)})

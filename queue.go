@@ -76,7 +76,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 		Check: func(ctx context.Context) error { return q.check(ctx, true) },
 		Failed: func(ctx context.Context, err error) {
 			if q.unreachable(ctx, err) {
-				q.down.Slots.Reload()
+				q.down.HashSlots.Reload()
 			}
 		}})
 	if err != nil {
@@ -84,7 +84,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	}
 	q.cas = engine
 	crdb, _ := rdb.(*redis.ClusterClient)
-	q.down = cluster.NewDown(&cluster.SlotMap{RDB: crdb}, func(s int) string { return q.ks.index(s, idxReady) }, downFor, maxShards)
+	q.down = cluster.NewDown(&cluster.HashSlots{RDB: crdb}, func(s int) string { return q.ks.index(s, idxReady) }, downFor, maxShards)
 	q.pool = readahead.New(c.Shards, q.down.Has, q.down.Moved, downFor)
 	if !c.DisableGroupCommit {
 		q.claims = &cas.Group[string, *Job]{Max: c.MaxBatch, Flush: q.flushClaims, Fill: batchFill,

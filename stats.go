@@ -44,7 +44,7 @@ type Stats struct {
 	// StuckHandlers counts the handlers that Work reports stuck, in every
 	// process: still running WorkOpts.StuckAfter after their contexts
 	// ended (canceled job, lost lease, timeout, shutdown). Go cannot stop
-	// them; each holds its worker's slot until it returns, and may run
+	// them; each holds its worker's runner until it returns, and may run
 	// beside a new run of its job. A worker renews its report every
 	// Lease/3; the report of a process that died or gave up on it at
 	// shutdown lapses within one Lease.

@@ -100,9 +100,9 @@ type placed struct {
 	score int64
 }
 
-// scanNode returns the client of the master that owns a shard's slot, for
-// SCAN, the one command a cluster client does not route by key. The slot
-// map go-redis holds may be stale after a slot moved, and SCAN on the old
+// scanNode returns the client of the master that owns a shard's hash slot, for
+// SCAN, the one command a cluster client does not route by key. The map of
+// hash slots go-redis holds may be stale after a hash slot moved, and SCAN on the old
 // owner finds nothing, so ownership is confirmed by a keyed command the
 // node would answer with MOVED.
 func (q *Queue) scanNode(ctx context.Context, shard int) (redis.Cmdable, error) {
@@ -121,7 +121,7 @@ func (q *Queue) scanNode(ctx context.Context, shard int) (redis.Cmdable, error) 
 			return n, err
 		}
 		if try == 20 {
-			return nil, fmt.Errorf("jobkey: the slot of %s keeps moving: %w", key, err)
+			return nil, fmt.Errorf("jobkey: the hash slot of %s keeps moving: %w", key, err)
 		}
 		c.ReloadState(ctx) // asynchronous: give it a moment
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
@@ -131,7 +131,7 @@ func (q *Queue) scanNode(ctx context.Context, shard int) (redis.Cmdable, error) 
 }
 
 // verifyShard checks one shard. Keyed reads go through the queue's client,
-// which follows a slot that moved; only the keyspace scan needs the node.
+// which follows a hash slot that moved; only the keyspace scan needs the node.
 func (q *Queue) verifyShard(ctx context.Context, shard int, o VerifyOpts, now time.Time, rep *VerifyReport) error {
 	suspects := map[string]bool{}
 	if err := q.walkIndexes(ctx, q.rdb, shard, now, rep, suspects); err != nil {

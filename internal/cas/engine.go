@@ -130,7 +130,7 @@ func (e *Engine) Run(ctx context.Context, t *Txn) (*Read, *Plan, error) {
 		}
 		e.c.conflicts.Add(1)
 		if c, ok := e.rdb.(*redis.ClusterClient); ok && r.moved {
-			c.ReloadState(ctx) // the slot moved: ask the cluster who owns it now
+			c.ReloadState(ctx) // the hash slot moved: ask the cluster who owns it now
 		}
 		if t.NoRetry || attempt >= e.opts.Attempts {
 			return nil, nil, &ConflictError{Key: t.Route, Attempts: attempt}

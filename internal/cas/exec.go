@@ -119,7 +119,7 @@ func (e *Engine) execPipe(ctx context.Context, conn *redis.Conn, route string, p
 		}
 		return results, all, redis.TxFailedErr
 	case reply.IsRedisErr(xerr):
-		// EXECABORT: a step was refused as it was queued (a slot that
+		// EXECABORT: a step was refused as it was queued (a hash slot that
 		// moved, a command the ACL denies); nothing was written. A step
 		// keeps the error it was refused with; the others get EXEC's.
 		for _, c := range cmds {
@@ -178,7 +178,7 @@ func classify(route string, cmds []redis.Cmder, err error) (armed bool, _ error)
 	case redis.IsExecAbortError(err):
 		for _, c := range cmds {
 			if reply.Redirected(c.Err()) {
-				return false, &retry{err: c.Err(), moved: true} // queued while the slot was moving
+				return false, &retry{err: c.Err(), moved: true} // queued while the hash slot was moving
 			}
 		}
 		return false, stepError(cmds, true)

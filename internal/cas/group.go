@@ -199,7 +199,7 @@ type Group[T, R any] struct {
 func (g *Group[T, R]) Do(ctx context.Context, in T) (R, error) { return g.run(ctx, in, false) }
 
 // Await is Do for a caller that must learn what was written for it, as a
-// Work slot must of its claim at shutdown, to give the job back before
+// Work runner must of its claim at shutdown, to give the job back before
 // Work returns: once a flush has taken its call, it waits for the flush's
 // answer rather than being answered when ctx ends. The flush still leaves
 // the call out of every decision made after ctx ended.

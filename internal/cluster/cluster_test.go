@@ -20,7 +20,7 @@ func TestShardDownOnlyWhileItsSlotNamesTheUnreachableNode(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t, nil)
 	key := redistest.Prefix(t) + ":{q/0}:ready" // a key of shard 0
-	d := NewDown(&SlotMap{RDB: rdb}, func(int) string { return key }, 2*time.Second, 16)
+	d := NewDown(&HashSlots{RDB: rdb}, func(int) string { return key }, 2*time.Second, 16)
 	owner, err := rdb.MasterForKey(context.Background(), key)
 	require.NoError(t, err)
 	addr, err := net.ResolveTCPAddr("tcp", owner.Options().Addr)
@@ -31,10 +31,10 @@ func TestShardDownOnlyWhileItsSlotNamesTheUnreachableNode(t *testing.T) {
 		return &net.OpError{Op: "dial", Net: "tcp", Addr: a, Err: errors.New("connect: connection refused")}
 	}
 
-	before := d.Slots.last.Load()
+	before := d.HashSlots.last.Load()
 	d.Add(0, refused(other))
 	require.False(t, d.Has(0), "the failure was on a node the slot map no longer names")
-	require.Greater(t, d.Slots.last.Load(), before, "the slot map was asked for")
+	require.Greater(t, d.HashSlots.last.Load(), before, "the slot map was asked for")
 
 	d.Add(0, refused(addr))
 	require.True(t, d.Has(0), "the slot still names the node that could not be reached")
@@ -48,12 +48,12 @@ func TestShardDownOnlyWhileItsSlotNamesTheUnreachableNode(t *testing.T) {
 	require.False(t, d.Has(0))
 
 	// Reloads are bounded: asking again at once does not ask go-redis.
-	at := d.Slots.last.Load()
-	d.Slots.Reload()
-	require.Equal(t, at, d.Slots.last.Load())
+	at := d.HashSlots.last.Load()
+	d.HashSlots.Reload()
+	require.Equal(t, at, d.HashSlots.last.Load())
 	time.Sleep(ReloadEvery)
-	d.Slots.Reload()
-	require.Greater(t, d.Slots.last.Load(), at)
+	d.HashSlots.Reload()
+	require.Greater(t, d.HashSlots.last.Load(), at)
 }
 
 func TestSameNodeComparesTheDialedIPWithTheSlotMapsAddress(t *testing.T) {

@@ -63,7 +63,7 @@ type Pool struct {
 	mu      sync.Mutex
 	shards  []poolShard
 	skip    func(shard int) bool // shards no read reaches now (their node is down)
-	moved   func(shard int) bool // shards whose slot names another node since they were unreachable
+	moved   func(shard int) bool // shards whose hash slot names another node since they were unreachable
 	reprobe time.Duration        // how long after a shard's node could not be reached it is read again
 	// refreshing says a read of every shard is under way (refreshDue).
 	refreshing bool
@@ -132,7 +132,7 @@ func (p *Pool) skipped(s int) bool {
 }
 
 // gone reports a shard the last read of it could not reach, unless the
-// slot map names another node for it since (a replica promoted). p.mu is
+// hash slot map names another node for it since (a replica promoted). p.mu is
 // held.
 func (p *Pool) gone(s int) bool {
 	return p.shards[s].gone && (p.moved == nil || !p.moved(s))
@@ -171,7 +171,7 @@ func (p *Pool) IsGone(s int) bool {
 	return s >= 0 && s < len(p.shards) && p.gone(s)
 }
 
-// anyMoved reports a shard gone from the pool whose slot map names another
+// anyMoved reports a shard gone from the pool whose hash slot map names another
 // node now: it is read again at once. p.mu is held.
 func (p *Pool) anyMoved() bool {
 	for s := range p.shards {
