@@ -48,7 +48,7 @@ type casPlan struct {
 	steps  [][]any
 	checks []typeCheck
 	// results holds, once EXEC answered, every command's reply, for the
-	// decisions that depend on what a step found (vanishedFound).
+	// decisions that depend on what a step found (settleLostHints).
 	results []redis.Cmder
 	// confirm says the decision answers from a write it recognised as its
 	// own (a retried Complete, an Enqueue that found its job): when writes
@@ -58,8 +58,8 @@ type casPlan struct {
 	// pending (indexPlan.raised).
 	raised int
 	// newer lists the jobs of a newer format a claim found: claimers
-	// look past them for a while (Queue.newer).
-	newer []string
+	// look past them for a while (Queue.newerFormat).
+	newerFormat []string
 }
 
 // index takes ip's index writes, and what they say, into the plan.
@@ -125,8 +125,8 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 			if err != nil || p == nil {
 				return nil, err
 			}
-			for _, id := range p.newer {
-				q.newer.Add(id)
+			for _, id := range p.newerFormat {
+				q.newerFormat.Add(id)
 			}
 			if p.raised > 0 {
 				// A job of that priority may be pending once this EXEC

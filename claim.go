@@ -391,13 +391,13 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	for i, c := range cands {
 		shards[i] = c.Shard
 	}
-	var vanished []candidate
+	var lost []candidate
 	var plan *casPlan
 	asked := time.Now() // the claims' leases are measured from here
 	_, plan, err = q.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards.keys, follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
-			vanished = vanished[:0]
+			lost = lost[:0]
 			plan := &casPlan{}
 			var ip indexPlan
 			b := q.newSlotBook(r)
@@ -406,10 +406,10 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 				if gone != nil && gone(i) || r.guarded[guardOf[i]] {
 					continue // the caller left, or the shard is paused
 				}
-				claimed, lost := q.decideCandidate(plan, &ip, b, c, keys[i], r.jobs[i], r.errs[i], workers[i], now)
+				claimed, hintLost := q.decideCandidate(plan, &ip, b, c, keys[i], r.jobs[i], r.errs[i], workers[i], now)
 				got[i] = claimed
-				if lost {
-					vanished = append(vanished, c)
+				if hintLost {
+					lost = append(lost, c)
 				}
 			}
 			b.finish(plan, &ip)
@@ -428,23 +428,23 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	if err != nil {
 		return nil, false, err
 	}
-	q.vanishedFound(ctx, plan, vanished)
+	q.settleLostHints(ctx, plan, lost)
 	return got, !plan.empty(), nil
 }
 
-// vanishedFound deals with the candidates whose entry pointed at no value
+// settleLostHints deals with the candidates whose entry pointed at no value
 // when the claim's compare-and-set read them: the EXEC removed each entry
-// with a ZREM of its own and counted it in the vanished log. A ZREM that
+// with a ZREM of its own and counted it in the log of lost hints (seenLost). A ZREM that
 // removed nothing means someone else removed the entry first, as Delete
 // does with the value: nothing was lost, and the count is taken back. One
 // that removed it found an entry whose value is gone (deleted outside
 // jobkey, or evicted): that is logged.
-func (q *Queue) vanishedFound(ctx context.Context, plan *casPlan, cands []candidate) {
+func (q *Queue) settleLostHints(ctx context.Context, plan *casPlan, cands []candidate) {
 	if plan == nil {
 		return
 	}
 	for _, c := range cands {
-		vanished := q.ks.index(c.Shard, seenVanished)
+		lostLog := q.ks.index(c.Shard, seenLost)
 		if stepReply(plan, "zrem", q.ks.index(c.Shard, c.Index), c.ID) != 0 {
 			q.cfg.Logger.Error("jobkey: a job's index entry pointed at no value: the job was deleted outside jobkey, or evicted by Redis (is maxmemory-policy noeviction?)",
 				"queue", q.name, "job", c.ID)
@@ -452,9 +452,9 @@ func (q *Queue) vanishedFound(ctx context.Context, plan *casPlan, cands []candid
 		}
 		// Someone removed the hint first, as Delete does with the value:
 		// nothing was lost. The count goes again if this claim made it.
-		if stepReply(plan, "zadd", vanished, c.ID) == 1 {
-			if err := q.rdb.ZRem(ctx, vanished, c.ID).Err(); err != nil {
-				q.cfg.Logger.Warn("jobkey: could not take back a vanished count", "queue", q.name, "job", c.ID, "err", err)
+		if stepReply(plan, "zadd", lostLog, c.ID) == 1 {
+			if err := q.rdb.ZRem(ctx, lostLog, c.ID).Err(); err != nil {
+				q.cfg.Logger.Warn("jobkey: could not take back the count of a lost hint", "queue", q.name, "job", c.ID, "err", err)
 			}
 		}
 	}
@@ -488,10 +488,10 @@ func (d *decider) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c c
 	case errors.Is(readErr, ErrUnsupportedFormat):
 		// Written by a newer jobkey: neither ours to read nor to set aside.
 		// Its hint stays for the workers that can read it; this one skips
-		// it for a while (casPlan.newer), and logs the sighting so Stats
+		// it for a while (casPlan.newerFormat), and logs the sighting so Stats
 		// shows a rollout that stalls.
-		plan.newer = append(plan.newer, c.ID)
-		ip.zadd(d.ks.index(c.Shard, seenNewer), toMillis(now), c.ID)
+		plan.newerFormat = append(plan.newerFormat, c.ID)
+		ip.zadd(d.ks.index(c.Shard, seenNewerFormat), toMillis(now), c.ID)
 		return nil, false
 	case readErr != nil:
 		// The value cannot be read. Its bytes are kept untouched; its hint
@@ -529,12 +529,12 @@ func (d *decider) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c c
 		// in the same EXEC, so a lost reply cannot hide it. The ZREM and
 		// the ZADD NX are commands of their own, whose replies say whether
 		// the hint was still there and whether this claim counted the
-		// loss (vanishedFound): a hint someone else removed first (Delete)
+		// loss (settleLostHints): a hint someone else removed first (Delete)
 		// takes back the count this claim made.
-		vanished := d.ks.index(c.Shard, seenVanished)
-		ip.use(vanished) // its type is checked before MULTI
+		lostLog := d.ks.index(c.Shard, seenLost)
+		ip.use(lostLog) // its type is checked before MULTI
 		ip.extra = append(ip.extra, []any{"zrem", d.ks.index(c.Shard, c.Index), c.ID},
-			[]any{"zadd", vanished, "NX", toMillis(now), c.ID})
+			[]any{"zadd", lostLog, "NX", toMillis(now), c.ID})
 		return nil, true
 	case derive(cur).index != c.Index:
 		// Not claimable, and the hint that led here disagrees with the value.

@@ -450,7 +450,7 @@ func TestClaimReachesPastManyNewerMajorJobs(t *testing.T) {
 		}
 		require.ErrorIs(t, err, ErrNoJob)
 	}
-	t.Fatalf("a runnable job behind %d newer-format jobs was never claimed (skip set holds %d)", ahead, f.q.newer.Size())
+	t.Fatalf("a runnable job behind %d newer-format jobs was never claimed (skip set holds %d)", ahead, f.q.newerFormat.Size())
 }
 
 // A plain Claim (no Work in the process) keeps the due entries it did not

@@ -21,11 +21,11 @@ import (
 // moveToFinished returns the next job: both keys are watched and read in
 // round trip 1, and both written in one MULTI/EXEC. The candidate comes
 // from due entries read ahead, in a round trip that was being made anyway
-// (the previous fused transaction's, or a claim's), so finishing one job
+// (the previous complete-and-claim transaction's, or a claim's), so finishing one job
 // and starting the next costs two round trips. Every rule holds: each job
 // is decided under its own WATCH, the completion is fenced on its lease
 // token, the claim is decided from the candidate's value, types are checked
-// before MULTI, and on a cluster a pair is fused only within one hash slot.
+// before MULTI, and on a cluster a pair goes in one transaction only within one hash slot.
 
 // finishIn is one runner's request: complete job with result, and claim the
 // next due job for worker ("" wants none).
@@ -155,7 +155,7 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finis
 	return q.settleFinish(ctx, fs, done, asked, err)
 }
 
-// finishSet is one fused transaction: its callers, the candidates taken
+// finishSet is one complete-and-claim transaction: its callers, the candidates taken
 // for them, what round trip 1 reads ahead, and what its latest decision
 // made of them.
 type finishSet struct {
@@ -171,9 +171,9 @@ type finishSet struct {
 	ahead   *aheadPlan // nil: no read ahead
 	view    dueView    // what the read ahead found
 
-	out      []finishOut
-	errs     []error
-	vanished []candidate
+	out  []finishOut
+	errs []error
+	lost []candidate
 }
 
 // planFinish builds the transaction of batch[set...]: the jobs to
@@ -247,7 +247,7 @@ func (q *Queue) planFinish(batch []*cas.Call[finishIn, finishOut], set []int) *f
 	return fs
 }
 
-// settleFinish answers the callers of a fused transaction that ran with
+// settleFinish answers the callers of a complete-and-claim transaction that ran with
 // err: each completion with its outcome, each claim once confirmed; and
 // fills the pool with what it read ahead.
 func (q *Queue) settleFinish(ctx context.Context, fs *finishSet, done *casPlan, asked time.Time, err error) error {
@@ -278,7 +278,7 @@ func (q *Queue) settleFinish(ctx context.Context, fs *finishSet, done *casPlan, 
 	if err != nil {
 		return err
 	}
-	q.vanishedFound(ctx, done, fs.vanished)
+	q.settleLostHints(ctx, done, fs.lost)
 	if fs.ahead != nil {
 		// The due entries read ahead go to the pool, less the jobs this
 		// very transaction claimed or completed.
@@ -302,14 +302,14 @@ func (q *Queue) settleFinish(ctx context.Context, fs *finishSet, done *casPlan, 
 	return nil
 }
 
-// decideFinish decides a fused transaction from what round trip 1 read:
+// decideFinish decides a complete-and-claim transaction from what round trip 1 read:
 // each completion fenced on its lease token, then the candidates, each
 // claimed from its own value for the next caller that wants a job.
 func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 	plan := &casPlan{}
 	var ip indexPlan
 	b := q.newSlotBook(r)
-	fs.vanished = fs.vanished[:0]
+	fs.lost = fs.lost[:0]
 	for k, i := range fs.set {
 		fs.out[k], fs.errs[k] = finishOut{}, nil
 		in := fs.batch[i].In()
@@ -339,7 +339,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 			w++
 		}
 		if lost {
-			fs.vanished = append(fs.vanished, c)
+			fs.lost = append(fs.lost, c)
 		}
 	}
 	b.finish(plan, &ip)
@@ -347,7 +347,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 	return plan
 }
 
-// recoverClaims answers the callers of a fused transaction whose EXEC was
+// recoverClaims answers the callers of a complete-and-claim transaction whose EXEC was
 // sent and whose reply was lost. The completions are left to the callers,
 // which retry them and recognise their own writes. Each claim is handed
 // over as unsure: the job as the last decision claimed it, with the lease
@@ -375,7 +375,7 @@ func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
 	return out
 }
 
-// aheadOf returns the shards a fused transaction that completes jobs of
+// aheadOf returns the shards a complete-and-claim transaction that completes jobs of
 // shards reads ahead. On a cluster, theirs: the read rides the connection
 // of their hash slot's node. On a single Redis, every shard when there are at
 // most claimShards; else theirs and up to claimShards more whose read in
@@ -397,7 +397,7 @@ func (q *Queue) aheadOf(shards []int) []int {
 	return append(own, q.pool.Stale(own, claimShards)...)
 }
 
-// aheadPlan is what a fused transaction reads ahead: the due indexes idx
+// aheadPlan is what a complete-and-claim transaction reads ahead: the due indexes idx
 // of shards, and which keys of the transaction's type checks that read
 // types in its stead.
 type aheadPlan struct {
@@ -406,7 +406,7 @@ type aheadPlan struct {
 	typed  map[string]bool
 }
 
-// planAhead returns what a fused transaction that completes jobs of shards
+// planAhead returns what a complete-and-claim transaction that completes jobs of shards
 // for callers of whom want want a next job reads ahead, or nil when the
 // pool holds enough candidates, fresh, for the takes that follow
 // (duePool.holds; on a cluster, of those shards: the other shards are read
@@ -506,7 +506,7 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, 
 		// An ID in two indexes (a stray entry) is a candidate once: one
 		// transaction must not decide about one job twice.
 		seen := map[string]bool{}
-		newer := q.newer.Size() > 0
+		newer := q.newerFormat.Size() > 0
 		for _, rd := range reads {
 			if flags.paused(r.guarded, rd.shard) {
 				continue
@@ -516,7 +516,7 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, 
 				into.Full = max(into.Full, rd.due.prio)
 			}
 			for _, id := range ids {
-				if !seen[id] && !(newer && q.newer.Has(id)) {
+				if !seen[id] && !(newer && q.newerFormat.Has(id)) {
 					seen[id] = true
 					into.Cands = append(into.Cands, candidate{Shard: rd.shard, ID: id, Index: rd.due.index, Prio: rd.due.prio})
 				}

@@ -49,7 +49,7 @@ func TestCompleteAndClaimRoundTrips(t *testing.T) {
 	require.Nil(t, out.next)
 }
 
-// The fused transaction interrupted at each step loses nothing and does
+// The complete-and-claim transaction interrupted at each step loses nothing and does
 // nothing twice: its reply is lost, the finished job's lease
 // was lost, the candidate was taken by someone else.
 func TestCompleteAndClaimInterrupted(t *testing.T) {
@@ -152,7 +152,7 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 }
 
 // The round-trip budget of a worker draining a backlog: each
-// job costs one fused transaction of two round trips, finishing it and
+// job costs one complete-and-claim transaction of two round trips, finishing it and
 // claiming the next, plus the queue's periodic reads. Every job runs once.
 func TestWorkRoundTripsPerJob(t *testing.T) {
 	t.Parallel()
@@ -348,7 +348,7 @@ func TestWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 	}
 }
 
-// Work's fused complete-and-claim reads ahead every shard a claim reads, not
+// Work's complete-and-claim reads ahead every shard a claim reads, not
 // only the shards of the jobs it completes, so the next claim, which takes
 // from the pool with no further read on a single Redis, still takes the due
 // jobs of a higher priority first. Here, on 4 shards, a priority-9 job is
@@ -437,7 +437,7 @@ func TestSlowFusedReplyDoesNotFailUnrunJob(t *testing.T) {
 	require.NoError(t, err, "the slot runs it and completes it: it never fails unrun")
 }
 
-// The fused transaction's read ahead drops an ID found in both ready and
+// The complete-and-claim transaction's read ahead drops an ID found in both ready and
 // leased (a stray entry), as the claim's due read does: one transaction must
 // not decide about one job twice. A pool holding the job twice would put
 // both entries into one block of the next ClaimMany (or group of concurrent
@@ -518,7 +518,7 @@ func TestPooledCandidateIndexTypeCheckedBeforeMulti(t *testing.T) {
 	require.Equal(t, other, got.ID)
 }
 
-// A fused transaction whose EXEC reply is lost does not strand the job it
+// A complete-and-claim transaction whose EXEC reply is lost does not strand the job it
 // claimed for the slot. The retried completion recognises its own write, and
 // the claim, whose lease token is known, is found by that token and handed
 // to the slot, which runs it. A stranded claim would spend an attempt of a
@@ -596,7 +596,7 @@ func count(cmds []string, name string) int {
 	return n
 }
 
-// A fused transaction reads no index ahead while the pool holds twice
+// A complete-and-claim transaction reads no index ahead while the pool holds twice
 // the candidates its callers want, fresh: it then types the indexes it
 // writes with TYPE. When it reads ahead, its ZRANGEBYSCOREs type the
 // indexes they read, and no TYPE goes for those. Either way the pause
@@ -643,7 +643,7 @@ func TestFusedReadAheadSkippedWhileThePoolHoldsEnough(t *testing.T) {
 	require.NotZero(t, readAhead, "the pool ran low")
 }
 
-// A fused transaction refuses an index of the wrong type that it would
+// A complete-and-claim transaction refuses an index of the wrong type that it would
 // write, with a *WrongTypeError naming it, and writes nothing, whether a
 // TYPE checks it or the read ahead's ZRANGEBYSCORE does in its stead.
 func TestFusedTransactionRefusesAWrongTypedIndexWithOrWithoutReadAhead(t *testing.T) {
@@ -703,7 +703,7 @@ func TestFusedTransactionRefusesAWrongTypedIndexWithOrWithoutReadAhead(t *testin
 
 // A job of a higher priority that comes due while the pool holds enough
 // lower ones is claimed within the pool's refresh bound, as when every
-// fused transaction read ahead. Announced (this process enqueued it), the
+// complete-and-claim transaction read ahead. Announced (this process enqueued it), the
 // pool holds back the lower ones at once, and the next transaction reads
 // ahead: the pool's next candidate is the job. Unannounced (another
 // process enqueued it, and its hint is not heard), a transaction that

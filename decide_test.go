@@ -108,8 +108,8 @@ func TestDecideCandidateSetsAsideWhatItCannotReadAndLooksPastNewerFormats(t *tes
 	got, lost := d.decideCandidate(plan, ip, book, c, key, nil, ErrUnsupportedFormat, "w", now)
 	require.Nil(t, got)
 	require.False(t, lost)
-	require.Equal(t, []string{"a"}, plan.newer, "claimers look past it for a while")
-	require.Equal(t, [][]any{{"zadd", d.ks.index(0, seenNewer), toMillis(now), "a"}}, ip.steps(), "the sighting is logged; the hint stays")
+	require.Equal(t, []string{"a"}, plan.newerFormat, "claimers look past it for a while")
+	require.Equal(t, [][]any{{"zadd", d.ks.index(0, seenNewerFormat), toMillis(now), "a"}}, ip.steps(), "the sighting is logged; the hint stays")
 
 	plan, ip = &casPlan{}, &indexPlan{}
 	got, _ = d.decideCandidate(plan, ip, book, c, key, nil, &CorruptError{Key: key}, "w", now)

@@ -202,7 +202,7 @@ type dueRead struct {
 // once: one transaction must not decide about one job twice. err is a
 // pipeline that got no answer.
 func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n int) (out []candidate, full int, broken map[int]bool, firstErr, err error) {
-	window := int64(n + min(q.newer.Size(), 1000))
+	window := int64(n + min(q.newerFormat.Size(), 1000))
 	broken = map[int]bool{}
 	full = -1 // the highest priority whose read filled its window
 	seen := map[string]bool{}
@@ -262,7 +262,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 				continue
 			}
 			for _, id := range ids {
-				if !seen[id] && r.taken < n && !q.newer.Has(id) {
+				if !seen[id] && r.taken < n && !q.newerFormat.Has(id) {
 					seen[id] = true
 					r.taken++
 					out = append(out, candidate{Shard: r.shard, ID: id, Index: r.index, Prio: r.prio})
@@ -315,7 +315,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 			if q.down.Has(s) {
 				continue
 			}
-			n := int64(min(q.newer.Size(), maxSkip))
+			n := int64(min(q.newerFormat.Size(), maxSkip))
 			for _, d := range idx {
 				cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, d.index), 0, n))
 			}
@@ -345,7 +345,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 			continue // waits for Resume, which wakes the workers
 		}
 		for _, z := range c.Val() {
-			if id, _ := z.Member.(string); q.newer.Has(id) {
+			if id, _ := z.Member.(string); q.newerFormat.Has(id) {
 				continue
 			}
 			if t := fromMillis(int64(z.Score)); next.IsZero() || t.Before(next) {

@@ -247,7 +247,7 @@ func TestGroupAnswersAtDeadlineWhileRedisStalls(t *testing.T) {
 	}
 }
 
-// Work's fused complete-and-claim, whose caller's deadline passes while
+// Work's complete-and-claim, whose caller's deadline passes while
 // its EXEC stalls, answers at the deadline; the next job that EXEC claimed
 // for it is given back, its attempt unspent, and the completion is
 // resolved by completing again.

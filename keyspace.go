@@ -17,16 +17,17 @@ const (
 	// another Redis type), scored by when a claimer found it. Claimers move
 	// such hints here so nobody trips on them again; the value itself is
 	// never touched. A value in a newer major format is not corrupt: its
-	// hint stays where it is (seenNewer).
+	// hint stays where it is (seenNewerFormat).
 	idxCorrupt = "corrupt"
-	// seenNewer is not an index of states: it logs the IDs of jobs written
-	// in a newer major format that claimers of this build met and left
-	// where they were, scored by when. Stats counts the recent ones.
-	seenNewer = "newer"
-	// seenVanished logs, likewise, the IDs whose ready or leased entry a
-	// claimer found pointing at no value: a job deleted outside jobkey or
-	// evicted by Redis.
-	seenVanished = "vanished"
+	// seenNewerFormat is not an index of states: it logs the IDs of jobs
+	// written in a newer major format that claimers of this build met and
+	// left where they were, scored by when. Stats counts the recent ones.
+	seenNewerFormat = "newer"
+	// seenLost logs, likewise, the IDs whose ready or leased entry (a
+	// hint) a claimer found pointing at no value: a job deleted outside
+	// jobkey or evicted by Redis (Stats.Vanished). The key's name stays
+	// "vanished", as stored by every release.
+	seenLost = "vanished"
 	// seenStuck lists the handlers Work reports stuck (stuck.go), one entry
 	// per run ("<lease token>:<id>"), scored by when the report lapses
 	// unless renewed. Stats counts those not lapsed.
@@ -82,7 +83,7 @@ type keyspace struct {
 // The shards' pause and priority flags are among them: the hot paths name
 // those too.
 var indexNames = append([]string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt,
-	seenNewer, seenVanished, seenStuck, pauseFlag, prioFlag}, readyIndexes...)
+	seenNewerFormat, seenLost, seenStuck, pauseFlag, prioFlag}, readyIndexes...)
 
 func newKeyspace(prefix, queue string, shards int) *keyspace {
 	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards),

@@ -26,7 +26,7 @@ var keyBuilders = map[string]func(ks *keyspace, s int) []string{
 	"syncKey": func(ks *keyspace, s int) []string { return []string{syncKey(ks.jobKey(s, "id-1"))} },
 	"index": func(ks *keyspace, s int) []string {
 		var out []string
-		for _, name := range slices.Concat(readyIndexes, []string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt, seenNewer, seenVanished, seenStuck}) {
+		for _, name := range slices.Concat(readyIndexes, []string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt, seenNewerFormat, seenLost, seenStuck}) {
 			out = append(out, ks.index(s, name))
 		}
 		return out

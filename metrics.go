@@ -22,7 +22,7 @@ type MetricsSnapshot struct {
 	// StuckDetected counts the handlers ever reported stuck.
 	StuckDetected int64
 	// The sizes of the batches that group commit flushed, by call:
-	// enqueues, claims, completions, lease extensions and Work's fused
+	// enqueues, claims, completions, lease extensions and Work's
 	// complete-and-claim (all zero with Config.DisableGroupCommit).
 	EnqueueBatches, ClaimBatches, CompleteBatches, ExtendBatches, FinishBatches BatchSizes
 }

@@ -21,14 +21,14 @@ import (
 // every change to a job is a compare-and-set on that key, so a change
 // happens whole or not at all. A Queue is safe for concurrent use.
 type Queue struct {
-	decider // the queue's name, config and keys: what its decisions use
-	rdb     redis.UniversalClient
-	cas     *cas.Engine
-	clock   *redisclock.Clock
-	newer   *expiring.Set[string] // jobs of a newer format that claimers look past
-	down    *cluster.Down         // shards whose node could not be reached
-	srv     serverCheck           // what the first call checks about Redis
-	pool    *readahead.Pool       // due entries read ahead, for the claims that follow
+	decider     // the queue's name, config and keys: what its decisions use
+	rdb         redis.UniversalClient
+	cas         *cas.Engine
+	clock       *redisclock.Clock
+	newerFormat *expiring.Set[string] // jobs of a newer format that claimers look past
+	down        *cluster.Down         // shards whose node could not be reached
+	srv         serverCheck           // what the first call checks about Redis
+	pool        *readahead.Pool       // due entries read ahead, for the claims that follow
 	// listeners counts the Works of this Queue subscribed to the wake-up
 	// hints: only then do claims take entries from the pool, since only
 	// then do other processes' hints drop what a higher priority passes.
@@ -47,7 +47,7 @@ type Queue struct {
 	enqueues  *cas.Group[*enqueueIn, *Job]
 	completes *cas.Group[completeIn, *Job]
 	extends   *cas.Group[*Job, *Job]
-	finishes  *cas.Group[finishIn, finishOut] // Work's fused complete-and-claim
+	finishes  *cas.Group[finishIn, finishOut] // Work's complete-and-claim
 	// afterBulkPage, in tests, runs after each page a bulk action acted on.
 	afterBulkPage func()
 	handlers      handlerMetrics // stuck handlers of this process's Works
@@ -70,7 +70,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	}
 	clock := &redisclock.Clock{Local: c.Now}
 	q := &Queue{decider: decider{name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards)}, rdb: rdb, clock: clock,
-		newer: &expiring.Set[string]{TTL: skipFor, Max: maxSkip}}
+		newerFormat: &expiring.Set[string]{TTL: skipFor, Max: maxSkip}}
 	engine, err := cas.New(rdb, cas.Options{Attempts: c.CASAttempts, BaseBackoff: c.CASBackoff, MaxBackoff: c.CASMaxBackoff,
 		Clock: clock, MinReplicas: c.MinReplicas, ReplicaTimeout: c.ReplicaTimeout, SyncKey: syncKey,
 		Check: func(ctx context.Context) error { return q.check(ctx, true) },

@@ -101,7 +101,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 			c.leased, c.expired = card(idxLeased), p.ZCount(ctx, key(idxLeased), "-inf", nowS)
 			c.ok, c.failed = after(idxSucceeded, q.cfg.Retention), after(idxFailed, q.cfg.FailedRetention)
 			c.canceled, c.corrupt = after(idxCanceled, q.cfg.Retention), card(idxCorrupt)
-			c.newer, c.vanished = after(seenNewer, newerWindow), after(seenVanished, q.cfg.Retention)
+			c.newer, c.vanished = after(seenNewerFormat, newerWindow), after(seenLost, q.cfg.Retention)
 			c.stuck = p.ZCount(ctx, key(seenStuck), "("+nowS, "+inf") // reports not lapsed
 			c.paused = p.Exists(ctx, q.ks.pauseKey(s))
 		}

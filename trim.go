@@ -54,8 +54,8 @@ func (q *Queue) Trim(ctx context.Context) (int, error) {
 			// entry stays as long, so the job stays listed.
 			trimTarget{q.ks.index(s, idxCanceled), q.cfg.Retention + q.cfg.Lease},
 			trimTarget{q.ks.index(s, idxFailed), q.cfg.FailedRetention},
-			trimTarget{q.ks.index(s, seenNewer), newerWindow},
-			trimTarget{q.ks.index(s, seenVanished), q.cfg.Retention},
+			trimTarget{q.ks.index(s, seenNewerFormat), newerWindow},
+			trimTarget{q.ks.index(s, seenLost), q.cfg.Retention},
 			trimTarget{q.ks.index(s, seenStuck), 0}) // scored by when they lapse
 	}
 	removed := 0

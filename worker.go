@@ -527,7 +527,7 @@ func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, 
 	return out.next, out.unsure, asked, false
 }
 
-// findClaim looks for a claim made by a fused transaction whose EXEC's
+// findClaim looks for a claim made by a complete-and-claim transaction whose EXEC's
 // reply was lost: the job it claimed is the runner's if it is active under
 // the lease token the transaction chose. The read is retried while that
 // lease may still hold, so a slow or broken link does not leave the job
