@@ -113,18 +113,16 @@ func (q *Queue) bulkAll(ctx context.Context, op string, o ListOpts, to func(*Job
 	// alone, as the walk leaves them. Whole, not just above the walk's
 	// start: the lease that parks a job is the claimer's, whose process may
 	// run with a longer Config.Lease than this one, a key whose value
-	// cannot be read parks its jobs a minute ahead
-	// (TestCancelPendingReachesJobParkedBeyondItsLease), and a write that
-	// frees the slot moves a parked job's entry back to its RunAt, below
-	// the start, maybe before this walk reaches it
-	// (TestCancelPendingReachesParkedJobPulledBack). A job moved during
-	// this pass too is tried by another, up to three.
+	// cannot be read parks its jobs a minute ahead, and a write that frees
+	// the slot moves a parked job's entry back to its RunAt, below the
+	// start, maybe before this walk reaches it. A job moved during this
+	// pass too is tried by another, up to three.
 	for range 3 {
 		more, err := q.bulkWalk(ctx, o, to, notify, func(j *Job) bool {
 			return j.ConcurrencyKey != "" && !j.RunAt.After(start) && !j.CreatedAt.After(start)
 		})
-		// The unreadable entries it lists were counted by the first walk
-		// (TestCancelPendingCountsUnreadableJobOnce).
+		// The unreadable entries it lists were counted by the first walk:
+		// they are not counted again.
 		res.Done += more.Done
 		res.Skipped += more.Skipped
 		res.Unconfirmed += more.Unconfirmed

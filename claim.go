@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
@@ -259,59 +258,6 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 	}
 	return got, nil
 }
-
-// giveBack releases j, claimed for a caller that left before the claim's
-// answer reached it, so that it is not leased to nobody until its lease
-// ends, spending an attempt it never ran. It runs on its own goroutine,
-// bounded by the lease: the flush that claimed it goes on meanwhile. t,
-// the caller's trail, counts it until it is over (Work waits for its
-// own). The release is fenced on j's lease token, so it writes nothing if
-// the claim did not land, or if the lease has already passed to someone
-// else; if it cannot land at all, the job is claimed again once its lease
-// runs out.
-func (q *Queue) giveBack(t *cas.Trail, j *Job) {
-	if j == nil {
-		return
-	}
-	t.Add()
-	go func() {
-		defer t.Done()
-		if err := q.releaseUnrun(context.Background(), j, time.Now().Add(q.cfg.Lease)); err != nil && !claimGone(err) {
-			q.cfg.Logger.Warn("jobkey: could not give back a job claimed for a caller that left; it is claimed again when its lease ends",
-				"queue", q.name, "job", j.ID, "err", err)
-		}
-	}()
-}
-
-// releaseUnrun gives back j, claimed for a run that never started, by a
-// fenced Release retried with backoff until it lands, is refused, or until
-// passes; one attempt is made however late it is asked, bounded by a tenth
-// of the lease. A claim that did not land, or whose lease passed to
-// another claim, is refused (claimGone): nothing is written then. A
-// release the replicas did not confirm stands on the master: if a failover
-// loses it, the job is claimed again once its lease runs out. ctx gives
-// its values, not its end: the release is what an ended caller leaves.
-func (q *Queue) releaseUnrun(ctx context.Context, j *Job, until time.Time) error {
-	ctx = context.WithoutCancel(ctx)
-	delay := 10 * time.Millisecond
-	for {
-		rctx, cancel := context.WithTimeout(ctx, max(time.Until(until), q.cfg.Lease/10))
-		_, err := q.Release(rctx, j)
-		cancel()
-		switch {
-		case err == nil, errors.Is(err, ErrNotReplicated):
-			return nil
-		case final(err), time.Until(until) <= 0:
-			return err
-		}
-		time.Sleep(min(delay, max(time.Until(until), 0)))
-		delay = min(2*delay, q.cfg.Lease/10)
-	}
-}
-
-// claimGone reports a give-back refused because there was nothing to give
-// back: the claim did not land, or its job moved on.
-func claimGone(err error) bool { return errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) }
 
 func validOwner(worker string) error {
 	if worker == "" || len(worker) > 256 {
@@ -640,64 +586,5 @@ func newToken() uint64 {
 func (d *decider) fixScore(p *indexPlan, shard int, id string, want entry, now time.Time) {
 	if want.score > toMillis(now) {
 		p.zadd(d.ks.index(shard, want.index), want.score, id)
-	}
-}
-
-// confirmClaims deals with claims that committed on the master and that
-// fewer than Config.MinReplicas replicas confirmed (unconfirmed): a
-// failover could lose them and make their jobs pending again, for another
-// worker to run beside the caller. So no such claim is handed over: each
-// is renewed (Extend, fenced on its token) until a renewal is confirmed,
-// which proves the replicas hold the job leased to this claim, and then
-// replaces it in jobs. One that cannot be confirmed while its lease,
-// measured from asked less a fifth of it, still holds is given back
-// unrun, and its place in jobs set to nil.
-func (q *Queue) confirmClaims(ctx context.Context, jobs []*Job, asked time.Time, unconfirmed error) {
-	var all sync.WaitGroup
-	for i, j := range jobs {
-		if j != nil {
-			all.Go(func() { jobs[i] = q.confirmClaim(ctx, j, asked, unconfirmed) })
-		}
-	}
-	all.Wait()
-}
-
-// confirmClaim renews j until a renewal is confirmed, and returns it; or
-// nil once j's lease may be ending, its claim lost, or ctx done. A claim
-// it does not return is given back before it returns.
-func (q *Queue) confirmClaim(ctx context.Context, j *Job, asked time.Time, err error) *Job {
-	deadline := asked.Add(leaseLeft(j) - q.cfg.Lease/5)
-	delay := 10 * time.Millisecond
-	for {
-		left := time.Until(deadline)
-		if left <= 0 || ctx.Err() != nil {
-			// Given back before returning, not on a goroutine of its own: the
-			// caller (a Work runner, a flush Work waits for) may be shutting
-			// down, and nothing it started may outlive it.
-			q.cfg.Logger.Warn("jobkey: claim not confirmed by replicas before its lease could end; given back unrun",
-				"queue", q.name, "job", j.ID, "err", err)
-			if rerr := q.releaseUnrun(ctx, j, asked.Add(leaseLeft(j))); rerr != nil && !claimGone(rerr) {
-				q.cfg.Logger.Warn("jobkey: could not give back an unconfirmed claim; it is claimed again when its lease ends",
-					"queue", q.name, "job", j.ID, "err", rerr)
-			}
-			return nil
-		}
-		cctx, cancel := context.WithTimeout(ctx, left)
-		var ext *Job
-		ext, err = q.Extend(cctx, j)
-		cancel()
-		switch {
-		case err == nil:
-			return ext
-		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
-			return nil // the claim was lost (a failover), or its job moved on
-		case final(err):
-			deadline = time.Now() // no renewal can be confirmed (an ACL without +wait)
-			continue
-		}
-		if sleepCtx(ctx, min(delay, max(time.Until(deadline), 0))) != nil {
-			continue // reported and given back above
-		}
-		delay = min(2*delay, q.cfg.Lease/10)
 	}
 }
