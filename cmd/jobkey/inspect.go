@@ -118,7 +118,7 @@ func printPage(stdout io.Writer, queue string, page *jobkey.JobPage, state jobke
 		fmt.Fprintf(stdout, "no %s jobs%s on this page of queue %q\n\nnext: %s\n", label, of, queue, page.Next)
 		return
 	}
-	fmt.Fprintf(stdout, "| id | type | state | attempt | %s | last error |\n", stateTimeHeader(state))
+	fmt.Fprintf(stdout, "| id | type | state | attempt | %s | %s |\n", stateTimeHeader(state), errorHeader(state))
 	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
 	for _, j := range page.Jobs {
 		fmt.Fprintf(stdout, "| %s | %s | %s | %d/%d | %s | %s |\n", cell(j.ID, 0), cell(j.Type, 0), j.State,
@@ -130,6 +130,15 @@ func printPage(stdout io.Writer, queue string, page *jobkey.JobPage, state jobke
 	if page.Next != "" {
 		fmt.Fprintf(stdout, "\nnext: %s\n", page.Next)
 	}
+}
+
+// errorHeader names ls's error column for jobs in state s: a succeeded
+// job's error is an earlier attempt's, not its outcome.
+func errorHeader(s jobkey.State) string {
+	if s == jobkey.StateSucceeded {
+		return "earlier error"
+	}
+	return "last error"
 }
 
 // errText is err's text, "" for nil.
