@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -248,6 +249,41 @@ func TestQueuePagePages(t *testing.T) {
 	if len(seen) != 4 || !sameSet(seen, []string{"p1", "p2", "p3", "later"}) {
 		t.Errorf("paging saw %q, want each pending job once", seen)
 	}
+}
+
+// A page of a rare type that stopped at its bound of entries says so, so
+// nobody takes it for all there is. Here 2 digests among 1,200 jobs, at 0
+// and 1,100, and pages of 50: the first page reads 1,000 entries.
+func TestQueuePageSaysWhenItsScanStoppedEarly(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "sparse", &jobkey.Config{Prefix: f.prefix})
+	require.NoError(t, err)
+	var specs []jobkey.JobSpec
+	for i := range 1200 {
+		typ := "welcome"
+		if i == 0 || i == 1100 {
+			typ = "digest"
+		}
+		specs = append(specs, jobkey.JobSpec{Type: typ, Opts: &jobkey.EnqueueOpts{Delay: time.Minute + time.Duration(i)*time.Millisecond}})
+	}
+	for c := range slices.Chunk(specs, 200) {
+		_, err := q.EnqueueMany(ctx, c)
+		require.NoError(t, err)
+	}
+	resp, body := f.fetch(t, c, "/queue?name=sparse&state=pending&type=digest")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Len(t, listedIDs(body), 1)
+	require.Contains(t, body, `<p class="note" id="scan-stopped">This page stopped after reading 1000 entries, with 1 of the 50 jobs a page holds: it is not the last page, and the next may hold more.</p>`)
+	require.Contains(t, body, `rel="next">next page`)
+
+	_, body = f.fetch(t, c, "/queue?name=sparse&state=pending&type=resize")
+	require.Contains(t, body, "No pending jobs of type <code>resize</code> on this page.")
+	require.Contains(t, body, `id="scan-stopped"`)
+
+	_, body = f.fetch(t, c, "/queue?name=sparse&state=pending")
+	require.NotContains(t, body, `id="scan-stopped"`, "a full page did not stop early")
 }
 
 func TestJobPage(t *testing.T) {

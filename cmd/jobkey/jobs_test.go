@@ -122,7 +122,7 @@ func TestLs(t *testing.T) {
 	require.Equal(t, "no canceled jobs in queue \"mail\"\n", out)
 	out, err = f.run("ls", "-state", "canceled", "-json")
 	require.NoError(t, err)
-	require.JSONEq(t, `{"jobs":[],"unreadable":[],"next":""}`, out)
+	require.JSONEq(t, `{"jobs":[],"unreadable":[],"next":"","scan_stopped":false,"scanned":0}`, out)
 }
 
 func TestShow(t *testing.T) {
@@ -207,6 +207,55 @@ func TestShowResult(t *testing.T) {
 	require.Contains(t, out, "state:        succeeded\n")
 	require.Contains(t, out, "payload: (empty)\n")
 	require.Contains(t, out, "result (json, 8 bytes):\n  [\n    \"done\"\n  ]\n")
+}
+
+// A page of a rare type that stopped at its bound of entries says so, in
+// the table and in -json, so nobody takes it for all there is. Here 2
+// digests among 1,200 jobs, at 0 and 1,100.
+func TestLsSaysWhenItsScanStoppedEarly(t *testing.T) {
+	f := newFixture(t, 2)
+	var specs []jobkey.JobSpec
+	for i := range 1200 {
+		typ := "welcome"
+		if i == 0 || i == 1100 {
+			typ = "digest"
+		}
+		specs = append(specs, jobkey.JobSpec{Type: typ, Opts: &jobkey.EnqueueOpts{Delay: time.Minute + time.Duration(i)*time.Millisecond}})
+	}
+	var digests []string
+	for c := range slices.Chunk(specs, 200) {
+		jobs, err := f.q.EnqueueMany(f.ctx, c)
+		require.NoError(t, err)
+		for _, j := range jobs {
+			if j.Type == "digest" {
+				digests = append(digests, j.ID)
+			}
+		}
+	}
+	out, err := f.run("ls", "-state", "pending", "-type", "digest", "-limit", "20")
+	require.NoError(t, err)
+	require.Contains(t, out, "| "+digests[0]+" | digest | pending |")
+	require.Contains(t, out, "\n\nthis page stopped after reading 1000 entries, with 1 of 20 pending jobs of type \"digest\": it is not the last page, more may follow\n\nnext: ")
+
+	out, err = f.run("ls", "-state", "pending", "-type", "digest", "-limit", "20", "-json")
+	require.NoError(t, err)
+	var page lsPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	require.True(t, page.ScanStopped)
+	require.Equal(t, 1000, page.Scanned)
+	require.Len(t, page.Jobs, 1)
+
+	out, err = f.run("ls", "-state", "pending", "-type", "digest", "-limit", "20", "-cursor", page.Next)
+	require.NoError(t, err)
+	require.Contains(t, out, "| "+digests[1]+" | digest | pending |")
+	require.NotContains(t, out, "stopped")
+	require.NotContains(t, out, "next:")
+
+	// A page that found none says so too.
+	out, err = f.run("ls", "-state", "pending", "-type", "resize", "-limit", "20")
+	require.NoError(t, err)
+	require.Regexp(t, `^no pending jobs of type "resize" on this page of queue "mail"\n`+
+		`this page stopped after reading 1000 entries, with 0 of 20 pending jobs of type "resize": it is not the last page, more may follow\n\nnext: \S+\n$`, out)
 }
 
 // signUp is job arguments as a user writes them for EnqueueArgs.
