@@ -12,20 +12,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// capture records what go-redis logs, and passes it on to stderr as
-// go-redis's own logger does.
-type capture struct {
-	mu    sync.Mutex
-	lines []string
-	out   *log.Logger
+// stderrLog logs to stderr, as go-redis's own logger does.
+type stderrLog struct{ out *log.Logger }
+
+func (l stderrLog) Printf(_ context.Context, format string, v ...any) {
+	_ = l.out.Output(2, fmt.Sprintf(format, v...))
 }
 
-func (c *capture) Printf(_ context.Context, format string, v ...any) {
-	line := fmt.Sprintf(format, v...)
+// capture records what go-redis logs, and passes it on to stderr.
+type capture struct {
+	stderrLog
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *capture) Printf(ctx context.Context, format string, v ...any) {
 	c.mu.Lock()
-	c.lines = append(c.lines, line)
+	c.lines = append(c.lines, fmt.Sprintf(format, v...))
 	c.mu.Unlock()
-	_ = c.out.Output(2, line)
+	c.stderrLog.Printf(ctx, format, v...)
 }
 
 // popped signals once the client has sent a blocking pop. go-redis
@@ -57,9 +62,9 @@ func (p *popped) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // test runs alone (not in parallel): go-redis's logger is global.
 func TestIdleSlotLogsNothing(t *testing.T) {
 	q, rdb, ctx := setup(t)
-	logs := &capture{out: log.New(os.Stderr, "redis: ", log.LstdFlags)}
+	logs := &capture{stderrLog: stderrLog{log.New(os.Stderr, "redis: ", log.LstdFlags)}}
 	redis.SetLogger(logs)
-	t.Cleanup(func() { redis.SetLogger(&capture{out: logs.out}) })
+	t.Cleanup(func() { redis.SetLogger(logs.stderrLog) })
 	p := &popped{ch: make(chan struct{})}
 	rdb.AddHook(p)
 

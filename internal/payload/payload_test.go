@@ -3,6 +3,7 @@ package payload
 import (
 	"encoding/base64"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -81,7 +82,7 @@ func TestMsgpackJSONRendersEveryType(t *testing.T) {
 		{"bools", []bool{true, false}, `[true,false]`},
 		{"ints", []any{0, -1, -32, -33, 127, 128, 65535, -129, int64(-1 << 63)}, `[0,-1,-32,-33,127,128,65535,-129,-9223372036854775808]`},
 		{"huge uint", uint64(1<<64 - 1), `18446744073709551615`},
-		{"floats", []any{1.5, float32(0.1), 1e21, -0.0}, `[1.5,0.1,1e+21,0]`},
+		{"floats", []any{1.5, float32(0.1), 1e21, math.Copysign(0, -1)}, `[1.5,0.1,1e+21,-0]`},
 		{"string", "hé \"q\" \\ <b>", `"hé \"q\" \\ <b>"`},
 		{"map keeps its order", map[string]int{"b": 2}, `{"b":2}`},
 		{"empty", []any{[]int{}, map[string]int{}}, `[[],{}]`},
