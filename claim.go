@@ -275,23 +275,55 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 // giveBack releases j, claimed for a caller that left before the claim's
 // answer reached it, so that it is not leased to nobody until its lease
 // ends, spending an attempt it never ran. It runs on its own goroutine,
-// bounded by the lease: the flush that claimed it goes on meanwhile. The
-// release is fenced on j's lease token, so it writes nothing if the claim
-// did not land, or if the lease has already passed to someone else; if it
-// cannot land at all, the job is claimed again once its lease runs out.
-func (q *Queue) giveBack(j *Job) {
+// bounded by the lease: the flush that claimed it goes on meanwhile. t,
+// the caller's trail, counts it until it is over (Work waits for its
+// own). The release is fenced on j's lease token, so it writes nothing if
+// the claim did not land, or if the lease has already passed to someone
+// else; if it cannot land at all, the job is claimed again once its lease
+// runs out.
+func (q *Queue) giveBack(t *trail, j *Job) {
 	if j == nil {
 		return
 	}
+	t.add()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Lease)
-		defer cancel()
-		if _, err := q.Release(ctx, j); err != nil && !errors.Is(err, ErrLeaseLost) {
+		defer t.done()
+		if err := q.releaseUnrun(context.Background(), j, time.Now().Add(q.cfg.Lease)); err != nil && !claimGone(err) {
 			q.cfg.Logger.Warn("jobkey: could not give back a job claimed for a caller that left; it is claimed again when its lease ends",
 				"queue", q.name, "job", j.ID, "err", err)
 		}
 	}()
 }
+
+// releaseUnrun gives back j, claimed for a run that never started, by a
+// fenced Release retried with backoff until it lands, is refused, or until
+// passes; one attempt is made however late it is asked, bounded by a tenth
+// of the lease. A claim that did not land, or whose lease passed to
+// another claim, is refused (claimGone): nothing is written then. A
+// release the replicas did not confirm stands on the master: if a failover
+// loses it, the job is claimed again once its lease runs out. ctx gives
+// its values, not its end: the release is what an ended caller leaves.
+func (q *Queue) releaseUnrun(ctx context.Context, j *Job, until time.Time) error {
+	ctx = context.WithoutCancel(ctx)
+	delay := 10 * time.Millisecond
+	for {
+		rctx, cancel := context.WithTimeout(ctx, max(time.Until(until), q.cfg.Lease/10))
+		_, err := q.Release(rctx, j)
+		cancel()
+		switch {
+		case err == nil, errors.Is(err, ErrNotReplicated):
+			return nil
+		case final(err), time.Until(until) <= 0:
+			return err
+		}
+		time.Sleep(min(delay, max(time.Until(until), 0)))
+		delay = min(2*delay, q.cfg.Lease/10)
+	}
+}
+
+// claimGone reports a give-back refused because there was nothing to give
+// back: the claim did not land, or its job moved on.
+func claimGone(err error) bool { return errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) }
 
 func validOwner(worker string) error {
 	if worker == "" || len(worker) > 256 {
@@ -643,16 +675,23 @@ func (q *Queue) confirmClaims(ctx context.Context, jobs []*Job, asked time.Time,
 }
 
 // confirmClaim renews j until a renewal is confirmed, and returns it; or
-// nil once j's lease may be ending, its claim lost, or ctx done.
+// nil once j's lease may be ending, its claim lost, or ctx done. A claim
+// it does not return is given back before it returns.
 func (q *Queue) confirmClaim(ctx context.Context, j *Job, asked time.Time, err error) *Job {
 	deadline := asked.Add(leaseLeft(j) - q.cfg.Lease/5)
 	delay := 10 * time.Millisecond
 	for {
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
+			// Given back before returning, not on a goroutine of its own: the
+			// caller (a Work slot, a flush Work waits for) may be shutting
+			// down, and nothing it started may outlive it.
 			q.cfg.Logger.Warn("jobkey: claim not confirmed by replicas before its lease could end; given back unrun",
 				"queue", q.name, "job", j.ID, "err", err)
-			q.giveBack(j)
+			if rerr := q.releaseUnrun(ctx, j, asked.Add(leaseLeft(j))); rerr != nil && !claimGone(rerr) {
+				q.cfg.Logger.Warn("jobkey: could not give back an unconfirmed claim; it is claimed again when its lease ends",
+					"queue", q.name, "job", j.ID, "err", rerr)
+			}
 			return nil
 		}
 		cctx, cancel := context.WithTimeout(ctx, left)

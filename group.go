@@ -22,8 +22,11 @@ type call[T, R any] struct {
 	// left is set once the caller was answered because its ctx ended.
 	left atomic.Bool
 	// orphan, when not nil, is given an answer that came after the caller
-	// left: a claim made for it is given back.
-	orphan func(R)
+	// left: a claim made for it is given back. trail is the caller's (see
+	// trail): it counts the call until its flush is over, and the
+	// give-back.
+	orphan func(t *trail, out R)
+	trail  *trail
 }
 
 // finish answers the caller. The first answer stands; later ones are
@@ -37,7 +40,7 @@ func (c *call[T, R]) finish(out R, err error) {
 		answered = true
 	})
 	if !answered && c.left.Load() && c.orphan != nil {
-		c.orphan(out)
+		c.orphan(c.trail, out)
 	}
 }
 
@@ -53,6 +56,65 @@ func (c *call[T, R]) gone() bool {
 	var zero R
 	c.finish(zero, err)
 	return true
+}
+
+// trail counts what a caller's calls leave running once they were
+// answered: a call a flush still carries, whose answer may yet come after
+// the caller left and start a give-back (call.orphan), and that give-back.
+// Work's calls carry its trail in their ctx, and Work waits for it before
+// it returns, so that nothing it started outlives it. A nil *trail counts
+// nothing.
+type trail struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while it is 0
+}
+
+type trailKey struct{}
+
+// withTrail returns ctx carrying t: the calls made under it count on t.
+func withTrail(ctx context.Context, t *trail) context.Context {
+	return context.WithValue(ctx, trailKey{}, t)
+}
+
+// trailOf returns the trail ctx carries, or nil.
+func trailOf(ctx context.Context) *trail {
+	t, _ := ctx.Value(trailKey{}).(*trail)
+	return t
+}
+
+func (t *trail) add() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.n++
+}
+
+func (t *trail) done() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n--; t.n == 0 {
+		close(t.idle)
+		t.idle = nil
+	}
+}
+
+// wait returns once nothing is counted.
+func (t *trail) wait() {
+	t.mu.Lock()
+	idle := t.idle
+	t.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
 }
 
 // errUnanswered is what a call gets if a flush forgot it: a bug.
@@ -107,7 +169,7 @@ type commitGroup[T, R any] struct {
 	unknown func(in T, err error) error
 	// orphan, when not nil, takes a call's answer that came after its
 	// caller left (see call.orphan).
-	orphan func(R)
+	orphan func(t *trail, out R)
 
 	// inside counts the callers in run now; peak is the most there were
 	// since the last flush began (under mu).
@@ -135,6 +197,12 @@ func (g *commitGroup[T, R]) run(ctx context.Context, in T, await bool) (R, error
 		return zero, err
 	}
 	c := &call[T, R]{ctx: ctx, in: in, done: make(chan struct{}), orphan: g.orphan}
+	if g.orphan != nil {
+		// Its answer may start a give-back after the caller left: the
+		// caller's trail counts the call until its flush is over.
+		c.trail = trailOf(ctx)
+		c.trail.add()
+	}
 	g.inside.Add(1)
 	defer g.inside.Add(-1)
 	g.mu.Lock()
@@ -159,6 +227,7 @@ func (g *commitGroup[T, R]) run(ctx context.Context, in T, await bool) (R, error
 	if i := slices.Index(g.queue, c); i >= 0 {
 		g.queue = slices.Delete(g.queue, i, i+1)
 		g.mu.Unlock()
+		c.trail.done()
 		return zero, ctx.Err() // never sent
 	}
 	g.mu.Unlock()
@@ -225,6 +294,7 @@ func (g *commitGroup[T, R]) leadFrom(batch []*call[T, R], in *ride) {
 		}
 		for _, c := range batch {
 			c.finish(zero, errUnanswered)
+			c.trail.done() // the flush is over: no answer comes after this
 		}
 		if out != nil && out.passed() {
 			return // the successor leads the group now

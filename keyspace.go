@@ -58,7 +58,7 @@ var readyIndexes = func() []string {
 //	<prefix>:{<shard tag>}:<index>    derived sorted sets of job IDs
 //	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrencykey.go)
 //	<prefix>:{<shard tag>}:paused     exists while the shard is paused (pause.go)
-//	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued (periodic.go)
+//	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued; in the name's shard, also the record that the schedule exists (periodicmarker.go)
 //	<prefix>:{<queue>}:meta           the queue's shard count
 //	<prefix>:{<queue>}:wake           pub/sub hint that work arrived
 //	<prefix>:{<queue>}:cancel         pub/sub: a running job was canceled
@@ -103,7 +103,9 @@ func (ks *keyspace) shardOf(id string) int { return shardOfID(id, ks.shards) }
 func (ks *keyspace) jobKey(shard int, id string) string { return ks.tags[shard] + ":job:" + id }
 
 // periodicKey is the marker of periodic job name in shard: the latest tick
-// whose job was enqueued (Queue.markerShard says which shard).
+// whose job was enqueued (Queue.markerShard says which shard). The one in
+// the name's shard also records that Redis has seen the schedule
+// (Queue.registerSchedule).
 func (ks *keyspace) periodicKey(shard int, name string) string {
 	return ks.tags[shard] + ":periodic:" + name
 }

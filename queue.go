@@ -95,9 +95,9 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 			unknown: func(j *Job, err error) error { return outcomeUnknown("extend", j.ID, err) }}
 		q.finishes = &commitGroup[finishIn, finishOut]{max: c.MaxBatch, flush: q.flushFinishes, rides: true,
 			unknown: func(in finishIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) },
-			orphan: func(out finishOut) {
-				q.giveBack(out.next)
-				q.giveBack(out.unsure)
+			orphan: func(t *trail, out finishOut) {
+				q.giveBack(t, out.next)
+				q.giveBack(t, out.unsure)
 			}}
 	}
 	return q, nil

@@ -88,7 +88,9 @@ type WorkOpts struct {
 // gracefully: it stops claiming, lets in-flight handlers finish within
 // ShutdownGrace, then cancels the rest and releases their jobs. It returns
 // nil once every handler has returned and its outcome is recorded (or its
-// lease has run out, when Redis cannot be reached).
+// lease has run out, when Redis cannot be reached), and every job claimed
+// for it and not run is given back: nothing it started runs on after it
+// returns.
 //
 // A handler that ignores its context cannot be stopped: Go has no way to.
 // StuckAfter after its context ended, Work reports it stuck (a WARN log,
@@ -116,7 +118,10 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 		return err
 	}
 	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[*run]struct{}{},
-		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{})}
+		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{}), trail: &trail{}}
+	// Every call of this Work carries its trail: a claim given back for a
+	// slot that left its call is counted there until it is over.
+	ctx = withTrail(ctx, w.trail)
 	// Handlers outlive ctx by the grace period, so they hang off a context
 	// that ctx's end does not cancel; it is canceled when the grace runs
 	// out, which reaches every handler, even one whose claim was still in
@@ -160,7 +165,13 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	defer chores.Wait()
 	finished := make(chan struct{})
 	go func() { slots.Wait(); close(finished) }()
-	return w.drain(finished, stopRuns)
+	err = w.drain(finished, stopRuns)
+	// Nothing of this Work outlives it: the flushes that still carry calls
+	// its slots left at their deadline, and the give-backs of the jobs
+	// those claimed. Each is bounded: a flush by its callers' deadlines and
+	// Redis's read timeout, a give-back by the lease.
+	w.trail.wait()
+	return err
 }
 
 // drain waits for the slots to finish: in-flight handlers get
@@ -242,6 +253,9 @@ type worker struct {
 	abandoned chan struct{}
 	// renewer keeps the leases of the runs.
 	renewer *renewer
+	// trail counts what this Work's calls leave running once answered
+	// (see trail); Work waits for it before it returns.
+	trail *trail
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations. Anyone
@@ -517,44 +531,40 @@ func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, 
 // lease may still hold, so a slow or broken link does not leave the job
 // under a lease nobody holds, spending an attempt it never ran. A job
 // found too late to run is given back by execute (its lease is measured
-// from asked). Work's ctx ending stops the search, and gives the claim
-// back if it landed.
+// from asked).
+//
+// Every other way out gives the claim back before it returns, fenced on
+// the token, so that a claim that did not land is not touched: Work's ctx
+// ending (between reads, during one, or while the replicas are asked to
+// confirm the claim) and the lease running out before the claim was found.
+// Work waits for its slots, so no give-back outlives it.
 func (w *worker) findClaim(ctx context.Context, unsure *Job, asked time.Time) *Job {
 	deadline := asked.Add(leaseLeft(unsure))
 	delay := 10 * time.Millisecond
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil
-		}
-		if ctx.Err() != nil {
-			// Shutdown: give the claim back if it landed, so it does not
-			// spend an attempt it never ran. The release is fenced on the
-			// token: if the claim did not land, it writes nothing.
-			rctx, cancel := context.WithTimeout(w.writes, min(left, time.Second))
-			_, _ = w.q.Release(rctx, unsure)
-			cancel()
-			return nil
-		}
-		rctx, cancel := context.WithTimeout(ctx, left)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		cur, err := w.q.Get(rctx, unsure.ID)
 		cancel()
 		switch {
 		case err == nil && cur.State == StateActive && cur.LeaseToken == unsure.LeaseToken:
 			if w.q.cfg.MinReplicas > 0 {
 				// Found on the master, not confirmed by the replicas: as
-				// any unconfirmed claim, handed over once a renewal is.
+				// any unconfirmed claim, handed over once a renewal is, or
+				// given back.
 				return w.q.confirmClaim(ctx, cur, asked, ErrNotReplicated)
 			}
-			return cur
+			return cur // execute gives it back if shutdown began meanwhile
 		case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrWrongType):
 			return nil // the EXEC did not land, or the job moved on
 		}
-		if sleepCtx(ctx, min(delay, max(time.Until(deadline), 0))) != nil {
-			return nil
-		}
+		_ = sleepCtx(ctx, min(delay, max(time.Until(deadline), 0))) // an end of ctx is seen by the loop
 		delay = min(2*delay, time.Second)
 	}
+	if err := w.q.releaseUnrun(ctx, unsure, deadline); err != nil && !claimGone(err) {
+		w.q.cfg.Logger.Warn("jobkey: could not give back a claim whose reply was lost; it is claimed again when its lease ends",
+			"queue", w.q.name, "job", unsure.ID, "err", err)
+	}
+	return nil
 }
 
 // recorded logs a failed write and tells OnRecorded.

@@ -357,9 +357,10 @@ func ClientFor(tb testing.TB, url string, opt func(*redis.Options)) *redis.Clien
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
-	// go-redis v9.23's "auto" maintenance-notifications handshake writes the
-	// client's options without a lock when Redis < 8 refuses it, a data race
-	// when connections open concurrently. Redis 7 has nothing to offer there.
+	// Redis 7 has no maintenance notifications to offer: the client does
+	// not ask for them. (go-redis v9.23's "auto" mode would ask once and
+	// turn itself off, under the client's lock; the README's quick start
+	// runs so under -race, TestREADMEQuickStartRunsAsWrittenUnderRace.)
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if opt != nil {
 		opt(o)
