@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -264,7 +265,7 @@ func (q *Queue) listEntries(ctx context.Context, idx string, desc bool, cur *lis
 		}
 		return nil
 	})
-	if err := unanswered(all, err); err != nil {
+	if err := reply.Unanswered(all, err); err != nil {
 		return nil, false, fmt.Errorf("jobkey: list %q: %w", q.name, err)
 	}
 	for _, r := range reads {
@@ -384,7 +385,7 @@ func (q *Queue) listValues(ctx context.Context, o ListOpts, entries []listEntry,
 		}
 		return nil
 	})
-	if err := unanswered(all, err); err != nil {
+	if err := reply.Unanswered(all, err); err != nil {
 		return 0, fmt.Errorf("jobkey: list %q: %w", q.name, err)
 	}
 	raw := make([]any, len(entries))
@@ -449,7 +450,7 @@ func (q *Queue) typesOfNil(ctx context.Context, keys []string, raw []any) ([]str
 	if len(cmds) == 0 {
 		return out, nil
 	}
-	if err := unanswered(all, err); err != nil && !errors.Is(err, redis.Nil) {
+	if err := reply.Unanswered(all, err); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("jobkey: list %q: %w", q.name, err)
 	}
 	for i, c := range cmds {

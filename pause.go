@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,7 +49,7 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 		}
 		return nil
 	})
-	if err := unanswered(cmds, err); err != nil {
+	if err := reply.Unanswered(cmds, err); err != nil {
 		return fmt.Errorf("jobkey: pause %q: %w", q.name, err)
 	}
 	failed := &ShardsError{Of: q.ks.shards, Write: true}
@@ -70,8 +71,8 @@ func (q *Queue) shardGuards(cands []candidate) (*shardFlags, []int) {
 	f := &shardFlags{}
 	of := make([]int, len(cands))
 	for i, c := range cands {
-		f.add(q.ks, c.shard, false)
-		of[i] = f.at[c.shard]
+		f.add(q.ks, c.Shard, false)
+		of[i] = f.at[c.Shard]
 	}
 	return f, of
 }
@@ -136,7 +137,7 @@ func (q *Queue) readFlags(ctx context.Context, p redis.Pipeliner, f *shardFlags)
 	} else {
 		for from := 0; from < len(f.keys); {
 			to := from + 1
-			for to < len(f.keys) && keySlot(f.keys[to]) == keySlot(f.keys[from]) {
+			for to < len(f.keys) && hashSlot(f.keys[to]) == hashSlot(f.keys[from]) {
 				to++
 			}
 			parts = append(parts, part{from, p.MGet(ctx, f.keys[from:to]...)})

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,7 +31,7 @@ func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (ti
 	marker := q.ks.periodicKey(q.markerShard(p.Name, shard), p.Name)
 	tick := toMillis(t)
 	var out tickOutcome
-	_, _, err = q.cas.run(ctx, &casTxn{
+	_, _, err = q.run(ctx, &casTxn{
 		keys: []string{key}, checks: q.checksFor(shard, readyIndex(j.Priority)),
 		guards: []string{q.ks.pauseKey(shard)}, aux: []string{marker},
 		decide: func(r *casRead) (*casPlan, error) {
@@ -57,7 +58,7 @@ func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (ti
 			plan := &casPlan{writes: []casWrite{{key: key, job: j}}, aux: []auxWrite{{key: marker, val: markerValue(tick)}}}
 			var ip indexPlan
 			q.move(&ip, shard, j.ID, nil, j, "")
-			plan.steps, plan.checks = ip.steps(), ip.checks
+			plan.index(&ip)
 			plan.steps = append(plan.steps, []any{"publish", q.ks.wakeChannel(), wakeHint(j.Priority)})
 			return plan, nil
 		}})
@@ -93,9 +94,9 @@ func (q *Queue) registerSchedule(ctx context.Context, p PeriodicJob, seenAt, tic
 	record := q.ks.periodicKey(q.ks.shardOf(p.Name), p.Name)
 	switch v, err := q.rdb.Get(ctx, record).Result(); {
 	case err == nil:
-		n, err := readMarker(record, rawRead{s: v})
+		n, err := readMarker(record, rawRead{S: v})
 		return time.UnixMilli(n), false, err
-	case isWrongType(err):
+	case reply.IsWrongType(err):
 		return time.Time{}, false, &WrongTypeError{Key: record, Want: "string", Got: "non-string"}
 	case !errors.Is(err, redis.Nil):
 		return time.Time{}, false, fmt.Errorf("jobkey: read the record of periodic schedule %q: %w", p.Name, err)
@@ -113,8 +114,8 @@ func (q *Queue) registerSchedule(ctx context.Context, p PeriodicJob, seenAt, tic
 		want = toMillis(seenAt)
 	}
 	var got int64
-	_, _, err = q.cas.run(ctx, &casTxn{aux: []string{record}, decide: func(r *casRead) (*casPlan, error) {
-		if raw := r.aux[record]; !raw.missing {
+	_, _, err = q.run(ctx, &casTxn{aux: []string{record}, decide: func(r *casRead) (*casPlan, error) {
+		if raw := r.aux[record]; !raw.Missing {
 			// Another process recorded it first (or this one, whose reply
 			// was lost): its record stands.
 			n, err := readMarker(record, raw)
@@ -159,12 +160,12 @@ func (q *Queue) scheduleTraces(ctx context.Context, p PeriodicJob, tick time.Tim
 	for s, c := range markers {
 		switch v, err := c.Result(); {
 		case err == nil:
-			n, err := readMarker(q.ks.periodicKey(s, p.Name), rawRead{s: v})
+			n, err := readMarker(q.ks.periodicKey(s, p.Name), rawRead{S: v})
 			if err != nil {
 				n = 0
 			}
 			ran = max(ran, n)
-		case isWrongType(err):
+		case reply.IsWrongType(err):
 			ran = max(ran, 0)
 		case !errors.Is(err, redis.Nil):
 			return 0, fmt.Errorf("jobkey: read the markers of periodic schedule %q: %w", p.Name, err)
@@ -204,14 +205,14 @@ func markerValue(tick int64) []byte { return strconv.AppendInt(nil, tick, 10) }
 // wait until it is repaired or deleted.
 func readMarker(key string, raw rawRead) (int64, error) {
 	switch {
-	case raw.missing:
+	case raw.Missing:
 		return 0, nil
-	case raw.err != nil:
+	case raw.Err != nil:
 		return 0, &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
 	}
-	n, err := strconv.ParseInt(raw.s, 10, 64)
+	n, err := strconv.ParseInt(raw.S, 10, 64)
 	if err != nil || n < 0 {
-		return 0, &CorruptError{Key: key, Field: "periodic marker", Reason: fmt.Sprintf("%q is not a tick in unix milliseconds", raw.s)}
+		return 0, &CorruptError{Key: key, Field: "periodic marker", Reason: fmt.Sprintf("%q is not a tick in unix milliseconds", raw.S)}
 	}
 	return n, nil
 }

@@ -491,7 +491,7 @@ func TestWaitForReplicasCarriesNoRide(t *testing.T) {
 	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 5 * time.Second, Logger: quietLog()})
 	var carried atomic.Int32
 	r.master.AddHook(pipeHook(func(_ context.Context, cmds []redis.Cmder) error {
-		if carriesRide(cmds) {
+		if redistest.CarriesRead(cmds) {
 			carried.Add(1)
 		}
 		return nil

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// run is one claimed job in a Work slot, from the claim until its outcome
+// run is one claimed job in a Work runner, from the claim until its outcome
 // is recorded. Work's renewer (renew.go) renews the lease the whole time,
 // not only while the handler runs: a lease that ran out while a slow outcome write waited
 // would let another worker run the job again.

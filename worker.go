@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/cas"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,7 +39,8 @@ func (f HandlerFunc) Work(ctx context.Context, j *Job) ([]byte, error) { return 
 type WorkOpts struct {
 	// Concurrency is how many handlers run at once (default: 10).
 	Concurrency int
-	// Name identifies this worker in LeaseOwner; each handler slot appends
+	// Name identifies this worker in LeaseOwner; each runner (the goroutine
+	// that claims and runs one job at a time) appends
 	// "/<n>" (default: "<hostname>-<pid>-<random>").
 	Name string
 	// PollInterval is the longest an idle worker waits before looking for
@@ -77,7 +79,7 @@ type WorkOpts struct {
 	Periodic []PeriodicJob
 	// StuckAfter is how long a handler may run on after its context ended
 	// before Work reports it stuck: logged once at WARN, counted in
-	// Queue.Metrics and in Stats.StuckHandlers until it returns. Its slot
+	// Queue.Metrics and in Stats.StuckHandlers until it returns. Its runner
 	// takes no other job meanwhile. At shutdown, Work returns without the
 	// handlers still stuck this long after ShutdownGrace, with
 	// ErrHandlerStuck (default: 10s).
@@ -94,7 +96,7 @@ type WorkOpts struct {
 //
 // A handler that ignores its context cannot be stopped: Go has no way to.
 // StuckAfter after its context ended, Work reports it stuck (a WARN log,
-// Queue.Metrics, Stats.StuckHandlers) until it returns, and its slot takes
+// Queue.Metrics, Stats.StuckHandlers) until it returns, and its runner takes
 // no other job meanwhile, so Concurrency stays a true bound. Once its job
 // was canceled or its lease lost, another worker may run the job beside
 // it; jobkey fences its writes but cannot prevent that run. At shutdown,
@@ -118,10 +120,10 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 		return err
 	}
 	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[*run]struct{}{},
-		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{}), trail: &trail{}}
+		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{}), trail: &cas.Trail{}}
 	// Every call of this Work carries its trail: a claim given back for a
-	// slot that left its call is counted there until it is over.
-	ctx = withTrail(ctx, w.trail)
+	// runner that left its call is counted there until it is over.
+	ctx = cas.WithTrail(ctx, w.trail)
 	// Handlers outlive ctx by the grace period, so they hang off a context
 	// that ctx's end does not cancel; it is canceled when the grace runs
 	// out, which reaches every handler, even one whose claim was still in
@@ -136,7 +138,7 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	q.listeners.Add(1)
 	defer func() {
 		if q.listeners.Add(-1) == 0 {
-			q.stopProbe() // a read of unreachable shards a claim of this Work may have started
+			q.pool.StopProbe() // a read of unreachable shards a claim of this Work may have started
 		}
 	}()
 	listening := make(chan struct{})
@@ -149,10 +151,10 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 		w.checks.Wait()
 	}()
 
-	var slots, chores sync.WaitGroup
+	var runners, chores sync.WaitGroup
 	w.live = o.Concurrency
 	for i := range o.Concurrency {
-		w.goSlot(ctx, &slots, o.Name+"/"+strconv.Itoa(i))
+		w.goRunner(ctx, &runners, o.Name+"/"+strconv.Itoa(i))
 	}
 	if o.TrimInterval > 0 {
 		chores.Go(func() { w.trimmer(ctx) })
@@ -161,22 +163,22 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 		chores.Go(func() { w.periodic(ctx, p) })
 	}
 	<-ctx.Done()
-	// Slots stop claiming by themselves (they watch ctx); so do the chores.
+	// Runners stop claiming by themselves (they watch ctx); so do the chores.
 	defer chores.Wait()
 	finished := make(chan struct{})
-	go func() { slots.Wait(); close(finished) }()
+	go func() { runners.Wait(); close(finished) }()
 	err = w.drain(finished, stopRuns)
 	// Nothing of this Work outlives it: the flushes that still carry calls
-	// its slots left at their deadline, and the give-backs of the jobs
+	// its runners left at their deadline, and the give-backs of the jobs
 	// those claimed. Each is bounded: a flush by its callers' deadlines and
 	// Redis's read timeout, a give-back by the lease.
-	w.trail.wait()
+	w.trail.Wait()
 	return err
 }
 
-// drain waits for the slots to finish: in-flight handlers get
+// drain waits for the runners to finish: in-flight handlers get
 // ShutdownGrace, then their contexts are canceled with ErrShutdown. Go
-// cannot stop a handler that ignores that, so once every slot still
+// cannot stop a handler that ignores that, so once every runner still
 // running is held by a stuck handler (see WorkOpts.StuckAfter), drain
 // stops waiting: their leases are no longer renewed, and the error names
 // them.
@@ -242,7 +244,7 @@ type worker struct {
 	mu      sync.Mutex
 	running map[*run]struct{}
 	checks  sync.WaitGroup // confirmations of cancel hints in flight
-	// live counts the slots that have not returned; stuck, the handlers
+	// live counts the runners that have not returned; stuck, the handlers
 	// reported stuck that have not returned. Both under mu; changed is
 	// poked when either changes, for drain.
 	live    int
@@ -254,8 +256,8 @@ type worker struct {
 	// renewer keeps the leases of the runs.
 	renewer *renewer
 	// trail counts what this Work's calls leave running once answered
-	// (see trail); Work waits for it before it returns.
-	trail *trail
+	// (see cas.Trail); Work waits for it before it returns.
+	trail *cas.Trail
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations. Anyone
@@ -266,14 +268,14 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 		switch m.Channel {
 		case w.q.ks.wakeChannel():
 			// While every shard is paused, only Resume's hint wakes a
-			// slot: an enqueue's would send it through a claim that
-			// cannot take anything. Slots still look at PollInterval.
+			// runner: an enqueue's would send it through a claim that
+			// cannot take anything. Runners still look at PollInterval.
 			if p, ok := strings.CutPrefix(m.Payload, "p"); ok {
 				// A job of that priority was enqueued: read-ahead entries
 				// of lower ones must not pass it over.
 				if n, err := strconv.Atoi(p); err == nil {
 					w.q.prios.Store(true)
-					w.q.pool.dropBelow(n)
+					w.q.pool.DropBelow(n)
 				}
 			}
 			if m.Payload == resumeHint || !w.q.paused.Load() {
@@ -291,28 +293,28 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 	}
 }
 
-// goSlot runs a slot on a goroutine of its own. A handler that calls
-// runtime.Goexit (t.FailNow does) ends the slot's goroutine without
-// returning; the slot then goes on in a new one, so Concurrency does not
+// goRunner runs a runner on a goroutine of its own. A handler that calls
+// runtime.Goexit (t.FailNow does) ends the runner's goroutine without
+// returning; the runner then goes on in a new one, so Concurrency does not
 // shrink for good.
-func (w *worker) goSlot(ctx context.Context, slots *sync.WaitGroup, name string) {
-	slots.Add(1)
+func (w *worker) goRunner(ctx context.Context, runners *sync.WaitGroup, name string) {
+	runners.Add(1)
 	go func() {
 		returned := false
 		defer func() {
 			if returned {
-				w.slotDone()
+				w.runnerDone()
 			} else {
-				w.goSlot(ctx, slots, name) // added before this one is done: slots.Wait cannot return between
+				w.goRunner(ctx, runners, name) // added before this one is done: runners.Wait cannot return between
 			}
-			slots.Done()
+			runners.Done()
 		}()
-		w.slot(ctx, name)
+		w.runner(ctx, name)
 		returned = true
 	}()
 }
 
-// poke wakes one idle slot, if any is waiting.
+// poke wakes one idle runner, if any is waiting.
 func (w *worker) poke() {
 	select {
 	case w.wake <- struct{}{}:
@@ -320,8 +322,8 @@ func (w *worker) poke() {
 	}
 }
 
-// slot claims and runs jobs one at a time until ctx ends.
-func (w *worker) slot(ctx context.Context, name string) {
+// runner claims and runs jobs one at a time until ctx ends.
+func (w *worker) runner(ctx context.Context, name string) {
 	errDelay := 10 * time.Millisecond
 	var next *Job           // claimed with the last completion, not run yet
 	var nextAsked time.Time // when that claim was asked for
@@ -340,7 +342,7 @@ func (w *worker) slot(ctx context.Context, name string) {
 		switch {
 		case err == nil:
 			errDelay = 10 * time.Millisecond
-			w.poke() // there may be more: let another idle slot look
+			w.poke() // there may be more: let another idle runner look
 			next, nextAsked = w.execute(ctx, j, asked, name)
 		case errors.Is(err, ErrNoJob):
 			wait := w.o.PollInterval
@@ -403,7 +405,7 @@ func (w *worker) idle(ctx context.Context, d time.Duration) {
 // execute runs the handler under a kept lease and records the outcome.
 // ctx is Work's: when it has ended, shutdown began while the claim was in
 // flight, and the job goes back unrun. A success is completed together
-// with the claim of the slot's next job when one is due (see completeclaim.go); the
+// with the claim of the runner's next job when one is due (see completeclaim.go); the
 // job claimed so is returned, with when it was asked for.
 func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name string) (next *Job, nextAsked time.Time) {
 	r := w.start(j, asked)
@@ -434,8 +436,8 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	defer func() {
 		if !returned {
 			// The handler called runtime.Goexit: it neither returned nor
-			// panicked, and this goroutine is ending (goSlot starts the
-			// slot again). The attempt fails, as after a panic, while the
+			// panicked, and this goroutine is ending (goRunner starts the
+			// runner again). The attempt fails, as after a panic, while the
 			// lease is still kept (w.stop runs after this), unless the
 			// lease is no longer ours to write under.
 			watch.returned()
@@ -499,10 +501,10 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	return next, nextAsked
 }
 
-// finish completes a success and claims the slot's next job in one
+// finish completes a success and claims the runner's next job in one
 // transaction. done says the completion's fate is known (recorded, or
 // lost for good); otherwise the caller records it the usual way, with
-// retries. next, when set, is the slot's next job, claimed by this very
+// retries. next, when set, is the runner's next job, claimed by this very
 // transaction, whatever became of the completion.
 func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, asked time.Time, done bool) {
 	ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
@@ -525,8 +527,8 @@ func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, 
 	return out.next, out.unsure, asked, false
 }
 
-// findClaim looks for a claim made by a fused transaction whose EXEC's
-// reply was lost: the job it claimed is the slot's if it is active under
+// findClaim looks for a claim made by a complete-and-claim transaction whose EXEC's
+// reply was lost: the job it claimed is the runner's if it is active under
 // the lease token the transaction chose. The read is retried while that
 // lease may still hold, so a slow or broken link does not leave the job
 // under a lease nobody holds, spending an attempt it never ran. A job
@@ -537,7 +539,7 @@ func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, 
 // the token, so that a claim that did not land is not touched: Work's ctx
 // ending (between reads, during one, or while the replicas are asked to
 // confirm the claim) and the lease running out before the claim was found.
-// Work waits for its slots, so no give-back outlives it.
+// Work waits for its runners, so no give-back outlives it.
 func (w *worker) findClaim(ctx context.Context, unsure *Job, asked time.Time) *Job {
 	deadline := asked.Add(leaseLeft(unsure))
 	delay := 10 * time.Millisecond

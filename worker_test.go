@@ -494,14 +494,9 @@ func TestWorkReturnsOnlyOnceItsShardProbeHasEnded(t *testing.T) {
 		}
 		return nil
 	}))
-	q.pool.mu.Lock()
-	q.pool.shards[1].gone = true // the last read could not reach it
-	q.pool.mu.Unlock()
-	probing := func() bool {
-		q.pool.mu.Lock()
-		defer q.pool.mu.Unlock()
-		return q.pool.probing
-	}
+	// The last read could not reach shard 1, a while ago.
+	q.pool.Fill(dueView{Shards: []int{0, 1}, Down: []int{1}, Full: -1, At: time.Now().Add(-time.Minute)})
+	probing := q.pool.Probing
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
