@@ -246,7 +246,8 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 // their cluster node is down, or an index holds the wrong type. What the
 // call returned covers the other shards. For a call that writes every
 // shard (Pause, Resume), Write is set: the shards named were not written,
-// the others were.
+// the others were; with Config.MinReplicas, a shard whose error matches
+// ErrNotReplicated was written on the master only.
 type ShardsError struct {
 	Shards []int   // the shards left out, in order
 	Of     int     // how many shards the queue has
@@ -259,7 +260,26 @@ func (e *ShardsError) Error() string {
 	if e.Write {
 		verb = "written"
 	}
-	return fmt.Sprintf("jobkey: %d of %d shards could not be %s (%v); the first: %s", len(e.Shards), e.Of, verb, e.Shards, bare(e.Errs[0]))
+	var lost, masterOnly []int
+	first := -1
+	for i, s := range e.Shards {
+		if e.Write && errors.Is(e.Errs[i], ErrNotReplicated) {
+			masterOnly = append(masterOnly, s)
+			continue
+		}
+		lost = append(lost, s)
+		if first < 0 {
+			first = i
+		}
+	}
+	if len(masterOnly) == 0 {
+		return fmt.Sprintf("jobkey: %d of %d shards could not be %s (%v); the first: %s", len(e.Shards), e.Of, verb, e.Shards, bare(e.Errs[0]))
+	}
+	msg := fmt.Sprintf("jobkey: %d of %d shards were written on the master only, not confirmed by the replicas (%v): a failover may undo them", len(masterOnly), e.Of, masterOnly)
+	if len(lost) > 0 {
+		msg += fmt.Sprintf("; %d could not be written (%v); the first: %s", len(lost), lost, bare(e.Errs[first]))
+	}
+	return msg
 }
 
 // Unwrap returns the shards' errors, for errors.Is and errors.As.

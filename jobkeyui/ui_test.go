@@ -1128,11 +1128,11 @@ func TestActionTheReplicasDidNotConfirmIsMasterOnly(t *testing.T) {
 	require.Contains(t, body, `<p class="error" id="master-only">3 of them were applied on the master only: `+
 		`0 of 1 replicas confirmed the write within 200ms, so a failover now may undo it.`)
 
-	// A pause is not waited for: the flash says so.
+	// A pause waits for the replicas too: written on the master only.
 	resp, body = f.post(t, c, "pause", url.Values{"csrf": {tok}, "queue": {"mails"}})
-	wantStatus(t, resp, body, http.StatusSeeOther)
-	_, body = f.fetch(t, c, resp.Header.Get("Location"))
-	require.Contains(t, body, "Queue paused: workers take no new jobs; enqueues still land. Not confirmed by the replicas")
+	wantStatus(t, resp, body, http.StatusServiceUnavailable)
+	require.Contains(t, body, "Queue paused on 1 of 1 shards; 1 of them on the master only.")
+	require.Contains(t, body, `id="master-only"`)
 
 	thaw()
 	resp, body = f.post(t, c, "cancel", url.Values{"csrf": {tok}, "queue": {"mails"}, "id": {"p1"}})

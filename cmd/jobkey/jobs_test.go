@@ -800,6 +800,13 @@ func TestWriteTheReplicasDidNotConfirmIsReportedAsMasterOnly(t *testing.T) {
 	masterOnly(fmt.Sprintf("delete: job %q deleted", succeeded.ID), err, "delete")
 	_, err = f.run("limit", append(wait, "acme", "3")...)
 	masterOnly(`limit: the limit of key "acme" set`, err, "limit")
+	// A pause and a resume: every shard written on the master only.
+	_, err = f.run("pause", wait...)
+	require.ErrorIs(t, err, jobkey.ErrNotReplicated, "pause")
+	require.Contains(t, oneLine(err), "pause: 1 of 1 shards were written on the master only, not confirmed by the replicas")
+	_, err = f.run("resume", wait...)
+	require.ErrorIs(t, err, jobkey.ErrNotReplicated, "resume")
+	require.Contains(t, oneLine(err), "resume: 1 of 1 shards were written on the master only")
 
 	// Several IDs: each row says what became of its job.
 	out, err := f.run("cancel", append(wait, pending[1], pending[2])...)
@@ -902,11 +909,11 @@ func TestWritesWaitForTheReplicas(t *testing.T) {
 	stdout.Reset()
 	require.NoError(t, run(f.ctx, []string{"ls", "-redis", f.url + "?min_replicas=1&replica_timeout=2s", "-queue", "mail", "-prefix", f.prefix, "-state", "canceled"}, &stdout, &stderr))
 	require.Contains(t, stdout.String(), "| canceled |")
-	// A pause is not waited for: the command says so.
+	// A pause and a resume wait for the replicas too.
 	out, err = f.run("pause", wait...)
 	require.NoError(t, err)
-	require.Contains(t, out, "pause not confirmed by the replicas: jobkey does not wait for them on a pause")
-	out, err = f.run("resume")
+	require.Contains(t, out, `queue "mail" paused`)
+	out, err = f.run("resume", wait...)
 	require.NoError(t, err)
-	require.NotContains(t, out, "not confirmed", "not asked to wait")
+	require.Contains(t, out, `queue "mail" resumed`)
 }
