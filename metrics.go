@@ -1,6 +1,10 @@
 package jobkey
 
-import "github.com/jobkey/jobkey/internal/cas"
+import (
+	"sync/atomic"
+
+	"github.com/jobkey/jobkey/internal/cas"
+)
 
 // MetricsSnapshot is a copy of a Queue's counters in this process: the
 // CAS engine's, and the stuck handlers of its Works.
@@ -21,6 +25,18 @@ type MetricsSnapshot struct {
 	StuckHandlers int64
 	// StuckDetected counts the handlers ever reported stuck.
 	StuckDetected int64
+	// What this process's Works recorded of their runs (counters):
+	// Succeeded, the jobs completed; AttemptsFailed, the attempts that
+	// failed (an error, a panic, a timeout, a deadline), of which
+	// RetriesScheduled put the job back to run again and FailedForGood
+	// failed it with no retry left (or ErrSkipRetry); Released, the runs
+	// given back with their attempt unspent (shutdown, a claim that came
+	// too late); and Canceled, the runs stopped because their job was
+	// canceled while it ran.
+	Succeeded, AttemptsFailed, RetriesScheduled, FailedForGood, Released, Canceled int64
+	// Runners is how many runners this process's Works on the queue have,
+	// and BusyRunners how many of them run a handler now (gauges).
+	Runners, BusyRunners int64
 	// The sizes of the batches that group commit flushed, by call:
 	// enqueues, claims, completions, lease extensions and Work's
 	// complete-and-claim (all zero with Config.DisableGroupCommit).
@@ -40,6 +56,10 @@ func (q *Queue) Metrics() MetricsSnapshot {
 	m := MetricsSnapshot{Txns: c.Txns, Attempts: c.Attempts, Conflicts: c.Conflicts, RoundTrips: c.RoundTrips,
 		Commands: c.Commands, Unwatches: c.Unwatches, Rides: c.Handovers}
 	m.StuckHandlers, m.StuckDetected = q.handlers.stuck.Load(), q.handlers.detected.Load()
+	w := &q.work
+	m.Succeeded, m.AttemptsFailed, m.RetriesScheduled = w.succeeded.Load(), w.attemptsFailed.Load(), w.retries.Load()
+	m.FailedForGood, m.Released, m.Canceled = w.failedForGood.Load(), w.released.Load(), w.canceled.Load()
+	m.Runners, m.BusyRunners = w.runners.Load(), w.busy.Load()
 	if q.enqueues != nil {
 		m.EnqueueBatches, m.ClaimBatches = batchSizes(q.enqueues.Sizes()), batchSizes(q.claims.Sizes())
 		m.CompleteBatches, m.ExtendBatches = batchSizes(q.completes.Sizes()), batchSizes(q.extends.Sizes())
@@ -79,4 +99,30 @@ func (s BatchSizes) Sub(o BatchSizes) BatchSizes {
 		s.Buckets[i] -= o.Buckets[i]
 	}
 	return s
+}
+
+// workMetrics counts what this process's Works did on a Queue (see
+// MetricsSnapshot).
+type workMetrics struct {
+	succeeded, attemptsFailed, retries, failedForGood, released, canceled atomic.Int64
+	runners, busy                                                         atomic.Int64
+}
+
+// count counts an outcome a runner recorded: j as stored, written for the
+// run that claimed claimed.
+func (m *workMetrics) count(claimed, j *Job) {
+	switch j.State {
+	case StateSucceeded:
+		m.succeeded.Add(1)
+	case StateFailed:
+		m.attemptsFailed.Add(1)
+		m.failedForGood.Add(1)
+	case StatePending:
+		if j.Attempt < claimed.Attempt {
+			m.released.Add(1) // given back: its attempt unspent
+			return
+		}
+		m.attemptsFailed.Add(1)
+		m.retries.Add(1)
+	}
 }

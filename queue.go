@@ -51,6 +51,7 @@ type Queue struct {
 	// afterBulkPage, in tests, runs after each page a bulk action acted on.
 	afterBulkPage func()
 	handlers      handlerMetrics // stuck handlers of this process's Works
+	work          workMetrics    // what this process's Works recorded, and their runners
 }
 
 // NewQueue returns the queue name on rdb. It never closes rdb, which stays

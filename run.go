@@ -129,11 +129,11 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 		r.writing.Store(false)
 		cancel()
 		if err == nil {
-			w.recorded(stored, nil)
+			w.recorded(r.job, stored, nil)
 			return nil
 		}
 		if final(err) || r.left() <= 0 {
-			w.recorded(r.job, err)
+			w.recorded(r.job, r.job, err)
 			return err
 		}
 		w.o.Logger.Warn("jobkey: recording job outcome failed; retrying", "queue", w.q.name, "job", r.job.ID, "err", err)

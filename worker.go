@@ -153,6 +153,8 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 
 	var runners, chores sync.WaitGroup
 	w.live = o.Concurrency
+	q.work.runners.Add(int64(o.Concurrency))
+	defer q.work.runners.Add(-int64(o.Concurrency))
 	for i := range o.Concurrency {
 		w.goRunner(ctx, &runners, o.Name+"/"+strconv.Itoa(i))
 	}
@@ -459,6 +461,9 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	switch {
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled):
 		// Someone else owns the job's fate now: any write would be fenced off.
+		if errors.Is(cause, ErrJobCanceled) {
+			w.q.work.canceled.Add(1)
+		}
 	case err == nil:
 		var unsure *Job // a claim whose EXEC's reply was lost
 		if ctx.Err() == nil && cause == nil {
@@ -515,10 +520,10 @@ func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, 
 	r.writing.Store(false)
 	switch {
 	case err == nil:
-		w.recorded(out.done, nil)
+		w.recorded(r.job, out.done, nil)
 		return out.next, nil, asked, true
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
-		w.recorded(r.job, err)
+		w.recorded(r.job, r.job, err)
 		return out.next, nil, asked, true
 	}
 	// The completion is recorded the usual way, with retries (it failed
@@ -569,10 +574,13 @@ func (w *worker) findClaim(ctx context.Context, unsure *Job, asked time.Time) *J
 	return nil
 }
 
-// recorded logs a failed write and tells OnRecorded.
-func (w *worker) recorded(j *Job, err error) {
+// recorded logs a failed write, counts one that landed (j as stored, of
+// the run that claimed claimed) in Queue.Metrics, and tells OnRecorded.
+func (w *worker) recorded(claimed, j *Job, err error) {
 	if err != nil {
 		w.o.Logger.Error("jobkey: could not record job outcome", "queue", w.q.name, "job", j.ID, "err", err)
+	} else {
+		w.q.work.count(claimed, j)
 	}
 	if w.o.OnRecorded != nil {
 		w.o.OnRecorded(j, err)
@@ -594,5 +602,7 @@ func (w *worker) call(ctx context.Context, j *Job) (result []byte, err error) {
 	// reaches the job the worker writes back.
 	c := cloneJob(j)
 	c.Meta = cloneMeta(j.Meta)
+	w.q.work.busy.Add(1)
+	defer w.q.work.busy.Add(-1)
 	return w.h.Work(ctx, c)
 }
