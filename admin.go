@@ -157,7 +157,7 @@ func (q *Queue) delete(ctx context.Context, id string, want State) error {
 		return err
 	}
 	key, shard := q.ks.jobKeyOf(id)
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key},
+	_, _, err := q.run(ctx, &casTxn{keys: []string{key},
 		checks: q.checksFor(shard, idxReady, idxSucceeded, idxFailed, idxCanceled, idxCorrupt), follow: q.slotFollowListed([]int{shard}),
 		decide: func(r *casRead) (*casPlan, error) {
 			switch cur := r.jobs[0]; {
@@ -176,7 +176,7 @@ func (q *Queue) delete(ctx context.Context, id string, want State) error {
 				b := q.newSlotBook(r)
 				b.unlistMoved(shard, cur, nil)
 				b.finish(plan, &ip)
-				plan.steps, plan.checks = ip.steps(), ip.checks
+				plan.index(&ip)
 				return plan, nil
 			}
 		}})

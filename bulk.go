@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -112,18 +113,16 @@ func (q *Queue) bulkAll(ctx context.Context, op string, o ListOpts, to func(*Job
 	// alone, as the walk leaves them. Whole, not just above the walk's
 	// start: the lease that parks a job is the claimer's, whose process may
 	// run with a longer Config.Lease than this one, a key whose value
-	// cannot be read parks its jobs a minute ahead
-	// (TestCancelPendingReachesJobParkedBeyondItsLease), and a write that
-	// frees the slot moves a parked job's entry back to its RunAt, below
-	// the start, maybe before this walk reaches it
-	// (TestCancelPendingReachesParkedJobPulledBack). A job moved during
-	// this pass too is tried by another, up to three.
+	// cannot be read parks its jobs a minute ahead, and a write that frees
+	// the slot moves a parked job's entry back to its RunAt, below the
+	// start, maybe before this walk reaches it. A job moved during this
+	// pass too is tried by another, up to three.
 	for range 3 {
 		more, err := q.bulkWalk(ctx, o, to, notify, func(j *Job) bool {
 			return j.ConcurrencyKey != "" && !j.RunAt.After(start) && !j.CreatedAt.After(start)
 		})
-		// The unreadable entries it lists were counted by the first walk
-		// (TestCancelPendingCountsUnreadableJobOnce).
+		// The unreadable entries it lists were counted by the first walk:
+		// they are not counted again.
 		res.Done += more.Done
 		res.Skipped += more.Skipped
 		res.Unconfirmed += more.Unconfirmed
@@ -251,7 +250,7 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 	if to != nil {
 		predict = append(predict, derive(to(&Job{State: o.State}, time.Time{})).index)
 	}
-	_, _, err = q.cas.run(ctx, &casTxn{keys: keys, checks: q.checksFor(shard, predict...), follow: q.slotFollowListed(slices.Repeat([]int{shard}, len(keys))),
+	_, _, err = q.run(ctx, &casTxn{keys: keys, checks: q.checksFor(shard, predict...), follow: q.slotFollowListed(slices.Repeat([]int{shard}, len(keys))),
 		decide: func(r *casRead) (*casPlan, error) {
 			done, skipped = 0, 0
 			top := 0 // the highest priority made pending, for the wake-up hint
@@ -283,7 +282,7 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 			if notify != "" && done > 0 {
 				ip.extra = append(ip.extra, []any{"publish", notify, wakeHint(top)})
 			}
-			plan.steps, plan.checks = ip.steps(), ip.checks
+			plan.index(&ip)
 			return plan, nil
 		}})
 	if err != nil && !errors.Is(err, ErrNotReplicated) {
@@ -291,3 +290,34 @@ func (q *Queue) bulkTxn(ctx context.Context, shard int, ids []string, o ListOpts
 	}
 	return done, skipped, err // done counts jobs a *ReplicationError's EXEC applied
 }
+
+// BulkError is the error of a bulk action (RetryFailed, DeleteFinished,
+// CancelPending) that did not act on every job it was asked to: Result
+// counts what it did all the same, as the BulkResult returned beside it
+// does, and Err says why the rest was not done. When Err is a
+// *ShardsError, the action went through every shard it could read and
+// left the jobs of the others as they are; otherwise it stopped at Err.
+// errors.Is and errors.As see Err.
+type BulkError struct {
+	Op     string     // the action: "retry", "delete" or "cancel"
+	Result BulkResult // what it did
+	Err    error      // why it did not do the rest
+}
+
+func (e *BulkError) Error() string {
+	r := e.Result
+	unconfirmed := ""
+	if r.Unconfirmed > 0 {
+		unconfirmed = fmt.Sprintf(" (%d of them applied on the master only, not confirmed by the replicas)", r.Unconfirmed)
+	}
+	done := fmt.Sprintf("jobkey: %s: %d done%s, %d skipped, %d unreadable", e.Op, r.Done, unconfirmed, r.Skipped, r.Unreadable)
+	why := strings.TrimPrefix(e.Err.Error(), "jobkey: ") // "jobkey: " once
+	var se *ShardsError
+	if errors.As(e.Err, &se) {
+		return fmt.Sprintf("%s in the shards it could read; the jobs of the others were left as they are: %s", done, why)
+	}
+	return fmt.Sprintf("%s before it stopped; the rest was not done: %s", done, why)
+}
+
+// Unwrap returns Err, for errors.Is and errors.As.
+func (e *BulkError) Unwrap() error { return e.Err }

@@ -170,7 +170,7 @@ func TestCancelPendingReachesJobParkedBeyondItsLease(t *testing.T) {
 	var once sync.Once
 	f.q.afterBulkPage = func() {
 		once.Do(func() {
-			got, _, err := w.claimTxn(f.ctx, []candidate{{id: parked.ID, index: readyIndex(0)}}, []string{"w2"}, true, nil)
+			got, _, err := w.claimTxn(f.ctx, []candidate{{ID: parked.ID, Index: readyIndex(0)}}, []string{"w2"}, true, nil)
 			require.NoError(t, err)
 			require.Nil(t, got[0], "k is full: parked until the holder's 10-minute lease ends")
 		})
@@ -198,7 +198,7 @@ func TestCancelPendingReachesJobParkedByUnreadableKey(t *testing.T) {
 	var once sync.Once
 	f.q.afterBulkPage = func() {
 		once.Do(func() {
-			got, _, err := f.q.claimTxn(f.ctx, []candidate{{id: parked.ID, index: readyIndex(0)}}, []string{"w2"}, true, nil)
+			got, _, err := f.q.claimTxn(f.ctx, []candidate{{ID: parked.ID, Index: readyIndex(0)}}, []string{"w2"}, true, nil)
 			require.NoError(t, err)
 			require.Nil(t, got[0], "parked a minute ahead")
 		})
@@ -250,7 +250,7 @@ func TestCancelPendingReachesParkedJobPulledBack(t *testing.T) {
 		pages++
 		switch pages {
 		case 1: // the walk passed the fillers; w is behind it
-			got, _, err := f.q.claimTxn(f.ctx, []candidate{{id: w.ID, index: readyIndex(0)}}, []string{"w2"}, true, nil)
+			got, _, err := f.q.claimTxn(f.ctx, []candidate{{ID: w.ID, Index: readyIndex(0)}}, []string{"w2"}, true, nil)
 			require.NoError(t, err)
 			require.Nil(t, got[0], "k is full: w parked above the walk")
 		case 2: // the first walk ends; the holder's Complete pulls w back

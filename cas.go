@@ -4,29 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strings"
-	"sync/atomic"
+	"slices"
 	"time"
 
-	"github.com/jobkey/jobkey/internal/redisclock"
+	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
-// casLimits bounds the retries of one compare-and-set.
-type casLimits struct {
-	attempts    int           // runs before giving up with ErrConflict
-	baseBackoff time.Duration // first retry waits up to this long
-	maxBackoff  time.Duration // no retry waits longer
-}
+// The job layer of the compare-and-set. The engine (internal/cas) carries
+// raw values; this layer decodes what a transaction read into jobs, runs
+// the job's decision on them, and encodes the decision's plan back into
+// whole values, each with its revision bumped past the value it replaces.
 
-// typeCheck declares a key the transaction writes besides the job keys. Its
-// type is read in the WATCH+GET round trip; anything but want or "none"
-// refuses the transaction before anything is written.
-type typeCheck struct {
-	key  string
-	want string
-}
+// typeCheck declares a key a transaction writes besides the job keys, with
+// the type it must have (cas.TypeCheck).
+type typeCheck = cas.TypeCheck
+
+// rawRead is one key as a GET read it.
+type rawRead = reply.Raw
 
 // casWrite sets one watched job key to a whole new value.
 type casWrite struct {
@@ -43,28 +39,39 @@ type auxWrite struct {
 	ttl time.Duration // > 0: the key expires (a concurrency value with no limit of its own)
 }
 
-// casPlan is what a decision asks the engine to apply in one MULTI/EXEC:
-// whole values first, then idempotent extra steps (index updates). checks
-// lists every key the steps write, with the type it must have.
+// casPlan is what a decision asks for in one MULTI/EXEC: whole values
+// first, then idempotent extra steps (index updates). checks lists every
+// key the steps write, with the type it must have.
 type casPlan struct {
 	writes []casWrite
 	aux    []auxWrite // whole values of watched auxiliary keys
 	steps  [][]any
 	checks []typeCheck
 	// results holds, once EXEC answered, every command's reply, for the
-	// decisions that depend on what a step found (vanishedFound).
+	// decisions that depend on what a step found (settleLostHints).
 	results []redis.Cmder
 	// confirm says the decision answers from a write it recognised as its
 	// own (a retried Complete, an Enqueue that found its job): when writes
-	// wait for replicas, that write is waited for too (casEngine.confirm).
+	// wait for replicas, that write is waited for too (cas.Plan.Confirm).
 	confirm bool
+	// raised is the highest priority above 0 of a job the plan makes
+	// pending (indexPlan.raised).
+	raised int
+	// newer lists the jobs of a newer format a claim found: claimers
+	// look past them for a while (Queue.newerFormat).
+	newerFormat []string
+}
+
+// index takes ip's index writes, and what they say, into the plan.
+func (p *casPlan) index(ip *indexPlan) {
+	p.steps, p.checks, p.raised = ip.steps(), ip.checks, ip.raised
 }
 
 func (p *casPlan) empty() bool {
 	return p == nil || (len(p.writes) == 0 && len(p.aux) == 0 && len(p.steps) == 0)
 }
 
-// casRead is the state the decision sees: one entry per watched key, and
+// casRead is the state a decision sees: one job per watched key, and
 // Redis's clock when they were read.
 type casRead struct {
 	jobs []*Job  // nil when the key does not exist or could not be read
@@ -77,295 +84,176 @@ type casRead struct {
 	aux map[string]rawRead
 }
 
-// casTxn is one optimistic transaction. decide may run several times, once
-// per attempt, each time on freshly read values; it must not keep state
-// between runs.
-//
-// Type checks: the engine checks the type of every key a plan writes before
-// EXEC, in the transaction itself: a type read by an earlier call (the
-// index read that found a claim's candidates, up to half a second before
-// for entries read ahead) proves nothing now. Keys the caller predicts in
-// checks ride in the WATCH+GET round trip; any other key a plan writes
-// costs one extra round trip of TYPE commands, still under the WATCH. A
-// caller whose extra reads a key with a command of its type in round trip
-// 1 may leave it out of checks and of its plan's: the extra refuses the
-// transaction when that read answers WRONGTYPE (the fused read ahead).
+// casTxn is one compare-and-set over job values: cas.Txn, with decisions
+// that see jobs. decide may run several times, once per attempt, each time
+// on freshly read values; it must not keep state between runs. See
+// cas.Txn for what each field does.
 type casTxn struct {
-	route   string // a key whose hash slot picks the node on a cluster
+	route   string
 	keys    []string
 	checks  []typeCheck
-	noRetry bool // return a conflict at once instead of retrying (claims move on)
-	// guards are keys watched beside the job keys that the decision reads
-	// as set (holding a value) or not (casRead.guarded): a shard's pause
-	// flag, and the flags a read ahead looks at (shardFlags). They ride in
-	// round trip 1, all in one MGET, and a guard set before EXEC aborts
-	// it.
-	guards []string
-	decide func(r *casRead) (*casPlan, error)
-	// aux are keys of values other than jobs (a concurrency key's slots)
-	// that the decision reads and may rewrite whole: watched and read (GET)
-	// in round trip 1. follow, when set, names more such keys once the jobs
-	// are read (a claimed job's concurrency key is only known then): one
-	// more round trip watches and reads those not read yet, before decide
-	// runs. All must share the job keys' hash slot on a cluster.
-	aux    []string
-	follow func(r *casRead) []string
-	// extra, when set, adds read-only commands to round trip 1 (the due
-	// entries a fused claim will need next) and returns what to do with
-	// their replies and the read, before decide runs. An error it returns
-	// refuses the transaction: a key the caller left out of checks because
-	// extra's commands type it (a zset read answers WRONGTYPE for another
-	// type) and that holds another type.
-	extra func(ctx context.Context, p redis.Pipeliner) func(r *casRead) error
+	noRetry bool
+	guards  []string
+	decide  func(r *casRead) (*casPlan, error)
+	aux     []string
+	follow  func(r *casRead) []string
+	extra   func(ctx context.Context, p redis.Pipeliner) func(r *casRead) error
 }
 
-// casMetrics counts what the engine did, for benchmarks and tests.
-type casMetrics struct {
-	txns       atomic.Int64 // transactions run
-	attempts   atomic.Int64 // read+decide passes, including retries
-	conflicts  atomic.Int64 // EXECs aborted because a watched key changed
-	roundTrips atomic.Int64 // network round trips the engine made
-	commands   atomic.Int64 // Redis commands sent, MULTI and EXEC included
-	unwatches  atomic.Int64 // UNWATCHes sent on paths that did not reach EXEC
-	rides      atomic.Int64 // reads sent behind the EXEC before them (ride.go)
-}
-
-// MetricsSnapshot is a copy of a Queue's counters in this process: the
-// CAS engine's, and the stuck handlers of its Works.
-type MetricsSnapshot struct {
-	Txns       int64 // compare-and-set transactions run
-	Attempts   int64 // attempts, including retries after conflicts
-	Conflicts  int64 // EXECs aborted because a watched key changed
-	RoundTrips int64 // network round trips made by the engine
-	Commands   int64 // Redis commands sent, MULTI and EXEC included
-	Unwatches  int64 // UNWATCHes sent on paths that did not reach EXEC
-	// Rides counts transactions whose round trip 1 rode behind the EXEC
-	// of the batch before them, on the same connection: a round trip
-	// saved each.
-	Rides int64
-	// StuckHandlers is how many handlers of this process's Works on the
-	// Queue are stuck now: still running WorkOpts.StuckAfter after their
-	// contexts ended (a gauge).
-	StuckHandlers int64
-	// StuckDetected counts the handlers ever reported stuck.
-	StuckDetected int64
-	// The sizes of the batches that group commit flushed, by call:
-	// enqueues, claims, completions, lease extensions and Work's fused
-	// complete-and-claim (all zero with Config.DisableGroupCommit).
-	EnqueueBatches, ClaimBatches, CompleteBatches, ExtendBatches, FinishBatches BatchSizes
-}
-
-func (m *casMetrics) snapshot() MetricsSnapshot {
-	return MetricsSnapshot{
-		Txns: m.txns.Load(), Attempts: m.attempts.Load(), Conflicts: m.conflicts.Load(),
-		RoundTrips: m.roundTrips.Load(), Commands: m.commands.Load(), Unwatches: m.unwatches.Load(),
-		Rides: m.rides.Load(),
-	}
-}
-
-// casEngine runs every write jobkey makes. One attempt is two round trips:
-//
-//  1. WATCH the job keys, GET them and TYPE the declared index keys, all in
-//     one pipeline on a dedicated connection;
-//  2. MULTI, the whole new values and the extra steps, EXEC.
-//
-// WATCH hygiene: the watch lives on the connection, and the connection goes
-// back to the pool afterwards. EXEC clears it whether it commits or aborts;
-// every path that does not reach EXEC sends UNWATCH, even when the caller's
-// context is done, so a pooled connection never carries a stale watch that
-// would abort some later, unrelated transaction.
-type casEngine struct {
-	rdb    redis.UniversalClient
-	limits casLimits
-	clock  *redisclock.Clock
-	m      casMetrics
-	// check, when set, runs before every transaction: the Queue's one-time
-	// checks of the server, which refuse writes it must not make.
-	check func(ctx context.Context) error
-	// failed, when set, is told of every transaction that failed with an
-	// error (not a conflict): the Queue reloads the slot map when the
-	// error says a cluster node could not be reached.
-	failed func(ctx context.Context, err error)
-	// dur is what a write waits for after its EXEC (Config.MinReplicas);
-	// readTimeout is the client's ReadTimeout, which bounds the WAIT sent
-	// in a pipeline (firstWait).
-	dur         durability
-	readTimeout time.Duration
-}
-
-func newCASEngine(rdb redis.UniversalClient, limits casLimits, clock *redisclock.Clock) (*casEngine, error) {
-	switch rdb.(type) {
-	case *redis.Client, *redis.ClusterClient:
-	default:
-		return nil, fmt.Errorf("%w: unsupported client %T: use *redis.Client or *redis.ClusterClient", ErrInvalid, rdb)
-	}
-	return &casEngine{rdb: rdb, limits: limits, clock: clock}, nil
-}
-
-// node returns the client of the node that owns route's slot.
-func (e *casEngine) node(ctx context.Context, route string) (*redis.Client, error) {
-	switch c := e.rdb.(type) {
-	case *redis.Client:
-		return c, nil
-	case *redis.ClusterClient:
-		node, err := c.MasterForKey(ctx, route)
-		if err != nil {
-			return nil, fmt.Errorf("jobkey: find node for %q: %w", route, err)
+// run applies t through the engine. It returns the read and the plan of
+// the attempt that committed (or that decided to write nothing: a nil
+// plan). A *ReplicationError comes with them: the attempt committed on
+// the master, and its replicas did not confirm it in time.
+func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) {
+	// Each attempt reads afresh; its jobs are decoded once, for follow,
+	// extra and decide alike.
+	var src *cas.Read
+	var cur *casRead
+	decoded := func(r *cas.Read) *casRead {
+		if r != src {
+			src, cur = r, decodeRead(t.keys, r)
 		}
-		return node, nil
+		cur.aux = r.Aux // follow may have read more since
+		return cur
 	}
-	return nil, fmt.Errorf("jobkey: unsupported client %T", e.rdb)
-}
-
-// connCache keeps the dedicated connections of one goroutine's run of
-// transactions, such as a group-commit leader flushing batch after batch:
-// wrapping a pooled connection anew (Client.Conn) for every attempt costs
-// allocations and a trip through go-redis's pool on the hot path. It lives
-// no longer than that run, so no connection stays out of the pool while
-// the queue is idle. One goroutine uses a cache at a time.
-type connCache struct {
-	conns map[*redis.Client]*redis.Conn
-}
-
-type connCacheKey struct{}
-
-// withConnCache returns ctx carrying a new cache, and the func that
-// releases its connections.
-func withConnCache(ctx context.Context) (context.Context, func()) {
-	c := &connCache{}
-	return context.WithValue(ctx, connCacheKey{}, c), func() {
-		for _, conn := range c.conns {
-			_ = conn.Close()
-		}
-		c.conns = nil
-	}
-}
-
-// get returns a dedicated connection to node: the cached one, when ctx
-// carries a cache, else a new one.
-func (e *casEngine) get(ctx context.Context, node *redis.Client) *redis.Conn {
-	c, _ := ctx.Value(connCacheKey{}).(*connCache)
-	if c == nil {
-		return node.Conn()
-	}
-	if conn, ok := c.conns[node]; ok {
-		return conn
-	}
-	conn := node.Conn()
-	if c.conns == nil {
-		c.conns = map[*redis.Client]*redis.Conn{}
-	}
-	c.conns[node] = conn
-	return conn
-}
-
-// put gives back a connection: kept in ctx's cache when healthy, closed
-// otherwise (or when there is no cache).
-func (e *casEngine) put(ctx context.Context, node *redis.Client, conn *redis.Conn, healthy bool) {
-	c, _ := ctx.Value(connCacheKey{}).(*connCache)
-	if c != nil && healthy && c.conns[node] == conn {
-		return
-	}
-	if c != nil && c.conns[node] == conn {
-		delete(c.conns, node)
-	}
-	_ = conn.Close()
-}
-
-// run applies t with bounded, jittered retries. It returns the read and the
-// plan of the attempt that committed (or that decided to write nothing).
-// A *ReplicationError comes with them: the attempt committed on the
-// master, and its replicas did not confirm it in time.
-func (e *casEngine) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) {
-	e.m.txns.Add(1)
-	if dup, ok := duplicate(t.keys); ok {
-		// Two decisions about one key in one EXEC would each see the old
-		// value, and the second write would silently undo the first.
-		return nil, nil, fmt.Errorf("jobkey: internal error: transaction names key %q twice", dup)
-	}
-	if t.route == "" && len(t.keys) == 0 && len(t.aux) > 0 {
-		t.route = t.aux[0]
-	}
-	if t.route == "" && len(t.keys) > 0 {
-		t.route = t.keys[0]
-	}
-	if e.check != nil {
-		if err := e.check(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	for attempt := 1; ; attempt++ {
-		read, plan, err := e.attempt(ctx, t)
-		var r *retry
-		if !errors.As(err, &r) {
-			if err != nil && e.failed != nil {
-				e.failed(ctx, err)
+	var plan *casPlan
+	ct := &cas.Txn{Route: t.route, Keys: t.keys, Checks: t.checks, NoRetry: t.noRetry, Guards: t.guards, Aux: t.aux,
+		Decide: func(r *cas.Read) (*cas.Plan, error) {
+			jr := decoded(r)
+			p, err := t.decide(jr)
+			plan = p
+			if err != nil || p == nil {
+				return nil, err
 			}
-			return read, plan, err
-		}
-		e.m.conflicts.Add(1)
-		if c, ok := e.rdb.(*redis.ClusterClient); ok && r.moved {
-			c.ReloadState(ctx) // the slot moved: ask the cluster who owns it now
-		}
-		if t.noRetry || attempt >= e.limits.attempts {
-			return nil, nil, &ConflictError{Key: t.route, Attempts: attempt}
-		}
-		if err := sleepCtx(ctx, e.backoff(attempt)); err != nil {
-			return nil, nil, fmt.Errorf("jobkey: %s: retry after conflict: %w", t.route, err)
+			for _, id := range p.newerFormat {
+				q.newerFormat.Add(id)
+			}
+			if p.raised > 0 {
+				// A job of that priority may be pending once this EXEC
+				// runs: what this process read ahead below it must not go
+				// before it, and its reads take every priority from now.
+				q.pool.DropBelow(p.raised)
+				q.prios.Store(true)
+			}
+			return encodePlan(t.keys, jr, p)
+		}}
+	if t.follow != nil {
+		ct.Follow = func(r *cas.Read) []string { return t.follow(decoded(r)) }
+	}
+	if t.extra != nil {
+		ct.Extra = func(ctx context.Context, p redis.Pipeliner) func(*cas.Read) error {
+			after := t.extra(ctx, p)
+			if after == nil {
+				return nil
+			}
+			return func(r *cas.Read) error { return after(decoded(r)) }
 		}
 	}
+	r, cp, err := q.cas.Run(ctx, ct)
+	var jr *casRead
+	if r != nil {
+		jr = decoded(r)
+	}
+	if cp == nil {
+		return jr, nil, err
+	}
+	plan.results = cp.Results
+	return jr, plan, err
 }
 
-// retry marks an attempt that wrote nothing and may succeed if run again:
-// its EXEC was aborted because a watched key changed (TxFailedErr), or the
-// slot was moving between cluster nodes (moved).
-type retry struct {
-	err   error
-	moved bool
-}
-
-func (r *retry) Error() string { return r.err.Error() }
-func (r *retry) Unwrap() error { return r.err }
-
-// redirected reports a reply of Redis itself saying that the slot lives, or
-// is moving, elsewhere: MOVED, ASK or TRYAGAIN. Only Redis's own error
-// replies are looked at, never jobkey's messages, which may quote IDs.
-func redirected(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false
+// decodeRead turns the raw values of keys into jobs. A missing key is a
+// nil job; a key of another type or a value that cannot be decoded is
+// reported per key and left untouched. The jobs share one allocation, and
+// each owns its reply's bytes (unmarshalReply).
+func decodeRead(keys []string, raw *cas.Read) *casRead {
+	// A batch's read and its per-key slices are one allocation.
+	type readBuf struct {
+		r    casRead
+		jobs [8]*Job
+		errs [8]error
 	}
-	msg := rerr.Error()
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "TRYAGAIN ")
-}
-
-// duplicate returns a key that appears twice in keys.
-func duplicate(keys []string) (string, bool) {
-	if len(keys) < 2 {
-		return "", false
+	buf := new(readBuf)
+	r := &buf.r
+	r.now, r.guarded, r.aux = raw.Now, raw.Guarded, raw.Aux
+	if len(keys) <= len(buf.jobs) {
+		r.jobs, r.errs = buf.jobs[:len(keys):len(keys)], buf.errs[:len(keys):len(keys)]
+	} else {
+		r.jobs, r.errs = make([]*Job, len(keys)), make([]error, len(keys))
 	}
-	seen := make(map[string]struct{}, len(keys))
-	for _, k := range keys {
-		if _, ok := seen[k]; ok {
-			return k, true
+	var slab []Job
+	for i, v := range raw.Values {
+		switch {
+		case v.Missing:
+			continue
+		case v.Err != nil:
+			// The engine passes on only WRONGTYPE; any other error failed
+			// the read.
+			r.errs[i] = &WrongTypeError{Key: keys[i], Want: "string", Got: "non-string"}
+			continue
 		}
-		seen[k] = struct{}{}
+		if len(slab) == 0 {
+			slab = make([]Job, len(raw.Values)-i)
+		}
+		j := &slab[0]
+		if err := unmarshalReply(v.S, j); err != nil {
+			var ce *CorruptError
+			if errors.As(err, &ce) {
+				ce.Key = keys[i]
+			} else {
+				err = fmt.Errorf("key %q: %w", keys[i], err)
+			}
+			r.errs[i] = err
+			continue
+		}
+		if err := storedAt(keys[i], j); err != nil {
+			r.errs[i] = err
+			continue
+		}
+		r.jobs[i] = j
+		slab = slab[1:]
 	}
-	return "", false
+	return r
 }
 
-// backoff is "full jitter": uniform in [0, min(max, base·2^(attempt-1))].
-func (e *casEngine) backoff(attempt int) time.Duration {
-	d := e.limits.maxBackoff
-	if shift := attempt - 1; shift < 30 {
-		d = min(d, e.limits.baseBackoff<<shift)
+// encodePlan bumps each written job's revision past the value it replaces
+// and encodes it. The values share one buffer, of their exact total size;
+// each is capped, so nothing appends across.
+func encodePlan(keys []string, read *casRead, plan *casPlan) (*cas.Plan, error) {
+	out := &cas.Plan{Steps: plan.steps, Checks: plan.checks, Confirm: plan.confirm}
+	if plan.empty() {
+		return out, nil
 	}
-	if d <= 0 {
-		return 0
+	total := 0
+	for _, w := range plan.writes {
+		idx := slices.Index(keys, w.key)
+		if idx < 0 {
+			return nil, fmt.Errorf("jobkey: internal error: write to unwatched key %q", w.key)
+		}
+		var prevRev uint64
+		if prev := read.jobs[idx]; prev != nil {
+			prevRev = prev.Rev // read first: decide may have edited prev in place
+		}
+		w.job.Rev = prevRev + 1
+		n, err := marshalSize(w.job)
+		if err != nil {
+			return nil, err
+		}
+		total += n
 	}
-	return rand.N(d + 1)
+	out.Writes = make([]cas.Write, 0, len(plan.writes)+len(plan.aux))
+	buf := make([]byte, 0, total)
+	for _, w := range plan.writes {
+		start := len(buf)
+		buf = appendJob(buf, w.job)
+		out.Writes = append(out.Writes, cas.Write{Key: w.key, Value: buf[start:len(buf):len(buf)], TTL: w.ttl})
+	}
+	for _, w := range plan.aux {
+		out.Writes = append(out.Writes, cas.Write{Key: w.key, Value: w.val, TTL: w.ttl, Del: w.val == nil})
+	}
+	return out, nil
 }
 
+// sleepCtx waits d, or until ctx ends, and returns ctx's error then.
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()

@@ -6,21 +6,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
+
+	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/readahead"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // candidate is a due entry read from an index: a hint, not a truth.
-type candidate struct {
-	shard int
-	id    string
-	index string // a ready index (readyIndex) or idxLeased
-	// prio orders candidates, higher first: the priority of the ready
-	// index it came from, or leasedPrio for an expired lease.
-	prio int
-}
+type candidate = readahead.Candidate
 
 // leasedPrio ranks the expired leases of a shard: before every ready job,
 // as the most overdue work; their index does not say their priority.
@@ -32,9 +27,9 @@ const leasedPrio = MaxPriority + 1
 // only when their blocks do, where random picks of n would nearly always
 // share one job and abort each other's EXEC.
 func pickBlock(cands []candidate, n int) (block, rest []candidate) {
-	slices.SortStableFunc(cands, func(a, b candidate) int { return b.prio - a.prio })
+	slices.SortStableFunc(cands, func(a, b candidate) int { return b.Prio - a.Prio })
 	top := 0
-	for top < len(cands) && cands[top].prio == cands[0].prio {
+	for top < len(cands) && cands[top].Prio == cands[0].Prio {
 		top++
 	}
 	start := 0
@@ -44,14 +39,6 @@ func pickBlock(cands []candidate, n int) (block, rest []candidate) {
 	block = slices.Clone(cands[start : start+n])
 	rest = slices.Concat(cands[:start], cands[start+n:])
 	return block, rest
-}
-
-// byPriority orders candidates by priority, highest first, at random
-// within a priority: claimers of one priority spread over its jobs, and a
-// higher priority is always tried first.
-func byPriority(cands []candidate) {
-	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	slices.SortStableFunc(cands, func(a, b candidate) int { return b.prio - a.prio })
 }
 
 // maxClaimRounds bounds how often one Claim re-reads the indexes after
@@ -85,11 +72,11 @@ func (q *Queue) Claim(ctx context.Context, worker string) (*Job, error) {
 	if q.claims == nil {
 		return q.claimAlone(ctx, worker, nil)
 	}
-	return q.claims.do(ctx, worker)
+	return q.claims.Do(ctx, worker)
 }
 
-// workClaim is Claim for a Work slot. A claim whose call a flush has
-// taken is waited for even once ctx has ended: the slot then gives back
+// workClaim is Claim for a Work runner. A claim whose call a flush has
+// taken is waited for even once ctx has ended: the runner then gives back
 // the job it claimed before Work returns (execute), where an answer at
 // ctx's end would leave that to a give-back that may outlive the process,
 // and the job leased to nobody, its attempt spent.
@@ -100,7 +87,7 @@ func (q *Queue) workClaim(ctx context.Context, worker string) (*Job, error) {
 	if err := validOwner(worker); err != nil {
 		return nil, err
 	}
-	return q.claims.await(ctx, worker)
+	return q.claims.Await(ctx, worker)
 }
 
 // claimAlone is one caller's claim: the due entries, then one candidate at
@@ -113,16 +100,16 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 		if left() {
 			return nil, ErrNoJob
 		}
-		v, pooled, err := q.candidates(ctx, round, q.cfg.ClaimWindow, anyShard)
+		v, pooled, err := q.candidates(ctx, round, q.cfg.ClaimWindow, readahead.AnyShard)
 		if err != nil {
 			return nil, err
 		}
-		cands := v.cands
+		cands := v.Cands
 		if len(cands) == 0 {
 			break
 		}
 		if !pooled {
-			byPriority(cands) // the pool's order serves the shards in turn
+			readahead.ByPriority(cands) // the pool's order serves the shards in turn
 		}
 		cleared = false
 		for k, c := range cands {
@@ -133,7 +120,7 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 			switch {
 			case err == nil && j != nil:
 				q.leftOver(v, cands[k+1:], pooled) // not tried: for the claims that follow
-				q.pool.served(cands[:k+1])
+				q.pool.Served(cands[:k+1])
 				return j, nil
 			case errors.Is(err, ErrConflict):
 				// Someone else changed it first.
@@ -156,29 +143,29 @@ func (q *Queue) claimAlone(ctx context.Context, worker string, gone func() bool)
 // of the due entries and one compare-and-set hand callers different jobs,
 // each decided under its own WATCH. Callers left without a job get
 // ErrNoJob after maxClaimRounds.
-func (q *Queue) flushClaims(ctx context.Context, batch []*call[string, *Job]) {
-	batch = live(batch)
+func (q *Queue) flushClaims(ctx context.Context, batch []*cas.Call[string, *Job]) {
+	batch = cas.Live(batch)
 	switch len(batch) {
 	case 0:
 		return
 	case 1:
 		c := batch[0]
-		c.finish(q.claimAlone(ctx, c.in, c.gone))
+		c.Finish(q.claimAlone(ctx, c.In(), c.Gone))
 		return
 	}
 	workers := make([]string, len(batch))
 	for i, c := range batch {
-		workers[i] = c.in
+		workers[i] = c.In()
 	}
-	got, err := q.claimBatch(ctx, workers, func(i int) bool { return batch[i].gone() })
+	got, err := q.claimBatch(ctx, workers, func(i int) bool { return batch[i].Gone() })
 	for i, c := range batch {
 		switch {
 		case got[i] != nil:
-			c.finish(got[i], nil)
+			c.Finish(got[i], nil)
 		case err != nil:
-			c.finish(nil, err)
+			c.Finish(nil, err)
 		default:
-			c.finish(nil, ErrNoJob)
+			c.Finish(nil, ErrNoJob)
 		}
 	}
 }
@@ -208,20 +195,20 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 				break
 			}
 		}
-		mode := anyShard
+		mode := readahead.AnyShard
 		if q.cluster() {
-			mode = oneShard // one transaction stays in one slot
+			mode = readahead.OneShard // one transaction stays in one hash slot
 		}
 		v, pooled, err := q.candidates(ctx, round, max(q.cfg.ClaimWindow, 8*len(waiting)), mode)
 		if err != nil {
 			return got, err
 		}
-		cands := v.cands
+		cands := v.Cands
 		if q.cluster() && len(cands) > 0 {
-			// One transaction stays in one slot: the shard of the highest
+			// One transaction stays in one hash slot: the shard of the highest
 			// priority's candidate, or the pool's choice.
 			if !pooled {
-				byPriority(cands)
+				readahead.ByPriority(cands)
 			}
 			cands = sameShard(cands)
 		}
@@ -236,10 +223,10 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 			block, _ = pickBlock(cands, n)
 		}
 		// Not tried, of every shard read: for the claims that follow.
-		q.leftOver(v, slices.DeleteFunc(slices.Clone(v.cands), func(c candidate) bool {
-			return slices.ContainsFunc(block, func(b candidate) bool { return b.id == c.id })
+		q.leftOver(v, slices.DeleteFunc(slices.Clone(v.Cands), func(c candidate) bool {
+			return slices.ContainsFunc(block, func(b candidate) bool { return b.ID == c.ID })
 		}), pooled)
-		q.pool.served(block)
+		q.pool.Served(block)
 		names := make([]string, n)
 		for k := range block {
 			names[k] = workers[waiting[k]]
@@ -272,27 +259,6 @@ func (q *Queue) claimBatch(ctx context.Context, workers []string, gone func(i in
 	return got, nil
 }
 
-// giveBack releases j, claimed for a caller that left before the claim's
-// answer reached it, so that it is not leased to nobody until its lease
-// ends, spending an attempt it never ran. It runs on its own goroutine,
-// bounded by the lease: the flush that claimed it goes on meanwhile. The
-// release is fenced on j's lease token, so it writes nothing if the claim
-// did not land, or if the lease has already passed to someone else; if it
-// cannot land at all, the job is claimed again once its lease runs out.
-func (q *Queue) giveBack(j *Job) {
-	if j == nil {
-		return
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.Lease)
-		defer cancel()
-		if _, err := q.Release(ctx, j); err != nil && !errors.Is(err, ErrLeaseLost) {
-			q.cfg.Logger.Warn("jobkey: could not give back a job claimed for a caller that left; it is claimed again when its lease ends",
-				"queue", q.name, "job", j.ID, "err", err)
-		}
-	}()
-}
-
 func validOwner(worker string) error {
 	if worker == "" || len(worker) > 256 {
 		return fmt.Errorf("%w: worker name must be 1..256 bytes, got %d", ErrInvalid, len(worker))
@@ -302,17 +268,17 @@ func validOwner(worker string) error {
 
 // candidates returns due entries to try: in the first round of a process
 // whose Work runs, those the pool holds (see duePool), taken by mode
-// (anyShard, oneShard), when it has some; else a read of the indexes, n
+// (readahead.AnyShard, readahead.OneShard), when it has some; else a read of the indexes, n
 // entries per index, of every shard when the pool cannot vouch for some.
 func (q *Queue) candidates(ctx context.Context, round, n, mode int) (_ dueView, pooled bool, _ error) {
 	work := q.listeners.Load() > 0
 	q.probeGone()
 	if round == 0 && work {
-		if cands := q.pool.take(n, mode); len(cands) > 0 {
-			return dueView{cands: cands}, true, nil
+		if cands := q.pool.Take(n, mode); len(cands) > 0 {
+			return dueView{Cands: cands}, true, nil
 		}
 	}
-	if work && !q.pool.complete() {
+	if work && !q.pool.Complete() {
 		// A read of a few shards would refill the pool without a job due
 		// on another, or a higher priority a hint announced.
 		v, err := q.dueIn(ctx, n, nil)
@@ -327,11 +293,11 @@ func (q *Queue) candidates(ctx context.Context, round, n, mode int) (_ dueView, 
 // read of v's shards.
 func (q *Queue) leftOver(v dueView, rest []candidate, pooled bool) {
 	if pooled {
-		q.pool.putBack(rest)
+		q.pool.PutBack(rest)
 		return
 	}
-	v.cands = rest
-	q.pool.fill(v)
+	v.Cands = rest
+	q.pool.Fill(v)
 }
 
 // tryClaim decides on one candidate from its value under WATCH. It returns
@@ -360,24 +326,24 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	keys := make([]string, len(cands))
 	var checks []typeCheck
 	for i, c := range cands {
-		keys[i] = q.ks.jobKey(c.shard, c.id)
+		keys[i] = q.ks.jobKey(c.Shard, c.ID)
 	}
 	for _, k := range q.indexKeys(cands, idxLeased) {
-		checks = append(checks, typeCheck{key: k, want: "zset"})
+		checks = append(checks, typeCheck{Key: k, Want: "zset"})
 	}
 	got = make([]*Job, len(cands))
 	guards, guardOf := q.shardGuards(cands)
 	shards := make([]int, len(cands))
 	for i, c := range cands {
-		shards[i] = c.shard
+		shards[i] = c.Shard
 	}
-	var vanished []candidate
+	var lost []candidate
 	var plan *casPlan
 	asked := time.Now() // the claims' leases are measured from here
-	_, plan, err = q.cas.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards.keys, follow: q.slotFollow(shards),
+	_, plan, err = q.run(ctx, &casTxn{keys: keys, checks: checks, noRetry: noRetry, guards: guards.keys, follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			clear(got)
-			vanished = vanished[:0]
+			lost = lost[:0]
 			plan := &casPlan{}
 			var ip indexPlan
 			b := q.newSlotBook(r)
@@ -386,14 +352,14 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 				if gone != nil && gone(i) || r.guarded[guardOf[i]] {
 					continue // the caller left, or the shard is paused
 				}
-				claimed, lost := q.decideCandidate(plan, &ip, b, c, keys[i], r.jobs[i], r.errs[i], workers[i], now)
+				claimed, hintLost := q.decideCandidate(plan, &ip, b, c, keys[i], r.jobs[i], r.errs[i], workers[i], now)
 				got[i] = claimed
-				if lost {
-					vanished = append(vanished, c)
+				if hintLost {
+					lost = append(lost, c)
 				}
 			}
 			b.finish(plan, &ip)
-			plan.steps, plan.checks = ip.steps(), ip.checks
+			plan.index(&ip)
 			return plan, nil
 		}})
 	if errors.Is(err, ErrNotReplicated) {
@@ -408,33 +374,33 @@ func (q *Queue) claimTxn(ctx context.Context, cands []candidate, workers []strin
 	if err != nil {
 		return nil, false, err
 	}
-	q.vanishedFound(ctx, plan, vanished)
+	q.settleLostHints(ctx, plan, lost)
 	return got, !plan.empty(), nil
 }
 
-// vanishedFound deals with the candidates whose entry pointed at no value
+// settleLostHints deals with the candidates whose entry pointed at no value
 // when the claim's compare-and-set read them: the EXEC removed each entry
-// with a ZREM of its own and counted it in the vanished log. A ZREM that
+// with a ZREM of its own and counted it in the log of lost hints (seenLost). A ZREM that
 // removed nothing means someone else removed the entry first, as Delete
 // does with the value: nothing was lost, and the count is taken back. One
 // that removed it found an entry whose value is gone (deleted outside
 // jobkey, or evicted): that is logged.
-func (q *Queue) vanishedFound(ctx context.Context, plan *casPlan, cands []candidate) {
+func (q *Queue) settleLostHints(ctx context.Context, plan *casPlan, cands []candidate) {
 	if plan == nil {
 		return
 	}
 	for _, c := range cands {
-		vanished := q.ks.index(c.shard, seenVanished)
-		if stepReply(plan, "zrem", q.ks.index(c.shard, c.index), c.id) != 0 {
+		lostLog := q.ks.index(c.Shard, seenLost)
+		if stepReply(plan, "zrem", q.ks.index(c.Shard, c.Index), c.ID) != 0 {
 			q.cfg.Logger.Error("jobkey: a job's index entry pointed at no value: the job was deleted outside jobkey, or evicted by Redis (is maxmemory-policy noeviction?)",
-				"queue", q.name, "job", c.id)
+				"queue", q.name, "job", c.ID)
 			continue
 		}
 		// Someone removed the hint first, as Delete does with the value:
 		// nothing was lost. The count goes again if this claim made it.
-		if stepReply(plan, "zadd", vanished, c.id) == 1 {
-			if err := q.rdb.ZRem(ctx, vanished, c.id).Err(); err != nil {
-				q.cfg.Logger.Warn("jobkey: could not take back a vanished count", "queue", q.name, "job", c.id, "err", err)
+		if stepReply(plan, "zadd", lostLog, c.ID) == 1 {
+			if err := q.rdb.ZRem(ctx, lostLog, c.ID).Err(); err != nil {
+				q.cfg.Logger.Warn("jobkey: could not take back the count of a lost hint", "queue", q.name, "job", c.ID, "err", err)
 			}
 		}
 	}
@@ -462,34 +428,34 @@ func stepReply(plan *casPlan, name, key, member string) int64 {
 // job returned), fail it for good, put its hint right, set an unreadable
 // value aside, or skip a newer format. Its writes go to plan and ip; lost
 // says the hint pointed at no value.
-func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c candidate, key string, cur *Job, readErr error,
+func (d *decider) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c candidate, key string, cur *Job, readErr error,
 	worker string, now time.Time) (claimed *Job, lost bool) {
 	switch {
 	case errors.Is(readErr, ErrUnsupportedFormat):
 		// Written by a newer jobkey: neither ours to read nor to set aside.
 		// Its hint stays for the workers that can read it; this one skips
-		// it for a while, and logs the sighting so Stats shows a rollout
-		// that stalls.
-		q.newer.add(c.id)
-		ip.zadd(q.ks.index(c.shard, seenNewer), toMillis(now), c.id)
+		// it for a while (casPlan.newerFormat), and logs the sighting so Stats
+		// shows a rollout that stalls.
+		plan.newerFormat = append(plan.newerFormat, c.ID)
+		ip.zadd(d.ks.index(c.Shard, seenNewerFormat), toMillis(now), c.ID)
 		return nil, false
 	case readErr != nil:
 		// The value cannot be read. Its bytes are kept untouched; its hint
 		// moves to the corrupt index, so no claimer trips on it again and
 		// Stats counts it.
-		ip.zrem(q.ks.index(c.shard, c.index), c.id)
-		ip.zadd(q.ks.index(c.shard, idxCorrupt), toMillis(now), c.id)
+		ip.zrem(d.ks.index(c.Shard, c.Index), c.ID)
+		ip.zadd(d.ks.index(c.Shard, idxCorrupt), toMillis(now), c.ID)
 		return nil, false
 	}
-	next, took := q.decideClaim(cur, worker, now)
+	next, took := d.decideClaim(cur, worker, now)
 	if next != nil && cur.ConcurrencyKey != "" {
 		// A keyed job takes a slot of its key in the same EXEC, or waits
 		// for one; failed for good, it gives back the slot its last lease
 		// held.
-		e := b.entry(c.shard, cur)
+		e := b.entry(c.Shard, cur)
 		switch {
 		case took && !b.take(e, next):
-			q.blocked(plan, ip, b, e, c, key, cur, now)
+			d.blocked(plan, ip, b, e, c, key, cur, now)
 			return nil, false
 		case !took:
 			b.unlist(e, cur.ID)
@@ -498,8 +464,8 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 	}
 	switch {
 	case next != nil:
-		q.move(ip, c.shard, c.id, cur, next, c.index)
-		plan.writes = append(plan.writes, q.write(key, next))
+		d.move(ip, c.Shard, c.ID, cur, next, c.Index)
+		plan.writes = append(plan.writes, d.write(key, next))
 		if took {
 			return next, false
 		}
@@ -509,19 +475,19 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 		// in the same EXEC, so a lost reply cannot hide it. The ZREM and
 		// the ZADD NX are commands of their own, whose replies say whether
 		// the hint was still there and whether this claim counted the
-		// loss (vanishedFound): a hint someone else removed first (Delete)
+		// loss (settleLostHints): a hint someone else removed first (Delete)
 		// takes back the count this claim made.
-		vanished := q.ks.index(c.shard, seenVanished)
-		ip.use(vanished) // its type is checked before MULTI
-		ip.extra = append(ip.extra, []any{"zrem", q.ks.index(c.shard, c.index), c.id},
-			[]any{"zadd", vanished, "NX", toMillis(now), c.id})
+		lostLog := d.ks.index(c.Shard, seenLost)
+		ip.use(lostLog) // its type is checked before MULTI
+		ip.extra = append(ip.extra, []any{"zrem", d.ks.index(c.Shard, c.Index), c.ID},
+			[]any{"zadd", lostLog, "NX", toMillis(now), c.ID})
 		return nil, true
-	case derive(cur).index != c.index:
+	case derive(cur).index != c.Index:
 		// Not claimable, and the hint that led here disagrees with the value.
-		q.move(ip, c.shard, c.id, cur, cur, c.index)
+		d.move(ip, c.Shard, c.ID, cur, cur, c.Index)
 	default:
 		// Same index, but the hint said due: its score may be stale.
-		q.fixScore(ip, c.shard, c.id, q.entryOf(cur), now)
+		d.fixScore(ip, c.Shard, c.ID, d.entryOf(cur), now)
 	}
 	return nil, false
 }
@@ -529,7 +495,7 @@ func (q *Queue) decideCandidate(plan *casPlan, ip *indexPlan, b *slotBook, c can
 // decideClaim says what a claim does to cur at now (Redis's clock): take it
 // (a pending job that is due, or an active one whose lease expired, with
 // attempts left), fail it (no attempt left), or nothing (nil).
-func (q *Queue) decideClaim(cur *Job, worker string, now time.Time) (next *Job, took bool) {
+func (d *decider) decideClaim(cur *Job, worker string, now time.Time) (next *Job, took bool) {
 	if cur == nil {
 		return nil, false
 	}
@@ -549,7 +515,7 @@ func (q *Queue) decideClaim(cur *Job, worker string, now time.Time) (next *Job, 
 		next.UpdatedAt = now
 		return next, false
 	case due || expired:
-		return q.claimed(cur, worker, now), true
+		return d.claimed(cur, worker, now), true
 	}
 	return nil, false
 }
@@ -586,7 +552,7 @@ func (q *Queue) ClaimMany(ctx context.Context, worker string, n int) ([]*Job, er
 func sameShard(cands []candidate) []candidate {
 	out := cands[:0:0]
 	for _, c := range cands {
-		if c.shard == cands[0].shard {
+		if c.Shard == cands[0].Shard {
 			out = append(out, c)
 		}
 	}
@@ -595,12 +561,12 @@ func sameShard(cands []candidate) []candidate {
 
 // claimed returns cur taken by worker: active, one more attempt, leased
 // under a token of its own.
-func (q *Queue) claimed(cur *Job, worker string, now time.Time) *Job {
+func (d *decider) claimed(cur *Job, worker string, now time.Time) *Job {
 	next := cloneJob(cur)
 	next.State = StateActive
 	next.Attempt++
 	next.LeaseOwner = worker
-	next.LeaseUntil = now.Add(q.cfg.Lease)
+	next.LeaseUntil = now.Add(d.cfg.Lease)
 	next.LeaseToken = newToken()
 	next.UpdatedAt = now
 	return next
@@ -617,60 +583,8 @@ func newToken() uint64 {
 
 // fixScore rewrites an entry whose index is right but whose score says due
 // when the value says not yet.
-func (q *Queue) fixScore(p *indexPlan, shard int, id string, want entry, now time.Time) {
+func (d *decider) fixScore(p *indexPlan, shard int, id string, want entry, now time.Time) {
 	if want.score > toMillis(now) {
-		p.zadd(q.ks.index(shard, want.index), want.score, id)
-	}
-}
-
-// confirmClaims deals with claims that committed on the master and that
-// fewer than Config.MinReplicas replicas confirmed (unconfirmed): a
-// failover could lose them and make their jobs pending again, for another
-// worker to run beside the caller. So no such claim is handed over: each
-// is renewed (Extend, fenced on its token) until a renewal is confirmed,
-// which proves the replicas hold the job leased to this claim, and then
-// replaces it in jobs. One that cannot be confirmed while its lease,
-// measured from asked less a fifth of it, still holds is given back
-// unrun, and its place in jobs set to nil.
-func (q *Queue) confirmClaims(ctx context.Context, jobs []*Job, asked time.Time, unconfirmed error) {
-	var all sync.WaitGroup
-	for i, j := range jobs {
-		if j != nil {
-			all.Go(func() { jobs[i] = q.confirmClaim(ctx, j, asked, unconfirmed) })
-		}
-	}
-	all.Wait()
-}
-
-// confirmClaim renews j until a renewal is confirmed, and returns it; or
-// nil once j's lease may be ending, its claim lost, or ctx done.
-func (q *Queue) confirmClaim(ctx context.Context, j *Job, asked time.Time, err error) *Job {
-	deadline := asked.Add(leaseLeft(j) - q.cfg.Lease/5)
-	delay := 10 * time.Millisecond
-	for {
-		left := time.Until(deadline)
-		if left <= 0 || ctx.Err() != nil {
-			q.cfg.Logger.Warn("jobkey: claim not confirmed by replicas before its lease could end; given back unrun",
-				"queue", q.name, "job", j.ID, "err", err)
-			q.giveBack(j)
-			return nil
-		}
-		cctx, cancel := context.WithTimeout(ctx, left)
-		var ext *Job
-		ext, err = q.Extend(cctx, j)
-		cancel()
-		switch {
-		case err == nil:
-			return ext
-		case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
-			return nil // the claim was lost (a failover), or its job moved on
-		case final(err):
-			deadline = time.Now() // no renewal can be confirmed (an ACL without +wait)
-			continue
-		}
-		if sleepCtx(ctx, min(delay, max(time.Until(deadline), 0))) != nil {
-			continue // reported and given back above
-		}
-		delay = min(2*delay, q.cfg.Lease/10)
+		p.zadd(d.ks.index(shard, want.index), want.score, id)
 	}
 }

@@ -43,7 +43,7 @@ func TestCASRefusesRepeatedKey(t *testing.T) {
 	f := setup(t, nil)
 	key, _ := f.q.ks.jobKeyOf("k")
 	f.hook.Reset()
-	_, _, err := f.q.cas.run(f.ctx, &casTxn{keys: []string{key, key}, decide: func(*casRead) (*casPlan, error) {
+	_, _, err := f.q.run(f.ctx, &casTxn{keys: []string{key, key}, decide: func(*casRead) (*casPlan, error) {
 		t.Fatal("decided")
 		return nil, nil
 	}})
@@ -406,11 +406,7 @@ func TestGroupClaimKeepsJobsOfEarlierRounds(t *testing.T) {
 	for _, w := range []string{"a", "b"} {
 		go func() { j, err := q.Claim(ctx, w); out <- res{j, err} }()
 	}
-	require.Eventually(t, func() bool {
-		q.claims.mu.Lock()
-		defer q.claims.mu.Unlock()
-		return len(q.claims.queue) == 2
-	}, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { _, n := groupState(q.claims); return n == 2 }, 5*time.Second, time.Millisecond)
 	close(releaseLeader)
 	require.ErrorIs(t, (<-leader).err, ErrNoJob)
 	r1, r2 := <-out, <-out
@@ -454,7 +450,7 @@ func TestClaimReachesPastManyNewerMajorJobs(t *testing.T) {
 		}
 		require.ErrorIs(t, err, ErrNoJob)
 	}
-	t.Fatalf("a runnable job behind %d newer-format jobs was never claimed (skip set holds %d)", ahead, f.q.newer.size())
+	t.Fatalf("a runnable job behind %d newer-format jobs was never claimed (skip set holds %d)", ahead, f.q.newerFormat.Size())
 }
 
 // A plain Claim (no Work in the process) keeps the due entries it did not

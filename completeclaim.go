@@ -9,21 +9,25 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/readahead"
+	"github.com/jobkey/jobkey/internal/reply"
+
 	"github.com/redis/go-redis/v9"
 )
 
-// A Work slot that finishes a job and wants the next one completes the
+// A Work runner that finishes a job and wants the next one completes the
 // first and claims the second in one compare-and-set, as BullMQ's
 // moveToFinished returns the next job: both keys are watched and read in
 // round trip 1, and both written in one MULTI/EXEC. The candidate comes
 // from due entries read ahead, in a round trip that was being made anyway
-// (the previous fused transaction's, or a claim's), so finishing one job
+// (the previous complete-and-claim transaction's, or a claim's), so finishing one job
 // and starting the next costs two round trips. Every rule holds: each job
 // is decided under its own WATCH, the completion is fenced on its lease
 // token, the claim is decided from the candidate's value, types are checked
-// before MULTI, and on a cluster a pair is fused only within one slot.
+// before MULTI, and on a cluster a pair goes in one transaction only within one hash slot.
 
-// finishIn is one slot's request: complete job with result, and claim the
+// finishIn is one runner's request: complete job with result, and claim the
 // next due job for worker ("" wants none).
 type finishIn struct {
 	job    *Job
@@ -32,9 +36,9 @@ type finishIn struct {
 }
 
 // finishOut is its answer: the job as completed, and the next job claimed
-// for the slot, if one was. unsure is set instead of next when the EXEC's
+// for the runner, if one was. unsure is set instead of next when the EXEC's
 // reply was lost: the job as the transaction would have claimed it, for
-// the slot to look for by its lease token.
+// the runner to look for by its lease token.
 type finishOut struct {
 	done   *Job
 	next   *Job
@@ -56,33 +60,33 @@ func (q *Queue) completeAndClaim(ctx context.Context, j *Job, result []byte, wor
 		done, err := q.Complete(ctx, j, result)
 		return finishOut{done: done}, err
 	}
-	return q.finishes.do(ctx, finishIn{j, result, worker})
+	return q.finishes.Do(ctx, finishIn{j, result, worker})
 }
 
 // flushFinishes serves a batch of completeAndClaim calls: one transaction
 // per set of txnSets (per shard on a cluster).
-func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finishOut]) {
-	if batch = live(batch); len(batch) == 0 {
+func (q *Queue) flushFinishes(ctx context.Context, batch []*cas.Call[finishIn, finishOut]) {
+	if batch = cas.Live(batch); len(batch) == 0 {
 		return
 	}
-	// A job finished twice in one batch (two slots holding it, one of them
+	// A job finished twice in one batch (two runners holding it, one of them
 	// stale) goes in a transaction of its own: one transaction must not
 	// decide about one job twice, and the others must not pay for it.
 	var pos, again []int
 	seen := map[string]bool{}
 	for i, c := range batch {
-		if seen[c.in.job.ID] {
+		if seen[c.In().job.ID] {
 			again = append(again, i)
 			continue
 		}
-		seen[c.in.job.ID] = true
+		seen[c.In().job.ID] = true
 		pos = append(pos, i)
 	}
-	sets := q.txnSets(pos, func(i int) string { return batch[i].in.job.ID })
+	sets := q.txnSets(pos, func(i int) string { return batch[i].In().job.ID })
 	if q.cluster() {
 		q.probeGone()
 	}
-	if q.cluster() && q.pool.refreshDue() {
+	if q.cluster() && q.pool.RefreshDue() {
 		// A cluster's transaction reads ahead only its own shard: every
 		// shard is read beside it, before the pool stops serving. Not
 		// those whose node could not be reached: the flush waits for this
@@ -90,21 +94,21 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 		var refresh sync.WaitGroup
 		defer refresh.Wait()
 		refresh.Go(func() {
-			v, err := q.dueIn(ctx, aheadN, q.pool.reachable())
+			v, err := q.dueIn(ctx, aheadN, q.pool.Reachable())
 			if err == nil {
-				q.pool.fill(v)
+				q.pool.Fill(v)
 			}
-			q.pool.refreshed()
+			q.pool.Refreshed()
 		})
 	}
 	if q.cluster() && len(sets) > 1 {
 		// A cluster's shards: their transactions run at once, each on a
-		// connection of its own, since Work's slots spread over the
+		// connection of its own, since Work's runners spread over the
 		// shards (duePool serves them in turn).
 		var txns sync.WaitGroup
 		for _, set := range sets[1:] {
 			txns.Go(func() {
-				ctx, release := withConnCache(ctx)
+				ctx, release := cas.WithConnCache(ctx)
 				defer release()
 				q.finishSet(ctx, batch, set)
 			})
@@ -123,94 +127,131 @@ func (q *Queue) flushFinishes(ctx context.Context, batch []*call[finishIn, finis
 
 // finishSet runs the transaction of one set of a batch of finishes, and
 // answers the callers it could not serve.
-func (q *Queue) finishSet(ctx context.Context, batch []*call[finishIn, finishOut], set []int) {
+func (q *Queue) finishSet(ctx context.Context, batch []*cas.Call[finishIn, finishOut], set []int) {
 	err := q.finishTxn(ctx, batch, set)
 	switch {
 	case err == nil:
 	case len(set) > 1 && refusedWhole(err):
 		for _, i := range set { // each on its own, so one broken job does not refuse the others
 			if err := q.finishTxn(ctx, batch, []int{i}); err != nil {
-				batch[i].finish(finishOut{}, err)
+				batch[i].Finish(finishOut{}, err)
 			}
 		}
 	default:
 		for _, i := range set {
-			batch[i].finish(finishOut{}, err)
+			batch[i].Finish(finishOut{}, err)
 		}
 	}
 }
 
 // finishTxn completes the jobs of batch[set...] and claims, from the due
 // entries read ahead, a job for each caller that wants one, in one
-// compare-and-set; it answers the callers when it commits.
-func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut], set []int) error {
-	ids := make([]string, len(set))
-	var wanting []int // positions in set whose caller wants a next job
+// compare-and-set; it answers the callers when it commits. It runs in
+// three steps: plan the transaction, run it, and settle what it did.
+func (q *Queue) finishTxn(ctx context.Context, batch []*cas.Call[finishIn, finishOut], set []int) error {
+	fs := q.planFinish(batch, set)
+	asked := time.Now() // the claims' leases are measured from here
+	_, done, err := q.run(ctx, fs.txn)
+	return q.settleFinish(ctx, fs, done, asked, err)
+}
+
+// finishSet is one complete-and-claim transaction: its callers, the candidates taken
+// for them, what round trip 1 reads ahead, and what its latest decision
+// made of them.
+type finishSet struct {
+	batch   []*cas.Call[finishIn, finishOut]
+	set     []int    // positions in batch
+	ids     []string // the jobs completed, per position in set
+	keys    []string
+	shards  []int
+	cands   []candidate // keys[len(set):] are theirs
+	guardOf []int       // per candidate, its shard's pause flag in the casTxn's guards
+	wanting []int       // positions in set whose caller wants a next job
+	txn     *casTxn
+	ahead   *aheadPlan // nil: no read ahead
+	view    dueView    // what the read ahead found
+
+	out  []finishOut
+	errs []error
+	lost []candidate
+}
+
+// planFinish builds the transaction of batch[set...]: the jobs to
+// complete, the candidates taken from the pool for the callers that want a
+// next job, the keys and types to check, and the due entries to read
+// ahead in round trip 1.
+func (q *Queue) planFinish(batch []*cas.Call[finishIn, finishOut], set []int) *finishSet {
+	fs := &finishSet{batch: batch, set: set, ids: make([]string, len(set)),
+		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
 	for k, i := range set {
-		ids[k] = batch[i].in.job.ID
-		if batch[i].in.worker != "" {
-			wanting = append(wanting, k)
+		fs.ids[k] = batch[i].In().job.ID
+		if batch[i].In().worker != "" {
+			fs.wanting = append(fs.wanting, k)
 		}
 	}
-	keys, shards, checks := q.txnKeys(ids, idxLeased, idxSucceeded)
-	shard := anyShard // a single Redis takes candidates of every shard
+	keys, shards, checks := q.txnKeys(fs.ids, idxLeased, idxSucceeded)
+	shard := readahead.AnyShard // a single Redis takes candidates of every shard
 	if q.cluster() {
-		shard = shards[0] // one slot: while no other shard's turn has come (duePool.take)
+		shard = shards[0] // one hash slot: while no other shard's turn has come (readahead.Pool.Take)
 	}
-	inTxn := make(map[string]bool, len(keys)+len(wanting))
+	inTxn := make(map[string]bool, len(keys)+len(fs.wanting))
 	for _, k := range keys {
 		inTxn[k] = true
 	}
-	var cands []candidate
-	for _, c := range q.pool.take(len(wanting), shard) {
-		if key := q.ks.jobKey(c.shard, c.id); !inTxn[key] {
+	for _, c := range q.pool.Take(len(fs.wanting), shard) {
+		if key := q.ks.jobKey(c.Shard, c.ID); !inTxn[key] {
 			inTxn[key] = true
-			cands = append(cands, c)
+			fs.cands = append(fs.cands, c)
 			keys = append(keys, key)
 		}
 	}
-	q.pool.served(cands)
+	q.pool.Served(fs.cands)
+	fs.keys, fs.shards = keys, shards
 	// The candidates' pause flags are watched; the flags of the shards read
 	// ahead are read in the same MGET.
-	flags, guardOf := q.shardGuards(cands)
-	ahead := q.planAhead(shards, len(wanting))
-	var view dueView
+	flags, guardOf := q.shardGuards(fs.cands)
+	fs.guardOf = guardOf
+	fs.ahead = q.planAhead(shards, len(fs.wanting))
 	var read func(ctx context.Context, p redis.Pipeliner) func(*casRead) error
-	if ahead != nil {
+	if fs.ahead != nil {
 		prio := !q.prios.Load()
-		for _, s := range ahead.shards {
+		for _, s := range fs.ahead.shards {
 			flags.add(q.ks, s, prio)
 		}
 		read = func(ctx context.Context, p redis.Pipeliner) func(*casRead) error {
-			return q.readAhead(ctx, p, ahead, flags, &view)
+			return q.readAhead(ctx, p, fs.ahead, flags, &fs.view)
 		}
 	}
-	fs := &finishSet{batch: batch, set: set, keys: keys, shards: shards, cands: cands, wanting: wanting, guardOf: guardOf,
-		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
-	for _, k := range q.indexKeys(cands, idxLeased) {
-		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.key == k }) {
-			checks = append(checks, typeCheck{key: k, want: "zset"})
+	for _, k := range q.indexKeys(fs.cands, idxLeased) {
+		if !slices.ContainsFunc(checks, func(c typeCheck) bool { return c.Key == k }) {
+			checks = append(checks, typeCheck{Key: k, Want: "zset"})
 		}
 	}
 	all := slices.Clone(shards)
 	mine := make([]*Job, len(set))
 	for k, i := range set {
-		mine[k] = batch[i].in.job
+		mine[k] = batch[i].In().job
 	}
-	for _, c := range cands {
-		all = append(all, c.shard)
+	for _, c := range fs.cands {
+		all = append(all, c.Shard)
 	}
 	checks = q.pullChecks(checks, mine, shards, []string{idxLeased, idxSucceeded})
-	checks = ahead.typing(q.ks, checks)
-	asked := time.Now() // the claims' leases are measured from here
-	_, done, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, extra: read, guards: flags.keys,
+	checks = fs.ahead.typing(q.ks, checks)
+	fs.txn = &casTxn{keys: keys, checks: checks, extra: read, guards: flags.keys,
 		aux: q.slotPredict(mine, shards), follow: q.slotFollow(all),
 		decide: func(r *casRead) (*casPlan, error) {
 			p := q.decideFinish(fs, r)
-			p.checks = ahead.untyped(p.checks)
+			p.checks = fs.ahead.untyped(p.checks)
 			return p, nil
-		}})
-	out, errs, vanished := fs.out, fs.errs, fs.vanished
+		}}
+	return fs
+}
+
+// settleFinish answers the callers of a complete-and-claim transaction that ran with
+// err: each completion with its outcome, each claim once confirmed; and
+// fills the pool with what it read ahead.
+func (q *Queue) settleFinish(ctx context.Context, fs *finishSet, done *casPlan, asked time.Time, err error) error {
+	out, errs := fs.out, fs.errs
 	if errors.Is(err, ErrOutcomeUnknown) {
 		q.recoverClaims(fs, err)
 	}
@@ -237,12 +278,12 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 	if err != nil {
 		return err
 	}
-	q.vanishedFound(ctx, done, vanished)
-	if ahead != nil {
+	q.settleLostHints(ctx, done, fs.lost)
+	if fs.ahead != nil {
 		// The due entries read ahead go to the pool, less the jobs this
 		// very transaction claimed or completed.
-		used := make(map[string]bool, len(ids)+len(out))
-		for _, id := range ids {
+		used := make(map[string]bool, len(fs.ids)+len(out))
+		for _, id := range fs.ids {
 			used[id] = true
 		}
 		for _, o := range out {
@@ -250,45 +291,29 @@ func (q *Queue) finishTxn(ctx context.Context, batch []*call[finishIn, finishOut
 				used[o.next.ID] = true
 			}
 		}
-		view.cands = slices.DeleteFunc(view.cands, func(c candidate) bool { return used[c.id] })
-		q.pool.fill(view)
+		fs.view.Cands = slices.DeleteFunc(fs.view.Cands, func(c candidate) bool { return used[c.ID] })
+		q.pool.Fill(fs.view)
 	}
-	for k, i := range set {
+	for k, i := range fs.set {
 		if errs[k] != errLeftOut {
-			batch[i].finish(out[k], errs[k])
+			fs.batch[i].Finish(out[k], errs[k])
 		}
 	}
 	return nil
 }
 
-// finishSet is one fused transaction's callers and candidates, and what
-// its latest decision made of them.
-type finishSet struct {
-	batch   []*call[finishIn, finishOut]
-	set     []int // positions in batch
-	keys    []string
-	shards  []int
-	cands   []candidate // keys[len(set):] are theirs
-	guardOf []int       // per candidate, its shard's pause flag in the casTxn's guards
-	wanting []int       // positions in set whose caller wants a next job
-
-	out      []finishOut
-	errs     []error
-	vanished []candidate
-}
-
-// decideFinish decides a fused transaction from what round trip 1 read:
+// decideFinish decides a complete-and-claim transaction from what round trip 1 read:
 // each completion fenced on its lease token, then the candidates, each
 // claimed from its own value for the next caller that wants a job.
 func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 	plan := &casPlan{}
 	var ip indexPlan
 	b := q.newSlotBook(r)
-	fs.vanished = fs.vanished[:0]
+	fs.lost = fs.lost[:0]
 	for k, i := range fs.set {
 		fs.out[k], fs.errs[k] = finishOut{}, nil
-		in := fs.batch[i].in
-		if fs.batch[i].gone() {
+		in := fs.batch[i].In()
+		if fs.batch[i].Gone() {
 			fs.errs[k] = errLeftOut
 			continue
 		}
@@ -307,22 +332,22 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 			continue // its shard is paused
 		}
 		k := len(fs.set) + ci
-		worker := fs.batch[fs.set[fs.wanting[w]]].in.worker
+		worker := fs.batch[fs.set[fs.wanting[w]]].In().worker
 		claimed, lost := q.decideCandidate(plan, &ip, b, c, fs.keys[k], r.jobs[k], r.errs[k], worker, r.now)
 		if claimed != nil {
 			fs.out[fs.wanting[w]].next = claimed
 			w++
 		}
 		if lost {
-			fs.vanished = append(fs.vanished, c)
+			fs.lost = append(fs.lost, c)
 		}
 	}
 	b.finish(plan, &ip)
-	plan.steps, plan.checks = ip.steps(), ip.checks
+	plan.index(&ip)
 	return plan
 }
 
-// recoverClaims answers the callers of a fused transaction whose EXEC was
+// recoverClaims answers the callers of a complete-and-claim transaction whose EXEC was
 // sent and whose reply was lost. The completions are left to the callers,
 // which retry them and recognise their own writes. Each claim is handed
 // over as unsure: the job as the last decision claimed it, with the lease
@@ -331,7 +356,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 func (q *Queue) recoverClaims(fs *finishSet, err error) {
 	for k, i := range fs.set {
 		if fs.errs[k] != errLeftOut {
-			fs.batch[i].finish(finishOut{unsure: fs.out[k].next}, err)
+			fs.batch[i].Finish(finishOut{unsure: fs.out[k].next}, err)
 		}
 	}
 }
@@ -341,8 +366,8 @@ func (q *Queue) recoverClaims(fs *finishSet, err error) {
 func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
 	var out []string
 	for _, c := range cands {
-		for _, n := range append([]string{c.index}, names...) {
-			if k := q.ks.index(c.shard, n); !slices.Contains(out, k) {
+		for _, n := range append([]string{c.Index}, names...) {
+			if k := q.ks.index(c.Shard, n); !slices.Contains(out, k) {
 				out = append(out, k)
 			}
 		}
@@ -350,9 +375,9 @@ func (q *Queue) indexKeys(cands []candidate, names ...string) []string {
 	return out
 }
 
-// aheadOf returns the shards a fused transaction that completes jobs of
+// aheadOf returns the shards a complete-and-claim transaction that completes jobs of
 // shards reads ahead. On a cluster, theirs: the read rides the connection
-// of their slot's node. On a single Redis, every shard when there are at
+// of their hash slot's node. On a single Redis, every shard when there are at
 // most claimShards; else theirs and up to claimShards more whose read in
 // the pool is getting old, so the pool goes on serving with a fresh read
 // of every shard (see duePool).
@@ -369,10 +394,10 @@ func (q *Queue) aheadOf(shards []int) []int {
 			own = append(own, s)
 		}
 	}
-	return append(own, q.pool.stale(own, claimShards)...)
+	return append(own, q.pool.Stale(own, claimShards)...)
 }
 
-// aheadPlan is what a fused transaction reads ahead: the due indexes idx
+// aheadPlan is what a complete-and-claim transaction reads ahead: the due indexes idx
 // of shards, and which keys of the transaction's type checks that read
 // types in its stead.
 type aheadPlan struct {
@@ -381,7 +406,7 @@ type aheadPlan struct {
 	typed  map[string]bool
 }
 
-// planAhead returns what a fused transaction that completes jobs of shards
+// planAhead returns what a complete-and-claim transaction that completes jobs of shards
 // for callers of whom want want a next job reads ahead, or nil when the
 // pool holds enough candidates, fresh, for the takes that follow
 // (duePool.holds; on a cluster, of those shards: the other shards are read
@@ -393,7 +418,7 @@ func (q *Queue) planAhead(shards []int, want int) *aheadPlan {
 	if q.cluster() {
 		in = shards
 	}
-	if q.pool.holds(want, in) {
+	if q.pool.Holds(want, in) {
 		return nil
 	}
 	a := &aheadPlan{idx: q.dueIdx()} // once: every shard reads the same indexes
@@ -422,8 +447,8 @@ func (a *aheadPlan) typing(ks *keyspace, checks []typeCheck) []typeCheck {
 	}
 	a.typed = map[string]bool{}
 	return slices.DeleteFunc(checks, func(c typeCheck) bool {
-		if c.want == "zset" && read[c.key] {
-			a.typed[c.key] = true
+		if c.Want == "zset" && read[c.Key] {
+			a.typed[c.Key] = true
 			return true
 		}
 		return false
@@ -436,7 +461,7 @@ func (a *aheadPlan) untyped(checks []typeCheck) []typeCheck {
 	if a == nil || len(a.typed) == 0 {
 		return checks
 	}
-	return slices.DeleteFunc(checks, func(c typeCheck) bool { return c.want == "zset" && a.typed[c.key] })
+	return slices.DeleteFunc(checks, func(c typeCheck) bool { return c.Want == "zset" && a.typed[c.Key] })
 }
 
 // readAhead adds to a pipeline the reads of the due entries a names (up
@@ -465,10 +490,10 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, 
 		}
 	}
 	return func(r *casRead) error {
-		*into = dueView{full: -1, at: sent}
+		*into = dueView{Full: -1, At: sent}
 		for _, rd := range reads {
 			if err := rd.cmd.Err(); err != nil && a.typed[rd.key] {
-				if isWrongType(err) {
+				if reply.IsWrongType(err) {
 					return &WrongTypeError{Key: rd.key, Want: "zset", Got: "non-zset"}
 				}
 				return fmt.Errorf("jobkey: read %s: %w", rd.key, err)
@@ -477,28 +502,28 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, 
 		if q.sawPrioFlag(flags, r.guarded) {
 			return nil // the queue uses priorities this read did not look at: nothing to pool
 		}
-		into.shards = a.shards
+		into.Shards = a.shards
 		// An ID in two indexes (a stray entry) is a candidate once: one
 		// transaction must not decide about one job twice.
 		seen := map[string]bool{}
-		newer := q.newer.size() > 0
+		newer := q.newerFormat.Size() > 0
 		for _, rd := range reads {
 			if flags.paused(r.guarded, rd.shard) {
 				continue
 			}
 			ids := rd.cmd.Val()
 			if len(ids) == aheadN {
-				into.full = max(into.full, rd.due.prio)
+				into.Full = max(into.Full, rd.due.prio)
 			}
 			for _, id := range ids {
-				if !seen[id] && !(newer && q.newer.has(id)) {
+				if !seen[id] && !(newer && q.newerFormat.Has(id)) {
 					seen[id] = true
-					into.cands = append(into.cands, candidate{shard: rd.shard, id: id, index: rd.due.index, prio: rd.due.prio})
+					into.Cands = append(into.Cands, candidate{Shard: rd.shard, ID: id, Index: rd.due.index, Prio: rd.due.prio})
 				}
 			}
 		}
-		q.sawPriorities(into.cands)
-		into.cands = keepTopPriorities(into.cands, into.full)
+		q.sawPriorities(into.Cands)
+		into.Cands = keepTopPriorities(into.Cands, into.Full)
 		return nil
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/cas"
 	"github.com/jobkey/jobkey/internal/faultproxy"
+	"github.com/jobkey/jobkey/internal/readahead"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -47,7 +49,7 @@ func TestCompleteAndClaimRoundTrips(t *testing.T) {
 	require.Nil(t, out.next)
 }
 
-// The fused transaction interrupted at each step loses nothing and does
+// The complete-and-claim transaction interrupted at each step loses nothing and does
 // nothing twice: its reply is lost, the finished job's lease
 // was lost, the candidate was taken by someone else.
 func TestCompleteAndClaimInterrupted(t *testing.T) {
@@ -150,7 +152,7 @@ func TestCompleteAndClaimInterrupted(t *testing.T) {
 }
 
 // The round-trip budget of a worker draining a backlog: each
-// job costs one fused transaction of two round trips, finishing it and
+// job costs one complete-and-claim transaction of two round trips, finishing it and
 // claiming the next, plus the queue's periodic reads. Every job runs once.
 func TestWorkRoundTripsPerJob(t *testing.T) {
 	t.Parallel()
@@ -209,21 +211,22 @@ func TestFinishBatchWithOneJobTwice(t *testing.T) {
 	require.NoError(t, err)
 	b, err := f.q.Claim(f.ctx, "w2")
 	require.NoError(t, err)
-	mk := func(j *Job, worker string) *call[finishIn, finishOut] {
-		return &call[finishIn, finishOut]{ctx: f.ctx, in: finishIn{job: j, result: []byte("r"), worker: worker}, done: make(chan struct{})}
+	mk := func(j *Job, worker string) *cas.Call[finishIn, finishOut] {
+		return cas.NewCall[finishIn, finishOut](f.ctx, finishIn{job: j, result: []byte("r"), worker: worker})
 	}
-	calls := []*call[finishIn, finishOut]{mk(a, "w1"), mk(a, "w1"), mk(b, "w2")}
+	calls := []*cas.Call[finishIn, finishOut]{mk(a, "w1"), mk(a, "w1"), mk(b, "w2")}
 	f.q.flushFinishes(f.ctx, calls)
-	for _, c := range calls {
-		<-c.done
-	}
-	require.NoError(t, calls[0].err)
-	require.Equal(t, StateSucceeded, calls[0].out.done.State)
-	require.NoError(t, calls[2].err, "b's completion is not refused for a's repeat")
-	require.Equal(t, StateSucceeded, calls[2].out.done.State)
-	require.NotNil(t, calls[2].out.next, "and b's slot gets its next job")
+	out0, err0 := calls[0].Wait()
+	out1, err1 := calls[1].Wait()
+	out2, err2 := calls[2].Wait()
+	require.NoError(t, err0)
+	require.Equal(t, StateSucceeded, out0.done.State)
+	require.NoError(t, err2, "b's completion is not refused for a's repeat")
+	require.Equal(t, StateSucceeded, out2.done.State)
+	require.NotNil(t, out2.next, "and b's slot gets its next job")
 	// The repeat recognises the completion already written.
-	require.NoError(t, calls[1].err)
+	require.NoError(t, err1)
+	_ = out1
 }
 
 // A candidate read ahead before its shard's index broke does not fail the
@@ -244,7 +247,7 @@ func TestClaimSkipsPooledCandidateOfBrokenShard(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// The pool holds a shard-0 job, read ahead a moment ago.
-	f.q.pool.fill(dueView{shards: []int{0, 1}, cands: []candidate{{shard: 0, id: ids[0][0], index: idxReady}}, at: time.Now()})
+	f.q.pool.Fill(dueView{Shards: []int{0, 1}, Cands: []candidate{{Shard: 0, ID: ids[0][0], Index: idxReady}}, At: time.Now()})
 	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.index(0, idxReady), "not a zset", 0).Err())
 	j, err := f.q.Claim(f.ctx, "w")
 	require.NoError(t, err, "shard 1 still has a due job")
@@ -345,7 +348,7 @@ func TestWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 	}
 }
 
-// Work's fused complete-and-claim reads ahead every shard a claim reads, not
+// Work's complete-and-claim reads ahead every shard a claim reads, not
 // only the shards of the jobs it completes, so the next claim, which takes
 // from the pool with no further read on a single Redis, still takes the due
 // jobs of a higher priority first. Here, on 4 shards, a priority-9 job is
@@ -434,7 +437,7 @@ func TestSlowFusedReplyDoesNotFailUnrunJob(t *testing.T) {
 	require.NoError(t, err, "the slot runs it and completes it: it never fails unrun")
 }
 
-// The fused transaction's read ahead drops an ID found in both ready and
+// The complete-and-claim transaction's read ahead drops an ID found in both ready and
 // leased (a stray entry), as the claim's due read does: one transaction must
 // not decide about one job twice. A pool holding the job twice would put
 // both entries into one block of the next ClaimMany (or group of concurrent
@@ -515,7 +518,7 @@ func TestPooledCandidateIndexTypeCheckedBeforeMulti(t *testing.T) {
 	require.Equal(t, other, got.ID)
 }
 
-// A fused transaction whose EXEC reply is lost does not strand the job it
+// A complete-and-claim transaction whose EXEC reply is lost does not strand the job it
 // claimed for the slot. The retried completion recognises its own write, and
 // the claim, whose lease token is known, is found by that token and handed
 // to the slot, which runs it. A stranded claim would spend an attempt of a
@@ -593,7 +596,7 @@ func count(cmds []string, name string) int {
 	return n
 }
 
-// A fused transaction reads no index ahead while the pool holds twice
+// A complete-and-claim transaction reads no index ahead while the pool holds twice
 // the candidates its callers want, fresh: it then types the indexes it
 // writes with TYPE. When it reads ahead, its ZRANGEBYSCOREs type the
 // indexes they read, and no TYPE goes for those. Either way the pause
@@ -640,7 +643,7 @@ func TestFusedReadAheadSkippedWhileThePoolHoldsEnough(t *testing.T) {
 	require.NotZero(t, readAhead, "the pool ran low")
 }
 
-// A fused transaction refuses an index of the wrong type that it would
+// A complete-and-claim transaction refuses an index of the wrong type that it would
 // write, with a *WrongTypeError naming it, and writes nothing, whether a
 // TYPE checks it or the read ahead's ZRANGEBYSCORE does in its stead.
 func TestFusedTransactionRefusesAWrongTypedIndexWithOrWithoutReadAhead(t *testing.T) {
@@ -700,11 +703,11 @@ func TestFusedTransactionRefusesAWrongTypedIndexWithOrWithoutReadAhead(t *testin
 
 // A job of a higher priority that comes due while the pool holds enough
 // lower ones is claimed within the pool's refresh bound, as when every
-// fused transaction read ahead. Announced (this process enqueued it), the
+// complete-and-claim transaction read ahead. Announced (this process enqueued it), the
 // pool holds back the lower ones at once, and the next transaction reads
 // ahead: the pool's next candidate is the job. Unannounced (another
 // process enqueued it, and its hint is not heard), a transaction that
-// starts more than poolFresh/2 after the pool's last read reads ahead;
+// starts more than readahead.Fresh/2 after the pool's last read reads ahead;
 // one more learns from the shard's flag that the queue uses priorities
 // and reads their indexes; the next takes the job.
 func TestFusedClaimTakesAHigherPriorityWithinTheRefreshBound(t *testing.T) {
@@ -727,7 +730,7 @@ func TestFusedClaimTakesAHigherPriorityWithinTheRefreshBound(t *testing.T) {
 			}
 			var hi *Job
 			var enqueued time.Time
-			since, late := 0, 0 // calls started after the enqueue; of them, more than poolFresh/2 after it
+			since, late := 0, 0 // calls started after the enqueue; of them, more than readahead.Fresh/2 after it
 			for {
 				start := time.Now()
 				out, err := f.q.completeAndClaim(f.ctx, cur, nil, "w")
@@ -744,15 +747,15 @@ func TestFusedClaimTakesAHigherPriorityWithinTheRefreshBound(t *testing.T) {
 					continue
 				}
 				since++
-				if start.Sub(enqueued) > poolFresh/2 {
+				if start.Sub(enqueued) > readahead.Fresh/2 {
 					late++
 				}
 				if announced {
 					require.True(t, readAhead, "the hint makes the next transaction read ahead")
 					if out.next == nil || out.next.ID != hi.ID {
-						got := f.q.pool.take(1, anyShard)
+						got := f.q.pool.Take(1, readahead.AnyShard)
 						require.NotEmpty(t, got)
-						require.Equal(t, hi.ID, got[0].id, "the pool's next candidate")
+						require.Equal(t, hi.ID, got[0].ID, "the pool's next candidate")
 					}
 					return
 				}
@@ -761,7 +764,7 @@ func TestFusedClaimTakesAHigherPriorityWithinTheRefreshBound(t *testing.T) {
 					t.Logf("claimed by call %d after the enqueue, %v after it", since, time.Since(enqueued))
 					return
 				}
-				require.Less(t, late, 3, "the unannounced job is taken by the third call past poolFresh/2")
+				require.Less(t, late, 3, "the unannounced job is taken by the third call past readahead.Fresh/2")
 				cur = out.next
 				time.Sleep(20 * time.Millisecond)
 			}

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 	"unsafe"
 
 	"github.com/jobkey/jobkey/internal/msgpk"
+	"github.com/jobkey/jobkey/internal/reply"
 )
 
 // Concurrency limits per key (docs/design.md, "Concurrency keys").
@@ -44,13 +44,6 @@ import (
 // state, RunAt or priority), so a freed slot never pulls its entry before
 // its RunAt (slotBook.unlistMoved).
 
-// MaxConcurrencyKeyLen bounds Job.ConcurrencyKey, which is part of a Redis
-// key.
-const MaxConcurrencyKeyLen = 256
-
-// MaxConcurrencyLimit bounds a concurrency key's limit.
-const MaxConcurrencyLimit = 10000
-
 const (
 	// maxWaiting bounds a key's waiting list. A job blocked while the list
 	// is full still waits, by its entry's score, but is not pulled forward
@@ -73,17 +66,6 @@ const (
 	// be in force; the margin only absorbs rounding to milliseconds.
 	slotLinger = time.Second
 )
-
-// validConcurrencyKey refuses a key the value format does not hold.
-func validConcurrencyKey(k string) error {
-	switch {
-	case len(k) > MaxConcurrencyKeyLen:
-		return fmt.Errorf("%w: ConcurrencyKey is %d bytes, limit %d", ErrInvalid, len(k), MaxConcurrencyKeyLen)
-	case strings.ContainsAny(k, "{}"):
-		return fmt.Errorf("%w: ConcurrencyKey %q contains a brace", ErrInvalid, k)
-	}
-	return nil
-}
 
 // slotLease is one active job of a key: its ID, the lease token of the
 // claim, and the lease deadline (unix ms), kept equal to the job's.
@@ -222,11 +204,11 @@ func decodeSlots(s string) (slotValue, error) {
 
 // slotKeyOf is the key of j's concurrency value in shard, or "" when j has
 // no concurrency key.
-func (q *Queue) slotKeyOf(shard int, j *Job) string {
+func (d *decider) slotKeyOf(shard int, j *Job) string {
 	if j == nil || j.ConcurrencyKey == "" {
 		return ""
 	}
-	return q.ks.slotKey(shard, j.ConcurrencyKey)
+	return d.ks.slotKey(shard, j.ConcurrencyKey)
 }
 
 // slotKeys names the concurrency values of the keyed jobs among jobs
@@ -272,7 +254,7 @@ func (q *Queue) slotPredict(jobs []*Job, shards []int) []string {
 // each is decoded once, changed by every job of the transaction in turn,
 // and written once, whole, by finish.
 type slotBook struct {
-	q     *Queue
+	d     *decider
 	r     *casRead
 	now   int64 // Redis's clock, unix ms
 	open  map[string]*slotEntry
@@ -289,14 +271,14 @@ type slotEntry struct {
 	pulls []slotWait // waiting jobs this transaction pulls forward
 }
 
-func (q *Queue) newSlotBook(r *casRead) *slotBook {
-	return &slotBook{q: q, r: r, now: toMillis(r.now)} // open is made by the first keyed job: most transactions have none
+func (d *decider) newSlotBook(r *casRead) *slotBook {
+	return &slotBook{d: d, r: r, now: toMillis(r.now)} // open is made by the first keyed job: most transactions have none
 }
 
 // entry returns the value of j's key, read by the transaction; nil when j
 // has no key.
 func (b *slotBook) entry(shard int, j *Job) *slotEntry {
-	key := b.q.slotKeyOf(shard, j)
+	key := b.d.slotKeyOf(shard, j)
 	if key == "" {
 		return nil
 	}
@@ -308,14 +290,14 @@ func (b *slotBook) entry(shard int, j *Job) *slotEntry {
 	switch {
 	case !ok:
 		e.err = fmt.Errorf("jobkey: internal error: concurrency value %q was not read", key)
-	case raw.err != nil:
+	case raw.Err != nil:
 		e.err = &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
-	case !raw.missing:
-		e.v, e.err = decodeSlots(raw.s)
+	case !raw.Missing:
+		e.v, e.err = decodeSlots(raw.S)
 	}
 	if e.err != nil {
-		b.q.cfg.Logger.Error("jobkey: a concurrency key's value cannot be read: it is kept as it is, and its jobs wait until it is repaired or deleted",
-			"queue", b.q.name, "key", key, "err", e.err)
+		b.d.cfg.Logger.Error("jobkey: a concurrency key's value cannot be read: it is kept as it is, and its jobs wait until it is repaired or deleted",
+			"queue", b.d.name, "key", key, "err", e.err)
 	}
 	if b.open == nil {
 		b.open = map[string]*slotEntry{}
@@ -330,7 +312,7 @@ func (b *slotBook) limit(e *slotEntry) int {
 	if e.v.limit > 0 {
 		return e.v.limit
 	}
-	return b.q.cfg.ConcurrencyLimit
+	return b.d.cfg.ConcurrencyLimit
 }
 
 // live counts the leases that have not run out. A lease is one run's, by
@@ -500,13 +482,13 @@ func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
 		plan.aux = append(plan.aux, auxWrite{key: e.key, val: e.v.encode(), ttl: b.linger(e)})
 		top := -1
 		for _, w := range e.pulls {
-			key := b.q.ks.index(e.shard, readyIndex(w.prio))
+			key := b.d.ks.index(e.shard, readyIndex(w.prio))
 			ip.use(key) // its type is checked before MULTI
 			ip.extra = append(ip.extra, []any{"zadd", key, "XX", "LT", w.runAt, w.id})
 			top = max(top, w.prio)
 		}
 		if top >= 0 {
-			ip.extra = append(ip.extra, []any{"publish", b.q.ks.wakeChannel(), wakeHint(top)})
+			ip.extra = append(ip.extra, []any{"publish", b.d.ks.wakeChannel(), wakeHint(top)})
 		}
 	}
 }
@@ -536,7 +518,7 @@ func (b *slotBook) linger(e *slotEntry) time.Duration {
 // blocked decides about cur, a keyed job a claim would take but whose key
 // is full: it stays (or, when its lease ran out, goes back to) pending,
 // listed as waiting, with its ready entry moved to when a slot may free.
-func (q *Queue) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry, c candidate, key string, cur *Job, now time.Time) {
+func (d *decider) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry, c candidate, key string, cur *Job, now time.Time) {
 	next := cur
 	if cur.State == StateActive {
 		// Its lease ran out, and its slot went to another job meanwhile.
@@ -546,11 +528,11 @@ func (q *Queue) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry,
 		next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for a slot of concurrency key %q",
 			cur.Attempt, cur.MaxAttempts, cur.LeaseOwner, cur.ConcurrencyKey)
 		next.UpdatedAt = now
-		plan.writes = append(plan.writes, q.write(key, next))
+		plan.writes = append(plan.writes, d.write(key, next))
 		b.release(e, cur.ID, cur.LeaseToken)
 	}
-	q.move(ip, c.shard, c.id, cur, next, c.index)
-	ip.rescore(q.ks.index(c.shard, readyIndex(next.Priority)), b.park(e, next), c.id)
+	d.move(ip, c.Shard, c.ID, cur, next, c.Index)
+	ip.rescore(d.ks.index(c.Shard, readyIndex(next.Priority)), b.park(e, next), c.ID)
 }
 
 // SetConcurrencyLimit sets the limit of concurrency key key: at most n jobs
@@ -573,7 +555,7 @@ func (q *Queue) SetConcurrencyLimit(ctx context.Context, key string, n int) erro
 	}
 	shard := q.ks.shardOf(key)
 	probe := &Job{ConcurrencyKey: key}
-	_, _, err := q.cas.run(ctx, &casTxn{aux: []string{q.slotKeyOf(shard, probe)}, decide: func(r *casRead) (*casPlan, error) {
+	_, _, err := q.run(ctx, &casTxn{aux: []string{q.slotKeyOf(shard, probe)}, decide: func(r *casRead) (*casPlan, error) {
 		b := q.newSlotBook(r)
 		e := b.entry(shard, probe)
 		if e.err != nil {
@@ -588,7 +570,7 @@ func (q *Queue) SetConcurrencyLimit(ctx context.Context, key string, n int) erro
 		plan := &casPlan{}
 		var ip indexPlan
 		b.finish(plan, &ip)
-		plan.steps, plan.checks = ip.steps(), ip.checks
+		plan.index(&ip)
 		return plan, nil
 	}})
 	return err
@@ -627,9 +609,9 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 	if err != nil {
 		return ConcurrencyInfo{}, err
 	}
-	raw := fromGet(q.rdb.Get(ctx, slot))
-	if raw.err != nil && !isWrongType(raw.err) {
-		return ConcurrencyInfo{}, fmt.Errorf("jobkey: get %s: %w", slot, raw.err)
+	raw := reply.FromGet(q.rdb.Get(ctx, slot))
+	if raw.Err != nil && !reply.IsWrongType(raw.Err) {
+		return ConcurrencyInfo{}, fmt.Errorf("jobkey: get %s: %w", slot, raw.Err)
 	}
 	b := q.newSlotBook(&casRead{now: now, aux: map[string]rawRead{slot: raw}})
 	e := b.entry(shard, probe)

@@ -101,7 +101,7 @@ func TestConcurrencyKeyLimit(t *testing.T) {
 	f.clock.Advance(30 * time.Second)
 	// A claim that meets as[3] before the lapsed job (as one reading ahead
 	// may) gives it as[1]'s slot.
-	got, _, err := f.q.claimTxn(f.ctx, []candidate{{id: as[3], index: readyIndex(0)}}, []string{"w2"}, true, nil)
+	got, _, err := f.q.claimTxn(f.ctx, []candidate{{ID: as[3], Index: readyIndex(0)}}, []string{"w2"}, true, nil)
 	require.NoError(t, err)
 	require.NotNil(t, got[0], "the lapsed lease's slot is free")
 	claimed[as[3]] = got[0]
@@ -465,7 +465,7 @@ func TestCancelPendingFindsParkedJobs(t *testing.T) {
 	f.q.afterBulkPage = func() {
 		once.Do(func() {
 			// A claim meets w now, behind the walk, and finds k full.
-			got, _, err := f.q.claimTxn(f.ctx, []candidate{{id: w.ID, index: readyIndex(0)}}, []string{"w2"}, true, nil)
+			got, _, err := f.q.claimTxn(f.ctx, []candidate{{ID: w.ID, Index: readyIndex(0)}}, []string{"w2"}, true, nil)
 			require.NoError(t, err)
 			require.Nil(t, got[0])
 		})

@@ -16,7 +16,7 @@ type Config struct {
 	Prefix string
 	// Shards splits the queue's indexes so one logical queue can spread over
 	// a Redis Cluster: each shard is one hash slot, and the shards' slots are
-	// spread evenly over the slot range. It must stay the same for the
+	// spread evenly over the hash slot range. It must stay the same for the
 	// queue's whole life, because a job's shard is derived from its ID
 	// (default: 1 on a single Redis; 16 on a *redis.ClusterClient, which puts
 	// about a third of a queue's jobs on each of three masters; at most 1024).
@@ -197,3 +197,6 @@ func (c *Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// MaxConcurrencyLimit bounds a concurrency key's limit.
+const MaxConcurrencyLimit = 10000

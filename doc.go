@@ -24,7 +24,7 @@
 // with lease renewal until the outcome is recorded, self-fencing (a handler
 // whose lease cannot be renewed is told to stop, by its context, before it
 // can run out), cancellation, panic recovery and graceful shutdown; a
-// handler that ignores its context is reported stuck and keeps its slot
+// handler that ignores its context is reported stuck and keeps its runner
 // (WorkOpts.StuckAfter). Args, EnqueueArgs,
 // DecodeArgs, HandleArgs and Mux give typed job types, so a team can move
 // one job type at a time.

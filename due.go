@@ -9,9 +9,10 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/readahead"
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -36,11 +37,6 @@ var dueIndexes = func() []dueIndex {
 // dueIndexesP0 are the indexes due entries come from while the queue has
 // never had a job of a priority above 0: the expired leases and ready.
 var dueIndexesP0 = []dueIndex{{idxLeased, leasedPrio}, {idxReady, 0}}
-
-// prioFlag names, under each shard's hash tag, a string key that says the
-// shard has had a job of a priority above 0: it is set in the EXEC that
-// first puts such a job in its ready index, and never cleared.
-const prioFlag = "prio"
 
 // dueIdx returns the indexes a read of due entries takes: every
 // priority's once this process has seen the queue use priorities, else
@@ -67,7 +63,7 @@ const fullReadEvery = time.Minute
 // sawPriorities notes that a read found due entries above priority 0:
 // from then on, reads take every priority's index.
 func (q *Queue) sawPriorities(cands []candidate) {
-	if !q.prios.Load() && slices.ContainsFunc(cands, func(c candidate) bool { return c.prio > 0 && c.prio < leasedPrio }) {
+	if !q.prios.Load() && slices.ContainsFunc(cands, func(c candidate) bool { return c.Prio > 0 && c.Prio < leasedPrio }) {
 		q.prios.Store(true)
 	}
 }
@@ -104,7 +100,7 @@ func (q *Queue) dueCandidatesN(ctx context.Context, n int) (dueView, error) {
 	// Many shards: look in a random few first, and in all of them only when
 	// those few have nothing due, so a claim does not read every shard.
 	pick := rand.Perm(q.ks.shards)[:claimShards]
-	if v, err := q.dueIn(ctx, n, pick); len(v.cands) > 0 {
+	if v, err := q.dueIn(ctx, n, pick); len(v.Cands) > 0 {
 		return v, err
 	}
 	return q.dueIn(ctx, n, nil)
@@ -147,7 +143,7 @@ func (q *Queue) dueOf(ctx context.Context, n int, shards []int) (dueView, error)
 		return q.dueOf(ctx, n, shards)
 	}
 	if len(broken) > 0 {
-		out = slices.DeleteFunc(out, func(c candidate) bool { return broken[c.shard] })
+		out = slices.DeleteFunc(out, func(c candidate) bool { return broken[c.Shard] })
 	}
 	if len(out) == 0 && firstErr != nil {
 		return dueView{}, firstErr
@@ -157,11 +153,11 @@ func (q *Queue) dueOf(ctx context.Context, n int, shards []int) (dueView, error)
 	// named, for the pool to leave out until a read reaches them.
 	var down []int
 	for s := range broken {
-		if q.down.has(s) {
+		if q.down.Has(s) {
 			down = append(down, s)
 		}
 	}
-	return dueView{cands: out, shards: shards, down: down, full: full, at: sent}, nil
+	return dueView{Cands: out, Shards: shards, Down: down, Full: full, At: sent}, nil
 }
 
 // upShards returns shards (nil: all of them) less those whose node could
@@ -176,7 +172,7 @@ func (q *Queue) upShards(shards []int) []int {
 			shards[i] = i
 		}
 	}
-	out := func(s int) bool { return q.down.has(s) || q.pool.isGone(s) }
+	out := func(s int) bool { return q.down.Has(s) || q.pool.IsGone(s) }
 	if up := slices.DeleteFunc(slices.Clone(shards), out); len(up) > 0 {
 		return up
 	}
@@ -206,7 +202,7 @@ type dueRead struct {
 // once: one transaction must not decide about one job twice. err is a
 // pipeline that got no answer.
 func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n int) (out []candidate, full int, broken map[int]bool, firstErr, err error) {
-	window := int64(n + min(q.newer.size(), 1000))
+	window := int64(n + min(q.newerFormat.Size(), 1000))
 	broken = map[int]bool{}
 	full = -1 // the highest priority whose read filled its window
 	seen := map[string]bool{}
@@ -234,7 +230,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 			}
 			return nil
 		})
-		if err := unanswered(cmds, err); err != nil {
+		if err := reply.Unanswered(cmds, err); err != nil {
 			return nil, -1, nil, nil, fmt.Errorf("jobkey: read due jobs: %w", err)
 		}
 		var more []*dueRead
@@ -253,7 +249,7 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 			key := q.ks.index(r.shard, r.index)
 			ids, err := r.due.Result()
 			switch {
-			case isWrongType(err):
+			case reply.IsWrongType(err):
 				firstErr = cmp.Or(firstErr, error(&WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}))
 				broken[r.shard] = true
 				continue
@@ -261,15 +257,15 @@ func (q *Queue) duePages(ctx context.Context, pending []*dueRead, now string, n 
 				firstErr = cmp.Or(firstErr, fmt.Errorf("jobkey: read %s: %w", key, err))
 				broken[r.shard] = true
 				if q.unreachable(ctx, err) {
-					q.down.add(r.shard, err)
+					q.down.Add(r.shard, err)
 				}
 				continue
 			}
 			for _, id := range ids {
-				if !seen[id] && r.taken < n && !q.newer.has(id) {
+				if !seen[id] && r.taken < n && !q.newerFormat.Has(id) {
 					seen[id] = true
 					r.taken++
-					out = append(out, candidate{shard: r.shard, id: id, index: r.index, prio: r.prio})
+					out = append(out, candidate{Shard: r.shard, ID: id, Index: r.index, Prio: r.prio})
 				}
 			}
 			switch {
@@ -294,7 +290,7 @@ func keepTopPriorities(cands []candidate, full int) []candidate {
 	if full <= 0 {
 		return cands
 	}
-	return slices.DeleteFunc(cands, func(c candidate) bool { return c.prio < full })
+	return slices.DeleteFunc(cands, func(c candidate) bool { return c.Prio < full })
 }
 
 // untilDue returns how long until the next job becomes claimable by
@@ -316,10 +312,10 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 			clock = p.Time(ctx)
 		}
 		for s := range q.ks.shards {
-			if q.down.has(s) {
+			if q.down.Has(s) {
 				continue
 			}
-			n := int64(min(q.newer.size(), maxSkip))
+			n := int64(min(q.newerFormat.Size(), maxSkip))
 			for _, d := range idx {
 				cmds = append(cmds, p.ZRangeWithScores(ctx, q.ks.index(s, d.index), 0, n))
 			}
@@ -335,7 +331,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	// others still say when to wake. A queue found to use priorities is
 	// read whole from the next call on; this one may wake late for a
 	// scheduled job of a higher priority, by PollInterval at most.
-	if err := unanswered(all, err); err != nil || ctx.Err() != nil {
+	if err := reply.Unanswered(all, err); err != nil || ctx.Err() != nil {
 		return 0, false, fmt.Errorf("jobkey: read next due time: %w", cmp.Or(err, ctx.Err()))
 	}
 	now, _ := q.clock.Estimate()
@@ -349,7 +345,7 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 			continue // waits for Resume, which wakes the workers
 		}
 		for _, z := range c.Val() {
-			if id, _ := z.Member.(string); q.newer.has(id) {
+			if id, _ := z.Member.(string); q.newerFormat.Has(id) {
 				continue
 			}
 			if t := fromMillis(int64(z.Score)); next.IsZero() || t.Before(next) {
@@ -364,79 +360,19 @@ func (q *Queue) untilDue(ctx context.Context) (wait time.Duration, ok bool, err 
 	return max(0, next.Sub(now)), true, nil
 }
 
-// expiring is a small set whose members leave after a while: shards whose
-// node could not be reached, and jobs of a newer format that claimers look
-// past. At most max members stay: when full, the one that would leave
-// first goes.
-type expiring[K comparable] struct {
-	ttl time.Duration
-	max int
+// dueView is one read of due entries (readahead.View).
+type dueView = readahead.View
 
-	mu     sync.Mutex
-	until  map[K]time.Time
-	purged time.Time
-}
+// aheadN is how many entries of each due index a read ahead takes: enough
+// to get past the head of the queue, which the claims in flight are taking.
+const aheadN = 32
 
-func (s *expiring[K]) add(k K) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.until == nil {
-		s.until = map[K]time.Time{}
-	}
-	if _, ok := s.until[k]; !ok && len(s.until) >= s.max {
-		// Full: the expired members go, and if none has, the one that
-		// would leave first.
-		s.purge()
-		if len(s.until) >= s.max {
-			var first K
-			var at time.Time
-			for m, t := range s.until {
-				if at.IsZero() || t.Before(at) {
-					first, at = m, t
-				}
-			}
-			delete(s.until, first)
-		}
-	}
-	s.until[k] = time.Now().Add(s.ttl)
-}
-
-// purge removes the expired members. s.mu is held.
-func (s *expiring[K]) purge() {
-	now := time.Now()
-	for m, t := range s.until {
-		if now.After(t) {
-			delete(s.until, m)
-		}
-	}
-	s.purged = now
-}
-
-func (s *expiring[K]) remove(k K) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.until, k)
-}
-
-func (s *expiring[K]) has(k K) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	until, ok := s.until[k]
-	if ok && time.Now().After(until) {
-		delete(s.until, k)
-		return false
-	}
-	return ok
-}
-
-// size counts the members, purging the expired ones at most once a second.
-func (s *expiring[K]) size() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.until) > 0 && time.Since(s.purged) > time.Second {
-		s.purge()
-	}
-	return len(s.until)
+// probeGone reads again, apart from the claims, the shards whose node the
+// last read could not reach (readahead.Pool.Probe). The read is the
+// Queue's, not one Work's: the last Work to return ends it and waits for
+// it, so that it outlives no Work.
+func (q *Queue) probeGone() {
+	q.pool.Probe(func(ctx context.Context, shards []int) (dueView, error) { return q.dueOf(ctx, aheadN, shards) })
 }
 
 // downFor is how long claims leave out a shard whose node was unreachable.

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/jobkey/jobkey/internal/cas"
 )
 
 // MaxTypeLen bounds a job's Type.
@@ -76,7 +78,7 @@ func (q *Queue) Enqueue(ctx context.Context, typ string, payload []byte, opts *E
 		return nil, err
 	}
 	if q.enqueues != nil {
-		return q.enqueues.do(ctx, in)
+		return q.enqueues.Do(ctx, in)
 	}
 	return answer(in.job, q.enqueueJobs(ctx, []*enqueueIn{in}, nil)[0])
 }
@@ -213,20 +215,20 @@ func (q *Queue) enqueueJobs(ctx context.Context, ins []*enqueueIn, gone func(i i
 // transaction was refused whole (nothing of it written) are tried again
 // one by one, so one job's broken shard does not fail the others; calls in
 // transactions that committed keep their outcome.
-func (q *Queue) flushEnqueues(ctx context.Context, batch []*call[*enqueueIn, *Job]) {
-	batch = live(batch)
+func (q *Queue) flushEnqueues(ctx context.Context, batch []*cas.Call[*enqueueIn, *Job]) {
+	batch = cas.Live(batch)
 	ins := make([]*enqueueIn, len(batch))
 	for i, c := range batch {
-		ins[i] = c.in
+		ins[i] = c.In()
 	}
-	errs := q.enqueueJobs(ctx, ins, func(i int) bool { return batch[i].gone() })
+	errs := q.enqueueJobs(ctx, ins, func(i int) bool { return batch[i].Gone() })
 	for i, c := range batch {
 		if len(batch) > 1 && refusedWhole(errs[i]) {
-			alone := func(int) bool { return c.gone() }
-			c.finish(answer(c.in.job, q.enqueueJobs(ctx, []*enqueueIn{c.in}, alone)[0]))
+			alone := func(int) bool { return c.Gone() }
+			c.Finish(answer(c.In().job, q.enqueueJobs(ctx, []*enqueueIn{c.In()}, alone)[0]))
 			continue
 		}
-		c.finish(answer(c.in.job, errs[i]))
+		c.Finish(answer(c.In().job, errs[i]))
 	}
 }
 
@@ -318,15 +320,6 @@ func wakeHint(top int) string {
 	return "p" + strconv.Itoa(top)
 }
 
-// validTime refuses a time a job value cannot hold in milliseconds: before
-// 1970 or after 9999.
-func validTime(field string, t time.Time) error {
-	if y := t.Year(); y < 1970 || y > 9999 {
-		return fmt.Errorf("%w: %s %v is outside 1970..9999", ErrInvalid, field, t)
-	}
-	return nil
-}
-
 // enqueueTxn writes ins[set...] in one compare-and-set. A taken ID, or one
 // whose value cannot be read, is left alone and reported in errs.
 func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, errs []error, gone func(int) bool) error {
@@ -343,7 +336,7 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 		top = max(top, ins[i].job.Priority)
 	}
 	keys, shards, checks := q.txnKeys(ids, predict...)
-	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
+	_, _, err := q.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
 		plan := &casPlan{}
 		var ip indexPlan
 		for k, i := range set {
@@ -368,7 +361,7 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 				q.move(&ip, shards[k], j.ID, nil, j, "")
 			}
 		}
-		plan.steps, plan.checks = ip.steps(), ip.checks
+		plan.index(&ip)
 		if len(plan.writes) > 0 {
 			// A hint for idle workers, published by the same EXEC. Delayed
 			// jobs publish it too, so a sleeping worker learns the earlier

@@ -199,7 +199,7 @@ func TestGroupEnqueueRepeatOfCallerWhoGaveUp(t *testing.T) {
 		return nil
 	}))
 	q := queueOn(t, rdb, redistest.Prefix(t), Config{})
-	q.enqueues.lanes = 1 // callers queue once every lane is busy: here, at once
+	q.enqueues.Lanes = 1 // callers queue once every lane is busy: here, at once
 	ctx := context.Background()
 
 	type res struct {
@@ -213,10 +213,10 @@ func TestGroupEnqueueRepeatOfCallerWhoGaveUp(t *testing.T) {
 	cancelA.Store(context.CancelFunc(cancel))
 	a, b := make(chan res, 1), make(chan res, 1)
 	go func() { j, err := q.Enqueue(actx, "t", nil, &EnqueueOpts{ID: "dup"}); a <- res{j, err} }()
-	require.Eventually(t, func() bool { q.enqueues.mu.Lock(); defer q.enqueues.mu.Unlock(); return len(q.enqueues.queue) == 1 },
+	require.Eventually(t, func() bool { _, n := groupState(q.enqueues); return n == 1 },
 		5*time.Second, time.Millisecond)
 	go func() { j, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "dup"}); b <- res{j, err} }()
-	require.Eventually(t, func() bool { q.enqueues.mu.Lock(); defer q.enqueues.mu.Unlock(); return len(q.enqueues.queue) == 2 },
+	require.Eventually(t, func() bool { _, n := groupState(q.enqueues); return n == 2 },
 		5*time.Second, time.Millisecond)
 	close(releaseLeader)
 	require.NoError(t, (<-leader).err)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jobkey/jobkey/internal/cas"
 )
 
 // Sentinels: compare with errors.Is. Where a typed error carries more, it
@@ -25,14 +27,14 @@ var (
 	// ErrConflict reports that a compare-and-set gave up after other clients
 	// kept changing the job. Nothing was written. The error is a
 	// *ConflictError that says how many attempts were made.
-	ErrConflict = errors.New("jobkey: too many conflicting writes")
+	ErrConflict = cas.ErrConflict
 	// ErrWrongType reports a key that holds a Redis type jobkey did not put
 	// there. The call that met it wrote nothing, except a bulk action, whose
 	// *BulkError counts what it did before. The error is a *WrongTypeError.
-	ErrWrongType = errors.New("jobkey: key holds the wrong Redis type")
+	ErrWrongType = cas.ErrWrongType
 	// ErrStep reports that a step of an EXEC errored; the error is a
 	// *StepError with every step's result.
-	ErrStep = errors.New("jobkey: a transaction step failed")
+	ErrStep = cas.ErrStep
 	// ErrInvalid reports an argument jobkey refuses before it talks to
 	// Redis: a bad ID, type, option or setting. Nothing was written.
 	ErrInvalid = errors.New("jobkey: invalid argument")
@@ -63,7 +65,7 @@ var (
 	// group commit carried it. Calling again resolves it: an Enqueue with
 	// the same ID gets ErrJobExists if the first one landed, and a
 	// Complete, Fail or Release recognises its own write.
-	ErrOutcomeUnknown = errors.New("jobkey: outcome unknown")
+	ErrOutcomeUnknown = cas.ErrOutcomeUnknown
 	// ErrArgs reports a job whose payload is well-formed msgpack that does
 	// not decode into its handler's argument type. The error is an
 	// *ArgsError.
@@ -104,22 +106,8 @@ var (
 )
 
 // outcomeUnknown is the error of a call whose context ended while the
-// group commit that carries it was in flight. It matches ErrOutcomeUnknown
-// and ctxErr, and says what the caller should do.
-func outcomeUnknown(op, id string, ctxErr error) error {
-	var what string
-	switch op {
-	case "enqueue":
-		what = fmt.Sprintf("enqueue %q: the context ended while its transaction was in flight, so the job may or may not be written: enqueue it again with the same ID (ErrJobExists then says it was)", id)
-	case "claim":
-		what = fmt.Sprintf("claim for worker %q: the context ended while its transaction was in flight; a job it claimed is given back", id)
-	case "":
-		what = "the context ended while the call was in flight, so it may or may not be written"
-	default:
-		what = fmt.Sprintf("%s %q: the context ended while its transaction was in flight, so it may or may not be written: call %s again", op, id, op)
-	}
-	return fmt.Errorf("%w: %s: %w", ErrOutcomeUnknown, what, ctxErr)
-}
+// group commit that carries it was in flight (cas.OutcomeUnknown).
+var outcomeUnknown = cas.OutcomeUnknown
 
 // wrapped is an error whose message says "jobkey: " once, however many
 // jobkey errors it wraps: msg, then the wrapped error's message without
@@ -200,81 +188,41 @@ func batchErr(errs []error) error {
 }
 
 // ConflictError reports a compare-and-set that was aborted by concurrent
-// writers on every attempt.
-type ConflictError struct {
-	Key      string // the first watched key
-	Attempts int    // how many times the transaction ran
-}
+// writers on every attempt: its Key (the first watched key) and how many
+// Attempts were made. It matches ErrConflict.
+type ConflictError = cas.ConflictError
 
-func (e *ConflictError) Error() string {
-	return fmt.Sprintf("jobkey: %s: gave up after %d attempts: too many conflicting writes", e.Key, e.Attempts)
-}
+// WrongTypeError names a Key whose Redis type (Got) is not the one jobkey
+// needs (Want, e.g. "zset" or "string"). It matches ErrWrongType.
+type WrongTypeError = cas.WrongTypeError
 
-// Is makes errors.Is(err, ErrConflict) hold.
-func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+// StepResult is the outcome of one command inside a MULTI/EXEC: the
+// command and its key (Cmd, e.g. "zadd jobkey:{q/0}:ready"), and Err, nil
+// when the step applied.
+type StepResult = cas.StepResult
 
-// WrongTypeError names a key whose Redis type is not the one jobkey needs.
-type WrongTypeError struct {
-	Key  string // the offending key
-	Want string // the type jobkey needs, e.g. "zset" or "string"
-	Got  string // the type found
-}
+// StepError lists the result of every step of an EXEC in which at least
+// one step errored. Redis does not roll back a transaction, so the steps
+// without an error did apply; the list is the only record of which.
+// Aborted is true when Redis refused the transaction as a whole
+// (EXECABORT: a command was rejected while queued), so no step applied. It
+// matches ErrStep.
+type StepError = cas.StepError
 
-func (e *WrongTypeError) Error() string {
-	// What was written is the call's to say (a bulk action may have done
-	// work before it met the key), not the key's.
-	return fmt.Sprintf("jobkey: key %q holds a %s, want %s (or no key)", e.Key, e.Got, e.Want)
-}
+// ErrNotReplicated reports a write that Redis applied on the master but
+// that fewer than Config.MinReplicas replicas confirmed within
+// Config.ReplicaTimeout: it is not yet safe from a failover. The error is
+// a *ReplicationError. Calling again with the same job (the same ID) is
+// safe: an Enqueue gets ErrJobExists, and a Complete, Fail or Release
+// recognises its own write; either then waits for the replicas again.
+var ErrNotReplicated = cas.ErrNotReplicated
 
-// Is makes errors.Is(err, ErrWrongType) hold.
-func (e *WrongTypeError) Is(target error) bool { return target == ErrWrongType }
-
-// StepResult is the outcome of one command inside a MULTI/EXEC.
-type StepResult struct {
-	Cmd string // the command and its key, e.g. "zadd jobkey:{q/0}:ready"
-	Err error  // nil when the step applied
-}
-
-// StepError lists the result of every step of an EXEC in which at least one
-// step errored. Redis does not roll back a transaction, so the steps without
-// an error did apply; the list is the only record of which.
-type StepError struct {
-	Steps []StepResult
-	// Aborted is true when Redis refused the transaction as a whole
-	// (EXECABORT: a command was rejected while queued), so no step applied.
-	Aborted bool
-}
-
-func (e *StepError) Error() string {
-	var b strings.Builder
-	b.WriteString("jobkey: transaction step failed: [")
-	for i, s := range e.Steps {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		switch {
-		case s.Err != nil:
-			b.WriteString("error")
-		case e.Aborted:
-			b.WriteString("discarded")
-		default:
-			b.WriteString("ok")
-		}
-	}
-	b.WriteString("]")
-	for _, s := range e.Steps {
-		if s.Err != nil {
-			fmt.Fprintf(&b, "; %s: %v", s.Cmd, s.Err)
-		}
-	}
-	if e.Aborted {
-		b.WriteString("; EXECABORT: nothing applied")
-	}
-	return b.String()
-}
-
-// Is makes errors.Is(err, ErrStep) hold.
-func (e *StepError) Is(target error) bool { return target == ErrStep }
+// ReplicationError is the detail behind ErrNotReplicated: the write to Key
+// was applied on the master, and Acked of the Want replicas confirmed it
+// within Timeout; Err says why WAIT gave no count (a broken link, an ACL
+// without +wait), or is nil. It is not yet safe: a failover before the
+// replicas catch up may lose it. Call again with the same ID.
+type ReplicationError = cas.ReplicationError
 
 // LeaseLostError explains ErrLeaseLost: the caller's claim, and the job as
 // it is now stored.
@@ -298,7 +246,8 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 // their cluster node is down, or an index holds the wrong type. What the
 // call returned covers the other shards. For a call that writes every
 // shard (Pause, Resume), Write is set: the shards named were not written,
-// the others were.
+// the others were; with Config.MinReplicas, a shard whose error matches
+// ErrNotReplicated was written on the master only.
 type ShardsError struct {
 	Shards []int   // the shards left out, in order
 	Of     int     // how many shards the queue has
@@ -311,7 +260,26 @@ func (e *ShardsError) Error() string {
 	if e.Write {
 		verb = "written"
 	}
-	return fmt.Sprintf("jobkey: %d of %d shards could not be %s (%v); the first: %s", len(e.Shards), e.Of, verb, e.Shards, bare(e.Errs[0]))
+	var lost, masterOnly []int
+	first := -1
+	for i, s := range e.Shards {
+		if e.Write && errors.Is(e.Errs[i], ErrNotReplicated) {
+			masterOnly = append(masterOnly, s)
+			continue
+		}
+		lost = append(lost, s)
+		if first < 0 {
+			first = i
+		}
+	}
+	if len(masterOnly) == 0 {
+		return fmt.Sprintf("jobkey: %d of %d shards could not be %s (%v); the first: %s", len(e.Shards), e.Of, verb, e.Shards, bare(e.Errs[0]))
+	}
+	msg := fmt.Sprintf("jobkey: %d of %d shards were written on the master only, not confirmed by the replicas (%v): a failover may undo them", len(masterOnly), e.Of, masterOnly)
+	if len(lost) > 0 {
+		msg += fmt.Sprintf("; %d could not be written (%v); the first: %s", len(lost), lost, bare(e.Errs[first]))
+	}
+	return msg
 }
 
 // Unwrap returns the shards' errors, for errors.Is and errors.As.
@@ -329,37 +297,6 @@ func (e *ShardsError) orNil() error {
 	}
 	return e
 }
-
-// BulkError is the error of a bulk action (RetryFailed, DeleteFinished,
-// CancelPending) that did not act on every job it was asked to: Result
-// counts what it did all the same, as the BulkResult returned beside it
-// does, and Err says why the rest was not done. When Err is a
-// *ShardsError, the action went through every shard it could read and
-// left the jobs of the others as they are; otherwise it stopped at Err.
-// errors.Is and errors.As see Err.
-type BulkError struct {
-	Op     string     // the action: "retry", "delete" or "cancel"
-	Result BulkResult // what it did
-	Err    error      // why it did not do the rest
-}
-
-func (e *BulkError) Error() string {
-	r := e.Result
-	unconfirmed := ""
-	if r.Unconfirmed > 0 {
-		unconfirmed = fmt.Sprintf(" (%d of them applied on the master only, not confirmed by the replicas)", r.Unconfirmed)
-	}
-	done := fmt.Sprintf("jobkey: %s: %d done%s, %d skipped, %d unreadable", e.Op, r.Done, unconfirmed, r.Skipped, r.Unreadable)
-	why := strings.TrimPrefix(e.Err.Error(), "jobkey: ") // "jobkey: " once
-	var se *ShardsError
-	if errors.As(e.Err, &se) {
-		return fmt.Sprintf("%s in the shards it could read; the jobs of the others were left as they are: %s", done, why)
-	}
-	return fmt.Sprintf("%s before it stopped; the rest was not done: %s", done, why)
-}
-
-// Unwrap returns Err, for errors.Is and errors.As.
-func (e *BulkError) Unwrap() error { return e.Err }
 
 // UnreachableError is the detail behind ErrUnreachable: where Redis was
 // looked for, and the network's error.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -173,6 +174,51 @@ func ExampleQueue_List() {
 	// thumb-0 thumb-1
 	// thumb-2 thumb-3
 	// thumb-4
+}
+
+// With a Type, List reads on until a page holds Limit jobs of that type,
+// up to a bound of index entries (10 times Limit, at least 1,000). A page
+// that stopped at the bound says so with ScanStopped: it is not the last,
+// and the listing goes on from Next.
+func ExampleQueue_List_type() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "thumbnails", exampleConfig("listtype"))
+	if err != nil {
+		panic(err)
+	}
+	// 1,200 thumbnails, then one resize.
+	var specs []jobkey.JobSpec
+	for i := range 1201 {
+		typ := "thumbnail"
+		if i == 1200 {
+			typ = "resize"
+		}
+		delay := time.Minute + time.Duration(i)*time.Millisecond
+		specs = append(specs, jobkey.JobSpec{Type: typ, Opts: &jobkey.EnqueueOpts{Delay: delay}})
+	}
+	for c := range slices.Chunk(specs, 200) {
+		if _, err := q.EnqueueMany(ctx, c); err != nil {
+			panic(err)
+		}
+	}
+
+	opts := jobkey.ListOpts{State: jobkey.StatePending, Type: "resize", Limit: 10}
+	for {
+		page, err := q.List(ctx, opts)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%d jobs of %d entries read, scan stopped: %v\n", len(page.Jobs), page.Scanned, page.ScanStopped)
+		if page.Next == "" {
+			break
+		}
+		opts.Cursor = page.Next
+	}
+	// Output:
+	// 0 jobs of 1000 entries read, scan stopped: true
+	// 1 jobs of 201 entries read, scan stopped: false
 }
 
 // RetryFailed puts every failed job of a type back to pending. When a bulk

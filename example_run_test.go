@@ -204,7 +204,9 @@ func Example_retention() {
 
 // Periodic jobs need no leader: every Work that lists the schedule enqueues
 // the tick's job under one ID, so each tick runs once however many processes
-// run. A Work that starts between ticks enqueues the latest one.
+// run. A schedule Redis has not seen starts at its next tick; this one asks
+// to start with its latest, so the Work that deploys it between two hourly
+// ticks enqueues the one before at once.
 func ExampleEvery() {
 	rdb := exampleRedis()
 	defer rdb.Close()
@@ -221,12 +223,39 @@ func ExampleEvery() {
 		return nil, nil
 	})
 	err = q.Work(ctx, h, &jobkey.WorkOpts{Periodic: []jobkey.PeriodicJob{
-		{Name: "cleanup", Schedule: jobkey.Every(time.Hour), Type: "cleanup"},
+		{Name: "cleanup", Schedule: jobkey.Every(time.Hour), Type: "cleanup", StartWithLatestTick: true},
 	}})
 	fmt.Println(err)
 	// Output:
 	// cleanup true
 	// <nil>
+}
+
+// A schedule Redis has not seen before starts at its next tick: deployed
+// between two hourly ticks, it does not run for the tick before it
+// existed. A process that was down later catches up on the latest tick it
+// missed, since Redis has seen the schedule by then.
+func ExamplePeriodicJob() {
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "maintenance", exampleConfig("periodic"))
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer stop()
+
+	h := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		fmt.Println("ran", j.ID)
+		return nil, nil
+	})
+	err = q.Work(ctx, h, &jobkey.WorkOpts{Periodic: []jobkey.PeriodicJob{
+		{Name: "hourly-report", Schedule: jobkey.Every(time.Hour), Type: "report"},
+	}})
+	st, _ := q.Stats(context.Background())
+	fmt.Println(err, st.Pending+st.Active+st.Succeeded)
+	// Output:
+	// <nil> 0
 }
 
 // Jobs of one concurrency key run one at a time by default

@@ -11,7 +11,6 @@ import (
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // exampleRedis stands for your own client, such as
@@ -32,10 +31,8 @@ func exampleRedis() *redis.Client {
 	if err != nil {
 		panic(err)
 	}
-	// go-redis's "auto" maintenance-notifications handshake races with
-	// itself when connections open at once against a Redis 7, which has
-	// none to offer anyway (as in internal/redistest).
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	// As a user builds it: go-redis's maintenance notifications in their
+	// default "auto" mode.
 	return redis.NewClient(opt)
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,21 +31,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // hooked returns a client of the shared test server with a round-trip hook.
 func hooked(t *testing.T, poolSize int) (*redis.Client, *rttcount.Hook) {
 	t.Helper()
-	c := redistest.Client(t, func(o *redis.Options) {
-		if poolSize > 0 {
-			o.PoolSize = poolSize
-		}
-		// Connection set-up (HELLO, CLIENT SETINFO) goes outside the hooks,
-		// but keep it quiet and identical for every test.
-		o.DisableIdentity = true
-		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}
-	})
-	h := &rttcount.Hook{}
-	c.AddHook(h)
-	return c, h
+	return redistest.Counted(t, poolSize)
 }
 
 // pipeHook runs before every pipeline (and MULTI/EXEC) a client sends: a
@@ -69,7 +54,7 @@ func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 // reads reports a pipeline that carries a transaction's round trip 1 (a
 // WATCH): a round trip of its own, or one that rides behind the EXEC of the
-// batch before it (ride.go).
+// batch before it (internal/cas/handover.go).
 func reads(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
 		if c.Name() == "watch" {

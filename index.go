@@ -39,7 +39,10 @@ type indexPlan struct {
 	keys   []indexKey // in first-use order; a transaction touches a few
 	ops    []indexOp  // every ZREM and ZADD member, in the order made
 	extra  [][]any    // other steps, after the index writes
-	score  struct {   // the last score boxed: a batch's jobs share "now"
+	// raised is the highest priority above 0 of a job the plan makes
+	// pending (0: none).
+	raised int
+	score  struct { // the last score boxed: a batch's jobs share "now"
 		v   int64
 		box any
 	}
@@ -82,7 +85,7 @@ func (p *indexPlan) use(key string) int {
 		p.checks = slices.Grow(p.checks, indexKeysHint)
 	}
 	p.keys = append(p.keys, indexKey{key: key, box: key})
-	p.checks = append(p.checks, typeCheck{key: key, want: "zset"})
+	p.checks = append(p.checks, typeCheck{Key: key, Want: "zset"})
 	return len(p.keys) - 1
 }
 
@@ -143,10 +146,10 @@ func memberIs(member any, id string) bool {
 // flag sets a string key to "1" in the transaction (once), its type
 // checked before MULTI.
 func (p *indexPlan) flag(key string) {
-	if slices.ContainsFunc(p.checks, func(c typeCheck) bool { return c.key == key }) {
+	if slices.ContainsFunc(p.checks, func(c typeCheck) bool { return c.Key == key }) {
 		return
 	}
-	p.checks = append(p.checks, typeCheck{key: key, want: "string"})
+	p.checks = append(p.checks, typeCheck{Key: key, Want: "string"})
 	p.extra = append(p.extra, []any{"set", key, "1"})
 }
 
@@ -205,20 +208,19 @@ func (p *indexPlan) steps() [][]any {
 // really changes. hint names an index the caller found id in; when it is
 // not where old says, the index was changed outside jobkey, so the hint is
 // removed and the right entry written whatever old said (rule 3).
-func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
+func (d *decider) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
 	var from, to entry
 	if old != nil {
-		from = q.entryOf(old)
+		from = d.entryOf(old)
 	}
 	if new != nil {
-		to = q.entryOf(new)
+		to = d.entryOf(new)
 		if new.State == StatePending && new.Priority > 0 {
-			// The due entries read ahead may hold lower priorities than
-			// this job: they must not go before it. Readers that do not
-			// know the queue uses priorities learn it from the flag.
-			q.pool.dropBelow(new.Priority)
-			q.prios.Store(true)
-			p.flag(q.ks.index(shard, prioFlag))
+			// Readers that do not know the queue uses priorities learn it
+			// from the flag; this process drops what it read ahead below
+			// the job's priority before the EXEC (raised).
+			p.raised = max(p.raised, new.Priority)
+			p.flag(d.ks.index(shard, prioFlag))
 		}
 	}
 	tampered := hint != "" && hint != from.index
@@ -230,13 +232,13 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 	}
 	var member any = id // converted once, for every write below
 	if remFrom {
-		p.zremBoxed(q.ks.index(shard, from.index), member)
+		p.zremBoxed(d.ks.index(shard, from.index), member)
 	}
 	if remHint {
-		p.zremBoxed(q.ks.index(shard, hint), member)
+		p.zremBoxed(d.ks.index(shard, hint), member)
 	}
 	if add {
-		p.zaddBoxed(q.ks.index(shard, to.index), to.score, member)
+		p.zaddBoxed(d.ks.index(shard, to.index), to.score, member)
 	}
 }
 
@@ -245,10 +247,10 @@ func (q *Queue) move(p *indexPlan, shard int, id string, old, new *Job, hint str
 // transaction's time. A job canceled while it ran keeps its key, and so its
 // ID, at least until that run's lease ends, however short the retention
 // (lastrun.go).
-func (q *Queue) write(key string, j *Job) casWrite {
+func (d *decider) write(key string, j *Job) casWrite {
 	w := casWrite{key: key, job: j}
 	if j.State.Finished() {
-		w.ttl = max(q.retention(j), lastRunLeft(j, j.UpdatedAt))
+		w.ttl = max(d.retention(j), lastRunLeft(j, j.UpdatedAt))
 	}
 	return w
 }

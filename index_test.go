@@ -84,7 +84,7 @@ func TestIndexPlanStepsMergePerKey(t *testing.T) {
 		{"zadd", "succeeded", int64(7), "c"},
 		{"set", "flag", "1"},
 	}, steps)
-	require.Equal(t, []typeCheck{{"leased", "zset"}, {"ready", "zset"}, {"succeeded", "zset"}, {"flag", "string"}}, p.checks)
+	require.Equal(t, []typeCheck{{Key: "leased", Want: "zset"}, {Key: "ready", Want: "zset"}, {Key: "succeeded", Want: "zset"}, {Key: "flag", Want: "string"}}, p.checks)
 	for _, s := range steps {
 		require.Equal(t, len(s), cap(s), "a step must not append into the next one's arguments")
 	}

@@ -3,6 +3,7 @@ package jobkey
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 )
 
@@ -239,4 +240,28 @@ func cloneMeta(m map[string]string) map[string]string {
 func cloneJob(j *Job) *Job {
 	c := *j
 	return &c
+}
+
+// validTime refuses a time a job value cannot hold in milliseconds: before
+// 1970 or after 9999.
+func validTime(field string, t time.Time) error {
+	if y := t.Year(); y < 1970 || y > 9999 {
+		return fmt.Errorf("%w: %s %v is outside 1970..9999", ErrInvalid, field, t)
+	}
+	return nil
+}
+
+// MaxConcurrencyKeyLen bounds Job.ConcurrencyKey, which is part of a Redis
+// key.
+const MaxConcurrencyKeyLen = 256
+
+// validConcurrencyKey refuses a key the value format does not hold.
+func validConcurrencyKey(k string) error {
+	switch {
+	case len(k) > MaxConcurrencyKeyLen:
+		return fmt.Errorf("%w: ConcurrencyKey is %d bytes, limit %d", ErrInvalid, len(k), MaxConcurrencyKeyLen)
+	case strings.ContainsAny(k, "{}"):
+		return fmt.Errorf("%w: ConcurrencyKey %q contains a brace", ErrInvalid, k)
+	}
+	return nil
 }

@@ -1,13 +1,12 @@
 package jobkey
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
 
 // This file says where a job hashes: the hash tag of each shard of a
-// queue, the shard of a job ID, and the Redis Cluster slot a key falls in.
+// queue, the shard of a job ID, and the Redis Cluster hash slot a key falls in.
 // keyspace.go builds every key name from these; nothing else may choose a
 // tag or a shard, or a job would be looked for in the wrong place.
 
@@ -36,25 +35,25 @@ func fnv32a(s string) uint32 {
 	return h
 }
 
-// keySlot is the Redis Cluster slot of key, by the cluster's rule: the
+// hashSlot is the Redis Cluster hash slot of key, by the cluster's rule: the
 // CRC16 of the hash tag when key has a non-empty one, else of the whole key.
-func keySlot(key string) int {
+func hashSlot(key string) int {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]
 		}
 	}
-	return int(crc16(key)) % clusterSlots
+	return int(crc16(key)) % hashSlots
 }
 
-// clusterSlots is the number of Redis Cluster hash slots.
-const clusterSlots = 16384
+// hashSlots is the number of Redis Cluster hash slots.
+const hashSlots = 16384
 
 // shardTag returns the hash tag of shard i of n. Tags are chosen so that
-// shard i's slot falls in the middle half of the i-th of n equal parts of
-// the slot range: "<queue>/<i>" when it already does, else the first
-// "<queue>/<i>.<k>" that does. Masters own contiguous slot ranges, so the
-// shards, and the jobs, spread over the masters as evenly as the slots do
+// shard i's hash slot falls in the middle half of the i-th of n equal parts of
+// the hash slot range: "<queue>/<i>" when it already does, else the first
+// "<queue>/<i>.<k>" that does. Masters own contiguous hash slot ranges, so the
+// shards, and the jobs, spread over the masters as evenly as the hash slots do
 // instead of where chance would put them; keeping to the middle of each
 // part keeps a shard off the edge between two masters' ranges. The choice
 // depends only on the queue name, i and n, so it never changes for a queue.
@@ -62,12 +61,12 @@ func shardTag(queue string, i, n int) string {
 	if n == 1 {
 		return queue + "/0"
 	}
-	part := clusterSlots / n
-	lo := i*clusterSlots/n + part/4
+	part := hashSlots / n
+	lo := i*hashSlots/n + part/4
 	hi := lo + max(1, part/2)
 	tag := queue + "/" + strconv.Itoa(i)
 	for k := 1; ; k++ {
-		if s := int(crc16(tag)) % clusterSlots; s >= lo && s < hi {
+		if s := int(crc16(tag)) % hashSlots; s >= lo && s < hi {
 			return tag
 		}
 		tag = queue + "/" + strconv.Itoa(i) + "." + strconv.Itoa(k)
@@ -88,49 +87,6 @@ func crc16(s string) uint16 {
 		}
 	}
 	return crc
-}
-
-// IDFor returns an ID for a job of concurrency key key, made from base. On
-// a queue of several shards a keyed job must live in its key's shard, so
-// that the job and its key's value share a hash slot and one transaction
-// changes both; Enqueue refuses a caller's ID that is not there. IDFor
-// returns base itself when it is there and does not end in "~<digits>",
-// and else base with the first suffix "~<n>" (n = 1, 2, ...) that is
-// there. On a queue of one shard, or for an empty key, it returns base.
-//
-// Distinct bases always give distinct IDs for one key: an ID that ends in
-// "~<digits>" came from the base before its last "~", and any other ID is
-// its own base. The same key and base always give the same ID, so it
-// deduplicates as base would. A base that is not a valid ID, or too long
-// to take its suffix within MaxIDLen, and a key Enqueue would refuse, are
-// refused with ErrInvalid.
-func (q *Queue) IDFor(key, base string) (string, error) {
-	if err := validID(base); err != nil {
-		return "", err
-	}
-	if key != "" {
-		if err := validConcurrencyKey(key); err != nil {
-			return "", err
-		}
-	}
-	if q.ks.shards == 1 || key == "" {
-		return base, nil
-	}
-	want := q.ks.shardOf(key)
-	if q.ks.shardOf(base) == want && !suffixed(base) {
-		return base, nil
-	}
-	for n := 1; n <= maxIDForTries; n++ {
-		id := base + "~" + strconv.Itoa(n)
-		if len(id) > MaxIDLen {
-			break
-		}
-		if q.ks.shardOf(id) == want {
-			return id, nil
-		}
-	}
-	return "", fmt.Errorf("%w: job ID base %q (%d bytes) leaves no room within MaxIDLen (%d) for a suffix that places it in the shard of concurrency key %q",
-		ErrInvalid, base, len(base), MaxIDLen, key)
 }
 
 // maxIDForTries bounds IDFor's search. Each suffix lands in the key's shard

@@ -15,18 +15,18 @@ func TestCRC16MatchesRedis(t *testing.T) {
 	t.Parallel()
 	// Reference values from the Redis Cluster specification and CLUSTER KEYSLOT.
 	require.EqualValues(t, 0x31C3, crc16("123456789"))
-	require.Equal(t, 12182, int(crc16("foo"))%clusterSlots)
-	require.Equal(t, 5061, int(crc16("bar"))%clusterSlots)
+	require.Equal(t, 12182, int(crc16("foo"))%hashSlots)
+	require.Equal(t, 5061, int(crc16("bar"))%hashSlots)
 }
 
 func TestShardTagsSpreadOverTheSlotRange(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{2, 3, 16, 100, 1024} {
-		part := clusterSlots / n
+		part := hashSlots / n
 		for i := range n {
-			slot := int(crc16(shardTag("emails", i, n))) % clusterSlots
-			require.GreaterOrEqual(t, slot, i*clusterSlots/n+part/4, "n=%d i=%d", n, i)
-			require.Less(t, slot, i*clusterSlots/n+part/4+max(1, part/2), "n=%d i=%d", n, i)
+			slot := int(crc16(shardTag("emails", i, n))) % hashSlots
+			require.GreaterOrEqual(t, slot, i*hashSlots/n+part/4, "n=%d i=%d", n, i)
+			require.Less(t, slot, i*hashSlots/n+part/4+max(1, part/2), "n=%d i=%d", n, i)
 		}
 	}
 	require.Equal(t, "emails/0", shardTag("emails", 0, 1))
@@ -165,9 +165,9 @@ func TestKeySlotFollowsTheClusterHashTagRule(t *testing.T) {
 	t.Parallel()
 	// CLUSTER KEYSLOT on Redis 7.0: a key's slot is its first non-empty
 	// hash tag's, else the whole key's.
-	require.Equal(t, 12182, keySlot("foo"))
-	require.Equal(t, 12182, keySlot("{foo}:bar"))
-	require.Equal(t, 12182, keySlot("x:{foo}:{bar}"))
-	require.Equal(t, int(crc16("{}foo"))%clusterSlots, keySlot("{}foo"))
-	require.Equal(t, int(crc16("x{foo"))%clusterSlots, keySlot("x{foo"))
+	require.Equal(t, 12182, hashSlot("foo"))
+	require.Equal(t, 12182, hashSlot("{foo}:bar"))
+	require.Equal(t, 12182, hashSlot("x:{foo}:{bar}"))
+	require.Equal(t, int(crc16("{}foo"))%hashSlots, hashSlot("{}foo"))
+	require.Equal(t, int(crc16("x{foo"))%hashSlots, hashSlot("x{foo"))
 }

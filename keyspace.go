@@ -17,16 +17,17 @@ const (
 	// another Redis type), scored by when a claimer found it. Claimers move
 	// such hints here so nobody trips on them again; the value itself is
 	// never touched. A value in a newer major format is not corrupt: its
-	// hint stays where it is (seenNewer).
+	// hint stays where it is (seenNewerFormat).
 	idxCorrupt = "corrupt"
-	// seenNewer is not an index of states: it logs the IDs of jobs written
-	// in a newer major format that claimers of this build met and left
-	// where they were, scored by when. Stats counts the recent ones.
-	seenNewer = "newer"
-	// seenVanished logs, likewise, the IDs whose ready or leased entry a
-	// claimer found pointing at no value: a job deleted outside jobkey or
-	// evicted by Redis.
-	seenVanished = "vanished"
+	// seenNewerFormat is not an index of states: it logs the IDs of jobs
+	// written in a newer major format that claimers of this build met and
+	// left where they were, scored by when. Stats counts the recent ones.
+	seenNewerFormat = "newer"
+	// seenLost logs, likewise, the IDs whose ready or leased entry (a
+	// hint) a claimer found pointing at no value: a job deleted outside
+	// jobkey or evicted by Redis (Stats.Vanished). The key's name stays
+	// "vanished", as stored by every release.
+	seenLost = "vanished"
 	// seenStuck lists the handlers Work reports stuck (stuck.go), one entry
 	// per run ("<lease token>:<id>"), scored by when the report lapses
 	// unless renewed. Stats counts those not lapsed.
@@ -58,16 +59,16 @@ var readyIndexes = func() []string {
 //	<prefix>:{<shard tag>}:<index>    derived sorted sets of job IDs
 //	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrencykey.go)
 //	<prefix>:{<shard tag>}:paused     exists while the shard is paused (pause.go)
-//	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued (periodic.go)
+//	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued; in the name's shard, also the record that the schedule exists (periodicmarker.go)
 //	<prefix>:{<queue>}:meta           the queue's shard count
 //	<prefix>:{<queue>}:wake           pub/sub hint that work arrived
 //	<prefix>:{<queue>}:cancel         pub/sub: a running job was canceled
 //
 // The shard tag is "<queue>/<shard>", with ".<k>" appended where needed to
-// spread the shards' slots evenly (shardTag).
+// spread the shards' hash slots evenly (shardTag).
 //
 // The braces are a Redis Cluster hash tag: a job and its shard's indexes
-// share a slot, so one MULTI/EXEC may write them all.
+// share a hash slot, so one MULTI/EXEC may write them all.
 type keyspace struct {
 	prefix string
 	queue  string
@@ -82,7 +83,7 @@ type keyspace struct {
 // The shards' pause and priority flags are among them: the hot paths name
 // those too.
 var indexNames = append([]string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt,
-	seenNewer, seenVanished, seenStuck, pauseFlag, prioFlag}, readyIndexes...)
+	seenNewerFormat, seenLost, seenStuck, pauseFlag, prioFlag}, readyIndexes...)
 
 func newKeyspace(prefix, queue string, shards int) *keyspace {
 	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards),
@@ -103,7 +104,9 @@ func (ks *keyspace) shardOf(id string) int { return shardOfID(id, ks.shards) }
 func (ks *keyspace) jobKey(shard int, id string) string { return ks.tags[shard] + ":job:" + id }
 
 // periodicKey is the marker of periodic job name in shard: the latest tick
-// whose job was enqueued (Queue.markerShard says which shard).
+// whose job was enqueued (Queue.markerShard says which shard). The one in
+// the name's shard also records that Redis has seen the schedule
+// (Queue.registerSchedule).
 func (ks *keyspace) periodicKey(shard int, name string) string {
 	return ks.tags[shard] + ":periodic:" + name
 }
@@ -162,19 +165,9 @@ type JobKeys struct {
 	Corrupt   string // jobs whose value could not be read
 }
 
-// Keys returns the keys of the job with the given ID and of its shard.
-func (q *Queue) Keys(id string) JobKeys {
-	key, s := q.ks.jobKeyOf(id)
-	return JobKeys{
-		Job: key, Ready: q.ks.index(s, idxReady), Leased: q.ks.index(s, idxLeased),
-		Succeeded: q.ks.index(s, idxSucceeded), Failed: q.ks.index(s, idxFailed), Canceled: q.ks.index(s, idxCanceled),
-		Corrupt: q.ks.index(s, idxCorrupt),
-	}
-}
-
 // pauseFlag is the name, under each shard's hash tag, of the key whose
 // existence pauses the shard: "<prefix>:{<queue>/<shard>}:paused". It lives
-// in the shard's slot, so a claim's compare-and-set watches it beside the
+// in the shard's hash slot, so a claim's compare-and-set watches it beside the
 // jobs it takes, and a Pause that lands before the claim's EXEC aborts it.
 const pauseFlag = "paused"
 
@@ -223,4 +216,15 @@ func syncKey(route string) string {
 		return route[:i+1] + ":sync"
 	}
 	return route + ":sync"
+}
+
+// prioFlag names, under each shard's hash tag, a string key that says the
+// shard has had a job of a priority above 0: it is set in the EXEC that
+// first puts such a job in its ready index, and never cleared.
+const prioFlag = "prio"
+
+// globEscape quotes the characters SCAN MATCH treats as patterns.
+func globEscape(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
+	return r.Replace(s)
 }

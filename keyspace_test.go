@@ -26,7 +26,7 @@ var keyBuilders = map[string]func(ks *keyspace, s int) []string{
 	"syncKey": func(ks *keyspace, s int) []string { return []string{syncKey(ks.jobKey(s, "id-1"))} },
 	"index": func(ks *keyspace, s int) []string {
 		var out []string
-		for _, name := range slices.Concat(readyIndexes, []string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt, seenNewer, seenVanished, seenStuck}) {
+		for _, name := range slices.Concat(readyIndexes, []string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt, seenNewerFormat, seenLost, seenStuck}) {
 			out = append(out, ks.index(s, name))
 		}
 		return out
@@ -85,20 +85,20 @@ func TestEveryKeyCarriesItsShardsHashTag(t *testing.T) {
 	for _, shards := range []int{1, 3, 16} {
 		ks := newKeyspace("pfx:a", "emails", shards)
 		for s := range shards {
-			shardSlot := keySlot(ks.tags[s])
-			require.Equal(t, int(crc16(shardTag("emails", s, shards)))%clusterSlots, shardSlot)
+			shardSlot := hashSlot(ks.tags[s])
+			require.Equal(t, int(crc16(shardTag("emails", s, shards)))%hashSlots, shardSlot)
 			for name, build := range keyBuilders {
 				keys := build(ks, s)
 				require.NotEmpty(t, keys, name)
 				for _, k := range keys {
 					if slices.Contains(queueWide, name) {
 						require.True(t, strings.HasPrefix(k, "pfx:a:"+hashTag("emails")+":"), "%s: %q", name, k)
-						require.Equal(t, keySlot("{emails}"), keySlot(k), "%s: %q", name, k)
+						require.Equal(t, hashSlot("{emails}"), hashSlot(k), "%s: %q", name, k)
 						continue
 					}
 					require.True(t, strings.HasPrefix(k, ks.tags[s]+":"), "%s: %q is not under shard %d's tag %q", name, k, s, ks.tags[s])
 					require.True(t, strings.HasPrefix(k, "pfx:a:{emails/"), "%s: %q", name, k)
-					require.Equal(t, shardSlot, keySlot(k), "%s: %q is not in shard %d's slot", name, k, s)
+					require.Equal(t, shardSlot, hashSlot(k), "%s: %q is not in shard %d's slot", name, k, s)
 				}
 			}
 		}

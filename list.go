@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -46,10 +47,18 @@ type JobPage struct {
 	// corrupt, written in a newer major format, or of another Redis type.
 	// They never fail the page; their bytes are left as they are.
 	Unreadable []UnreadableJob
-	// Next is the cursor of the next page, "" on the last one. A page with
-	// a type filter may hold fewer than Limit jobs and still have a next
-	// page: each page reads a bounded number of entries.
+	// Next is the cursor of the next page, "" on the last one. It points
+	// after the last entry the page read, listed or not, so the next page
+	// goes on from there.
 	Next string
+	// ScanStopped says the page holds fewer than Limit jobs and still has a
+	// next page because it read as many entries as one page may (10 times
+	// Limit, at least 1,000) and most were left out: of another Type, or
+	// moved to another state while it read them. The listing goes on from
+	// Next: this is not the last page, and later ones may hold more.
+	ScanStopped bool
+	// Scanned is how many index entries the page read, listed or not.
+	Scanned int
 }
 
 // UnreadableJob is a listed job whose value cannot be read.
@@ -58,10 +67,16 @@ type UnreadableJob struct {
 	Err error // a *CorruptError, ErrUnsupportedFormat or a *WrongTypeError
 }
 
-// listScan bounds how many entries one page reads past those it lists
-// (jobs of other types, entries of jobs that changed state), so a page
-// with a rare type costs bounded work; the caller goes on from Next.
-const listScan = 10
+// listScan and listScanMin bound how many index entries one page reads,
+// listed or not (jobs of other types, entries of jobs that changed state):
+// listScan times Limit, and at least listScanMin. A page with a rare type
+// so costs bounded work; JobPage.ScanStopped says it stopped there, and
+// the caller goes on from Next. One read takes at most MaxListLimit
+// entries, as many as a page lists.
+const (
+	listScan    = 10
+	listScanMin = 1000
+)
 
 // List returns a page of the queue's jobs in one state, merged across
 // shards: pending jobs by RunAt, oldest first; active jobs by lease
@@ -101,10 +116,14 @@ func (q *Queue) list(ctx context.Context, o ListOpts, reverse bool) (*JobPage, e
 		return nil, err
 	}
 	page := &JobPage{}
-	scanned := 0
+	bound := max(listScan*limit, listScanMin)
 	var missing error // shards left out, reported with the page
 	for {
-		want := limit - len(page.Jobs) - len(page.Unreadable)
+		room := limit - len(page.Jobs) - len(page.Unreadable)
+		// The first read takes what the page lacks; once entries were left
+		// out, each read takes as many as were read so far (within the
+		// bound), so a rare type costs a few round trips, not one per room.
+		want := min(max(room, min(page.Scanned, MaxListLimit)), bound-page.Scanned)
 		entries, more, err := q.listEntries(ctx, idx, desc, cur, want)
 		var se *ShardsError
 		switch {
@@ -113,18 +132,24 @@ func (q *Queue) list(ctx context.Context, o ListOpts, reverse bool) (*JobPage, e
 		case err != nil:
 			return nil, err
 		}
-		if err := q.listValues(ctx, o, entries, page); err != nil {
+		used, err := q.listValues(ctx, o, entries, room, page)
+		if err != nil {
 			return nil, err
 		}
-		scanned += len(entries)
-		if len(entries) > 0 {
-			cur = &entries[len(entries)-1]
+		// The cursor goes after the last entry read, listed or not: one
+		// after the last listed job would read the left-out entries again,
+		// and never get past a long run of them.
+		page.Scanned += used
+		if used > 0 {
+			cur = &entries[used-1]
 		}
+		more = more || used < len(entries)
+		full := len(page.Jobs)+len(page.Unreadable) >= limit
 		switch {
 		case !more:
 			return page, missing
-		case len(page.Jobs)+len(page.Unreadable) >= limit || scanned >= listScan*limit:
-			page.Next = cur.cursor(tag)
+		case full || page.Scanned >= bound:
+			page.Next, page.ScanStopped = cur.cursor(tag), !full
 			return page, missing
 		}
 	}
@@ -240,7 +265,7 @@ func (q *Queue) listEntries(ctx context.Context, idx string, desc bool, cur *lis
 		}
 		return nil
 	})
-	if err := unanswered(all, err); err != nil {
+	if err := reply.Unanswered(all, err); err != nil {
 		return nil, false, fmt.Errorf("jobkey: list %q: %w", q.name, err)
 	}
 	for _, r := range reads {
@@ -333,12 +358,13 @@ func toEntry(shard int, z redis.Z) listEntry {
 }
 
 // listValues reads the values of entries, one MGET per shard, and adds
-// them to page: the jobs still in the listed state and of the wanted type,
-// and the values that cannot be read. Entries whose job has gone (its
-// retention ran out) or moved on are left out.
-func (q *Queue) listValues(ctx context.Context, o ListOpts, entries []listEntry, page *JobPage) error {
+// them to page in order until room of them are added: the jobs still in
+// the listed state and of the wanted type, and the values that cannot be
+// read. Entries whose job has gone (its retention ran out) or moved on are
+// left out. used is how many entries it went through.
+func (q *Queue) listValues(ctx context.Context, o ListOpts, entries []listEntry, room int, page *JobPage) (used int, err error) {
 	if len(entries) == 0 {
-		return nil
+		return 0, nil
 	}
 	byShard := map[int][]int{}
 	for i, e := range entries {
@@ -359,14 +385,14 @@ func (q *Queue) listValues(ctx context.Context, o ListOpts, entries []listEntry,
 		}
 		return nil
 	})
-	if err := unanswered(all, err); err != nil {
-		return fmt.Errorf("jobkey: list %q: %w", q.name, err)
+	if err := reply.Unanswered(all, err); err != nil {
+		return 0, fmt.Errorf("jobkey: list %q: %w", q.name, err)
 	}
 	raw := make([]any, len(entries))
 	for s, pos := range byShard {
 		vals, err := gets[s].Result()
 		if err != nil {
-			return fmt.Errorf("jobkey: list %q: read values of shard %d: %w", q.name, s, err)
+			return 0, fmt.Errorf("jobkey: list %q: read values of shard %d: %w", q.name, s, err)
 		}
 		for k, i := range pos {
 			if k < len(vals) {
@@ -376,13 +402,18 @@ func (q *Queue) listValues(ctx context.Context, o ListOpts, entries []listEntry,
 	}
 	types, err := q.typesOfNil(ctx, keys, raw)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	added := 0
 	for i, e := range entries {
+		if added == room {
+			return i, nil
+		}
 		s, ok := raw[i].(string)
 		if !ok {
 			if t := types[i]; t != "" && t != "none" {
 				page.Unreadable = append(page.Unreadable, UnreadableJob{ID: e.id, Err: &WrongTypeError{Key: keys[i], Want: "string", Got: t}})
+				added++
 			}
 			continue // gone: expired with its retention, or deleted
 		}
@@ -394,11 +425,13 @@ func (q *Queue) listValues(ctx context.Context, o ListOpts, entries []listEntry,
 		switch {
 		case err != nil:
 			page.Unreadable = append(page.Unreadable, UnreadableJob{ID: e.id, Err: keyed(err, keys[i])})
+			added++
 		case (o.Corrupt || j.State == o.State) && (o.Type == "" || j.Type == o.Type):
 			page.Jobs = append(page.Jobs, j)
+			added++
 		}
 	}
-	return nil
+	return len(entries), nil
 }
 
 // typesOfNil returns the Redis type of each key whose MGET answer was nil
@@ -417,7 +450,7 @@ func (q *Queue) typesOfNil(ctx context.Context, keys []string, raw []any) ([]str
 	if len(cmds) == 0 {
 		return out, nil
 	}
-	if err := unanswered(all, err); err != nil && !errors.Is(err, redis.Nil) {
+	if err := reply.Unanswered(all, err); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("jobkey: list %q: %w", q.name, err)
 	}
 	for i, c := range cmds {

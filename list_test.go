@@ -402,6 +402,104 @@ func TestListTypeFilterPagesThroughTiedMillisecond(t *testing.T) {
 	require.Len(t, p.Jobs, 100)
 }
 
+// sparseQueue enqueues n pending jobs of type "welcome", one a millisecond
+// apart, but those at the positions in digests, of type "digest"; it
+// returns the digests' IDs in listing order.
+func sparseQueue(t *testing.T, f *fixture, n int, digests ...int) []string {
+	t.Helper()
+	base := f.clock.Now()
+	var specs []JobSpec
+	for i := range n {
+		typ := "welcome"
+		if slices.Contains(digests, i) {
+			typ = "digest"
+		}
+		specs = append(specs, JobSpec{Type: typ, Opts: &EnqueueOpts{RunAt: base.Add(time.Duration(i) * time.Millisecond)}})
+	}
+	var ids []string
+	for c := range slices.Chunk(specs, 256) {
+		jobs, err := f.q.EnqueueMany(f.ctx, c)
+		require.NoError(t, err)
+		for _, j := range jobs {
+			if j.Type == "digest" {
+				ids = append(ids, j.ID)
+			}
+		}
+	}
+	return ids
+}
+
+// A page filtered by a rare type reads on until it holds Limit jobs, up
+// to its bound of entries: here 15 digests among 1,500 jobs, one in 100,
+// and pages of 10. The first page holds 10, not the one digest of its
+// first 100 entries.
+func TestListWithASparseTypeFillsThePage(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	var at []int
+	for i := 50; i < 1500; i += 100 {
+		at = append(at, i)
+	}
+	digests := sparseQueue(t, f, 1500, at...)
+	f.hook.Reset()
+	p, err := f.q.List(f.ctx, ListOpts{State: StatePending, Type: "digest", Limit: 10})
+	require.NoError(t, err)
+	t.Logf("round trips of the first page: %d, entries read: %d", f.hook.RTT.Load(), p.Scanned)
+	require.Len(t, p.Jobs, 10)
+	require.NotEmpty(t, p.Next)
+	require.False(t, p.ScanStopped)
+	p2, err := f.q.List(f.ctx, ListOpts{State: StatePending, Type: "digest", Limit: 10, Cursor: p.Next})
+	require.NoError(t, err)
+	require.Len(t, p2.Jobs, 5)
+	require.Empty(t, p2.Next)
+	var got []string
+	for _, j := range append(p.Jobs, p2.Jobs...) {
+		got = append(got, j.ID)
+	}
+	require.Equal(t, digests, got, "every digest, once, in order")
+}
+
+// A page whose type is rarer than its bound of entries (1,000 here) says
+// that its scan stopped, and its cursor points after the last entry it
+// read, not after the last job it listed: the next page reads on from
+// there, so paging reaches the end instead of reading the same entries
+// again. Here 3 digests among 2,500 jobs, at 0, 1,100 and 2,400.
+func TestListSaysWhenItsScanStoppedEarly(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	digests := sparseQueue(t, f, 2500, 0, 1100, 2400)
+	o := ListOpts{State: StatePending, Type: "digest", Limit: 5}
+	var pages []*JobPage
+	for len(pages) < 10 {
+		p, err := f.q.List(f.ctx, o)
+		require.NoError(t, err)
+		pages = append(pages, p)
+		if p.Next == "" {
+			break
+		}
+		o.Cursor = p.Next
+	}
+	require.Len(t, pages, 3)
+	for i, p := range pages[:2] {
+		require.True(t, p.ScanStopped, "page %d", i)
+		require.Equal(t, 1000, p.Scanned, "page %d", i)
+		require.Len(t, p.Jobs, 1, "page %d", i)
+		require.Equal(t, digests[i], p.Jobs[0].ID, "page %d", i)
+	}
+	last := pages[2]
+	require.False(t, last.ScanStopped, "the last page read to the end")
+	require.Equal(t, 500, last.Scanned)
+	require.Len(t, last.Jobs, 1)
+	require.Equal(t, digests[2], last.Jobs[0].ID)
+
+	// A full page did not stop early, whatever it read.
+	p, err := f.q.List(f.ctx, ListOpts{State: StatePending, Limit: 5})
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 5)
+	require.False(t, p.ScanStopped)
+	require.Equal(t, 5, p.Scanned)
+}
+
 // A job that stays pending is listed even when an entry before the cursor
 // leaves the index (claimed, canceled, deleted) while a page is read. A page
 // reads the ties of its cursor's millisecond in one command, with no offset:

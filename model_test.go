@@ -653,7 +653,7 @@ func TestModel(t *testing.T) {
 			// old (duePool): a job that became due since, by the model's
 			// clock, may wait behind them. The model checks priority
 			// order among the jobs due when the claim reads.
-			q.pool.drop()
+			q.pool.Drop()
 			j, err := q.Claim(ctx, w)
 			taken := ""
 			if !errors.Is(err, ErrNoJob) {
@@ -797,7 +797,7 @@ func TestModel(t *testing.T) {
 		// included, or waits.
 		claimFirst := func(rt *rapid.T, id, w string) {
 			mj := m.jobs[id]
-			c := candidate{shard: q.ks.shardOf(id), id: id, index: readyIndex(mj.prio), prio: mj.prio}
+			c := candidate{Shard: q.ks.shardOf(id), ID: id, Index: readyIndex(mj.prio), Prio: mj.prio}
 			before := liveRuns(mj.key)
 			took := m.meet(id, w)
 			got, _, err := q.claimTxn(ctx, []candidate{c}, []string{w}, true, nil)

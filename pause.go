@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,13 +19,21 @@ import (
 //
 // When some shards could not be written (their cluster node is down), the
 // others stay paused and a *ShardsError names the rest: run Pause again.
+//
+// With Config.MinReplicas, each shard's flag is written by a
+// compare-and-set of its own that waits for the replicas, as every write
+// of a job does (two round trips per shard, the shards at once); a shard
+// they did not confirm is named in the *ShardsError, which then matches
+// ErrNotReplicated: paused on the master only, so a failover may undo it.
+// Pause again to wait again.
 func (q *Queue) Pause(ctx context.Context) error {
 	return q.setPaused(ctx, true)
 }
 
 // Resume undoes Pause on every shard and wakes idle workers, in one round
-// trip per node. A *ShardsError
-// names the shards that could not be written, which stay paused.
+// trip per node. A *ShardsError names the shards that could not be
+// written, which stay paused. With Config.MinReplicas it waits for the
+// replicas as Pause does.
 func (q *Queue) Resume(ctx context.Context) error {
 	return q.setPaused(ctx, false)
 }
@@ -31,6 +41,9 @@ func (q *Queue) Resume(ctx context.Context) error {
 func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 	if err := q.check(ctx, true); err != nil {
 		return err
+	}
+	if q.cfg.MinReplicas > 0 {
+		return q.setPausedReplicated(ctx, paused)
 	}
 	cmds := make([]redis.Cmder, q.ks.shards)
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -48,12 +61,53 @@ func (q *Queue) setPaused(ctx context.Context, paused bool) error {
 		}
 		return nil
 	})
-	if err := unanswered(cmds, err); err != nil {
+	if err := reply.Unanswered(cmds, err); err != nil {
 		return fmt.Errorf("jobkey: pause %q: %w", q.name, err)
 	}
 	failed := &ShardsError{Of: q.ks.shards, Write: true}
 	for s, c := range cmds {
 		if err := c.Err(); err != nil {
+			failed.add(s, fmt.Errorf("jobkey: write %s: %w", q.ks.pauseKey(s), err))
+		}
+	}
+	return failed.orNil()
+}
+
+// setPausedReplicated is setPaused when writes wait for replicas
+// (Config.MinReplicas): each shard's flag is a compare-and-set of its own,
+// whose EXEC waits for the replicas as every write does; a flag already as
+// asked is confirmed as a write of its own. The shards go at once, one
+// transaction each. A shard the replicas did not confirm is named in the
+// *ShardsError with its *ReplicationError: written on the master only.
+func (q *Queue) setPausedReplicated(ctx context.Context, paused bool) error {
+	errs := make([]error, q.ks.shards)
+	var wg sync.WaitGroup
+	for s := range q.ks.shards {
+		wg.Go(func() {
+			key := q.ks.pauseKey(s)
+			_, _, errs[s] = q.run(ctx, &casTxn{aux: []string{key}, decide: func(r *casRead) (*casPlan, error) {
+				cur := r.aux[key]
+				switch {
+				case cur.Err != nil:
+					return nil, &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
+				case paused && !cur.Missing, !paused && cur.Missing:
+					return &casPlan{confirm: true}, nil // as asked already, maybe by this caller's last try
+				}
+				plan := &casPlan{aux: []auxWrite{{key: key}}}
+				if paused {
+					plan.aux[0].val = []byte("1")
+				} else {
+					// Idle workers wake: this shard's jobs are due now.
+					plan.steps = [][]any{{"publish", q.ks.wakeChannel(), resumeHint}}
+				}
+				return plan, nil
+			}})
+		})
+	}
+	wg.Wait()
+	failed := &ShardsError{Of: q.ks.shards, Write: true}
+	for s, err := range errs {
+		if err != nil {
 			failed.add(s, fmt.Errorf("jobkey: write %s: %w", q.ks.pauseKey(s), err))
 		}
 	}
@@ -70,8 +124,8 @@ func (q *Queue) shardGuards(cands []candidate) (*shardFlags, []int) {
 	f := &shardFlags{}
 	of := make([]int, len(cands))
 	for i, c := range cands {
-		f.add(q.ks, c.shard, false)
-		of[i] = f.at[c.shard]
+		f.add(q.ks, c.Shard, false)
+		of[i] = f.at[c.Shard]
 	}
 	return f, of
 }
@@ -136,7 +190,7 @@ func (q *Queue) readFlags(ctx context.Context, p redis.Pipeliner, f *shardFlags)
 	} else {
 		for from := 0; from < len(f.keys); {
 			to := from + 1
-			for to < len(f.keys) && keySlot(f.keys[to]) == keySlot(f.keys[from]) {
+			for to < len(f.keys) && hashSlot(f.keys[to]) == hashSlot(f.keys[from]) {
 				to++
 			}
 			parts = append(parts, part{from, p.MGet(ctx, f.keys[from:to]...)})

@@ -109,7 +109,7 @@ func TestPauseStopsFusedClaimsFromThePool(t *testing.T) {
 			require.False(t, slices.ContainsFunc(sentCmds, func(n string) bool { return strings.HasPrefix(n, "zrangebyscore") }),
 				"the pool held enough: nothing was read ahead")
 			require.Equal(t, StateSucceeded, out.done.State)
-			require.Nil(t, out.next, "Pause landed before the fused transaction's %s", at)
+			require.Nil(t, out.next, "Pause landed before the complete-and-claim transaction's %s", at)
 			st, err := f.q.Stats(f.ctx)
 			require.NoError(t, err)
 			require.Equal(t, int64(9), st.Due)

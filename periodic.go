@@ -56,7 +56,11 @@ func (e every) Next(t time.Time) time.Time {
 // enqueues the latest of them only, never a backlog: at most one missed
 // tick. A missed tick older than the queue's Retention is left alone. The
 // same holds for Pause: while the tick's shard is paused its job is not
-// enqueued, and on Resume the latest tick missed is.
+// enqueued, and on Resume the latest tick missed is. A schedule Redis has
+// not seen before is not behind: it starts at its next tick, unless
+// StartWithLatestTick asks for its latest at once. Redis records each
+// schedule in its marker in the name's shard; deleting the schedule's
+// markers makes it new again.
 type PeriodicJob struct {
 	// Name identifies the schedule within the queue: 1..64 bytes, no
 	// braces. Processes that share a Name share its ticks.
@@ -68,6 +72,15 @@ type PeriodicJob struct {
 	// (the tick sets them). Work refuses options Enqueue would refuse.
 	// Nil means defaults.
 	Opts *EnqueueOpts
+	// StartWithLatestTick makes a schedule that Redis has not seen before
+	// enqueue its latest tick at once, as a process that was down catches
+	// up on the tick it missed. By default a new schedule starts at its
+	// next tick: a daily 08:00 job first deployed at 04:21 first runs at
+	// 08:00 that day, not for yesterday's 08:00. Redis records the first
+	// sighting, so "new" holds across processes and restarts. River's
+	// RunOnStart is the like of it, at every start rather than once per
+	// schedule (default: false).
+	StartWithLatestTick bool
 }
 
 // maxPeriodicName bounds PeriodicJob.Name, so the IDs stay within MaxIDLen.
@@ -208,12 +221,17 @@ func look(s Schedule, now time.Time) (last, next, after time.Time, err error) {
 // Redis's clock), it enqueues the tick's job, retrying until the tick is
 // settled or the next tick is due.
 func (w *worker) periodic(ctx context.Context, p PeriodicJob) {
-	var done time.Time // the latest tick this process saw settled
+	var done time.Time   // ticks at or before it are settled, as far as this process knows
+	var seenAt time.Time // when this process first looked at the schedule, by Redis's clock
+	known := false       // Redis records the schedule (registerSchedule)
 	for ctx.Err() == nil {
 		now, err := w.q.clock.Now(ctx, w.q.rdb)
 		if err != nil {
 			_ = sleepCtx(ctx, w.o.PollInterval)
 			continue
+		}
+		if seenAt.IsZero() {
+			seenAt = now
 		}
 		tick, next, _, err := look(p.Schedule, now)
 		if err != nil {
@@ -223,6 +241,26 @@ func (w *worker) periodic(ctx context.Context, p PeriodicJob) {
 				"queue", w.q.name, "schedule", p.Name, "err", err)
 			_ = sleepCtx(ctx, w.o.PollInterval)
 			continue
+		}
+		if !known {
+			// Before any tick: a schedule Redis has not seen starts at its
+			// next tick, unless it asks for its latest.
+			since, first, err := w.q.registerSchedule(ctx, p, seenAt, tick)
+			if err != nil {
+				if ctx.Err() == nil {
+					w.o.Logger.Warn("jobkey: could not look up a periodic schedule's record; retrying", "queue", w.q.name, "schedule", p.Name, "err", err)
+				}
+				_ = sleepCtx(ctx, min(w.o.PollInterval, time.Second))
+				continue
+			}
+			known = true
+			if first {
+				w.o.Logger.Debug("jobkey: a new periodic schedule", "queue", w.q.name, "schedule", p.Name,
+					"starts_with_latest_tick", p.StartWithLatestTick)
+			}
+			if since.After(done) {
+				done = since
+			}
 		}
 		if !tick.IsZero() && tick.After(done) {
 			switch {
@@ -285,89 +323,4 @@ func (w *worker) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) bo
 		w.o.Logger.Debug("jobkey: periodic job enqueued", "queue", w.q.name, "schedule", p.Name, "job", id)
 	}
 	return true // or another process, or this one before a restart, was first
-}
-
-// enqueueTick writes p's job of tick t and the tick's marker in one
-// compare-and-set, unless the job exists, the schedule's marker
-// (markerShard) says the tick (or a later one) ran, or the job's shard is
-// paused. Two round trips, as an Enqueue.
-func (q *Queue) enqueueTick(ctx context.Context, p PeriodicJob, t time.Time) (tickOutcome, string, error) {
-	in, err := q.tickJob(p, t)
-	if err != nil {
-		return 0, "", err
-	}
-	j := in.job
-	key, shard := q.ks.jobKeyOf(j.ID)
-	marker := q.ks.periodicKey(q.markerShard(p.Name, shard), p.Name)
-	tick := toMillis(t)
-	var out tickOutcome
-	_, _, err = q.cas.run(ctx, &casTxn{
-		keys: []string{key}, checks: q.checksFor(shard, readyIndex(j.Priority)),
-		guards: []string{q.ks.pauseKey(shard)}, aux: []string{marker},
-		decide: func(r *casRead) (*casPlan, error) {
-			last, err := readMarker(marker, r.aux[marker])
-			switch {
-			case err != nil:
-				return nil, err
-			case last >= tick:
-				out = tickRan
-				return nil, nil
-			case r.errs[0] != nil:
-				return nil, fmt.Errorf("jobkey: enqueue %q: %w", j.ID, r.errs[0])
-			case r.jobs[0] != nil:
-				// It ran before markers were written, or its marker was
-				// lost: record it.
-				out = tickRan
-				return &casPlan{aux: []auxWrite{{key: marker, val: markerValue(tick)}}}, nil
-			case r.guarded[0]:
-				out = tickPaused
-				return nil, nil
-			}
-			out = tickWritten
-			j.CreatedAt, j.UpdatedAt = r.now, r.now
-			plan := &casPlan{writes: []casWrite{{key: key, job: j}}, aux: []auxWrite{{key: marker, val: markerValue(tick)}}}
-			var ip indexPlan
-			q.move(&ip, shard, j.ID, nil, j, "")
-			plan.steps, plan.checks = ip.steps(), ip.checks
-			plan.steps = append(plan.steps, []any{"publish", q.ks.wakeChannel(), wakeHint(j.Priority)})
-			return plan, nil
-		}})
-	if err != nil {
-		return 0, j.ID, err
-	}
-	return out, j.ID, nil
-}
-
-// markerShard is the shard of schedule name's marker for a tick whose job
-// lives in shard. On one Redis, where one EXEC may write any shard, it is
-// the name's own shard, the same whatever the options: a ConcurrencyKey
-// changed between deploys moves the ticks' jobs to another shard, and a
-// marker beside them would not know the tick ran under the old key. On a
-// cluster the marker must share the job's hash slot.
-func (q *Queue) markerShard(name string, shard int) int {
-	if q.cluster() {
-		return shard
-	}
-	return q.ks.shardOf(name)
-}
-
-// markerValue is a periodic marker's value: the latest tick enqueued in
-// its shard, in unix milliseconds.
-func markerValue(tick int64) []byte { return strconv.AppendInt(nil, tick, 10) }
-
-// readMarker reads a periodic marker: 0 when there is none. One that
-// cannot be read is reported and kept: its schedule's ticks in that shard
-// wait until it is repaired or deleted.
-func readMarker(key string, raw rawRead) (int64, error) {
-	switch {
-	case raw.missing:
-		return 0, nil
-	case raw.err != nil:
-		return 0, &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
-	}
-	n, err := strconv.ParseInt(raw.s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, &CorruptError{Key: key, Field: "periodic marker", Reason: fmt.Sprintf("%q is not a tick in unix milliseconds", raw.s)}
-	}
-	return n, nil
 }

@@ -283,7 +283,9 @@ func (s toggled) Next(t time.Time) time.Time {
 // Work (tick IDs are in milliseconds, and it would enqueue a job a
 // millisecond); one that turns so while Work runs enqueues nothing until
 // it ticks a millisecond apart again, and does not spin. A schedule that
-// panics while Work runs does not take the process down.
+// panics while Work runs does not take the process down. The hourly
+// schedule asks to start with its latest tick, so that it has a job at
+// once.
 func TestPeriodicScheduleFasterThanAMillisecondOrPanicking(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
@@ -304,7 +306,7 @@ func TestPeriodicScheduleFasterThanAMillisecondOrPanicking(t *testing.T) {
 		var calls atomic.Int64
 		s := toggled{bad: &bad, panic: panics, calls: &calls}
 		stop := runPeriodic(q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
-			[]PeriodicJob{{Name: "p", Schedule: s, Type: "t"}})
+			[]PeriodicJob{{Name: "p", Schedule: s, Type: "t", StartWithLatestTick: true}})
 		require.Eventually(t, func() bool {
 			st, err := q.Stats(context.Background())
 			require.NoError(t, err)
@@ -375,7 +377,9 @@ func (o once) Next(t time.Time) time.Time {
 // A tick that ran stays ran once its job is gone: deleted by
 // DeleteFinished, or expired under a shorter Retention than the process
 // that looks at it again. The marker written with the tick's job says so;
-// with a concurrency key, the job lives in the key's shard.
+// with a concurrency key, the job lives in the key's shard. The schedule's
+// one tick falls as the first process starts, so it asks to start with its
+// latest tick.
 func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -405,7 +409,7 @@ func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
 			if c.key != "" {
 				opts = &EnqueueOpts{ConcurrencyKey: c.key}
 			}
-			ps := []PeriodicJob{{Name: "tick", Schedule: sched, Type: "t", Opts: opts}}
+			ps := []PeriodicJob{{Name: "tick", Schedule: sched, Type: "t", Opts: opts, StartWithLatestTick: true}}
 			first := queueOn(t, redistest.Client(t, nil), prefix, Config{Shards: 4, Logger: quietLog(), Retention: c.retention})
 			id, err := first.IDFor(c.key, periodicID("tick", sched.at))
 			require.NoError(t, err)
@@ -445,7 +449,9 @@ func TestPeriodicTickStaysRanAfterItsJobIsGone(t *testing.T) {
 
 // A periodic marker that cannot be read is reported and kept: its tick is
 // not enqueued (it cannot be told whether it ran) until the marker is
-// repaired or deleted.
+// repaired or deleted. A deleted marker makes the schedule new to Redis;
+// this one asks to start with its latest tick, so that tick is enqueued
+// then.
 func TestPeriodicUnreadableMarkerIsKept(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
@@ -457,7 +463,7 @@ func TestPeriodicUnreadableMarkerIsKept(t *testing.T) {
 	marker := q.ks.periodicKey(q.markerShard("tick", shard), "tick")
 	require.NoError(t, q.rdb.Set(ctx, marker, "garbage", 0).Err())
 	stop := runPeriodic(q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
-		[]PeriodicJob{{Name: "tick", Schedule: sched, Type: "t"}})
+		[]PeriodicJob{{Name: "tick", Schedule: sched, Type: "t", StartWithLatestTick: true}})
 	defer func() { require.NoError(t, stop()) }()
 	time.Sleep(300 * time.Millisecond)
 	_, err := q.Get(ctx, id)
@@ -475,7 +481,9 @@ func TestPeriodicUnreadableMarkerIsKept(t *testing.T) {
 // On a Redis Cluster, each tick's job and its marker share a hash slot, so
 // one EXEC writes both: for an unkeyed schedule, whose ticks land in any
 // shard, and a keyed one, whose ticks live in the key's shard. A tick
-// whose job was deleted is not enqueued again by another process.
+// whose job was deleted is not enqueued again by another process. The
+// schedules' one tick falls as the first process starts, so they ask to
+// start with their latest tick.
 func TestClusterPeriodicTickStaysRan(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
@@ -485,8 +493,8 @@ func TestClusterPeriodicTickStaysRan(t *testing.T) {
 	h := runs.handler()
 	at := time.Now().Truncate(time.Millisecond)
 	ps := []PeriodicJob{
-		{Name: "plain", Schedule: once{at: at}, Type: "t"},
-		{Name: "keyed", Schedule: once{at: at}, Type: "t", Opts: &EnqueueOpts{ConcurrencyKey: "tenant-a"}},
+		{Name: "plain", Schedule: once{at: at}, Type: "t", StartWithLatestTick: true},
+		{Name: "keyed", Schedule: once{at: at}, Type: "t", Opts: &EnqueueOpts{ConcurrencyKey: "tenant-a"}, StartWithLatestTick: true},
 	}
 	newQ := func() *Queue {
 		q := queueOn(t, cl.Client(t, nil), prefix, Config{Logger: quietLog()})
@@ -528,7 +536,9 @@ func TestClusterPeriodicTickStaysRan(t *testing.T) {
 // ticks to another shard. On a queue of several shards on one Redis, the
 // tick that ran under the old options is not enqueued again under the
 // new ones: neither while old and new processes run side by side, nor
-// after the old ones are gone and its job was deleted.
+// after the old ones are gone and its job was deleted. The schedule asks
+// to start with its latest tick, so that its one tick is enqueued however
+// slowly the first processes start.
 func TestPeriodicTickRunsOnceWhenItsConcurrencyKeyChanges(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
@@ -553,7 +563,7 @@ func TestPeriodicTickRunsOnceWhenItsConcurrencyKeyChanges(t *testing.T) {
 		}
 	}
 	deploy := func(key string) []PeriodicJob {
-		p := PeriodicJob{Name: "tick", Schedule: once{at: at}, Type: "t"}
+		p := PeriodicJob{Name: "tick", Schedule: once{at: at}, Type: "t", StartWithLatestTick: true}
 		if key != "" {
 			p.Opts = &EnqueueOpts{ConcurrencyKey: key}
 		}
@@ -630,8 +640,10 @@ func TestPeriodicSkipsTickOlderThanRetentionOnRecovery(t *testing.T) {
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
+			// The schedule asks for its latest tick: T1 below is enqueued
+			// even when a process first looks at the schedule just after it.
 			done <- q.Work(ctx, h, &WorkOpts{Name: name, Concurrency: 1, Logger: quietLog(), PollInterval: 50 * time.Millisecond,
-				Periodic: []PeriodicJob{{Name: "tick", Schedule: sched, Type: "t"}}})
+				Periodic: []PeriodicJob{{Name: "tick", Schedule: sched, Type: "t", StartWithLatestTick: true}}})
 		}()
 		return func() { stop(); require.NoError(t, <-done) }
 	}
@@ -759,4 +771,112 @@ func (r *runsByID) snapshot() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.n)
+}
+
+// ticksAt is a schedule with the given ticks, in order.
+type ticksAt []time.Time
+
+func (s ticksAt) Next(t time.Time) time.Time {
+	for _, at := range s {
+		if at.After(t) {
+			return at
+		}
+	}
+	return time.Time{}
+}
+
+// A schedule Redis has not seen before starts at its next tick: a daily
+// job deployed at 04:21 does not run for yesterday's 08:00. Here two
+// processes deploy the same new schedule at once, between a tick that
+// fell before it existed and the next: the first has no job, the next has
+// one, run once, and the schedule's record says Redis has seen it. A
+// schedule that asks to start with its latest tick (StartWithLatestTick)
+// enqueues that tick at once.
+func TestNewPeriodicScheduleStartsAtItsNextTick(t *testing.T) {
+	t.Parallel()
+	for _, latest := range []bool{false, true} {
+		t.Run(fmt.Sprintf("StartWithLatestTick=%v", latest), func(t *testing.T) {
+			t.Parallel()
+			prefix := redistest.Prefix(t)
+			ctx := context.Background()
+			now := time.Now().Truncate(time.Millisecond)
+			before, after := now.Add(-time.Hour), now.Add(5*time.Second) // the processes look first well before it
+			ps := []PeriodicJob{{Name: "daily", Schedule: ticksAt{before, after}, Type: "digest", StartWithLatestTick: latest}}
+			runs := newRunsByID()
+			var stops []func() error
+			for range 2 {
+				q := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quietLog()})
+				stops = append(stops, runPeriodic(q, runs.handler(), ps))
+			}
+			q := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quietLog()})
+			require.Eventually(t, func() bool {
+				return runs.snapshot()[periodicID("daily", after)] == 1
+			}, 15*time.Second, 10*time.Millisecond, "the first tick after the deploy runs")
+			time.Sleep(200 * time.Millisecond)
+			for _, stop := range stops {
+				require.NoError(t, stop())
+			}
+			want := map[string]int{periodicID("daily", after): 1}
+			if latest {
+				want[periodicID("daily", before)] = 1
+			}
+			require.Equal(t, want, runs.snapshot(), "each tick runs once; a new schedule's tick before it existed only when asked")
+			_, err := q.rdb.Get(ctx, q.ks.periodicKey(q.ks.shardOf("daily"), "daily")).Result()
+			require.NoError(t, err, "Redis records that it has seen the schedule")
+		})
+	}
+}
+
+// A schedule an earlier build ran is not new, though Redis holds no record
+// of it in its name's shard: a build before markers left only the jobs of
+// its ticks, and one that kept the marker beside the job (the tick's own
+// shard, on one Redis too) left markers in other shards. Either trace
+// counts as seen. Here the earlier build ran tick T0 and was down at the
+// latest tick T: the new process catches up on T, as any process that was
+// down does, and T0 is not enqueued again. When the earlier build ran T
+// itself, the record says so.
+func TestPeriodicScheduleAnEarlierBuildRanIsNotNew(t *testing.T) {
+	t.Parallel()
+	for _, trace := range []string{"marker beside an earlier tick", "the latest tick's job"} {
+		t.Run(trace, func(t *testing.T) {
+			t.Parallel()
+			prefix := redistest.Prefix(t)
+			ctx := context.Background()
+			q := queueOn(t, redistest.Client(t, nil), prefix, Config{Shards: 8, Logger: quietLog()})
+			now := time.Now().Truncate(time.Millisecond)
+			t0, tl := now.Add(-2*time.Hour), now.Add(-time.Hour)
+			ps := []PeriodicJob{{Name: "nightly", Schedule: ticksAt{t0, tl}, Type: "report"}}
+			record := q.ks.periodicKey(q.ks.shardOf("nightly"), "nightly")
+			switch trace {
+			case "marker beside an earlier tick":
+				s := q.ks.shardOf(periodicID("nightly", t0))
+				if s == q.ks.shardOf("nightly") {
+					t0 = t0.Add(time.Millisecond) // another shard than the record's
+					ps[0].Schedule = ticksAt{t0, tl}
+					s = q.ks.shardOf(periodicID("nightly", t0))
+				}
+				require.NotEqual(t, q.ks.shardOf("nightly"), s, "test set-up: the marker is not the record")
+				require.NoError(t, q.rdb.Set(ctx, q.ks.periodicKey(s, "nightly"), toMillis(t0), 0).Err())
+			default:
+				_, err := q.Enqueue(ctx, "report", nil, &EnqueueOpts{ID: periodicID("nightly", tl), RunAt: tl})
+				require.NoError(t, err)
+			}
+			runs := newRunsByID()
+			stop := runPeriodic(q, runs.handler(), ps)
+			require.Eventually(t, func() bool {
+				v, err := q.rdb.Get(ctx, record).Result()
+				return err == nil && v != ""
+			}, 5*time.Second, 10*time.Millisecond, "the schedule is recorded")
+			require.Eventually(t, func() bool { return runs.snapshot()[periodicID("nightly", tl)] == 1 },
+				5*time.Second, 10*time.Millisecond, "the latest tick is caught up on, or was run by the earlier build")
+			time.Sleep(200 * time.Millisecond)
+			require.NoError(t, stop())
+			require.Equal(t, map[string]int{periodicID("nightly", tl): 1}, runs.snapshot())
+			if trace == "the latest tick's job" {
+				v, err := q.rdb.Get(ctx, record).Result()
+				require.NoError(t, err)
+				require.Equal(t, strconv.FormatInt(toMillis(tl), 10), v, "recorded as ran up to the tick the earlier build ran")
+			}
+		})
+	}
 }

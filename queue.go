@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/cluster"
+	"github.com/jobkey/jobkey/internal/expiring"
+	"github.com/jobkey/jobkey/internal/readahead"
 	"github.com/jobkey/jobkey/internal/redisclock"
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -15,16 +21,14 @@ import (
 // every change to a job is a compare-and-set on that key, so a change
 // happens whole or not at all. A Queue is safe for concurrent use.
 type Queue struct {
-	rdb   redis.UniversalClient
-	name  string
-	cfg   Config
-	ks    *keyspace
-	cas   *casEngine
-	clock *redisclock.Clock
-	newer *expiring[string] // jobs of a newer format that claimers look past
-	down  *shardsDown       // shards whose node could not be reached
-	srv   serverCheck       // what the first call checks about Redis
-	pool  *duePool          // due entries read ahead, for the claims that follow
+	decider     // the queue's name, config and keys: what its decisions use
+	rdb         redis.UniversalClient
+	cas         *cas.Engine
+	clock       *redisclock.Clock
+	newerFormat *expiring.Set[string] // jobs of a newer format that claimers look past
+	down        *cluster.Down         // shards whose node could not be reached
+	srv         serverCheck           // what the first call checks about Redis
+	pool        *readahead.Pool       // due entries read ahead, for the claims that follow
 	// listeners counts the Works of this Queue subscribed to the wake-up
 	// hints: only then do claims take entries from the pool, since only
 	// then do other processes' hints drop what a higher priority passes.
@@ -39,14 +43,15 @@ type Queue struct {
 	paused atomic.Bool
 
 	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
-	claims    *commitGroup[string, *Job]
-	enqueues  *commitGroup[*enqueueIn, *Job]
-	completes *commitGroup[completeIn, *Job]
-	extends   *commitGroup[*Job, *Job]
-	finishes  *commitGroup[finishIn, finishOut] // Work's fused complete-and-claim
+	claims    *cas.Group[string, *Job]
+	enqueues  *cas.Group[*enqueueIn, *Job]
+	completes *cas.Group[completeIn, *Job]
+	extends   *cas.Group[*Job, *Job]
+	finishes  *cas.Group[finishIn, finishOut] // Work's complete-and-claim
 	// afterBulkPage, in tests, runs after each page a bulk action acted on.
 	afterBulkPage func()
 	handlers      handlerMetrics // stuck handlers of this process's Works
+	work          workMetrics    // what this process's Works recorded, and their runners
 }
 
 // NewQueue returns the queue name on rdb. It never closes rdb, which stays
@@ -59,45 +64,44 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	if err := validName("queue name", name, false); err != nil {
 		return nil, err
 	}
-	_, cluster := rdb.(*redis.ClusterClient)
-	c := cfg.withDefaults(cluster)
+	_, onCluster := rdb.(*redis.ClusterClient)
+	c := cfg.withDefaults(onCluster)
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	clock := &redisclock.Clock{Local: c.Now}
-	engine, err := newCASEngine(rdb, casLimits{attempts: c.CASAttempts, baseBackoff: c.CASBackoff, maxBackoff: c.CASMaxBackoff}, clock)
+	q := &Queue{decider: decider{name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards)}, rdb: rdb, clock: clock,
+		newerFormat: &expiring.Set[string]{TTL: skipFor, Max: maxSkip}}
+	engine, err := cas.New(rdb, cas.Options{Attempts: c.CASAttempts, BaseBackoff: c.CASBackoff, MaxBackoff: c.CASMaxBackoff,
+		Clock: clock, MinReplicas: c.MinReplicas, ReplicaTimeout: c.ReplicaTimeout, SyncKey: syncKey,
+		Check: func(ctx context.Context) error { return q.check(ctx, true) },
+		Failed: func(ctx context.Context, err error) {
+			if q.unreachable(ctx, err) {
+				q.down.HashSlots.Reload()
+			}
+		}})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	q := &Queue{rdb: rdb, name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards), cas: engine, clock: clock,
-		newer: &expiring[string]{ttl: skipFor, max: maxSkip}}
+	q.cas = engine
 	crdb, _ := rdb.(*redis.ClusterClient)
-	q.down = newShardsDown(&slotMap{rdb: crdb}, func(s int) string { return q.ks.index(s, idxReady) })
-	engine.check = func(ctx context.Context) error { return q.check(ctx, true) }
-	engine.failed = func(ctx context.Context, err error) {
-		if q.unreachable(ctx, err) {
-			q.down.slots.reload()
-		}
-	}
-	engine.dur = durability{replicas: c.MinReplicas, timeout: c.ReplicaTimeout}
-	engine.readTimeout = readTimeoutOf(rdb)
-	q.pool = newDuePool(c.Shards, q.down.has)
-	q.pool.moved = q.down.moved
+	q.down = cluster.NewDown(&cluster.HashSlots{RDB: crdb}, func(s int) string { return q.ks.index(s, idxReady) }, downFor, maxShards)
+	q.pool = readahead.New(c.Shards, q.down.Has, q.down.Moved, downFor)
 	if !c.DisableGroupCommit {
-		q.claims = &commitGroup[string, *Job]{max: c.MaxBatch, flush: q.flushClaims, fill: batchFill,
-			unknown: func(w string, err error) error { return outcomeUnknown("claim", w, err) },
-			orphan:  q.giveBack}
-		q.enqueues = &commitGroup[*enqueueIn, *Job]{max: c.MaxBatch, flush: q.flushEnqueues, lanes: enqueueLanes, fill: batchFill,
-			unknown: func(in *enqueueIn, err error) error { return outcomeUnknown("enqueue", in.job.ID, err) }}
-		q.completes = &commitGroup[completeIn, *Job]{max: c.MaxBatch, flush: q.flushCompletes, fill: batchFill,
-			unknown: func(in completeIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) }}
-		q.extends = &commitGroup[*Job, *Job]{max: c.MaxBatch, flush: q.flushExtends, fill: batchFill,
-			unknown: func(j *Job, err error) error { return outcomeUnknown("extend", j.ID, err) }}
-		q.finishes = &commitGroup[finishIn, finishOut]{max: c.MaxBatch, flush: q.flushFinishes, rides: true,
-			unknown: func(in finishIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) },
-			orphan: func(out finishOut) {
-				q.giveBack(out.next)
-				q.giveBack(out.unsure)
+		q.claims = &cas.Group[string, *Job]{Max: c.MaxBatch, Flush: q.flushClaims, Fill: batchFill,
+			Unknown: func(w string, err error) error { return outcomeUnknown("claim", w, err) },
+			Orphan:  q.giveBack}
+		q.enqueues = &cas.Group[*enqueueIn, *Job]{Max: c.MaxBatch, Flush: q.flushEnqueues, Lanes: enqueueLanes, Fill: batchFill,
+			Unknown: func(in *enqueueIn, err error) error { return outcomeUnknown("enqueue", in.job.ID, err) }}
+		q.completes = &cas.Group[completeIn, *Job]{Max: c.MaxBatch, Flush: q.flushCompletes, Fill: batchFill,
+			Unknown: func(in completeIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) }}
+		q.extends = &cas.Group[*Job, *Job]{Max: c.MaxBatch, Flush: q.flushExtends, Fill: batchFill,
+			Unknown: func(j *Job, err error) error { return outcomeUnknown("extend", j.ID, err) }}
+		q.finishes = &cas.Group[finishIn, finishOut]{Max: c.MaxBatch, Flush: q.flushFinishes, HandOver: true,
+			Unknown: func(in finishIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) },
+			Orphan: func(t *cas.Trail, out finishOut) {
+				q.giveBack(t, out.next)
+				q.giveBack(t, out.unsure)
 			}}
 	}
 	return q, nil
@@ -110,31 +114,12 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 const enqueueLanes = 4
 
 // batchFill bounds how long a leader waits for its next batch to fill
-// under load (commitGroup.fill): a few percent of a round trip on
+// under load (cas.Group.Fill): a few percent of a round trip on
 // loopback.
 const batchFill = 50 * time.Microsecond
 
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
-
-// Metrics returns the queue's counters in this process since the Queue
-// was made: the compare-and-set engine's attempts, conflicts, round trips
-// and commands, and the stuck handlers of its Works.
-//
-// It is API because the counters are what an operator watches and no
-// other call exposes them: the otel module exports them as OpenTelemetry
-// instruments, the bench module reads conflicts and retries from them, and
-// an application may feed them to its own metrics.
-func (q *Queue) Metrics() MetricsSnapshot {
-	m := q.cas.m.snapshot()
-	m.StuckHandlers, m.StuckDetected = q.handlers.stuck.Load(), q.handlers.detected.Load()
-	if q.enqueues != nil {
-		m.EnqueueBatches, m.ClaimBatches = q.enqueues.hist.snapshot(), q.claims.hist.snapshot()
-		m.CompleteBatches, m.ExtendBatches = q.completes.hist.snapshot(), q.extends.hist.snapshot()
-		m.FinishBatches = q.finishes.hist.snapshot()
-	}
-	return m
-}
 
 // Get returns the job with the given ID in one round trip. It returns
 // ErrNotFound when there is none, and ErrCorrupt or ErrUnsupportedFormat
@@ -151,7 +136,7 @@ func (q *Queue) Get(ctx context.Context, id string) (*Job, error) {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, id, q.name)
-	case err != nil && isWrongType(err):
+	case err != nil && reply.IsWrongType(err):
 		return nil, &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
 	case err != nil:
 		return nil, fmt.Errorf("jobkey: get %q: %w", id, err)
@@ -213,7 +198,7 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 	key, shard := q.ks.jobKeyOf(id)
 	var out *Job
 	follow := q.slotFollowListed([]int{shard}) // a keyed job's waiting listing may have to go
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), follow: follow, decide: func(r *casRead) (*casPlan, error) {
+	_, _, err := q.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, predict...), follow: follow, decide: func(r *casRead) (*casPlan, error) {
 		if r.errs[0] != nil {
 			return nil, r.errs[0]
 		}
@@ -255,7 +240,7 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 		b := q.newSlotBook(r)
 		b.unlistMoved(shard, &old, next)
 		b.finish(plan, &ip)
-		plan.steps, plan.checks = ip.steps(), ip.checks
+		plan.index(&ip)
 		return plan, nil
 	}})
 	if err != nil {
@@ -268,7 +253,60 @@ func (q *Queue) update(ctx context.Context, id string, predict []string, fn func
 func (q *Queue) checksFor(shard int, indexes ...string) []typeCheck {
 	out := make([]typeCheck, len(indexes))
 	for i, name := range indexes {
-		out[i] = typeCheck{key: q.ks.index(shard, name), want: "zset"}
+		out[i] = typeCheck{Key: q.ks.index(shard, name), Want: "zset"}
 	}
 	return out
+}
+
+// Keys returns the keys of the job with the given ID and of its shard.
+func (q *Queue) Keys(id string) JobKeys {
+	key, s := q.ks.jobKeyOf(id)
+	return JobKeys{
+		Job: key, Ready: q.ks.index(s, idxReady), Leased: q.ks.index(s, idxLeased),
+		Succeeded: q.ks.index(s, idxSucceeded), Failed: q.ks.index(s, idxFailed), Canceled: q.ks.index(s, idxCanceled),
+		Corrupt: q.ks.index(s, idxCorrupt),
+	}
+}
+
+// IDFor returns an ID for a job of concurrency key key, made from base. On
+// a queue of several shards a keyed job must live in its key's shard, so
+// that the job and its key's value share a hash slot and one transaction
+// changes both; Enqueue refuses a caller's ID that is not there. IDFor
+// returns base itself when it is there and does not end in "~<digits>",
+// and else base with the first suffix "~<n>" (n = 1, 2, ...) that is
+// there. On a queue of one shard, or for an empty key, it returns base.
+//
+// Distinct bases always give distinct IDs for one key: an ID that ends in
+// "~<digits>" came from the base before its last "~", and any other ID is
+// its own base. The same key and base always give the same ID, so it
+// deduplicates as base would. A base that is not a valid ID, or too long
+// to take its suffix within MaxIDLen, and a key Enqueue would refuse, are
+// refused with ErrInvalid.
+func (q *Queue) IDFor(key, base string) (string, error) {
+	if err := validID(base); err != nil {
+		return "", err
+	}
+	if key != "" {
+		if err := validConcurrencyKey(key); err != nil {
+			return "", err
+		}
+	}
+	if q.ks.shards == 1 || key == "" {
+		return base, nil
+	}
+	want := q.ks.shardOf(key)
+	if q.ks.shardOf(base) == want && !suffixed(base) {
+		return base, nil
+	}
+	for n := 1; n <= maxIDForTries; n++ {
+		id := base + "~" + strconv.Itoa(n)
+		if len(id) > MaxIDLen {
+			break
+		}
+		if q.ks.shardOf(id) == want {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("%w: job ID base %q (%d bytes) leaves no room within MaxIDLen (%d) for a suffix that places it in the shard of concurrency key %q",
+		ErrInvalid, base, len(base), MaxIDLen, key)
 }

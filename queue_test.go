@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -340,4 +344,56 @@ func TestValueNamingAnotherJobIsCorrupt(t *testing.T) {
 	rep, err := f.q.Verify(f.ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings, "x's hint is in corrupt, where Verify expects a value that is not x's")
+}
+
+// The README's quick start builds a plain redis.NewClient, as a user would:
+// go-redis's maintenance notifications in their default "auto" mode, whose
+// handshake Redis 7 refuses on each new connection, which the client then
+// answers by switching the mode off. go-redis v9.23 writes that switch
+// under the client's own lock, so the quick start is safe as written: it
+// compiles, and runs under the race detector against a real redis-server
+// of its own, with only the address changed, its slots opening connections
+// at once.
+func TestREADMEQuickStartRunsAsWrittenUnderRace(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	readme := string(b)
+	_, after, ok := strings.Cut(readme, "## Quick start\n\n```go\n")
+	require.True(t, ok, "README.md has a Go block under \"## Quick start\"")
+	src, _, ok := strings.Cut(after, "\n```\n")
+	require.True(t, ok)
+	require.Equal(t, 1, strings.Count(src, `"localhost:6379"`), "the quick start names its Redis once")
+	require.Contains(t, src, "redis.NewClient(&redis.Options{Addr: ", "the quick start builds a plain client")
+	src = strings.Replace(src, `"localhost:6379"`, strconv.Quote(srv.Addr), 1)
+
+	root, err := filepath.Abs(".")
+	require.NoError(t, err)
+	mod, err := os.ReadFile("go.mod")
+	require.NoError(t, err)
+	sum, err := os.ReadFile("go.sum")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	gomod := strings.Replace(string(mod), "module github.com/jobkey/jobkey", "module quickstart", 1) +
+		"\nrequire github.com/jobkey/jobkey v0.0.0\n\nreplace github.com/jobkey/jobkey => " + root + "\n"
+	for name, body := range map[string]string{"main.go": src, "go.mod": gomod, "go.sum": string(sum)} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
+	}
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command, to build the quick start")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, goBin, "build", "-race", "-o", "quickstart", ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "the quick start compiles as written:\n%s", out)
+
+	run := exec.CommandContext(ctx, filepath.Join(dir, "quickstart"))
+	run.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	out, err = run.CombinedOutput()
+	require.NoError(t, err, "the quick start runs, with no race reported:\n%s", out)
+	require.NotContains(t, string(out), "DATA RACE")
+	require.Equal(t, "welcome {\"to\":\"ada@example.com\"}\nwelcome-ada succeeded\n", string(out))
 }

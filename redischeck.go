@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -96,7 +97,7 @@ func (q *Queue) runChecks(ctx context.Context) error {
 	}
 	switch {
 	case errors.Is(err, redis.Nil): // stored now
-	case isWrongType(err):
+	case reply.IsWrongType(err):
 		c.shardsErr = &WrongTypeError{Key: key, Want: "string", Got: "non-string"}
 	case err != nil:
 		return cmp.Or(unreachable(q.rdb, err), fmt.Errorf("jobkey: store the shard count in %s: %w", key, err))
@@ -126,7 +127,7 @@ func (q *Queue) runChecks(ctx context.Context) error {
 		c.evictErr = fmt.Errorf("%w: cannot read maxmemory-policy (%v): grant +info, or set Config.SkipEvictionCheck",
 			ErrEvictionPolicy, err)
 		return nil
-	case err != nil && isRedisErr(err):
+	case err != nil && reply.IsRedisErr(err):
 		// A server without INFO memory (renamed away, or not Redis): say
 		// so loudly, and go on.
 		q.cfg.Logger.Error("jobkey: cannot read maxmemory-policy; if Redis may evict keys, acknowledged jobs can vanish "+

@@ -491,7 +491,7 @@ func TestWaitForReplicasCarriesNoRide(t *testing.T) {
 	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 5 * time.Second, Logger: quietLog()})
 	var carried atomic.Int32
 	r.master.AddHook(pipeHook(func(_ context.Context, cmds []redis.Cmder) error {
-		if carriesRide(cmds) {
+		if redistest.CarriesRead(cmds) {
 			carried.Add(1)
 		}
 		return nil
@@ -501,4 +501,48 @@ func TestWaitForReplicasCarriesNoRide(t *testing.T) {
 	requireOnceEach(t, r.q, runs, n)
 	require.Zero(t, m.Rides)
 	require.Zero(t, carried.Load(), "pipelines with a read after their EXEC")
+}
+
+// With MinReplicas, Pause and Resume wait for the replicas as every write
+// of a job does: with the replica frozen, the flags are written on the
+// master only and the error says so; once it is back, the replica holds
+// the queue paused, and then resumed, before each call returns.
+func TestPauseAndResumeWaitForTheReplicas(t *testing.T) {
+	t.Parallel()
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond, Shards: 4})
+	pausedOnReplica := func() int {
+		n := 0
+		for s := range r.q.ks.shards {
+			if r.replica.Exists(r.ctx, r.q.ks.pauseKey(s)).Val() == 1 {
+				n++
+			}
+		}
+		return n
+	}
+
+	thaw := r.freeze(t)
+	err := r.q.Pause(r.ctx)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	var se *ShardsError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, []int{0, 1, 2, 3}, sortedInts(se.Shards))
+	require.ErrorContains(t, err, "written on the master only")
+	st, err := r.q.Stats(r.ctx)
+	require.NoError(t, err)
+	require.True(t, st.Paused, "applied on the master all the same")
+	thaw()
+
+	_, err = untilReplicated(t, func() (struct{}, error) { return struct{}{}, r.q.Pause(r.ctx) })
+	require.NoError(t, err, "paused again: the flags already set are confirmed")
+	require.Equal(t, 4, pausedOnReplica(), "the replica holds every shard paused once Pause returned")
+
+	_, err = untilReplicated(t, func() (struct{}, error) { return struct{}{}, r.q.Resume(r.ctx) })
+	require.NoError(t, err)
+	require.Zero(t, pausedOnReplica(), "the replica holds every shard resumed once Resume returned")
+}
+
+func sortedInts(in []int) []int {
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return out
 }

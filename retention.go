@@ -13,11 +13,11 @@ import (
 
 // retention is how long a finished job's key lives: Config.FailedRetention
 // for a failed job, else the job's own Retention or Config.Retention.
-func (q *Queue) retention(j *Job) time.Duration {
+func (d *decider) retention(j *Job) time.Duration {
 	if j.State == StateFailed {
-		return q.cfg.FailedRetention
+		return d.cfg.FailedRetention
 	}
-	return cmp.Or(j.Retention, q.cfg.Retention)
+	return cmp.Or(j.Retention, d.cfg.Retention)
 }
 
 // entryOf is derive(j) as this queue writes it. Trim removes the entries of
@@ -26,10 +26,10 @@ func (q *Queue) retention(j *Job) time.Duration {
 // earlier than its finish, so that it goes when its key expires, not when
 // a job of the queue's retention would. Stats counts it while its key
 // lives, and List orders it by that score.
-func (q *Queue) entryOf(j *Job) entry {
+func (d *decider) entryOf(j *Job) entry {
 	e := derive(j)
 	if j.Retention > 0 && (j.State == StateSucceeded || j.State == StateCanceled) {
-		e.score += (j.Retention - q.cfg.Retention).Milliseconds()
+		e.score += (j.Retention - d.cfg.Retention).Milliseconds()
 	}
 	return e
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// run is one claimed job in a Work slot, from the claim until its outcome
+// run is one claimed job in a Work runner, from the claim until its outcome
 // is recorded. Work's renewer (renew.go) renews the lease the whole time,
 // not only while the handler runs: a lease that ran out while a slow outcome write waited
 // would let another worker run the job again.
@@ -129,11 +129,11 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 		r.writing.Store(false)
 		cancel()
 		if err == nil {
-			w.recorded(stored, nil)
+			w.recorded(r.job, stored, nil)
 			return nil
 		}
 		if final(err) || r.left() <= 0 {
-			w.recorded(r.job, err)
+			w.recorded(r.job, r.job, err)
 			return err
 		}
 		w.o.Logger.Warn("jobkey: recording job outcome failed; retrying", "queue", w.q.name, "job", r.job.ID, "err", err)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,7 +44,7 @@ type Stats struct {
 	// StuckHandlers counts the handlers that Work reports stuck, in every
 	// process: still running WorkOpts.StuckAfter after their contexts
 	// ended (canceled job, lost lease, timeout, shutdown). Go cannot stop
-	// them; each holds its worker's slot until it returns, and may run
+	// them; each holds its worker's runner until it returns, and may run
 	// beside a new run of its job. A worker renews its report every
 	// Lease/3; the report of a process that died or gave up on it at
 	// shutdown lapses within one Lease.
@@ -100,13 +101,13 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 			c.leased, c.expired = card(idxLeased), p.ZCount(ctx, key(idxLeased), "-inf", nowS)
 			c.ok, c.failed = after(idxSucceeded, q.cfg.Retention), after(idxFailed, q.cfg.FailedRetention)
 			c.canceled, c.corrupt = after(idxCanceled, q.cfg.Retention), card(idxCorrupt)
-			c.newer, c.vanished = after(seenNewer, newerWindow), after(seenVanished, q.cfg.Retention)
+			c.newer, c.vanished = after(seenNewerFormat, newerWindow), after(seenLost, q.cfg.Retention)
 			c.stuck = p.ZCount(ctx, key(seenStuck), "("+nowS, "+inf") // reports not lapsed
 			c.paused = p.Exists(ctx, q.ks.pauseKey(s))
 		}
 		return nil
 	})
-	if err := unanswered(cmds, err); err != nil {
+	if err := reply.Unanswered(cmds, err); err != nil {
 		return Stats{}, fmt.Errorf("jobkey: stats of %q: %w", q.name, err)
 	}
 	if clock != nil && clock.Err() == nil {
@@ -146,7 +147,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 // readErr names the key a read failed on, as a *WrongTypeError when the key
 // holds another type.
 func readErr(key string, err error) error {
-	if isWrongType(err) {
+	if reply.IsWrongType(err) {
 		return &WrongTypeError{Key: key, Want: "zset", Got: "non-zset"}
 	}
 	return fmt.Errorf("jobkey: read %s: %w", key, err)

@@ -23,7 +23,7 @@ import (
 //     reported stuck: one WARN log line, Queue.Metrics (StuckHandlers, and
 //     StuckDetected for ever), and a report in Redis that Stats counts
 //     (Stats.StuckHandlers) for every process, and the UI shows;
-//   - its slot takes no other job until it returns, since the slot is the
+//   - its runner takes no other job until it returns, since the runner is the
 //     very goroutine that called it;
 //   - at shutdown, Work returns without the handlers still stuck once
 //     nothing else is left (see drain), with ErrHandlerStuck.
@@ -97,7 +97,7 @@ func (s *stuckWatch) expired() {
 	s.mu.Unlock()
 	s.w.changedNow()
 	j := s.r.job
-	msg := "jobkey: handler stuck: it has not returned since its context ended; its slot stays taken until it does"
+	msg := "jobkey: handler stuck: it has not returned since its context ended; its runner stays taken until it does"
 	if errors.Is(cause, ErrJobCanceled) || errors.Is(cause, ErrLeaseLost) || errors.Is(cause, ErrLeaseExpired) {
 		msg += ", and its lease is no longer kept: another worker may run the job beside it"
 	}
@@ -106,7 +106,7 @@ func (s *stuckWatch) expired() {
 }
 
 // returned ends the watch once the handler has returned: a stuck handler's
-// report is taken back, and its slot is free again.
+// report is taken back, and its runner is free again.
 func (s *stuckWatch) returned() {
 	s.stopAfter()
 	s.mu.Lock()
@@ -129,7 +129,7 @@ func (s *stuckWatch) returned() {
 	<-s.reported
 	s.w.changedNow()
 	j := s.r.job
-	s.w.o.Logger.Info("jobkey: stuck handler returned; its slot is free again",
+	s.w.o.Logger.Info("jobkey: stuck handler returned; its runner is free again",
 		"queue", s.w.q.name, "job", j.ID, "type", j.Type, "attempt", j.Attempt, "worker", j.LeaseOwner,
 		"after", time.Since(since).Round(time.Millisecond))
 }
@@ -181,7 +181,7 @@ func (s *stuckWatch) report(quit, reported chan struct{}) {
 // job's ID. Two stuck runs of one job are two entries.
 func stuckMember(j *Job) string { return strconv.FormatUint(j.LeaseToken, 10) + ":" + j.ID }
 
-// changedNow tells drain that the slots or the stuck handlers changed.
+// changedNow tells drain that the runners or the stuck handlers changed.
 func (w *worker) changedNow() {
 	select {
 	case w.changed <- struct{}{}:
@@ -189,8 +189,8 @@ func (w *worker) changedNow() {
 	}
 }
 
-// slotDone counts a slot that has returned.
-func (w *worker) slotDone() {
+// runnerDone counts a runner that has returned.
+func (w *worker) runnerDone() {
 	w.mu.Lock()
 	w.live--
 	w.mu.Unlock()
@@ -200,9 +200,9 @@ func (w *worker) slotDone() {
 // maxNamedStuck bounds the jobs ErrHandlerStuck's message names.
 const maxNamedStuck = 10
 
-// giveUp returns, once every slot still running is held by a stuck
+// giveUp returns, once every runner still running is held by a stuck
 // handler, an error that names them, and stops renewing their leases and
-// reports. It returns nil while any other slot is still busy.
+// reports. It returns nil while any other runner is still busy.
 func (w *worker) giveUp() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

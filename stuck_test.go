@@ -61,7 +61,7 @@ func stuckCounts(t *testing.T, q *Queue) (now, detected, inStats int64) {
 // A handler that ignores its context after its job was canceled, or its
 // lease lost, is reported stuck StuckAfter later: logged once at WARN with
 // the job's ID and type and how long, counted in Metrics and in Stats. Its
-// slot stays taken: with Concurrency 1, no other job starts until it
+// runner stays taken: with Concurrency 1, no other job starts until it
 // returns. Once it returns, the slot takes the next job and the counts
 // drop.
 func TestStuckHandlerIsReportedAndKeepsItsSlot(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -53,8 +54,8 @@ func (q *Queue) Trim(ctx context.Context) (int, error) {
 			// entry stays as long, so the job stays listed.
 			trimTarget{q.ks.index(s, idxCanceled), q.cfg.Retention + q.cfg.Lease},
 			trimTarget{q.ks.index(s, idxFailed), q.cfg.FailedRetention},
-			trimTarget{q.ks.index(s, seenNewer), newerWindow},
-			trimTarget{q.ks.index(s, seenVanished), q.cfg.Retention},
+			trimTarget{q.ks.index(s, seenNewerFormat), newerWindow},
+			trimTarget{q.ks.index(s, seenLost), q.cfg.Retention},
 			trimTarget{q.ks.index(s, seenStuck), 0}) // scored by when they lapse
 	}
 	removed := 0
@@ -87,7 +88,7 @@ func (q *Queue) trimStep(ctx context.Context, now time.Time, targets []trimTarge
 		}
 		return nil
 	})
-	if err := unanswered(cmds, err); err != nil {
+	if err := reply.Unanswered(cmds, err); err != nil {
 		return 0, nil, fmt.Errorf("jobkey: trim: %w", err)
 	}
 	var more []trimTarget
@@ -111,7 +112,7 @@ func (q *Queue) trimStep(ctx context.Context, now time.Time, targets []trimTarge
 		}
 		return nil
 	})
-	if err := unanswered(cmds, err); err != nil {
+	if err := reply.Unanswered(cmds, err); err != nil {
 		return 0, nil, fmt.Errorf("jobkey: trim: %w", err)
 	}
 	removed := 0

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -99,9 +100,9 @@ type placed struct {
 	score int64
 }
 
-// scanNode returns the client of the master that owns a shard's slot, for
-// SCAN, the one command a cluster client does not route by key. The slot
-// map go-redis holds may be stale after a slot moved, and SCAN on the old
+// scanNode returns the client of the master that owns a shard's hash slot, for
+// SCAN, the one command a cluster client does not route by key. The map of
+// hash slots go-redis holds may be stale after a hash slot moved, and SCAN on the old
 // owner finds nothing, so ownership is confirmed by a keyed command the
 // node would answer with MOVED.
 func (q *Queue) scanNode(ctx context.Context, shard int) (redis.Cmdable, error) {
@@ -120,7 +121,7 @@ func (q *Queue) scanNode(ctx context.Context, shard int) (redis.Cmdable, error) 
 			return n, err
 		}
 		if try == 20 {
-			return nil, fmt.Errorf("jobkey: the slot of %s keeps moving: %w", key, err)
+			return nil, fmt.Errorf("jobkey: the hash slot of %s keeps moving: %w", key, err)
 		}
 		c.ReloadState(ctx) // asynchronous: give it a moment
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
@@ -130,7 +131,7 @@ func (q *Queue) scanNode(ctx context.Context, shard int) (redis.Cmdable, error) 
 }
 
 // verifyShard checks one shard. Keyed reads go through the queue's client,
-// which follows a slot that moved; only the keyspace scan needs the node.
+// which follows a hash slot that moved; only the keyspace scan needs the node.
 func (q *Queue) verifyShard(ctx context.Context, shard int, o VerifyOpts, now time.Time, rep *VerifyReport) error {
 	suspects := map[string]bool{}
 	if err := q.walkIndexes(ctx, q.rdb, shard, now, rep, suspects); err != nil {
@@ -296,13 +297,13 @@ func (q *Queue) values(ctx context.Context, node redis.Cmdable, shard int, ids [
 			}
 			return nil
 		})
-		if err != nil && (unanswered(all, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
+		if err != nil && (reply.Unanswered(all, err) != nil || !errors.Is(err, redis.Nil) && !reply.IsRedisErr(err)) {
 			return nil, fmt.Errorf("jobkey: verify: read values: %w", err)
 		}
 		for i, c := range cmds {
-			r := fromGet(c)
-			if r.err != nil && !isWrongType(r.err) {
-				return nil, fmt.Errorf("jobkey: verify: get %s: %w", q.ks.jobKey(shard, page[i]), r.err)
+			r := reply.FromGet(c)
+			if r.Err != nil && !reply.IsWrongType(r.Err) {
+				return nil, fmt.Errorf("jobkey: verify: get %s: %w", q.ks.jobKey(shard, page[i]), r.Err)
 			}
 			out = append(out, r)
 		}
@@ -315,7 +316,7 @@ func (q *Queue) values(ctx context.Context, node redis.Cmdable, shard int, ids [
 // alone: it is not this build's to judge.
 func (q *Queue) rederive(ctx context.Context, shard int, id string) error {
 	key := q.ks.jobKey(shard, id)
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, allIndexes...),
+	_, _, err := q.run(ctx, &casTxn{keys: []string{key}, checks: q.checksFor(shard, allIndexes...),
 		decide: func(r *casRead) (*casPlan, error) {
 			if errors.Is(r.errs[0], ErrUnsupportedFormat) {
 				return nil, nil
@@ -339,13 +340,9 @@ func (q *Queue) rederive(ctx context.Context, shard int, id string) error {
 					ip.zrem(q.ks.index(shard, idx), id)
 				}
 			}
-			return &casPlan{steps: ip.steps(), checks: ip.checks}, nil
+			plan := &casPlan{}
+			plan.index(&ip)
+			return plan, nil
 		}})
 	return err
-}
-
-// globEscape quotes the characters SCAN MATCH treats as patterns.
-func globEscape(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
-	return r.Replace(s)
 }

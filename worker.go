@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/cas"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,7 +39,8 @@ func (f HandlerFunc) Work(ctx context.Context, j *Job) ([]byte, error) { return 
 type WorkOpts struct {
 	// Concurrency is how many handlers run at once (default: 10).
 	Concurrency int
-	// Name identifies this worker in LeaseOwner; each handler slot appends
+	// Name identifies this worker in LeaseOwner; each runner (the goroutine
+	// that claims and runs one job at a time) appends
 	// "/<n>" (default: "<hostname>-<pid>-<random>").
 	Name string
 	// PollInterval is the longest an idle worker waits before looking for
@@ -77,7 +79,7 @@ type WorkOpts struct {
 	Periodic []PeriodicJob
 	// StuckAfter is how long a handler may run on after its context ended
 	// before Work reports it stuck: logged once at WARN, counted in
-	// Queue.Metrics and in Stats.StuckHandlers until it returns. Its slot
+	// Queue.Metrics and in Stats.StuckHandlers until it returns. Its runner
 	// takes no other job meanwhile. At shutdown, Work returns without the
 	// handlers still stuck this long after ShutdownGrace, with
 	// ErrHandlerStuck (default: 10s).
@@ -88,11 +90,13 @@ type WorkOpts struct {
 // gracefully: it stops claiming, lets in-flight handlers finish within
 // ShutdownGrace, then cancels the rest and releases their jobs. It returns
 // nil once every handler has returned and its outcome is recorded (or its
-// lease has run out, when Redis cannot be reached).
+// lease has run out, when Redis cannot be reached), and every job claimed
+// for it and not run is given back: nothing it started runs on after it
+// returns.
 //
 // A handler that ignores its context cannot be stopped: Go has no way to.
 // StuckAfter after its context ended, Work reports it stuck (a WARN log,
-// Queue.Metrics, Stats.StuckHandlers) until it returns, and its slot takes
+// Queue.Metrics, Stats.StuckHandlers) until it returns, and its runner takes
 // no other job meanwhile, so Concurrency stays a true bound. Once its job
 // was canceled or its lease lost, another worker may run the job beside
 // it; jobkey fences its writes but cannot prevent that run. At shutdown,
@@ -116,7 +120,10 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 		return err
 	}
 	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[*run]struct{}{},
-		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{})}
+		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{}), trail: &cas.Trail{}}
+	// Every call of this Work carries its trail: a claim given back for a
+	// runner that left its call is counted there until it is over.
+	ctx = cas.WithTrail(ctx, w.trail)
 	// Handlers outlive ctx by the grace period, so they hang off a context
 	// that ctx's end does not cancel; it is canceled when the grace runs
 	// out, which reaches every handler, even one whose claim was still in
@@ -131,7 +138,7 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	q.listeners.Add(1)
 	defer func() {
 		if q.listeners.Add(-1) == 0 {
-			q.stopProbe() // a read of unreachable shards a claim of this Work may have started
+			q.pool.StopProbe() // a read of unreachable shards a claim of this Work may have started
 		}
 	}()
 	listening := make(chan struct{})
@@ -144,10 +151,12 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 		w.checks.Wait()
 	}()
 
-	var slots, chores sync.WaitGroup
+	var runners, chores sync.WaitGroup
 	w.live = o.Concurrency
+	q.work.runners.Add(int64(o.Concurrency))
+	defer q.work.runners.Add(-int64(o.Concurrency))
 	for i := range o.Concurrency {
-		w.goSlot(ctx, &slots, o.Name+"/"+strconv.Itoa(i))
+		w.goRunner(ctx, &runners, o.Name+"/"+strconv.Itoa(i))
 	}
 	if o.TrimInterval > 0 {
 		chores.Go(func() { w.trimmer(ctx) })
@@ -156,16 +165,22 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 		chores.Go(func() { w.periodic(ctx, p) })
 	}
 	<-ctx.Done()
-	// Slots stop claiming by themselves (they watch ctx); so do the chores.
+	// Runners stop claiming by themselves (they watch ctx); so do the chores.
 	defer chores.Wait()
 	finished := make(chan struct{})
-	go func() { slots.Wait(); close(finished) }()
-	return w.drain(finished, stopRuns)
+	go func() { runners.Wait(); close(finished) }()
+	err = w.drain(finished, stopRuns)
+	// Nothing of this Work outlives it: the flushes that still carry calls
+	// its runners left at their deadline, and the give-backs of the jobs
+	// those claimed. Each is bounded: a flush by its callers' deadlines and
+	// Redis's read timeout, a give-back by the lease.
+	w.trail.Wait()
+	return err
 }
 
-// drain waits for the slots to finish: in-flight handlers get
+// drain waits for the runners to finish: in-flight handlers get
 // ShutdownGrace, then their contexts are canceled with ErrShutdown. Go
-// cannot stop a handler that ignores that, so once every slot still
+// cannot stop a handler that ignores that, so once every runner still
 // running is held by a stuck handler (see WorkOpts.StuckAfter), drain
 // stops waiting: their leases are no longer renewed, and the error names
 // them.
@@ -231,7 +246,7 @@ type worker struct {
 	mu      sync.Mutex
 	running map[*run]struct{}
 	checks  sync.WaitGroup // confirmations of cancel hints in flight
-	// live counts the slots that have not returned; stuck, the handlers
+	// live counts the runners that have not returned; stuck, the handlers
 	// reported stuck that have not returned. Both under mu; changed is
 	// poked when either changes, for drain.
 	live    int
@@ -242,6 +257,9 @@ type worker struct {
 	abandoned chan struct{}
 	// renewer keeps the leases of the runs.
 	renewer *renewer
+	// trail counts what this Work's calls leave running once answered
+	// (see cas.Trail); Work waits for it before it returns.
+	trail *cas.Trail
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations. Anyone
@@ -252,14 +270,14 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 		switch m.Channel {
 		case w.q.ks.wakeChannel():
 			// While every shard is paused, only Resume's hint wakes a
-			// slot: an enqueue's would send it through a claim that
-			// cannot take anything. Slots still look at PollInterval.
+			// runner: an enqueue's would send it through a claim that
+			// cannot take anything. Runners still look at PollInterval.
 			if p, ok := strings.CutPrefix(m.Payload, "p"); ok {
 				// A job of that priority was enqueued: read-ahead entries
 				// of lower ones must not pass it over.
 				if n, err := strconv.Atoi(p); err == nil {
 					w.q.prios.Store(true)
-					w.q.pool.dropBelow(n)
+					w.q.pool.DropBelow(n)
 				}
 			}
 			if m.Payload == resumeHint || !w.q.paused.Load() {
@@ -277,28 +295,28 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 	}
 }
 
-// goSlot runs a slot on a goroutine of its own. A handler that calls
-// runtime.Goexit (t.FailNow does) ends the slot's goroutine without
-// returning; the slot then goes on in a new one, so Concurrency does not
+// goRunner runs a runner on a goroutine of its own. A handler that calls
+// runtime.Goexit (t.FailNow does) ends the runner's goroutine without
+// returning; the runner then goes on in a new one, so Concurrency does not
 // shrink for good.
-func (w *worker) goSlot(ctx context.Context, slots *sync.WaitGroup, name string) {
-	slots.Add(1)
+func (w *worker) goRunner(ctx context.Context, runners *sync.WaitGroup, name string) {
+	runners.Add(1)
 	go func() {
 		returned := false
 		defer func() {
 			if returned {
-				w.slotDone()
+				w.runnerDone()
 			} else {
-				w.goSlot(ctx, slots, name) // added before this one is done: slots.Wait cannot return between
+				w.goRunner(ctx, runners, name) // added before this one is done: runners.Wait cannot return between
 			}
-			slots.Done()
+			runners.Done()
 		}()
-		w.slot(ctx, name)
+		w.runner(ctx, name)
 		returned = true
 	}()
 }
 
-// poke wakes one idle slot, if any is waiting.
+// poke wakes one idle runner, if any is waiting.
 func (w *worker) poke() {
 	select {
 	case w.wake <- struct{}{}:
@@ -306,8 +324,8 @@ func (w *worker) poke() {
 	}
 }
 
-// slot claims and runs jobs one at a time until ctx ends.
-func (w *worker) slot(ctx context.Context, name string) {
+// runner claims and runs jobs one at a time until ctx ends.
+func (w *worker) runner(ctx context.Context, name string) {
 	errDelay := 10 * time.Millisecond
 	var next *Job           // claimed with the last completion, not run yet
 	var nextAsked time.Time // when that claim was asked for
@@ -326,7 +344,7 @@ func (w *worker) slot(ctx context.Context, name string) {
 		switch {
 		case err == nil:
 			errDelay = 10 * time.Millisecond
-			w.poke() // there may be more: let another idle slot look
+			w.poke() // there may be more: let another idle runner look
 			next, nextAsked = w.execute(ctx, j, asked, name)
 		case errors.Is(err, ErrNoJob):
 			wait := w.o.PollInterval
@@ -389,7 +407,7 @@ func (w *worker) idle(ctx context.Context, d time.Duration) {
 // execute runs the handler under a kept lease and records the outcome.
 // ctx is Work's: when it has ended, shutdown began while the claim was in
 // flight, and the job goes back unrun. A success is completed together
-// with the claim of the slot's next job when one is due (see completeclaim.go); the
+// with the claim of the runner's next job when one is due (see completeclaim.go); the
 // job claimed so is returned, with when it was asked for.
 func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name string) (next *Job, nextAsked time.Time) {
 	r := w.start(j, asked)
@@ -420,8 +438,8 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	defer func() {
 		if !returned {
 			// The handler called runtime.Goexit: it neither returned nor
-			// panicked, and this goroutine is ending (goSlot starts the
-			// slot again). The attempt fails, as after a panic, while the
+			// panicked, and this goroutine is ending (goRunner starts the
+			// runner again). The attempt fails, as after a panic, while the
 			// lease is still kept (w.stop runs after this), unless the
 			// lease is no longer ours to write under.
 			watch.returned()
@@ -443,6 +461,9 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	switch {
 	case errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrJobCanceled):
 		// Someone else owns the job's fate now: any write would be fenced off.
+		if errors.Is(cause, ErrJobCanceled) {
+			w.q.work.canceled.Add(1)
+		}
 	case err == nil:
 		var unsure *Job // a claim whose EXEC's reply was lost
 		if ctx.Err() == nil && cause == nil {
@@ -485,10 +506,10 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	return next, nextAsked
 }
 
-// finish completes a success and claims the slot's next job in one
+// finish completes a success and claims the runner's next job in one
 // transaction. done says the completion's fate is known (recorded, or
 // lost for good); otherwise the caller records it the usual way, with
-// retries. next, when set, is the slot's next job, claimed by this very
+// retries. next, when set, is the runner's next job, claimed by this very
 // transaction, whatever became of the completion.
 func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, asked time.Time, done bool) {
 	ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
@@ -499,10 +520,10 @@ func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, 
 	r.writing.Store(false)
 	switch {
 	case err == nil:
-		w.recorded(out.done, nil)
+		w.recorded(r.job, out.done, nil)
 		return out.next, nil, asked, true
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
-		w.recorded(r.job, err)
+		w.recorded(r.job, r.job, err)
 		return out.next, nil, asked, true
 	}
 	// The completion is recorded the usual way, with retries (it failed
@@ -511,56 +532,55 @@ func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, 
 	return out.next, out.unsure, asked, false
 }
 
-// findClaim looks for a claim made by a fused transaction whose EXEC's
-// reply was lost: the job it claimed is the slot's if it is active under
+// findClaim looks for a claim made by a complete-and-claim transaction whose EXEC's
+// reply was lost: the job it claimed is the runner's if it is active under
 // the lease token the transaction chose. The read is retried while that
 // lease may still hold, so a slow or broken link does not leave the job
 // under a lease nobody holds, spending an attempt it never ran. A job
 // found too late to run is given back by execute (its lease is measured
-// from asked). Work's ctx ending stops the search, and gives the claim
-// back if it landed.
+// from asked).
+//
+// Every other way out gives the claim back before it returns, fenced on
+// the token, so that a claim that did not land is not touched: Work's ctx
+// ending (between reads, during one, or while the replicas are asked to
+// confirm the claim) and the lease running out before the claim was found.
+// Work waits for its runners, so no give-back outlives it.
 func (w *worker) findClaim(ctx context.Context, unsure *Job, asked time.Time) *Job {
 	deadline := asked.Add(leaseLeft(unsure))
 	delay := 10 * time.Millisecond
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil
-		}
-		if ctx.Err() != nil {
-			// Shutdown: give the claim back if it landed, so it does not
-			// spend an attempt it never ran. The release is fenced on the
-			// token: if the claim did not land, it writes nothing.
-			rctx, cancel := context.WithTimeout(w.writes, min(left, time.Second))
-			_, _ = w.q.Release(rctx, unsure)
-			cancel()
-			return nil
-		}
-		rctx, cancel := context.WithTimeout(ctx, left)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		cur, err := w.q.Get(rctx, unsure.ID)
 		cancel()
 		switch {
 		case err == nil && cur.State == StateActive && cur.LeaseToken == unsure.LeaseToken:
 			if w.q.cfg.MinReplicas > 0 {
 				// Found on the master, not confirmed by the replicas: as
-				// any unconfirmed claim, handed over once a renewal is.
+				// any unconfirmed claim, handed over once a renewal is, or
+				// given back.
 				return w.q.confirmClaim(ctx, cur, asked, ErrNotReplicated)
 			}
-			return cur
+			return cur // execute gives it back if shutdown began meanwhile
 		case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt), errors.Is(err, ErrWrongType):
 			return nil // the EXEC did not land, or the job moved on
 		}
-		if sleepCtx(ctx, min(delay, max(time.Until(deadline), 0))) != nil {
-			return nil
-		}
+		_ = sleepCtx(ctx, min(delay, max(time.Until(deadline), 0))) // an end of ctx is seen by the loop
 		delay = min(2*delay, time.Second)
 	}
+	if err := w.q.releaseUnrun(ctx, unsure, deadline); err != nil && !claimGone(err) {
+		w.q.cfg.Logger.Warn("jobkey: could not give back a claim whose reply was lost; it is claimed again when its lease ends",
+			"queue", w.q.name, "job", unsure.ID, "err", err)
+	}
+	return nil
 }
 
-// recorded logs a failed write and tells OnRecorded.
-func (w *worker) recorded(j *Job, err error) {
+// recorded logs a failed write, counts one that landed (j as stored, of
+// the run that claimed claimed) in Queue.Metrics, and tells OnRecorded.
+func (w *worker) recorded(claimed, j *Job, err error) {
 	if err != nil {
 		w.o.Logger.Error("jobkey: could not record job outcome", "queue", w.q.name, "job", j.ID, "err", err)
+	} else {
+		w.q.work.count(claimed, j)
 	}
 	if w.o.OnRecorded != nil {
 		w.o.OnRecorded(j, err)
@@ -582,5 +602,7 @@ func (w *worker) call(ctx context.Context, j *Job) (result []byte, err error) {
 	// reaches the job the worker writes back.
 	c := cloneJob(j)
 	c.Meta = cloneMeta(j.Meta)
+	w.q.work.busy.Add(1)
+	defer w.q.work.busy.Add(-1)
 	return w.h.Work(ctx, c)
 }

@@ -494,14 +494,9 @@ func TestWorkReturnsOnlyOnceItsShardProbeHasEnded(t *testing.T) {
 		}
 		return nil
 	}))
-	q.pool.mu.Lock()
-	q.pool.shards[1].gone = true // the last read could not reach it
-	q.pool.mu.Unlock()
-	probing := func() bool {
-		q.pool.mu.Lock()
-		defer q.pool.mu.Unlock()
-		return q.pool.probing
-	}
+	// The last read could not reach shard 1, a while ago.
+	q.pool.Fill(dueView{Shards: []int{0, 1}, Down: []int{1}, Full: -1, At: time.Now().Add(-time.Minute)})
+	probing := q.pool.Probing
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -574,5 +569,188 @@ func workCountingRuns(t *testing.T, ctx context.Context, q *Queue) (ran *atomic.
 	return ran, func() {
 		cancel()
 		require.NoError(t, <-done)
+	}
+}
+
+// A claim whose EXEC's reply was lost is looked for by its lease token
+// (findClaim). When Work's context ends before the search found it, while
+// the search waits between reads that failed, while a read is under way,
+// or while the replicas are asked to confirm it (MinReplicas), the search
+// gives the claim back before it returns, fenced on its token: Redis was
+// reachable all along, so the job is pending again, its attempt unspent,
+// rather than leased to nobody for a whole lease. A give-back left to a
+// goroutine would not be over when the search returns: the replicas' case
+// slows it to show that.
+func TestClaimSoughtWhenShutdownBeginsIsGivenBackBeforeTheSearchReturns(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	for _, c := range []string{"between reads", "during a read", "while replicas confirm it"} {
+		t.Run(c, func(t *testing.T) {
+			t.Parallel()
+			rdb := redistest.Client(t, nil)
+			prefix := redistest.Prefix(t)
+			bg := context.Background()
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			var armed atomic.Bool
+			var failed atomic.Int32
+			rdb.AddHook(getHook(func(hctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !armed.Load() || cmd.Name() != "get" {
+					return next(hctx, cmd)
+				}
+				var err error
+				switch c {
+				case "between reads":
+					// Every read fails at once; ctx ends while the search
+					// waits to read again.
+					if failed.Add(1) == 3 {
+						time.AfterFunc(5*time.Millisecond, cancel)
+					}
+					err = errors.New("injected: the read failed")
+				case "during a read":
+					cancel()
+					<-hctx.Done()
+					err = hctx.Err()
+				default:
+					return next(hctx, cmd)
+				}
+				cmd.SetErr(err)
+				return err
+			}))
+			rdb.AddHook(pipeHook(func(context.Context, []redis.Cmder) error {
+				if armed.Load() && ctx.Err() != nil {
+					time.Sleep(300 * time.Millisecond) // the give-back's round trips are slow
+				}
+				return nil
+			}))
+			cfg := Config{Logger: quietLog()}
+			if c == "while replicas confirm it" {
+				// No replica answers: a renewal is never confirmed.
+				cfg.MinReplicas, cfg.ReplicaTimeout = 1, 20*time.Millisecond
+			}
+			q := queueOn(t, rdb, prefix, cfg)
+			other := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quietLog()})
+			_, err := other.Enqueue(bg, "t", nil, &EnqueueOpts{ID: "j"})
+			require.NoError(t, err)
+			unsure, err := other.Claim(bg, "w") // the claim the lost EXEC made
+			require.NoError(t, err)
+			_, err = q.Get(bg, "j") // the one-time checks, before the faults
+			require.NoError(t, err)
+
+			armed.Store(true)
+			if c == "while replicas confirm it" {
+				time.AfterFunc(100*time.Millisecond, cancel)
+			}
+			found := (&worker{q: q}).findClaim(ctx, unsure, time.Now())
+			require.Nil(t, found, "shutdown began before the claim was handed over")
+			got, err := other.Get(bg, "j")
+			require.NoError(t, err)
+			require.Equal(t, StatePending, got.State, "the claim that landed is given back before the search returns")
+			require.Zero(t, got.Attempt, "its attempt unspent")
+		})
+	}
+}
+
+// A slot's fused complete-and-claim whose EXEC's reply is slow leaves the
+// call at its deadline; the EXEC claimed the slot's next job meanwhile, and
+// once the reply comes, that job is given back, its attempt unspent. Work
+// returns only once that give-back is over, however slow the reply and
+// the give-back's own round trips: nothing Work started runs after it
+// returned, and the job is pending when it does.
+func TestWorkReturnsOnlyOnceTheGiveBacksOfItsClaimsHaveEnded(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	rdb := redistest.Client(t, nil)
+	var stage atomic.Int32 // 0 idle, 1 armed, 2 the fused EXEC's reply came
+	var returned atomic.Bool
+	var after atomic.Int32
+	inExec := make(chan struct{})
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		if returned.Load() {
+			after.Add(1)
+		}
+		if stage.Load() == 2 {
+			time.Sleep(200 * time.Millisecond) // the give-back's round trips are slow too
+		}
+		return nil
+	}))
+	rdb.AddHook(&onceReplyDelay{stage: &stage, delay: 1500 * time.Millisecond, seen: inExec})
+	prefix := redistest.Prefix(t)
+	const lease = time.Second
+	q := queueOn(t, rdb, prefix, Config{Lease: lease, Logger: quietLog()})
+	clean := queueOn(t, redistest.Client(t, nil), prefix, Config{})
+	bg := context.Background()
+	for _, id := range []string{"a", "b"} {
+		_, err := q.Enqueue(bg, "t", nil, &EnqueueOpts{ID: id})
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	var ran atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, HandlerFunc(func(context.Context, *Job) ([]byte, error) {
+			if ran.Add(1) == 1 {
+				stage.Store(1) // the completion fuses with the claim of the other job
+			}
+			return nil, nil
+		}), &WorkOpts{Concurrency: 1, Logger: quietLog(), TrimInterval: -1})
+	}()
+	select {
+	case <-inExec: // the fused EXEC ran; its reply is late
+	case <-time.After(15 * time.Second):
+		t.Fatal("no fused EXEC")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Work did not return")
+	}
+	returned.Store(true)
+	require.Equal(t, int32(1), ran.Load(), "the job claimed with the completion is not run at shutdown")
+	var first, second *Job
+	for _, id := range []string{"a", "b"} {
+		j, err := clean.Get(bg, id)
+		require.NoError(t, err)
+		if j.State == StateSucceeded {
+			first = j
+		} else {
+			second = j
+		}
+	}
+	require.NotNil(t, first, "the first job's completion landed with the fused EXEC")
+	require.NotNil(t, second)
+	require.NotZero(t, second.LeaseToken, "the fused EXEC claimed the other job")
+	require.Equal(t, StatePending, second.State, "Work returned before the job claimed for its slot was given back")
+	require.Zero(t, second.Attempt)
+	time.Sleep(500 * time.Millisecond)
+	require.Zero(t, after.Load(), "something Work started talked to Redis after Work returned")
+}
+
+// onceReplyDelay holds back the reply of the first MULTI/EXEC sent once
+// stage is 1: the EXEC runs in Redis at once, and its caller hears of it
+// delay later. It closes seen when the EXEC has run, and sets stage to 2
+// when the reply goes on.
+type onceReplyDelay struct {
+	stage *atomic.Int32
+	delay time.Duration
+	seen  chan struct{}
+}
+
+func (h *onceReplyDelay) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *onceReplyDelay) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *onceReplyDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		exec := slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "exec" })
+		if !exec || !h.stage.CompareAndSwap(1, 3) {
+			return next(ctx, cmds)
+		}
+		err := next(ctx, cmds)
+		close(h.seen)
+		time.Sleep(h.delay)
+		h.stage.Store(2)
+		return err
 	}
 }

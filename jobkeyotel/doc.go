@@ -15,7 +15,8 @@
 //     Queue.Stats, and the compare-and-set counters and this process's
 //     stuck handlers from Queue.Metrics, as observable
 //     instruments; NewPrometheus serves them, and whatever else is recorded
-//     through its MeterProvider, as a Prometheus /metrics endpoint.
+//     through its MeterProvider, as a Prometheus /metrics endpoint, and
+//     RegisterPrometheus puts them on the program's own registry.
 //
 // Instruments (Prometheus names in brackets, with the default exporter):
 //
@@ -32,6 +33,20 @@
 //	jobkey.cas.unwatches        counter         [jobkey_cas_unwatches_total]    queue
 //	jobkey.work.stuck_handlers  gauge, {handler} [jobkey_work_stuck_handlers]   queue
 //	jobkey.work.stuck_detections counter, {handler} [jobkey_work_stuck_detections_total] queue
+//	jobkey.work.jobs_succeeded    counter, {job}     [jobkey_work_jobs_succeeded_total]    queue
+//	jobkey.work.attempts_failed   counter, {attempt} [jobkey_work_attempts_failed_total]   queue
+//	jobkey.work.retries_scheduled counter, {job}     [jobkey_work_retries_scheduled_total] queue
+//	jobkey.work.jobs_failed       counter, {job}     [jobkey_work_jobs_failed_total]       queue
+//	jobkey.work.jobs_canceled     counter, {job}     [jobkey_work_jobs_canceled_total]     queue
+//	jobkey.work.runs_released     counter, {run}     [jobkey_work_runs_released_total]     queue
+//	jobkey.work.runners           gauge, {runner}    [jobkey_work_runners]                 queue, state (busy, idle)
+//
+// jobkey.jobs.processed counts runs by what the handler did (a run past
+// its Timeout is a failed attempt); the jobkey.work.* counters count what
+// Work recorded of each job: a failed attempt is either a retry scheduled
+// or a job failed for good. The Prometheus series carry no otel_scope_*
+// labels; RegisterPrometheus puts them on a registry the program already
+// serves.
 //
 // The attribute keys are the Key* constants; outcomes are the Outcome*
 // constants.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobkey/jobkey"
 	jobkeyotel "github.com/jobkey/jobkey/jobkeyotel"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -96,4 +97,42 @@ func ExampleNewPrometheus() {
 		}
 	}
 	// Output: pending: 1
+}
+
+// RegisterPrometheus puts the queues' metrics on a registry the program
+// already serves, beside its own, with no otel_scope_* labels.
+func ExampleRegisterPrometheus() {
+	q, done := exampleQueue("invoices")
+	defer done()
+	reg := prometheus.NewRegistry() // the program's own, served at its /metrics
+	mp, err := jobkeyotel.RegisterPrometheus(reg, q)
+	if err != nil {
+		panic(err)
+	}
+	defer mp.Shutdown(context.Background())
+	// A worker passes mp to Middleware for its handler metrics:
+	// q.Work(ctx, jobkeyotel.Middleware(h, jobkeyotel.WithMeterProvider(mp)), nil)
+
+	if _, err := q.Enqueue(context.Background(), "monthly", nil, nil); err != nil {
+		panic(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "jobkey_queue_jobs" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["jobkey_state"] == "pending" {
+				fmt.Println("pending:", m.GetGauge().GetValue(), "labels:", len(labels))
+			}
+		}
+	}
+	// Output: pending: 1 labels: 2
 }

@@ -36,8 +36,11 @@ type middleware struct {
 // queue, type, job ID, attempt, max attempts and outcome (KeyOutcome), and
 // ends when the handler returns. The handler's ctx holds the span.
 //
-// Each job adds one to jobkey.jobs.processed and its handler's run time,
-// in seconds, to jobkey.job.duration, both by queue, type and outcome.
+// Each run adds one to jobkey.jobs.processed and its handler's run time,
+// in seconds, to jobkey.job.duration, both by queue, type and the run's
+// outcome (KeyOutcome): what the handler did, not what became of the job.
+// What Work recorded of the job (a retry scheduled, a job failed for good)
+// is counted by ObserveQueues from Queue.Metrics.
 //
 // A nil next gives a nil Handler, which Work refuses with ErrInvalid.
 func Middleware(next jobkey.Handler, opts ...Option) jobkey.Handler {
@@ -105,8 +108,10 @@ func (m *middleware) Work(ctx context.Context, j *jobkey.Job) (result []byte, er
 
 // outcomeOf judges a run as Work will: a run stopped because the job was
 // canceled or its lease lost is canceled whatever the handler returned; a
-// success otherwise stands; an error after a stop (shutdown, a lease not
-// renewed) is a cancellation, and any other error a failure.
+// success otherwise stands; an error after the job's own Timeout or
+// Deadline ran out is a failed attempt, as Work records it (the job is
+// retried under backoff); an error after a stop from outside (shutdown, a
+// lease not renewed) is a cancellation; any other error is a failure.
 func outcomeOf(ctx context.Context, err error) string {
 	cause := context.Cause(ctx)
 	switch {
@@ -114,6 +119,8 @@ func outcomeOf(ctx context.Context, err error) string {
 		return OutcomeCanceled
 	case err == nil:
 		return OutcomeSucceeded
+	case errors.Is(cause, jobkey.ErrTimeout), errors.Is(cause, jobkey.ErrDeadline):
+		return OutcomeFailed
 	case cause != nil:
 		return OutcomeCanceled
 	}

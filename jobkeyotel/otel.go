@@ -28,12 +28,14 @@ const (
 const (
 	// OutcomeSucceeded: the handler returned no error.
 	OutcomeSucceeded = "succeeded"
-	// OutcomeFailed: the handler returned an error; the job is retried if
-	// it has attempts left and the error does not wrap jobkey.ErrSkipRetry.
+	// OutcomeFailed: the attempt failed: the handler returned an error,
+	// or ran past the job's Timeout or Deadline. The job is retried if it
+	// has attempts left and the error does not wrap jobkey.ErrSkipRetry.
 	OutcomeFailed = "failed"
 	// OutcomeCanceled: the run was stopped from outside (the job was
 	// canceled, its lease lost or not renewed in time, or shutdown's grace
 	// ran out) and the handler did not succeed before; KeyCause says why.
+	// A run stopped by the job's own Timeout is a failed attempt.
 	OutcomeCanceled = "canceled"
 	// OutcomePanic: the handler panicked. The panic goes on to Work, which
 	// fails the attempt with it.

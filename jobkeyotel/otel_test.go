@@ -360,6 +360,37 @@ func TestOutcomeCanceled(t *testing.T) {
 	require.Equal(t, jobkeyotel.OutcomeCanceled, o.AsString())
 }
 
+// A run stopped by its job's own Timeout is a failed attempt, as Work
+// records it (the job is retried), not a cancellation; Work's counters say
+// what became of the job.
+func TestOutcomeOfARunPastItsTimeoutIsFailed(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, "timeout")
+	ctx := context.Background()
+	rec := tracetest.NewSpanRecorder()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	h := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	_, err := q.Enqueue(ctx, "slow", nil, &jobkey.EnqueueOpts{ID: "t", Timeout: 50 * time.Millisecond, MaxAttempts: 2})
+	require.NoError(t, err)
+	_, stop := work(t, q, jobkeyotel.Middleware(h, jobkeyotel.WithTracerProvider(tp), jobkeyotel.WithMeterProvider(mp)))
+	require.Eventually(t, func() bool { return len(rec.Ended()) >= 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return q.Metrics().AttemptsFailed >= 1 }, 10*time.Second, 10*time.Millisecond)
+	stop()
+	a := attrs(rec.Ended()[0].Attributes())
+	require.Equal(t, jobkeyotel.OutcomeFailed, a[jobkeyotel.KeyOutcome].AsString())
+	sum := collect(t, reader)["jobkey.jobs.processed"].Data.(metricdata.Sum[int64])
+	o, _ := sum.DataPoints[0].Attributes.Value(jobkeyotel.KeyOutcome)
+	require.Equal(t, jobkeyotel.OutcomeFailed, o.AsString())
+	m := q.Metrics()
+	require.Zero(t, m.Canceled)
+	require.GreaterOrEqual(t, m.RetriesScheduled, int64(1), "its first attempt failed and was retried")
+}
+
 // The Prometheus handler serves the queue gauges, the compare-and-set
 // counters and what the middleware records through its MeterProvider.
 func TestPrometheus(t *testing.T) {
@@ -399,11 +430,20 @@ func TestPrometheus(t *testing.T) {
 		`jobkey_queue_stuck_handlers{jobkey_queue="prom"`,
 		`jobkey_work_stuck_handlers{jobkey_queue="prom"`,
 		`jobkey_work_stuck_detections_total{jobkey_queue="prom"`,
+		`jobkey_work_jobs_succeeded_total{jobkey_queue="prom"} 1`,
+		`jobkey_work_attempts_failed_total{jobkey_queue="prom"} 0`,
+		`jobkey_work_retries_scheduled_total{jobkey_queue="prom"} 0`,
+		`jobkey_work_jobs_failed_total{jobkey_queue="prom"} 0`,
+		`jobkey_work_jobs_canceled_total{jobkey_queue="prom"} 0`,
+		`jobkey_work_runs_released_total{jobkey_queue="prom"} 0`,
+		`jobkey_work_runners{jobkey_queue="prom",jobkey_state="busy"} 0`,
+		`jobkey_work_runners{jobkey_queue="prom",jobkey_state="idle"} 0`,
 	} {
 		require.Contains(t, text, want)
 	}
-	require.Regexp(t, `jobkey_queue_jobs\{jobkey_queue="prom",jobkey_state="scheduled",[^}]*\} 1\n`, text)
-	require.Regexp(t, `jobkey_jobs_processed_total\{jobkey_job_type="ok",jobkey_outcome="succeeded",jobkey_queue="prom",[^}]*\} 1\n`, text)
+	require.NotContains(t, text, "otel_scope_", "no empty scope labels on the series")
+	require.Contains(t, text, `jobkey_queue_jobs{jobkey_queue="prom",jobkey_state="scheduled"} 1`+"\n")
+	require.Contains(t, text, `jobkey_jobs_processed_total{jobkey_job_type="ok",jobkey_outcome="succeeded",jobkey_queue="prom"} 1`+"\n")
 }
 
 func TestMiddlewareOfNil(t *testing.T) {

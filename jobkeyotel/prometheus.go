@@ -2,6 +2,7 @@ package jobkeyotel
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	"github.com/jobkey/jobkey"
@@ -28,7 +29,24 @@ type Prometheus struct {
 // Each scrape reads every queue's Stats.
 func NewPrometheus(queues ...*jobkey.Queue) (*Prometheus, error) {
 	reg := prometheus.NewRegistry()
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	mp, err := RegisterPrometheus(reg, queues...)
+	if err != nil {
+		return nil, err
+	}
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return &Prometheus{Handler: h, MeterProvider: mp}, nil
+}
+
+// RegisterPrometheus builds a MeterProvider that exports to reg, a
+// registry the program already serves (its own /metrics), and observes
+// the queues on it (see ObserveQueues). Pass the MeterProvider to
+// Middleware (WithMeterProvider) for the handler metrics too; shut it down
+// when done with it. The series carry no otel_scope_* labels.
+func RegisterPrometheus(reg prometheus.Registerer, queues ...*jobkey.Queue) (*sdkmetric.MeterProvider, error) {
+	if reg == nil {
+		return nil, errors.New("jobkeyotel: RegisterPrometheus with nil registerer")
+	}
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, err
 	}
@@ -37,6 +55,5 @@ func NewPrometheus(queues ...*jobkey.Queue) (*Prometheus, error) {
 		_ = mp.Shutdown(context.Background())
 		return nil, err
 	}
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-	return &Prometheus{Handler: h, MeterProvider: mp}, nil
+	return mp, nil
 }

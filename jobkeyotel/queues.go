@@ -33,6 +33,13 @@ import (
 //   - jobkey.work.stuck_handlers, a gauge of the stuck handlers of this
 //     process's Works, and jobkey.work.stuck_detections, a counter of those
 //     ever reported stuck, by queue (Queue.Metrics).
+//   - What this process's Works recorded of their jobs, each under its
+//     own name, by queue: jobkey.work.jobs_succeeded,
+//     jobkey.work.attempts_failed (of which jobkey.work.retries_scheduled
+//     put the job back and jobkey.work.jobs_failed failed it for good),
+//     jobkey.work.jobs_canceled and jobkey.work.runs_released (counters).
+//   - jobkey.work.runners, a gauge of this process's runners by queue and
+//     state (KeyState: busy or idle).
 //
 // Unregister the returned registration to stop observing.
 func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registration, error) {
@@ -69,11 +76,11 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 	if err != nil {
 		return nil, err
 	}
-	type casCounter struct {
+	type counter struct {
 		inst metric.Int64ObservableCounter
 		get  func(jobkey.MetricsSnapshot) int64
 	}
-	var cas []casCounter
+	var cas []counter
 	for _, c := range []struct {
 		name, unit, desc string
 		get              func(jobkey.MetricsSnapshot) int64
@@ -90,9 +97,31 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 		if err != nil {
 			return nil, err
 		}
-		cas = append(cas, casCounter{inst, c.get})
+		cas = append(cas, counter{inst, c.get})
 	}
-	insts := []metric.Observable{depth, paused, stuck, stuckHere, detected}
+	for _, c := range []struct {
+		name, unit, desc string
+		get              func(jobkey.MetricsSnapshot) int64
+	}{
+		{"jobkey.work.jobs_succeeded", "{job}", "Jobs completed by this process's Works.", func(m jobkey.MetricsSnapshot) int64 { return m.Succeeded }},
+		{"jobkey.work.attempts_failed", "{attempt}", "Attempts that failed (an error, a panic, a timeout, a deadline), in this process's Works.", func(m jobkey.MetricsSnapshot) int64 { return m.AttemptsFailed }},
+		{"jobkey.work.retries_scheduled", "{job}", "Failed attempts whose job was put back to run again under backoff.", func(m jobkey.MetricsSnapshot) int64 { return m.RetriesScheduled }},
+		{"jobkey.work.jobs_failed", "{job}", "Jobs failed for good: no attempt left, or ErrSkipRetry.", func(m jobkey.MetricsSnapshot) int64 { return m.FailedForGood }},
+		{"jobkey.work.jobs_canceled", "{job}", "Runs stopped because their job was canceled while it ran.", func(m jobkey.MetricsSnapshot) int64 { return m.Canceled }},
+		{"jobkey.work.runs_released", "{run}", "Runs given back with their attempt unspent (shutdown, a claim that came too late).", func(m jobkey.MetricsSnapshot) int64 { return m.Released }},
+	} {
+		inst, err := meter.Int64ObservableCounter(c.name, metric.WithDescription(c.desc+" By queue."), metric.WithUnit(c.unit))
+		if err != nil {
+			return nil, err
+		}
+		cas = append(cas, counter{inst, c.get})
+	}
+	runners, err := meter.Int64ObservableGauge("jobkey.work.runners",
+		metric.WithDescription("Runners of this process's Works, busy (running a handler) or idle, by queue and state."), metric.WithUnit("{runner}"))
+	if err != nil {
+		return nil, err
+	}
+	insts := []metric.Observable{depth, paused, stuck, stuckHere, detected, runners}
 	for _, c := range cas {
 		insts = append(insts, c.inst)
 	}
@@ -105,6 +134,8 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 				o.ObserveInt64(c.inst, c.get(m), metric.WithAttributes(queue))
 			}
 			o.ObserveInt64(stuckHere, m.StuckHandlers, metric.WithAttributes(queue))
+			o.ObserveInt64(runners, m.BusyRunners, metric.WithAttributeSet(attribute.NewSet(queue, KeyState.String("busy"))))
+			o.ObserveInt64(runners, max(m.Runners-m.BusyRunners, 0), metric.WithAttributeSet(attribute.NewSet(queue, KeyState.String("idle"))))
 			o.ObserveInt64(detected, m.StuckDetected, metric.WithAttributes(queue))
 			st, err := q.Stats(ctx)
 			if err != nil {

@@ -55,13 +55,24 @@ func bulkNote(verb string, n jobkey.BulkResult) string {
 }
 
 // shardsDone says on how many shards a Pause or Resume that failed on
-// some (a *ShardsError) did its work; "" when err names no shard.
+// some (a *ShardsError) did its work, and on how many of them only on the
+// master (the replicas did not confirm it); "" when err names no shard.
 func shardsDone(what string, err error) string {
 	var se *jobkey.ShardsError
 	if !errors.As(err, &se) {
 		return ""
 	}
-	return fmt.Sprintf("%s on %d of %d shards.", what, se.Of-len(se.Shards), se.Of)
+	masterOnly := 0
+	for _, e := range se.Errs {
+		if errors.Is(e, jobkey.ErrNotReplicated) {
+			masterOnly++
+		}
+	}
+	done := se.Of - len(se.Shards) + masterOnly
+	if masterOnly == 0 {
+		return fmt.Sprintf("%s on %d of %d shards.", what, done, se.Of)
+	}
+	return fmt.Sprintf("%s on %d of %d shards; %d of them on the master only.", what, done, se.Of, masterOnly)
 }
 
 // masterOnly is what an action on one job that ended in err did: done
@@ -86,16 +97,6 @@ func notConfirmed(err error) string {
 		s += " " + oneLine(re.Err)
 	}
 	return s
-}
-
-// flagsNotWaited is what a pause or resume adds to its message when the
-// handler's writes wait for replicas: jobkey waits for them on the writes
-// of jobs, not on the pause flags, and the UI does not imply it did.
-func (h *Handler) flagsNotWaited(what string) string {
-	if h.minReplicas == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" Not confirmed by the replicas: jobkey does not wait for them on a %s (only on the writes of jobs), so a failover before they copy it may undo it.", what)
 }
 
 // actions are the handler's POST endpoints, by path under "action/".
@@ -129,13 +130,13 @@ func (h *Handler) actions() map[string]http.Handler {
 			if err := q.Pause(ctx); err != nil {
 				return shardsDone("Queue paused", err), f.queuePage(f.state), err
 			}
-			return "Queue paused: workers take no new jobs; enqueues still land." + h.flagsNotWaited("pause"), f.queuePage(f.state), nil
+			return "Queue paused: workers take no new jobs; enqueues still land.", f.queuePage(f.state), nil
 		},
 		"resume": func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			if err := q.Resume(ctx); err != nil {
 				return shardsDone("Queue resumed", err), f.queuePage(f.state), err
 			}
-			return "Queue resumed." + h.flagsNotWaited("resume"), f.queuePage(f.state), nil
+			return "Queue resumed.", f.queuePage(f.state), nil
 		},
 		"retry-failed": bulk(func(ctx context.Context, q *jobkey.Queue, f form) (string, string, error) {
 			n, err := q.RetryFailed(ctx, f.typ)

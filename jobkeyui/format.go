@@ -1,19 +1,18 @@
 package jobkeyui
 
 import (
-	"bytes"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/jobkey/jobkey/internal/payload"
 )
 
 // shown is bytes as the page shows them: how they were read, the text, and
 // whether it was cut.
 type shown struct {
-	Kind  string // "JSON", "text", "hex" or "empty"
+	Kind  string // "JSON", "msgpack", "text", "hex" or "empty"
 	Text  string
 	Bytes int
 	Cut   bool // Text shows only the first showLimit bytes
@@ -22,33 +21,19 @@ type shown struct {
 // showLimit bounds what a page shows of a payload, a result or a raw value.
 const showLimit = 64 << 10
 
-// show renders b as indented JSON when it is JSON, as text when it is
-// printable UTF-8, else as a hex dump. The page escapes the text.
+// kinds names each payload format as a page does.
+var kinds = map[payload.Format]string{
+	"": "empty", payload.JSON: "JSON", payload.Msgpack: "msgpack", payload.Text: "text", payload.Binary: "hex",
+}
+
+// show renders b as the jobkey command's show does (payload.Show):
+// indented JSON when it is JSON, a msgpack value (what EnqueueArgs
+// writes) as indented JSON, text when it is printable UTF-8, else a hex
+// dump. Runes that are not printable are escaped; the page escapes the
+// HTML.
 func show(b []byte) shown {
-	s := shown{Bytes: len(b)}
-	switch {
-	case len(b) == 0:
-		s.Kind = "empty"
-		return s
-	case json.Valid(b):
-		var out bytes.Buffer
-		if err := json.Indent(&out, b, "", "  "); err == nil {
-			s.Kind, s.Text = "JSON", out.String()
-			if len(s.Text) > showLimit {
-				s.Text, s.Cut = cutUTF8(s.Text, showLimit), true
-			}
-			return s
-		}
-	case printable(b):
-		s.Kind, s.Text = "text", string(b)
-		if len(b) > showLimit {
-			s.Text, s.Cut = cutUTF8(s.Text, showLimit), true
-		}
-		return s
-	}
-	s.Kind = "hex"
-	s.Text, s.Cut = hexDump(b)
-	return s
+	v := payload.Show(b, showLimit)
+	return shown{Kind: kinds[v.Format], Text: v.Text, Bytes: len(b), Cut: v.Cut}
 }
 
 // hexDump dumps at most the first showLimit bytes of b, and says whether
@@ -58,28 +43,6 @@ func hexDump(b []byte) (string, bool) {
 		return hex.Dump(b[:showLimit]), true
 	}
 	return hex.Dump(b), false
-}
-
-// printable reports whether b is valid UTF-8 holding no control
-// characters other than tab, newline and carriage return.
-func printable(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' {
-			return false
-		}
-	}
-	return true
-}
-
-// cutUTF8 cuts s to at most n bytes without splitting a character.
-func cutUTF8(s string, n int) string {
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // when formats a time for a page: UTC to the millisecond, with how far it

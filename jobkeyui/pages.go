@@ -276,6 +276,9 @@ type queueData struct {
 	// Missing names the shards the listing could not read, whose jobs
 	// the page leaves out.
 	Missing string
+	// Stopped says the page stopped at its bound of entries read with
+	// fewer jobs than a page holds: it is not the last.
+	Stopped string
 }
 
 type stateTab struct {
@@ -375,6 +378,10 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	}
 	if jp.Next != "" {
 		d.Next = p.Link("queue", "name", name, "state", d.State, "type", typ, "cursor", jp.Next)
+	}
+	if jp.ScanStopped {
+		d.Stopped = fmt.Sprintf("This page stopped after reading %d entries, with %d of the %d jobs a page holds: it is not the last page, and the next may hold more.",
+			jp.Scanned, len(jp.Jobs)+len(jp.Unreadable), h.pageSize)
 	}
 	if cursor != "" {
 		d.First = p.Link("queue", "name", name, "state", d.State, "type", typ)

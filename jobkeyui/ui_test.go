@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,6 +251,41 @@ func TestQueuePagePages(t *testing.T) {
 	}
 }
 
+// A page of a rare type that stopped at its bound of entries says so, so
+// nobody takes it for all there is. Here 2 digests among 1,200 jobs, at 0
+// and 1,100, and pages of 50: the first page reads 1,000 entries.
+func TestQueuePageSaysWhenItsScanStoppedEarly(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "sparse", &jobkey.Config{Prefix: f.prefix})
+	require.NoError(t, err)
+	var specs []jobkey.JobSpec
+	for i := range 1200 {
+		typ := "welcome"
+		if i == 0 || i == 1100 {
+			typ = "digest"
+		}
+		specs = append(specs, jobkey.JobSpec{Type: typ, Opts: &jobkey.EnqueueOpts{Delay: time.Minute + time.Duration(i)*time.Millisecond}})
+	}
+	for c := range slices.Chunk(specs, 200) {
+		_, err := q.EnqueueMany(ctx, c)
+		require.NoError(t, err)
+	}
+	resp, body := f.fetch(t, c, "/queue?name=sparse&state=pending&type=digest")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Len(t, listedIDs(body), 1)
+	require.Contains(t, body, `<p class="note" id="scan-stopped">This page stopped after reading 1000 entries, with 1 of the 50 jobs a page holds: it is not the last page, and the next may hold more.</p>`)
+	require.Contains(t, body, `rel="next">next page`)
+
+	_, body = f.fetch(t, c, "/queue?name=sparse&state=pending&type=resize")
+	require.Contains(t, body, "No pending jobs of type <code>resize</code> on this page.")
+	require.Contains(t, body, `id="scan-stopped"`)
+
+	_, body = f.fetch(t, c, "/queue?name=sparse&state=pending")
+	require.NotContains(t, body, `id="scan-stopped"`, "a full page did not stop early")
+}
+
 func TestJobPage(t *testing.T) {
 	f := newFixture(t, Options{})
 	c := f.client(t)
@@ -317,6 +353,71 @@ func TestJobPage(t *testing.T) {
 	if !strings.Contains(body, "c1 20 6e 6f 74") { // "\xc1 not", the stored bytes
 		t.Errorf("corrupt job: stored bytes not shown:\n%s", body)
 	}
+}
+
+// signUp is job arguments as a user writes them for EnqueueArgs.
+type signUp struct {
+	Email string
+	Plan  string
+}
+
+func (signUp) Kind() string { return "sign_up" }
+
+// A payload EnqueueArgs wrote is msgpack: the job page shows it as
+// indented JSON, and a <script> inside a string stays text.
+func TestJobPageShowsEnqueueArgsPayloadAsJSON(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	j, err := jobkey.EnqueueArgs(context.Background(), f.q, signUp{Email: "ada@example.com", Plan: "<script>window.__pwned=1</script>\x1b[2J"},
+		&jobkey.EnqueueOpts{ID: "args1"})
+	require.NoError(t, err)
+	resp, body := f.fetch(t, c, "/job?queue=mails&id=args1")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, "Payload <span class=\"note\">(msgpack, "+strconv.Itoa(len(j.Payload))+" bytes, shown as JSON)")
+	require.Contains(t, body, "{\n  &#34;Email&#34;: &#34;ada@example.com&#34;,\n  &#34;Plan&#34;: &#34;&lt;script&gt;window.__pwned=1&lt;/script&gt;\\u001b[2J&#34;\n}")
+	require.NotContains(t, body, "<script>window")
+	require.NotContains(t, body, "\x1b")
+}
+
+// Once a job succeeded, the error an earlier attempt left is history: the
+// job page and the succeeded listing show it so, not in red as the job's
+// last error.
+func TestSucceededJobShowsItsErrorAsHistory(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "retried", &jobkey.Config{Prefix: f.prefix})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "welcome", nil, &jobkey.EnqueueOpts{ID: "r1", MaxAttempts: 1})
+	require.NoError(t, err)
+	j, err := q.Claim(ctx, "worker-1")
+	require.NoError(t, err)
+	_, err = q.Fail(ctx, j, errors.New("smtp: 550 mailbox unavailable"))
+	require.NoError(t, err)
+	_, err = q.Retry(ctx, "r1")
+	require.NoError(t, err)
+	j, err = q.Claim(ctx, "worker-2")
+	require.NoError(t, err)
+	done, err := q.Complete(ctx, j, nil)
+	require.NoError(t, err)
+	require.Equal(t, jobkey.StateSucceeded, done.State)
+	require.Equal(t, "smtp: 550 mailbox unavailable", done.LastError, "the value keeps it")
+
+	resp, body := f.fetch(t, c, "/job?queue=retried&id=r1")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, "<h2>Error of an earlier attempt</h2>")
+	require.Contains(t, body, `<pre class="past-error" id="past-error">smtp: 550 mailbox unavailable</pre>`)
+	require.Contains(t, body, "An earlier attempt failed: <code>smtp: 550 mailbox unavailable</code>")
+	require.NotContains(t, body, `id="last-error"`)
+	require.NotContains(t, body, "Last error")
+
+	_, body = f.fetch(t, c, "/queue?name=retried&state=succeeded")
+	require.Contains(t, body, "<th>earlier error</th>")
+	require.Contains(t, body, `<td class="past-error">smtp: 550 mailbox unavailable</td>`)
+	require.NotContains(t, body, `<td class="error">smtp`)
+
+	_, body = f.fetch(t, c, "/job?queue=mails&id=f2") // still failed
+	require.Contains(t, body, `<pre class="error" id="last-error">template missing`)
 }
 
 func TestErrorStatuses(t *testing.T) {
@@ -1027,11 +1128,11 @@ func TestActionTheReplicasDidNotConfirmIsMasterOnly(t *testing.T) {
 	require.Contains(t, body, `<p class="error" id="master-only">3 of them were applied on the master only: `+
 		`0 of 1 replicas confirmed the write within 200ms, so a failover now may undo it.`)
 
-	// A pause is not waited for: the flash says so.
+	// A pause waits for the replicas too: written on the master only.
 	resp, body = f.post(t, c, "pause", url.Values{"csrf": {tok}, "queue": {"mails"}})
-	wantStatus(t, resp, body, http.StatusSeeOther)
-	_, body = f.fetch(t, c, resp.Header.Get("Location"))
-	require.Contains(t, body, "Queue paused: workers take no new jobs; enqueues still land. Not confirmed by the replicas")
+	wantStatus(t, resp, body, http.StatusServiceUnavailable)
+	require.Contains(t, body, "Queue paused on 1 of 1 shards; 1 of them on the master only.")
+	require.Contains(t, body, `id="master-only"`)
 
 	thaw()
 	resp, body = f.post(t, c, "cancel", url.Values{"csrf": {tok}, "queue": {"mails"}, "id": {"p1"}})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/jobkey/jobkey"
 )
@@ -413,28 +414,31 @@ func pauseCmd(ctx context.Context, name string, args []string, stdout, stderr io
 		err = q.Resume(ctx)
 	}
 	if err != nil {
-		return err
-	}
-	// jobkey waits for replicas on the writes of jobs, not on the pause
-	// flags: asked to wait, the command says so rather than imply it did.
-	note := ""
-	if rf.setting.minReplicas > 0 {
-		note = fmt.Sprintf("not confirmed by the replicas: jobkey does not wait for them on a %s (only on the writes of jobs), so a failover before they copy it may undo it; jobkey stats shows how far behind they are", name)
+		// With -min-replicas a shard the replicas did not confirm was
+		// written on the master only: the error says which, and the
+		// command exits non-zero.
+		return &named{name: name, err: err}
 	}
 	if asJSON {
 		return writeJSON(stdout, struct {
 			Queue  string `json:"queue"`
 			Paused bool   `json:"paused"`
-			Note   string `json:"note,omitempty"`
-		}{q.Name(), paused, note})
+		}{q.Name(), paused})
 	}
 	if paused {
 		fmt.Fprintf(stdout, "queue %q paused: workers take no new jobs until resume; jobs in flight finish, enqueues are accepted\n", q.Name())
 	} else {
 		fmt.Fprintf(stdout, "queue %q resumed\n", q.Name())
 	}
-	if note != "" {
-		fmt.Fprintf(stdout, "%s %s\n", name, note)
-	}
 	return nil
 }
+
+// named is err, said as the command name's: "pause: 1 of 8 shards ...".
+type named struct {
+	name string
+	err  error
+}
+
+func (e *named) Error() string { return e.name + ": " + strings.TrimPrefix(e.err.Error(), "jobkey: ") }
+
+func (e *named) Unwrap() error { return e.err }

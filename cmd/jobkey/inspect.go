@@ -19,6 +19,10 @@ type lsPage struct {
 	Jobs       []jobView        `json:"jobs"`
 	Unreadable []unreadableView `json:"unreadable"`
 	Next       string           `json:"next"`
+	// ScanStopped says the page read as many index entries as one page may
+	// (Scanned) and holds fewer jobs than -limit: it is not the last page.
+	ScanStopped bool `json:"scan_stopped"`
+	Scanned     int  `json:"scanned"`
 	// MissingShards are the shards that could not be read, whose jobs the
 	// page leaves out; Error says why.
 	MissingShards []int  `json:"missing_shards,omitempty"`
@@ -71,7 +75,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if asJSON {
-		doc := lsPage{Jobs: []jobView{}, Unreadable: []unreadableView{}, Next: page.Next}
+		doc := lsPage{Jobs: []jobView{}, Unreadable: []unreadableView{}, Next: page.Next, ScanStopped: page.ScanStopped, Scanned: page.Scanned}
 		for _, j := range page.Jobs {
 			doc.Jobs = append(doc.Jobs, viewOf(j))
 		}
@@ -85,7 +89,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		printPage(stdout, q.Name(), page, state, stateName, typ)
+		printPage(stdout, q.Name(), page, state, stateName, typ, limit)
 	}
 	if missing != nil {
 		if !asJSON {
@@ -99,26 +103,32 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // errPartialPage makes ls exit non-zero when some shards were not read.
 var errPartialPage = errors.New("some shards could not be read: the page above leaves their jobs out")
 
-// printPage prints ls's table of page.
-func printPage(stdout io.Writer, queue string, page *jobkey.JobPage, state jobkey.State, stateName, typ string) {
+// printPage prints ls's table of page, and says when the page stopped
+// at its bound of entries with fewer than limit jobs.
+func printPage(stdout io.Writer, queue string, page *jobkey.JobPage, state jobkey.State, stateName, typ string, limit int) {
 	label := state.String()
 	if stateName == "corrupt" {
 		label = "corrupt"
 	}
+	of := ""
+	if typ != "" {
+		of = fmt.Sprintf(" of type %q", typ)
+	}
+	stopped := ""
+	if page.ScanStopped {
+		stopped = fmt.Sprintf("this page stopped after reading %d entries, with %d of %d %s jobs%s: it is not the last page, more may follow\n",
+			page.Scanned, len(page.Jobs)+len(page.Unreadable), limit, label, of)
+	}
 	if len(page.Jobs)+len(page.Unreadable) == 0 {
 		// A page filtered by type may be empty and still have a next one.
-		of := ""
-		if typ != "" {
-			of = fmt.Sprintf(" of type %q", typ)
-		}
 		if page.Next == "" {
 			fmt.Fprintf(stdout, "no %s jobs%s in queue %q\n", label, of, queue)
 			return
 		}
-		fmt.Fprintf(stdout, "no %s jobs%s on this page of queue %q\n\nnext: %s\n", label, of, queue, page.Next)
+		fmt.Fprintf(stdout, "no %s jobs%s on this page of queue %q\n%s\nnext: %s\n", label, of, queue, stopped, page.Next)
 		return
 	}
-	fmt.Fprintf(stdout, "| id | type | state | attempt | %s | last error |\n", stateTimeHeader(state))
+	fmt.Fprintf(stdout, "| id | type | state | attempt | %s | %s |\n", stateTimeHeader(state), errorHeader(state))
 	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
 	for _, j := range page.Jobs {
 		fmt.Fprintf(stdout, "| %s | %s | %s | %d/%d | %s | %s |\n", cell(j.ID, 0), cell(j.Type, 0), j.State,
@@ -127,9 +137,21 @@ func printPage(stdout io.Writer, queue string, page *jobkey.JobPage, state jobke
 	for _, u := range page.Unreadable {
 		fmt.Fprintf(stdout, "| %s | (unreadable) | %s | - | - | %s |\n", cell(u.ID, 0), label, cell(errText(u.Err), 0))
 	}
+	if stopped != "" {
+		fmt.Fprintf(stdout, "\n%s", stopped)
+	}
 	if page.Next != "" {
 		fmt.Fprintf(stdout, "\nnext: %s\n", page.Next)
 	}
+}
+
+// errorHeader names ls's error column for jobs in state s: a succeeded
+// job's error is an earlier attempt's, not its outcome.
+func errorHeader(s jobkey.State) string {
+	if s == jobkey.StateSucceeded {
+		return "earlier error"
+	}
+	return "last error"
 }
 
 // errText is err's text, "" for nil.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -121,7 +122,7 @@ func TestLs(t *testing.T) {
 	require.Equal(t, "no canceled jobs in queue \"mail\"\n", out)
 	out, err = f.run("ls", "-state", "canceled", "-json")
 	require.NoError(t, err)
-	require.JSONEq(t, `{"jobs":[],"unreadable":[],"next":""}`, out)
+	require.JSONEq(t, `{"jobs":[],"unreadable":[],"next":"","scan_stopped":false,"scanned":0}`, out)
 }
 
 func TestShow(t *testing.T) {
@@ -206,6 +207,135 @@ func TestShowResult(t *testing.T) {
 	require.Contains(t, out, "state:        succeeded\n")
 	require.Contains(t, out, "payload: (empty)\n")
 	require.Contains(t, out, "result (json, 8 bytes):\n  [\n    \"done\"\n  ]\n")
+}
+
+// A page of a rare type that stopped at its bound of entries says so, in
+// the table and in -json, so nobody takes it for all there is. Here 2
+// digests among 1,200 jobs, at 0 and 1,100.
+func TestLsSaysWhenItsScanStoppedEarly(t *testing.T) {
+	f := newFixture(t, 2)
+	var specs []jobkey.JobSpec
+	for i := range 1200 {
+		typ := "welcome"
+		if i == 0 || i == 1100 {
+			typ = "digest"
+		}
+		specs = append(specs, jobkey.JobSpec{Type: typ, Opts: &jobkey.EnqueueOpts{Delay: time.Minute + time.Duration(i)*time.Millisecond}})
+	}
+	var digests []string
+	for c := range slices.Chunk(specs, 200) {
+		jobs, err := f.q.EnqueueMany(f.ctx, c)
+		require.NoError(t, err)
+		for _, j := range jobs {
+			if j.Type == "digest" {
+				digests = append(digests, j.ID)
+			}
+		}
+	}
+	out, err := f.run("ls", "-state", "pending", "-type", "digest", "-limit", "20")
+	require.NoError(t, err)
+	require.Contains(t, out, "| "+digests[0]+" | digest | pending |")
+	require.Contains(t, out, "\n\nthis page stopped after reading 1000 entries, with 1 of 20 pending jobs of type \"digest\": it is not the last page, more may follow\n\nnext: ")
+
+	out, err = f.run("ls", "-state", "pending", "-type", "digest", "-limit", "20", "-json")
+	require.NoError(t, err)
+	var page lsPage
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	require.True(t, page.ScanStopped)
+	require.Equal(t, 1000, page.Scanned)
+	require.Len(t, page.Jobs, 1)
+
+	out, err = f.run("ls", "-state", "pending", "-type", "digest", "-limit", "20", "-cursor", page.Next)
+	require.NoError(t, err)
+	require.Contains(t, out, "| "+digests[1]+" | digest | pending |")
+	require.NotContains(t, out, "stopped")
+	require.NotContains(t, out, "next:")
+
+	// A page that found none says so too.
+	out, err = f.run("ls", "-state", "pending", "-type", "resize", "-limit", "20")
+	require.NoError(t, err)
+	require.Regexp(t, `^no pending jobs of type "resize" on this page of queue "mail"\n`+
+		`this page stopped after reading 1000 entries, with 0 of 20 pending jobs of type "resize": it is not the last page, more may follow\n\nnext: \S+\n$`, out)
+}
+
+// signUp is job arguments as a user writes them for EnqueueArgs.
+type signUp struct {
+	Email string
+	Plan  string
+	Seats int
+}
+
+func (signUp) Kind() string { return "sign_up" }
+
+// A payload EnqueueArgs wrote is msgpack: show prints it as indented JSON,
+// and show -json and ls -json carry it as a JSON value with its format
+// and its exact bytes. A hostile string inside stays inert.
+func TestShowAndLsPrintEnqueueArgsPayloadsAsJSON(t *testing.T) {
+	f := newFixture(t, 1)
+	args := signUp{Email: "ada@example.com", Plan: "<script>x</script>\x1b[2J", Seats: 3}
+	j, err := jobkey.EnqueueArgs(f.ctx, f.q, args, nil)
+	require.NoError(t, err)
+
+	out, err := f.run("show", j.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, fmt.Sprintf("payload (msgpack, %d bytes, shown as JSON):\n", len(j.Payload))+
+		"  {\n    \"Email\": \"ada@example.com\",\n    \"Plan\": \"<script>x</script>\\u001b[2J\",\n    \"Seats\": 3\n  }\n")
+	require.NotContains(t, out, "\x1b")
+
+	want := map[string]any{"Email": "ada@example.com", "Plan": "<script>x</script>\x1b[2J", "Seats": 3.0}
+	out, err = f.run("show", j.ID, "-json")
+	require.NoError(t, err)
+	require.NotContains(t, out, "\x1b")
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Equal(t, "msgpack", v["payload_format"])
+	require.Equal(t, want, v["payload"])
+	require.Equal(t, base64.StdEncoding.EncodeToString(j.Payload), v["payload_base64"], "the exact bytes")
+	require.NotContains(t, v, "payload_cut")
+
+	out, err = f.run("ls", "-state", "pending", "-json")
+	require.NoError(t, err)
+	var page struct {
+		Jobs []map[string]any `json:"jobs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	require.Len(t, page.Jobs, 1)
+	require.Equal(t, "msgpack", page.Jobs[0]["payload_format"])
+	require.Equal(t, want, page.Jobs[0]["payload"])
+	require.Equal(t, base64.StdEncoding.EncodeToString(j.Payload), page.Jobs[0]["payload_base64"])
+}
+
+// Once a job succeeded, the error an earlier attempt left is history: show
+// and ls say so, instead of showing it as the job's last error.
+func TestSucceededJobShowsItsErrorAsAnEarlierAttempts(t *testing.T) {
+	f := newFixture(t, 1)
+	failed := f.failed("report", nil, "smtp: 550 mailbox unavailable")
+	_, err := f.q.Retry(f.ctx, failed.ID)
+	require.NoError(t, err)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	done, err := f.q.Complete(f.ctx, c, nil)
+	require.NoError(t, err)
+	require.Equal(t, jobkey.StateSucceeded, done.State)
+	require.Equal(t, "smtp: 550 mailbox unavailable", done.LastError, "the value keeps it")
+
+	out, err := f.run("show", done.ID)
+	require.NoError(t, err)
+	require.Contains(t, out, "earlier error (of an attempt before the one that succeeded):\n  smtp: 550 mailbox unavailable\n")
+	require.NotContains(t, out, "last error")
+
+	out, err = f.run("ls", "-state", "succeeded")
+	require.NoError(t, err)
+	require.Contains(t, out, "| id | type | state | attempt | finished at | earlier error |")
+	require.NotContains(t, out, "last error")
+
+	out, err = f.run("ls", "-state", "failed")
+	require.NoError(t, err)
+	require.Contains(t, out, "no failed jobs")
+	f.failed("report", nil, "boom")
+	out, err = f.run("ls", "-state", "failed")
+	require.NoError(t, err)
+	require.Contains(t, out, "| last error |", "a failed job's error is its own")
 }
 
 func TestActionsByID(t *testing.T) {
@@ -670,6 +800,13 @@ func TestWriteTheReplicasDidNotConfirmIsReportedAsMasterOnly(t *testing.T) {
 	masterOnly(fmt.Sprintf("delete: job %q deleted", succeeded.ID), err, "delete")
 	_, err = f.run("limit", append(wait, "acme", "3")...)
 	masterOnly(`limit: the limit of key "acme" set`, err, "limit")
+	// A pause and a resume: every shard written on the master only.
+	_, err = f.run("pause", wait...)
+	require.ErrorIs(t, err, jobkey.ErrNotReplicated, "pause")
+	require.Contains(t, oneLine(err), "pause: 1 of 1 shards were written on the master only, not confirmed by the replicas")
+	_, err = f.run("resume", wait...)
+	require.ErrorIs(t, err, jobkey.ErrNotReplicated, "resume")
+	require.Contains(t, oneLine(err), "resume: 1 of 1 shards were written on the master only")
 
 	// Several IDs: each row says what became of its job.
 	out, err := f.run("cancel", append(wait, pending[1], pending[2])...)
@@ -772,11 +909,11 @@ func TestWritesWaitForTheReplicas(t *testing.T) {
 	stdout.Reset()
 	require.NoError(t, run(f.ctx, []string{"ls", "-redis", f.url + "?min_replicas=1&replica_timeout=2s", "-queue", "mail", "-prefix", f.prefix, "-state", "canceled"}, &stdout, &stderr))
 	require.Contains(t, stdout.String(), "| canceled |")
-	// A pause is not waited for: the command says so.
+	// A pause and a resume wait for the replicas too.
 	out, err = f.run("pause", wait...)
 	require.NoError(t, err)
-	require.Contains(t, out, "pause not confirmed by the replicas: jobkey does not wait for them on a pause")
-	out, err = f.run("resume")
+	require.Contains(t, out, `queue "mail" paused`)
+	out, err = f.run("resume", wait...)
 	require.NoError(t, err)
-	require.NotContains(t, out, "not confirmed", "not asked to wait")
+	require.Contains(t, out, `queue "mail" resumed`)
 }

@@ -40,6 +40,8 @@ type metricFamily struct {
 	name, kind, help string
 	fromMetrics      func(jobkey.MetricsSnapshot) int64
 	fromStats        func(jobkey.Stats) []stateCount
+	// statesOfMetrics is a gauge of Queue.Metrics by state.
+	statesOfMetrics func(jobkey.MetricsSnapshot) []stateCount
 }
 
 // stateCount is one sample of jobkey_queue_jobs.
@@ -74,11 +76,31 @@ var families = []metricFamily{
 		fromStats: func(st jobkey.Stats) []stateCount { return []stateCount{{n: int64(st.PausedShards)}} }},
 	{name: "jobkey_queue_stuck_handlers", kind: "gauge", help: "Handlers still running after their contexts ended, in every process, from Queue.Stats, by queue.",
 		fromStats: func(st jobkey.Stats) []stateCount { return []stateCount{{n: st.StuckHandlers}} }},
+	{name: "jobkey_work_attempts_failed_total", kind: "counter", help: "Attempts that failed (an error, a panic, a timeout, a deadline), in this process's Works." + workHelp,
+		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.AttemptsFailed }},
+	{name: "jobkey_work_jobs_canceled_total", kind: "counter", help: "Runs stopped because their job was canceled while it ran." + workHelp,
+		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.Canceled }},
+	{name: "jobkey_work_jobs_failed_total", kind: "counter", help: "Jobs failed for good: no attempt left, or ErrSkipRetry." + workHelp,
+		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.FailedForGood }},
+	{name: "jobkey_work_jobs_succeeded_total", kind: "counter", help: "Jobs completed by this process's Works." + workHelp,
+		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.Succeeded }},
+	{name: "jobkey_work_retries_scheduled_total", kind: "counter", help: "Failed attempts whose job was put back to run again under backoff." + workHelp,
+		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.RetriesScheduled }},
+	{name: "jobkey_work_runners", kind: "gauge", help: "Runners of this process's Works, busy (running a handler) or idle, by queue and state.",
+		statesOfMetrics: func(m jobkey.MetricsSnapshot) []stateCount {
+			return []stateCount{{"busy", m.BusyRunners}, {"idle", max(m.Runners-m.BusyRunners, 0)}}
+		}},
+	{name: "jobkey_work_runs_released_total", kind: "counter", help: "Runs given back with their attempt unspent (shutdown, a claim that came too late)." + workHelp,
+		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.Released }},
 	{name: "jobkey_work_stuck_detections_total", kind: "counter", help: "Handlers reported stuck, in this process, by queue.",
 		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.StuckDetected }},
 	{name: "jobkey_work_stuck_handlers", kind: "gauge", help: "Handlers still running after their contexts ended, in this process, by queue.",
 		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.StuckHandlers }},
 }
+
+// workHelp ends the help of the counters of what Work recorded, as in
+// jobkeyotel.
+const workHelp = " By queue."
 
 // statesOf lists the counts of Stats by state, sorted by state.
 func statesOf(st jobkey.Stats) []stateCount {
@@ -116,6 +138,10 @@ func (m *queueMetrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case f.fromMetrics != nil:
 				lines = append(lines, f.name+"{"+labels+"} "+strconv.FormatInt(f.fromMetrics(rd.metrics), 10))
+			case f.statesOfMetrics != nil:
+				for _, s := range f.statesOfMetrics(rd.metrics) {
+					lines = append(lines, f.name+"{"+labels+`,jobkey_state="`+s.state+`"} `+strconv.FormatInt(s.n, 10))
+				}
 			case rd.stats != nil:
 				for _, s := range f.fromStats(*rd.stats) {
 					l := labels

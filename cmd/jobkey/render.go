@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/payload"
 )
 
 // How the inspection commands (ls, show, retry, cancel, delete, pause,
@@ -47,26 +46,10 @@ func parseState(s string, allowed ...jobkey.State) (jobkey.State, error) {
 	return 0, fmt.Errorf("-state %q: want one of %s", s, strings.Join(names, ", "))
 }
 
-// Payload formats, as show and -json name them.
-const (
-	formatJSON   = "json"   // valid JSON, printed indented
-	formatText   = "text"   // printable UTF-8, printed as is
-	formatBinary = "binary" // anything else, printed as a hex dump
-)
-
-// bytesFormat says how b is shown: JSON when it is valid JSON, text when
-// it is printable UTF-8 (newlines and tabs allowed), binary otherwise.
-// JSON must be printable too (a JSON string may hold C1 controls raw): no
-// escape sequence in a payload reaches the operator's terminal.
-func bytesFormat(b []byte) string {
-	if !printable(string(b), true) {
-		return formatBinary
-	}
-	if len(b) > 0 && json.Valid(b) {
-		return formatJSON
-	}
-	return formatText
-}
+// showLimit bounds what show prints of a payload or a result, and what
+// -json renders of a msgpack one; -json's payload_base64 and
+// result_base64 hold every byte.
+const showLimit = payload.MaxRendered
 
 // printable reports whether s is valid UTF-8 holding only printable runes
 // (and, with lines, newlines, carriage returns and tabs).
@@ -83,46 +66,12 @@ func printable(s string, lines bool) bool {
 	return true
 }
 
-// renderBytes returns b as show prints it: indented JSON, text, or a hex
-// dump, each ending in a newline; "" for no bytes.
-func renderBytes(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	switch bytesFormat(b) {
-	case formatJSON:
-		var out bytes.Buffer
-		if err := json.Indent(&out, bytes.TrimSpace(b), "", "  "); err == nil {
-			return out.String() + "\n"
-		}
-		// json.Valid said yes: Indent cannot disagree, but never lose bytes.
-		return hex.Dump(b)
-	case formatText:
-		return strings.TrimSuffix(string(b), "\n") + "\n"
-	}
-	return hex.Dump(b)
-}
-
-// bytesJSON is how -json carries a payload or result: the JSON value
-// itself when it is JSON, a string when it is text, base64 when binary.
-func bytesJSON(b []byte) (format string, v json.RawMessage) {
-	if len(b) == 0 {
-		return "", nil
-	}
-	var err error
-	switch format = bytesFormat(b); format {
-	case formatJSON:
-		var c bytes.Buffer
-		if err = json.Compact(&c, b); err == nil {
-			return format, c.Bytes()
-		}
-	case formatText:
-		if v, err = json.Marshal(string(b)); err == nil {
-			return format, v
-		}
-	}
-	v, _ = json.Marshal(base64.StdEncoding.EncodeToString(b)) // a string always marshals
-	return formatBinary, v
+// bytesJSON is how -json carries a payload or result (payload.Value): the
+// JSON value itself when it is JSON, the value as JSON when it is msgpack
+// (cut says past showLimit), a string when it is text, base64 when binary.
+func bytesJSON(b []byte) (format string, v json.RawMessage, cut bool) {
+	f, v, cut := payload.Value(b, showLimit)
+	return string(f), v, cut
 }
 
 // cell makes s safe for one cell of a markdown-like table: one line, no
@@ -194,7 +143,9 @@ func stateTimeHeader(s jobkey.State) string {
 }
 
 // jobView is a job as -json prints it: every field, times in RFC 3339
-// (omitted when unset), payload and result as bytesJSON gives them.
+// (omitted when unset), payload and result as bytesJSON gives them, and
+// their exact bytes in base64, since a value rendered from msgpack, or
+// compacted JSON, is not them byte for byte.
 type jobView struct {
 	ID             string            `json:"id"`
 	Queue          string            `json:"queue"`
@@ -213,9 +164,13 @@ type jobView struct {
 	Meta           map[string]string `json:"meta,omitempty"`
 	PayloadFormat  string            `json:"payload_format,omitempty"`
 	Payload        json.RawMessage   `json:"payload,omitempty"`
+	PayloadCut     bool              `json:"payload_cut,omitempty"`
+	PayloadBase64  string            `json:"payload_base64,omitempty"`
 	PayloadBytes   int               `json:"payload_bytes"`
 	ResultFormat   string            `json:"result_format,omitempty"`
 	Result         json.RawMessage   `json:"result,omitempty"`
+	ResultCut      bool              `json:"result_cut,omitempty"`
+	ResultBase64   string            `json:"result_base64,omitempty"`
 	ResultBytes    int               `json:"result_bytes"`
 	CreatedAt      *time.Time        `json:"created_at,omitempty"`
 	UpdatedAt      *time.Time        `json:"updated_at,omitempty"`
@@ -231,10 +186,14 @@ func viewOf(j *jobkey.Job) jobView {
 		LastError: j.LastError, Meta: j.Meta, PayloadBytes: len(j.Payload), ResultBytes: len(j.Result),
 		CreatedAt: timePtr(j.CreatedAt), UpdatedAt: timePtr(j.UpdatedAt), Rev: j.Rev,
 	}
-	v.PayloadFormat, v.Payload = bytesJSON(j.Payload)
-	v.ResultFormat, v.Result = bytesJSON(j.Result)
+	v.PayloadFormat, v.Payload, v.PayloadCut = bytesJSON(j.Payload)
+	v.ResultFormat, v.Result, v.ResultCut = bytesJSON(j.Result)
+	v.PayloadBase64, v.ResultBase64 = base64Of(j.Payload), base64Of(j.Result)
 	return v
 }
+
+// base64Of is b in standard base64, "" for no bytes.
+func base64Of(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
 func timePtr(t time.Time) *time.Time {
 	if t.IsZero() {
@@ -282,9 +241,13 @@ func printJob(w io.Writer, j *jobkey.Job) {
 			fmt.Fprintf(w, "  %s: %s\n", line(k), line(j.Meta[k]))
 		}
 	}
-	if j.LastError == "" {
+	switch {
+	case j.LastError == "":
 		field("last error", "-")
-	} else {
+	case j.State == jobkey.StateSucceeded:
+		// The job's outcome is its success; the error is history.
+		fmt.Fprintf(w, "earlier error (of an attempt before the one that succeeded):\n%s", indent(renderText(j.LastError)))
+	default:
 		fmt.Fprintf(w, "last error:\n%s", indent(renderText(j.LastError)))
 	}
 	printBytes(w, "payload", j.Payload)
@@ -292,13 +255,21 @@ func printJob(w io.Writer, j *jobkey.Job) {
 }
 
 // printBytes prints a payload or result under a heading naming its format
-// and size.
+// and size: indented JSON (of JSON, or of msgpack), text, or a hex dump.
 func printBytes(w io.Writer, name string, b []byte) {
 	if len(b) == 0 {
 		fmt.Fprintf(w, "%s: (empty)\n", name)
 		return
 	}
-	fmt.Fprintf(w, "%s (%s, %d bytes):\n%s", name, bytesFormat(b), len(b), indent(renderBytes(b)))
+	v := payload.Show(b, showLimit)
+	note := ""
+	if v.Format == payload.Msgpack {
+		note = ", shown as JSON"
+	}
+	if v.Cut {
+		note += fmt.Sprintf(", cut at %d MiB: -json has every byte", showLimit>>20)
+	}
+	fmt.Fprintf(w, "%s (%s, %d bytes%s):\n%s", name, v.Format, len(b), note, indent(strings.TrimSuffix(v.Text, "\n")+"\n"))
 }
 
 // renderText is a string (the last error) as text when it is printable,

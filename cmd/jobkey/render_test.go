@@ -3,9 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobkey/jobkey"
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 func TestParseState(t *testing.T) {
@@ -32,50 +33,58 @@ func TestParseState(t *testing.T) {
 	require.Equal(t, jobkey.StateFailed, got)
 }
 
-func TestBytesFormat(t *testing.T) {
-	for in, want := range map[string]string{
-		`{"to":"ada"}`:         formatJSON,
-		" [1, 2]\n":            formatJSON,
-		`"quoted"`:             formatJSON,
-		"hello\nworld\t!":      formatText,
-		"héllo ✓":              formatText,
-		"":                     formatText,
-		"{not json":            formatText,
-		"\x00\x01\xff":         formatBinary,
-		"\xc3\x28":             formatBinary, // invalid UTF-8
-		"red \x1b[31m":         formatBinary, // a terminal escape
-		"{\"a\":\"\u009b2J\"}": formatBinary, // valid JSON holding a C1 control (CSI)
-	} {
-		require.Equal(t, want, bytesFormat([]byte(in)), "%q", in)
+func TestPrintBytes(t *testing.T) {
+	print := func(b []byte) string {
+		var out bytes.Buffer
+		printBytes(&out, "payload", b)
+		return out.String()
 	}
+	require.Equal(t, "payload (json, 22 bytes):\n  {\n    \"to\": \"ada\",\n    \"n\": [\n      1\n    ]\n  }\n", print([]byte(` {"to":"ada","n":[1]} `)))
+	require.Equal(t, "payload (text, 17 bytes):\n  line one\n  line two\n", print([]byte("line one\nline two")))
+	bin := []byte{0, 1, 2, 0xff, 'a'}
+	require.Contains(t, print(bin), "payload (binary, 5 bytes):\n  00000000  00 01 02 ff 61")
+	require.Equal(t, "payload: (empty)\n", print(nil))
 }
 
-func TestRenderBytes(t *testing.T) {
-	require.Equal(t, "{\n  \"to\": \"ada\",\n  \"n\": [\n    1\n  ]\n}\n", renderBytes([]byte(` {"to":"ada","n":[1]} `)))
-	require.Equal(t, "line one\nline two\n", renderBytes([]byte("line one\nline two")))
-	bin := []byte{0, 1, 2, 0xff, 'a'}
-	require.Equal(t, hex.Dump(bin), renderBytes(bin))
-	require.Contains(t, renderBytes(bin), "00 01 02 ff 61")
-	require.Equal(t, "", renderBytes(nil))
+// A payload EnqueueArgs wrote (msgpack) prints as indented JSON, and a
+// hostile string in it stays inert: no escape sequence reaches the
+// terminal.
+func TestPrintBytesShowsMsgpackAsJSON(t *testing.T) {
+	b, err := msgpack.Marshal(struct {
+		To      string
+		Subject string
+	}{"ada@example.com", "hi \x1b[2J\u009b31m"})
+	require.NoError(t, err)
+	var out bytes.Buffer
+	printBytes(&out, "payload", b)
+	require.Equal(t, fmt.Sprintf("payload (msgpack, %d bytes, shown as JSON):\n  {\n    \"To\": \"ada@example.com\",\n    \"Subject\": \"hi \\u001b[2J\\u009b31m\"\n  }\n", len(b)), out.String())
+	require.NotContains(t, out.String(), "\x1b")
+	require.NotContains(t, out.String(), "\u009b")
 }
 
 func TestBytesJSON(t *testing.T) {
-	f, v := bytesJSON([]byte("{ \"to\" : \"ada\" }"))
-	require.Equal(t, formatJSON, f)
+	f, v, _ := bytesJSON([]byte("{ \"to\" : \"ada\" }"))
+	require.Equal(t, "json", f)
 	require.JSONEq(t, `{"to":"ada"}`, string(v))
-	f, v = bytesJSON([]byte("plain <b>"))
-	require.Equal(t, formatText, f)
+	f, v, _ = bytesJSON([]byte("plain <b>"))
+	require.Equal(t, "text", f)
 	var s string
 	require.NoError(t, json.Unmarshal(v, &s))
 	require.Equal(t, "plain <b>", s)
 	bin := []byte{0, 0xfe, 7}
-	f, v = bytesJSON(bin)
-	require.Equal(t, formatBinary, f)
+	f, v, _ = bytesJSON(bin)
+	require.Equal(t, "binary", f)
 	require.NoError(t, json.Unmarshal(v, &s))
 	dec, err := base64.StdEncoding.DecodeString(s)
 	require.NoError(t, err)
 	require.Equal(t, bin, dec)
-	f, v = bytesJSON(nil)
+	mp, err := msgpack.Marshal(map[string]any{"to": "ada"})
+	require.NoError(t, err)
+	f, v, cut := bytesJSON(mp)
+	require.Equal(t, "msgpack", f)
+	require.JSONEq(t, `{"to":"ada"}`, string(v))
+	require.False(t, cut)
+	f, v, _ = bytesJSON(nil)
 	require.Empty(t, f)
 	require.Nil(t, v)
 }

@@ -88,7 +88,7 @@ func Client(url string, p *Probe, poolSize int) (*redis.Client, error) {
 	if poolSize > 0 {
 		o.PoolSize = poolSize
 	}
-	// See internal/redistest: the auto handshake races on Redis < 8.
+	// As internal/redistest: Redis 7 has no maintenance notifications to offer.
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	o.DisableIdentity = true
 	o.ReadTimeout = 30 * time.Second

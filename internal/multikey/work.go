@@ -27,7 +27,10 @@ func (q *Queue) Work(ctx context.Context, slots int, worker string, handle func(
 }
 
 // idleBlock is how long an idle slot's pop blocks before it looks at ctx.
-const idleBlock = 500 * time.Millisecond
+// go-redis sends BLMOVE's timeout in whole seconds: it would round a
+// shorter one up to a second anyway, and log that it did on every pop,
+// into whatever the process prints (the benchmarks' result lines).
+const idleBlock = time.Second
 
 func (q *Queue) slot(ctx context.Context, worker string, handle func(*Job) error) {
 	var done *Job // finished, not yet recorded

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/jobkey/jobkey/internal/rttcount"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -357,9 +359,10 @@ func ClientFor(tb testing.TB, url string, opt func(*redis.Options)) *redis.Clien
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
-	// go-redis v9.23's "auto" maintenance-notifications handshake writes the
-	// client's options without a lock when Redis < 8 refuses it, a data race
-	// when connections open concurrently. Redis 7 has nothing to offer there.
+	// Redis 7 has no maintenance notifications to offer: the client does
+	// not ask for them. (go-redis v9.23's "auto" mode would ask once and
+	// turn itself off, under the client's lock; the README's quick start
+	// runs so under -race, TestREADMEQuickStartRunsAsWrittenUnderRace.)
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if opt != nil {
 		opt(o)
@@ -377,4 +380,76 @@ func Prefix(tb testing.TB) string {
 	_, _ = rand.Read(b[:])
 	name := strings.NewReplacer("/", "-", " ", "-", "{", "", "}", "").Replace(tb.Name())
 	return cmp.Or("t-"+name[:min(len(name), 24)], "t") + "-" + hex.EncodeToString(b[:])
+}
+
+// CarryHook runs f on every pipeline that carries a read behind its EXEC
+// (a WATCH after an EXEC: the compare-and-set's hand-over), around the
+// call that sends it.
+type CarryHook func(ctx context.Context, cmds []redis.Cmder, send func() error) error
+
+// DialHook leaves dialing alone.
+func (h CarryHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook leaves single commands alone.
+func (h CarryHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook runs h on the pipelines that carry a read.
+func (h CarryHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !CarriesRead(cmds) {
+			return next(ctx, cmds)
+		}
+		return h(ctx, cmds, func() error { return next(ctx, cmds) })
+	}
+}
+
+// LoseAfterEXEC sends cmds, then loses the replies after the EXEC's:
+// Redis ran everything, the client hears only up to the EXEC.
+func LoseAfterEXEC(cmds []redis.Cmder, send func() error) error {
+	err := send()
+	after := false
+	for _, c := range cmds {
+		if after {
+			c.SetErr(io.ErrUnexpectedEOF)
+		}
+		after = after || c.Name() == "exec"
+	}
+	return err
+}
+
+// CarriesRead reports a pipeline with a WATCH after its EXEC.
+func CarriesRead(cmds []redis.Cmder) bool {
+	exec := false
+	for _, c := range cmds {
+		switch c.Name() {
+		case "exec":
+			exec = true
+		case "watch":
+			if exec {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Counted returns a client of the shared test server whose round trips
+// and commands a hook counts; poolSize > 0 sets its pool's size.
+// Connection set-up (HELLO, CLIENT SETINFO) goes outside the hook, and is
+// kept quiet and identical for every test.
+func Counted(tb testing.TB, poolSize int) (*redis.Client, *rttcount.Hook) {
+	tb.Helper()
+	c := Client(tb, func(o *redis.Options) {
+		if poolSize > 0 {
+			o.PoolSize = poolSize
+		}
+		o.DisableIdentity = true
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	h := &rttcount.Hook{}
+	c.AddHook(h)
+	return c, h
 }

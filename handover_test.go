@@ -15,51 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rideHook runs f on every pipeline that carries a ride (a WATCH after an
-// EXEC), around the call that sends it.
-type rideHook func(ctx context.Context, cmds []redis.Cmder, send func() error) error
-
-func (h rideHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h rideHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h rideHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !carriesRide(cmds) {
-			return next(ctx, cmds)
-		}
-		return h(ctx, cmds, func() error { return next(ctx, cmds) })
-	}
-}
-
-// loseTail sends cmds, then loses the replies after the EXEC's: Redis ran
-// everything, the client hears only up to the EXEC.
-func loseTail(cmds []redis.Cmder, send func() error) error {
-	err := send()
-	after := false
-	for _, c := range cmds {
-		if after {
-			c.SetErr(io.ErrUnexpectedEOF)
-		}
-		after = after || c.Name() == "exec"
-	}
-	return err
-}
-
-// carriesRide reports a pipeline with a WATCH after its EXEC.
-func carriesRide(cmds []redis.Cmder) bool {
-	exec := false
-	for _, c := range cmds {
-		switch c.Name() {
-		case "exec":
-			exec = true
-		case "watch":
-			if exec {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // burnDown enqueues n jobs and drains them with Work's slots, returning
 // how many times each ran and the queue's metrics over the drain.
 func burnDown(t *testing.T, q *Queue, n, slots int) (runs map[string]int, m MetricsSnapshot) {
@@ -132,7 +87,7 @@ func TestWorkSlotsRideTheNextReadBehindEachEXEC(t *testing.T) {
 	// The same drain with rides off pays a round trip of its own for
 	// every read.
 	off := queueOn(t, redistest.Client(t, nil), redistest.Prefix(t), Config{Logger: quietLog()})
-	off.finishes.rides = false
+	off.finishes.HandOver = false
 	runs, m = burnDown(t, off, n, slots)
 	requireOnceEach(t, off, runs, n)
 	require.Zero(t, m.Rides)
@@ -148,7 +103,7 @@ func TestRideBehindAnAbortedEXECStands(t *testing.T) {
 	rdb := redistest.Client(t, nil)
 	other := redistest.Client(t, nil)
 	var aborted atomic.Int32
-	rdb.AddHook(rideHook(func(ctx context.Context, cmds []redis.Cmder, send func() error) error {
+	rdb.AddHook(redistest.CarryHook(func(ctx context.Context, cmds []redis.Cmder, send func() error) error {
 		if aborted.Load() < 20 {
 			// Rewrite, unchanged, the first job value the EXEC sets: its
 			// WATCH sees a write and aborts the EXEC.
@@ -184,7 +139,7 @@ func TestRideWhoseReplyIsLostLosesNoJobAndRunsNoneTwice(t *testing.T) {
 	redistest.RequireReal(t)
 	rdb := redistest.Client(t, nil)
 	var cut atomic.Int32
-	rdb.AddHook(rideHook(func(ctx context.Context, cmds []redis.Cmder, send func() error) error {
+	rdb.AddHook(redistest.CarryHook(func(ctx context.Context, cmds []redis.Cmder, send func() error) error {
 		err := send()
 		if err == nil && cut.Load() < 5 {
 			cut.Add(1)
@@ -291,7 +246,7 @@ func TestRideLeavesNoWatchOnPooledConnections(t *testing.T) {
 			return send()
 		}},
 		{"tail lost", func(_ context.Context, _ *redis.Client, cmds []redis.Cmder, send func() error) error {
-			return loseTail(cmds, send)
+			return redistest.LoseAfterEXEC(cmds, send)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -299,7 +254,7 @@ func TestRideLeavesNoWatchOnPooledConnections(t *testing.T) {
 			rdb := redistest.Client(t, nil)
 			other := redistest.Client(t, nil)
 			var hurt atomic.Int32
-			rdb.AddHook(rideHook(func(ctx context.Context, cmds []redis.Cmder, send func() error) error {
+			rdb.AddHook(redistest.CarryHook(func(ctx context.Context, cmds []redis.Cmder, send func() error) error {
 				if hurt.Add(1)%3 != 0 {
 					return send()
 				}
@@ -390,100 +345,5 @@ func waitForIn(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// rideOnce runs one transaction writing key under a relay whose successor
-// offers a read that watches watched, and returns the connection the
-// transaction's cache kept afterwards (nil if none).
-func rideOnce(t *testing.T, q *Queue, key, watched string) *redis.Conn {
-	t.Helper()
-	ctx, release := withConnCache(context.Background())
-	t.Cleanup(release)
-	o := &relay{start: func(r *ride) bool {
-		require.True(t, r.offer(r.node, func(ctx context.Context, p redis.Pipeliner) {
-			p.Do(ctx, "watch", watched)
-			p.Ping(ctx)
-		}))
-		return true
-	}}
-	ctx = context.WithValue(ctx, relayKey{}, o)
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, decide: func(*casRead) (*casPlan, error) {
-		return &casPlan{steps: [][]any{{"set", key + ":x", "v"}}}, nil
-	}})
-	require.NoError(t, err)
-	node, err := q.cas.node(ctx, key)
-	require.NoError(t, err)
-	return ctx.Value(connCacheKey{}).(*connCache).conns[node]
-}
-
-// When the replies after an EXEC that carried a ride are lost while the
-// EXEC's own came, the EXEC stands and the read behind it is not used; the
-// connection, which may still watch the successor's keys, is not kept:
-// an unrelated transaction on it later would abort.
-func TestRideWhoseTailIsLostKeepsNoWatchingConnection(t *testing.T) {
-	t.Parallel()
-	redistest.RequireReal(t)
-	rdb := redistest.Client(t, nil)
-	rdb.AddHook(rideHook(func(_ context.Context, cmds []redis.Cmder, send func() error) error {
-		return loseTail(cmds, send)
-	}))
-	prefix := redistest.Prefix(t)
-	q := queueOn(t, rdb, prefix, Config{Logger: quietLog()})
-	ctx := context.Background()
-	watched := prefix + "watched"
-	conn := rideOnce(t, q, prefix+"k", watched)
-	if conn == nil {
-		return // not kept: nothing can go stale
-	}
-	require.NoError(t, rdb.Set(ctx, watched, "changed", 0).Err())
-	_, err := conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Ping(ctx)
-		return nil
-	})
-	require.NoError(t, err, "the kept connection still watched the successor's key")
-}
-
-// A ride that is handed over leaves the connection to the successor: the
-// transaction that carried it keeps no reference to it.
-func TestRideHandedOverLeavesTheConnectionToTheSuccessor(t *testing.T) {
-	t.Parallel()
-	redistest.RequireReal(t)
-	prefix := redistest.Prefix(t)
-	q := queueOn(t, redistest.Client(t, nil), prefix, Config{Logger: quietLog()})
-	require.Nil(t, rideOnce(t, q, prefix+"k", prefix+"watched"))
-}
-
-// The hand-over may take a while (the successor's batch fills, then its
-// read is built): a flush whose callers all gave up meanwhile sends no
-// EXEC, and its successor reads on its own.
-func TestRideSendsNoEXECOnceTheFlushEndedDuringTheHandOver(t *testing.T) {
-	t.Parallel()
-	redistest.RequireReal(t)
-	prefix := redistest.Prefix(t)
-	rdb := redistest.Client(t, nil)
-	q := queueOn(t, rdb, prefix, Config{Logger: quietLog(), Backoff: func(int) time.Duration { return 0 }})
-	key, written := prefix+"k", prefix+"k:x"
-	cctx, release := withConnCache(context.Background())
-	defer release()
-	ctx, cancel := context.WithCancel(cctx)
-	var got chan rideResult
-	o := &relay{start: func(r *ride) bool {
-		cancel() // every caller gives up while the successor gets ready
-		require.True(t, r.offer(r.node, func(ctx context.Context, p redis.Pipeliner) { p.Ping(ctx) }))
-		got = r.result
-		return true
-	}}
-	ctx = context.WithValue(ctx, relayKey{}, o)
-	_, _, err := q.cas.run(ctx, &casTxn{keys: []string{key}, decide: func(*casRead) (*casPlan, error) {
-		return &casPlan{steps: [][]any{{"set", written, "v"}}}, nil
-	}})
-	require.ErrorIs(t, err, context.Canceled)
-	require.Zero(t, rdb.Exists(context.Background(), written).Val(), "the EXEC was sent after its flush ended")
-	select {
-	case res := <-got:
-		require.Nil(t, res.conn, "the successor reads on its own")
-	case <-time.After(5 * time.Second):
-		t.Fatal("the successor got no answer")
 	}
 }

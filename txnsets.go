@@ -40,9 +40,9 @@ func (q *Queue) eachTxn(ctx context.Context, failFast bool, pos []int, id func(i
 		// reached a moment ago fails at once, instead of after a dial
 		// timeout: nothing is written, and the caller tries again later.
 		shard := q.ks.shardOf(id(set[0]))
-		if failFast && q.cluster() && q.down.has(shard) {
+		if failFast && q.cluster() && q.down.Has(shard) {
 			failed(set, fmt.Errorf("jobkey: not attempted, nothing written: the node of shard %d%s could not be reached within the last %v, "+
-				"and the cluster's slot map still names it", shard, q.down.where(shard), downFor))
+				"and the cluster's map of hash slots still names it", shard, q.down.Where(shard), downFor))
 			continue
 		}
 		err := run(set)
@@ -69,7 +69,7 @@ func (q *Queue) eachTxn(ctx context.Context, failFast bool, pos []int, id func(i
 			case !q.cluster() || ctx.Err() != nil:
 				stop = err
 			case q.unreachable(ctx, err):
-				q.down.add(shard, err)
+				q.down.Add(shard, err)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package jobkey
+package cas
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// call is one caller's request waiting in a commitGroup.
-type call[T, R any] struct {
+// Call is one caller's request waiting in a Group.
+type Call[T, R any] struct {
 	ctx  context.Context
 	in   T
 	out  R
@@ -22,14 +22,17 @@ type call[T, R any] struct {
 	// left is set once the caller was answered because its ctx ended.
 	left atomic.Bool
 	// orphan, when not nil, is given an answer that came after the caller
-	// left: a claim made for it is given back.
-	orphan func(R)
+	// left: a claim made for it is given back. trail is the caller's (see
+	// Trail): it counts the call until its flush is over, and the
+	// give-back.
+	orphan func(t *Trail, out R)
+	trail  *Trail
 }
 
-// finish answers the caller. The first answer stands; later ones are
+// Finish answers the caller. The first answer stands; later ones are
 // ignored, so a flush may answer a call early and again at its end. An
 // answer that comes after the caller left goes to orphan.
-func (c *call[T, R]) finish(out R, err error) {
+func (c *Call[T, R]) Finish(out R, err error) {
 	answered := false
 	c.once.Do(func() {
 		c.out, c.err = out, err
@@ -37,28 +40,101 @@ func (c *call[T, R]) finish(out R, err error) {
 		answered = true
 	})
 	if !answered && c.left.Load() && c.orphan != nil {
-		c.orphan(out)
+		c.orphan(c.trail, out)
 	}
 }
 
-// gone reports a caller whose ctx has ended, and answers it with ctx's
+// Gone reports a caller whose ctx has ended, and answers it with ctx's
 // error. A flush asks before each decision and leaves such calls out of
 // the EXEC it prepares, so nothing is written for a caller that gave up.
-func (c *call[T, R]) gone() bool {
+func (c *Call[T, R]) Gone() bool {
 	err := c.ctx.Err()
 	if err == nil {
 		return false
 	}
 	c.left.Store(true)
 	var zero R
-	c.finish(zero, err)
+	c.Finish(zero, err)
 	return true
+}
+
+// NewCall returns a call of in under ctx that no group made, for a flush
+// run by hand.
+func NewCall[T, R any](ctx context.Context, in T) *Call[T, R] {
+	return &Call[T, R]{ctx: ctx, in: in, done: make(chan struct{})}
+}
+
+// In returns the call's input.
+func (c *Call[T, R]) In() T { return c.in }
+
+// Context returns the caller's context.
+func (c *Call[T, R]) Context() context.Context { return c.ctx }
+
+// Trail counts what a caller's calls leave running once they were
+// answered: a call a flush still carries, whose answer may yet come after
+// the caller left and start a give-back (Call.orphan), and that give-back.
+// Work's calls carry its trail in their ctx, and Work waits for it before
+// it returns, so that nothing it started outlives it. A nil *Trail counts
+// nothing.
+type Trail struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while it is 0
+}
+
+type trailKey struct{}
+
+// WithTrail returns ctx carrying t: the calls made under it count on t.
+func WithTrail(ctx context.Context, t *Trail) context.Context {
+	return context.WithValue(ctx, trailKey{}, t)
+}
+
+// TrailOf returns the trail ctx carries, or nil.
+func TrailOf(ctx context.Context) *Trail {
+	t, _ := ctx.Value(trailKey{}).(*Trail)
+	return t
+}
+
+// Add counts one more thing running.
+func (t *Trail) Add() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.n++
+}
+
+// Done counts one thing less.
+func (t *Trail) Done() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n--; t.n == 0 {
+		close(t.idle)
+		t.idle = nil
+	}
+}
+
+// Wait returns once nothing is counted.
+func (t *Trail) Wait() {
+	t.mu.Lock()
+	idle := t.idle
+	t.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
 }
 
 // errUnanswered is what a call gets if a flush forgot it: a bug.
 var errUnanswered = errors.New("jobkey: internal error: a batched call got no answer")
 
-// commitGroup lets concurrent callers share round trips ("group commit").
+// Group lets concurrent callers share round trips ("group commit").
 // A caller that finds no flush running starts one at once (alone, when
 // uncontended: it costs what it would without the group). Callers arriving
 // while a flush runs queue up, and the flush then takes the whole queue as
@@ -78,10 +154,10 @@ var errUnanswered = errors.New("jobkey: internal error: a batched call got no an
 // flush goes on for the others and leaves the call out of its next
 // decision; a job claimed for it by an EXEC that was already sent is given
 // back (orphan).
-type commitGroup[T, R any] struct {
-	max   int // largest batch
-	flush func(ctx context.Context, calls []*call[T, R])
-	// lanes is how many flushes may run at once (0 means 1). A second
+type Group[T, R any] struct {
+	Max   int // largest batch
+	Flush func(ctx context.Context, calls []*Call[T, R])
+	// Lanes is how many flushes may run at once (0 means 1). A second
 	// lane opens only when the one running is saturated: a caller that
 	// finds a full batch (max) already queued starts a flush at once
 	// instead of queueing behind it. Lanes suit calls that never compete
@@ -89,25 +165,25 @@ type commitGroup[T, R any] struct {
 	// which share the head of the queue, more lanes cut batches and cause
 	// conflicts (measured: the burn-down ran slower with 2 and 3 than
 	// with 1).
-	lanes int
-	// fill is how long a leader, between batches, may wait for its next
+	Lanes int
+	// Fill is how long a leader, between batches, may wait for its next
 	// batch to fill (0: it takes what is queued at once). It waits by
 	// yielding the processor, so the callers it just answered can run.
-	fill time.Duration
-	// rides lets the next batch's round trip 1 ride behind this batch's
-	// EXEC when calls are queued (ride.go). It suits a group whose callers
+	Fill time.Duration
+	// HandOver lets the next batch's round trip 1 be carried behind this
+	// batch's EXEC when calls are queued (handover.go). It suits a group whose callers
 	// come back at once, as Work's slots do to finish and claim; closed-loop
 	// enqueuers measured fewer calls per batch with it, and more CPU per job.
-	rides bool
+	HandOver bool
 	// hist counts the batches flushed by size.
 	hist batchHist
-	// unknown, when not nil, is the error of a caller whose ctx ended
+	// Unknown, when not nil, is the error of a caller whose ctx ended
 	// while its call was in flight; it must match ErrOutcomeUnknown and
-	// err (see outcomeUnknown).
-	unknown func(in T, err error) error
-	// orphan, when not nil, takes a call's answer that came after its
-	// caller left (see call.orphan).
-	orphan func(R)
+	// err (see OutcomeUnknown).
+	Unknown func(in T, err error) error
+	// Orphan, when not nil, takes a call's answer that came after its
+	// caller left (see Call.orphan), with the caller's trail.
+	Orphan func(t *Trail, out R)
 
 	// inside counts the callers in run now; peak is the most there were
 	// since the last flush began (under mu).
@@ -116,31 +192,37 @@ type commitGroup[T, R any] struct {
 
 	mu      sync.Mutex
 	running int // flushes running
-	queue   []*call[T, R]
+	queue   []*Call[T, R]
 }
 
-// do runs in through the group and returns its own outcome.
-func (g *commitGroup[T, R]) do(ctx context.Context, in T) (R, error) { return g.run(ctx, in, false) }
+// Do runs in through the group and returns its own outcome.
+func (g *Group[T, R]) Do(ctx context.Context, in T) (R, error) { return g.run(ctx, in, false) }
 
-// await is do for a caller that must learn what was written for it, as a
-// Work slot must of its claim at shutdown, to give the job back before
+// Await is Do for a caller that must learn what was written for it, as a
+// Work runner must of its claim at shutdown, to give the job back before
 // Work returns: once a flush has taken its call, it waits for the flush's
 // answer rather than being answered when ctx ends. The flush still leaves
 // the call out of every decision made after ctx ended.
-func (g *commitGroup[T, R]) await(ctx context.Context, in T) (R, error) { return g.run(ctx, in, true) }
+func (g *Group[T, R]) Await(ctx context.Context, in T) (R, error) { return g.run(ctx, in, true) }
 
-func (g *commitGroup[T, R]) run(ctx context.Context, in T, await bool) (R, error) {
+func (g *Group[T, R]) run(ctx context.Context, in T, await bool) (R, error) {
 	var zero R
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	c := &call[T, R]{ctx: ctx, in: in, done: make(chan struct{}), orphan: g.orphan}
+	c := &Call[T, R]{ctx: ctx, in: in, done: make(chan struct{}), orphan: g.Orphan}
+	if g.Orphan != nil {
+		// Its answer may start a give-back after the caller left: the
+		// caller's trail counts the call until its flush is over.
+		c.trail = TrailOf(ctx)
+		c.trail.Add()
+	}
 	g.inside.Add(1)
 	defer g.inside.Add(-1)
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
 	g.peak = max(g.peak, int(g.inside.Load()))
-	if g.running == 0 || (g.running < g.lanes && len(g.queue) > g.max) {
+	if g.running == 0 || (g.running < g.Lanes && len(g.queue) > g.Max) {
 		g.running++
 		batch := g.take()
 		g.mu.Unlock()
@@ -159,6 +241,7 @@ func (g *commitGroup[T, R]) run(ctx context.Context, in T, await bool) (R, error
 	if i := slices.Index(g.queue, c); i >= 0 {
 		g.queue = slices.Delete(g.queue, i, i+1)
 		g.mu.Unlock()
+		c.trail.Done()
 		return zero, ctx.Err() // never sent
 	}
 	g.mu.Unlock()
@@ -171,36 +254,36 @@ func (g *commitGroup[T, R]) run(ctx context.Context, in T, await bool) (R, error
 	// ContextTimeoutEnabled): the caller is answered now, unless the flush
 	// answered first.
 	c.left.Store(true)
-	if g.unknown != nil {
-		c.finish(zero, g.unknown(c.in, ctx.Err()))
+	if g.Unknown != nil {
+		c.Finish(zero, g.Unknown(c.in, ctx.Err()))
 	} else {
-		c.finish(zero, outcomeUnknown("", "", ctx.Err()))
+		c.Finish(zero, OutcomeUnknown("", "", ctx.Err()))
 	}
 	return c.out, c.err
 }
 
 // take removes the next batch from the head of the queue. g.mu is held.
-func (g *commitGroup[T, R]) take() []*call[T, R] {
-	n := min(len(g.queue), g.max)
+func (g *Group[T, R]) take() []*Call[T, R] {
+	n := min(len(g.queue), g.Max)
 	batch := slices.Clone(g.queue[:n])
 	g.queue = slices.Delete(g.queue, 0, n)
 	return batch
 }
 
 // lead flushes batches until the queue is empty.
-func (g *commitGroup[T, R]) lead(batch []*call[T, R]) { g.leadFrom(batch, nil) }
+func (g *Group[T, R]) lead(batch []*Call[T, R]) { g.leadFrom(batch, nil) }
 
 // leadFrom is lead for a leader that took over from another one whose
-// EXEC may carry its first read (in: a ride, see ride.go). Leadership
-// passes on the same way: a flush that started a successor ends its
-// leader's run, and the successor goes on.
-func (g *commitGroup[T, R]) leadFrom(batch []*call[T, R], in *ride) {
+// EXEC may carry its first read (in: a hand-over, see handover.go).
+// Leadership passes on the same way: a flush that started a successor ends
+// its leader's run, and the successor goes on.
+func (g *Group[T, R]) leadFrom(batch []*Call[T, R], in *handover) {
 	var zero R
 	// The leader keeps its connections from batch to batch while callers
 	// keep coming, and lets them go when the group goes idle.
-	conns, release := withConnCache(context.Background())
+	conns, release := WithConnCache(context.Background())
 	defer release()
-	cache := conns.Value(connCacheKey{})
+	cache := cacheOf(conns)
 	for len(batch) > 0 {
 		g.hist.add(len(batch))
 		g.mu.Lock()
@@ -209,22 +292,23 @@ func (g *commitGroup[T, R]) leadFrom(batch []*call[T, R], in *ride) {
 		ctx, cancel := flushContext(batch)
 		ctx = context.WithValue(ctx, connCacheKey{}, cache)
 		if in != nil {
-			ctx = context.WithValue(ctx, rideKey{}, in)
+			ctx = context.WithValue(ctx, handoverKey{}, in)
 		}
-		var out *relay
-		if g.rides {
+		var out *succession
+		if g.HandOver {
 			inflight := len(batch)
-			out = &relay{start: func(r *ride) bool { return g.succeed(r, inflight) }}
-			ctx = context.WithValue(ctx, relayKey{}, out)
+			out = &succession{start: func(h *handover) bool { return g.succeed(h, inflight) }}
+			ctx = context.WithValue(ctx, successionKey{}, out)
 		}
-		g.flush(ctx, batch)
+		g.Flush(ctx, batch)
 		cancel()
 		if in != nil {
 			in.decline() // a flush that never read lets the EXEC before it go alone
 			in = nil
 		}
 		for _, c := range batch {
-			c.finish(zero, errUnanswered)
+			c.Finish(zero, errUnanswered)
+			c.trail.Done() // the flush is over: no answer comes after this
 		}
 		if out != nil && out.passed() {
 			return // the successor leads the group now
@@ -234,16 +318,16 @@ func (g *commitGroup[T, R]) leadFrom(batch []*call[T, R], in *ride) {
 }
 
 // succeed takes the calls queued now as the next batch and starts its
-// flush, whose first read may ride r; it reports false when none is
-// queued. inflight is the size of the batch whose EXEC is about to go:
+// flush, whose first read may be carried by h; it reports false when none
+// is queued. inflight is the size of the batch whose EXEC is about to go:
 // the callers outside it are usually on their way, and a successor that
 // leaves without them splits the callers into groups that take turns, so
-// it first waits up to rideFill for them, as next does for fill. The new
-// leader takes over this one's place among the flushes running.
-func (g *commitGroup[T, R]) succeed(r *ride, inflight int) bool {
+// it first waits up to successorFill for them, as next does for Fill. The
+// new leader takes over this one's place among the flushes running.
+func (g *Group[T, R]) succeed(h *handover, inflight int) bool {
 	g.mu.Lock()
-	if want := min(g.peak-inflight, g.max); len(g.queue) < want {
-		deadline := time.Now().Add(rideFill)
+	if want := min(g.peak-inflight, g.Max); len(g.queue) < want {
+		deadline := time.Now().Add(successorFill)
 		for len(g.queue) < want && time.Now().Before(deadline) {
 			g.mu.Unlock()
 			runtime.Gosched()
@@ -255,22 +339,22 @@ func (g *commitGroup[T, R]) succeed(r *ride, inflight int) bool {
 	if len(batch) == 0 {
 		return false
 	}
-	go g.leadFrom(batch, r)
+	go g.leadFrom(batch, h)
 	return true
 }
 
-// rideFill bounds how long an EXEC waits for its successor's batch to
-// fill (succeed).
-const rideFill = 50 * time.Microsecond
+// successorFill bounds how long an EXEC waits for its successor's batch
+// to fill (succeed).
+const successorFill = 50 * time.Microsecond
 
 // next takes the next batch, first waiting up to fill for the queue to
 // hold as many calls as there were callers during the last flush, and
 // leaves the group when there is none.
-func (g *commitGroup[T, R]) next() []*call[T, R] {
+func (g *Group[T, R]) next() []*Call[T, R] {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if want := min(g.peak, g.max); g.fill > 0 && len(g.queue) < want {
-		deadline := time.Now().Add(g.fill)
+	if want := min(g.peak, g.Max); g.Fill > 0 && len(g.queue) < want {
+		deadline := time.Now().Add(g.Fill)
 		for len(g.queue) < want && time.Now().Before(deadline) {
 			// A timer would sleep far longer than fill (the runtime's
 			// sleeps are coarse); yielding lets the answered callers run.
@@ -290,7 +374,7 @@ func (g *commitGroup[T, R]) next() []*call[T, R] {
 // caller gives up, since the others still wait, but ended at the latest
 // deadline among its callers, so a batch whose callers have all given up
 // does not run on.
-func flushContext[T, R any](batch []*call[T, R]) (context.Context, context.CancelFunc) {
+func flushContext[T, R any](batch []*Call[T, R]) (context.Context, context.CancelFunc) {
 	base := context.WithoutCancel(batch[0].ctx)
 	var latest time.Time
 	for _, c := range batch {
@@ -305,12 +389,12 @@ func flushContext[T, R any](batch []*call[T, R]) (context.Context, context.Cance
 	return context.WithDeadline(base, latest)
 }
 
-// live answers the callers of a batch that gave up before the flush began
+// Live answers the callers of a batch that gave up before the flush began
 // and returns the rest.
-func live[T, R any](batch []*call[T, R]) []*call[T, R] {
+func Live[T, R any](batch []*Call[T, R]) []*Call[T, R] {
 	out := batch[:0:0]
 	for _, c := range batch {
-		if !c.gone() {
+		if !c.Gone() {
 			out = append(out, c)
 		}
 	}
@@ -320,20 +404,30 @@ func live[T, R any](batch []*call[T, R]) []*call[T, R] {
 // batchHist counts a group's flushes by how many calls they carried.
 type batchHist struct {
 	flushes, calls atomic.Int64
-	buckets        [batchBuckets]atomic.Int64
+	buckets        [SizeBuckets]atomic.Int64
 }
 
-// batchBuckets covers batches of 1 to 4096 calls (Config.MaxBatch's most).
-const batchBuckets = 13
+// SizeBuckets covers batches of 1 to 4096 calls (Config.MaxBatch's most).
+const SizeBuckets = 13
 
 func (h *batchHist) add(n int) {
 	h.flushes.Add(1)
 	h.calls.Add(int64(n))
-	h.buckets[min(bits.Len(uint(n-1)), batchBuckets-1)].Add(1)
+	h.buckets[min(bits.Len(uint(n-1)), SizeBuckets-1)].Add(1)
 }
 
-func (h *batchHist) snapshot() BatchSizes {
-	var s BatchSizes
+// Sizes is a histogram of a group's flushes: how many ran, how many calls
+// they carried, and Buckets[i] those of more than 2^(i-1) and at most 2^i
+// calls (Buckets[0]: one call).
+type Sizes struct {
+	Flushes, Calls int64
+	Buckets        [SizeBuckets]int64
+}
+
+// Sizes returns a copy of the group's histogram.
+func (g *Group[T, R]) Sizes() Sizes {
+	h := &g.hist
+	var s Sizes
 	s.Flushes, s.Calls = h.flushes.Load(), h.calls.Load()
 	for i := range h.buckets {
 		s.Buckets[i] = h.buckets[i].Load()
@@ -341,30 +435,15 @@ func (h *batchHist) snapshot() BatchSizes {
 	return s
 }
 
-// BatchSizes is a histogram of one kind of group-committed call (enqueue,
-// claim, ...): how many flushes ran and how many calls they carried.
-// Buckets[0] counts flushes of one call, and Buckets[i] those of more than
-// 2^(i-1) and at most 2^i calls.
-type BatchSizes struct {
-	Flushes int64
-	Calls   int64
-	Buckets [batchBuckets]int64
+// State returns how many flushes run and how many calls wait.
+func (g *Group[T, R]) State() (running, queued int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.running, len(g.queue)
 }
 
-// Mean is the average number of calls per flush.
-func (s BatchSizes) Mean() float64 {
-	if s.Flushes == 0 {
-		return 0
-	}
-	return float64(s.Calls) / float64(s.Flushes)
-}
-
-// Sub returns s less an earlier snapshot o.
-func (s BatchSizes) Sub(o BatchSizes) BatchSizes {
-	s.Flushes -= o.Flushes
-	s.Calls -= o.Calls
-	for i := range s.Buckets {
-		s.Buckets[i] -= o.Buckets[i]
-	}
-	return s
+// Wait waits for the call's answer.
+func (c *Call[T, R]) Wait() (R, error) {
+	<-c.done
+	return c.out, c.err
 }

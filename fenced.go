@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jobkey/jobkey/internal/cas"
 )
 
 // MaxErrorLen bounds the LastError stored in a job, so failures cannot grow
@@ -82,7 +84,7 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 		mine[k] = jobs[i]
 	}
 	checks = q.pullChecks(checks, mine, shards, predict)
-	_, _, err := q.cas.run(ctx, &casTxn{keys: keys, checks: checks, aux: q.slotPredict(mine, shards), follow: q.slotFollow(shards),
+	_, _, err := q.run(ctx, &casTxn{keys: keys, checks: checks, aux: q.slotPredict(mine, shards), follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			plan := &casPlan{}
 			var ip indexPlan
@@ -97,7 +99,7 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 				out[i], errs[i] = q.decideFenced(plan, &ip, b, f, r.jobs[k], r.errs[k], r.now)
 			}
 			b.finish(plan, &ip)
-			plan.steps, plan.checks = ip.steps(), ip.checks
+			plan.index(&ip)
 			return plan, nil
 		}})
 	return err
@@ -117,7 +119,7 @@ func (q *Queue) pullChecks(checks []typeCheck, jobs []*Job, shards []int, predic
 		if j.ConcurrencyKey == "" {
 			continue
 		}
-		if c := (typeCheck{key: q.ks.index(shards[k], readyIndex(j.Priority)), want: "zset"}); !slices.Contains(checks, c) {
+		if c := (typeCheck{Key: q.ks.index(shards[k], readyIndex(j.Priority)), Want: "zset"}); !slices.Contains(checks, c) {
 			checks = append(checks, c)
 		}
 	}
@@ -136,13 +138,13 @@ type fencedWrite struct {
 
 // decideFenced decides one fenced transition on the stored job cur (or
 // the error reading it gave) and adds its writes to plan and ip.
-func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fencedWrite, cur *Job, readErr error, now time.Time) (*Job, error) {
+func (d *decider) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fencedWrite, cur *Job, readErr error, now time.Time) (*Job, error) {
 	j := f.j
 	switch {
 	case readErr != nil:
 		return nil, readErr
 	case cur == nil:
-		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, j.ID, q.name)
+		return nil, fmt.Errorf("%w: %q in queue %q", ErrNotFound, j.ID, d.name)
 	case f.done != nil && f.done(j, cur):
 		plan.confirm = true // answered from a write of its own: waited for as if just made
 		return cur, nil
@@ -151,7 +153,7 @@ func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fenced
 	}
 	next := f.fn(j, cloneJob(cur), now)
 	next.UpdatedAt = now
-	if err := q.fits(next, cur); err != nil {
+	if err := d.fits(next, cur); err != nil {
 		return nil, err
 	}
 	if e := b.entry(f.shard, cur); e != nil {
@@ -165,8 +167,8 @@ func (q *Queue) decideFenced(plan *casPlan, ip *indexPlan, b *slotBook, f fenced
 			return nil, &LeaseLostError{ID: j.ID, Attempt: j.Attempt, Owner: j.LeaseOwner, Token: j.LeaseToken, Now: cur}
 		}
 	}
-	q.move(ip, f.shard, j.ID, cur, next, "")
-	plan.writes = append(plan.writes, q.write(f.key, next))
+	d.move(ip, f.shard, j.ID, cur, next, "")
+	plan.writes = append(plan.writes, d.write(f.key, next))
 	return next, nil
 }
 
@@ -191,7 +193,7 @@ func (q *Queue) Extend(ctx context.Context, j *Job) (*Job, error) {
 		return nil, err
 	}
 	if q.extends != nil {
-		return q.extends.do(ctx, j)
+		return q.extends.Do(ctx, j)
 	}
 	return q.fenced(ctx, j, []string{idxLeased}, nil, q.extend)
 }
@@ -201,9 +203,9 @@ func (q *Queue) extend(_, next *Job, now time.Time) *Job {
 	return next
 }
 
-func (q *Queue) flushExtends(ctx context.Context, batch []*call[*Job, *Job]) {
-	flushFenced(ctx, q, batch, func(c *call[*Job, *Job]) *Job { return c.in }, []string{idxLeased}, nil,
-		func(*call[*Job, *Job]) transition { return q.extend })
+func (q *Queue) flushExtends(ctx context.Context, batch []*cas.Call[*Job, *Job]) {
+	flushFenced(ctx, q, batch, func(c *cas.Call[*Job, *Job]) *Job { return c.In() }, []string{idxLeased}, nil,
+		func(*cas.Call[*Job, *Job]) transition { return q.extend })
 }
 
 // completeIn is one Complete call waiting in its group.
@@ -212,10 +214,10 @@ type completeIn struct {
 	result []byte
 }
 
-func (q *Queue) flushCompletes(ctx context.Context, batch []*call[completeIn, *Job]) {
-	flushFenced(ctx, q, batch, func(c *call[completeIn, *Job]) *Job { return c.in.job },
+func (q *Queue) flushCompletes(ctx context.Context, batch []*cas.Call[completeIn, *Job]) {
+	flushFenced(ctx, q, batch, func(c *cas.Call[completeIn, *Job]) *Job { return c.In().job },
 		[]string{idxLeased, idxSucceeded}, completed,
-		func(c *call[completeIn, *Job]) transition { return succeed(c.in.result) })
+		func(c *cas.Call[completeIn, *Job]) transition { return succeed(c.In().result) })
 }
 
 func succeed(result []byte) transition {
@@ -231,11 +233,11 @@ func succeed(result []byte) transition {
 // fencedMany. A job that appears twice waits for a batch of its own, and a
 // call whose transaction was refused whole is tried again alone, so each
 // caller gets its own outcome.
-func flushFenced[T any](ctx context.Context, q *Queue, batch []*call[T, *Job], job func(*call[T, *Job]) *Job,
-	predict []string, done func(j, cur *Job) bool, fn func(*call[T, *Job]) transition) {
-	batch = live(batch)
+func flushFenced[T any](ctx context.Context, q *Queue, batch []*cas.Call[T, *Job], job func(*cas.Call[T, *Job]) *Job,
+	predict []string, done func(j, cur *Job) bool, fn func(*cas.Call[T, *Job]) transition) {
+	batch = cas.Live(batch)
 	for len(batch) > 0 {
-		var now, later []*call[T, *Job]
+		var now, later []*cas.Call[T, *Job]
 		seen := map[string]bool{}
 		for _, c := range batch {
 			if id := job(c).ID; seen[id] {
@@ -250,15 +252,15 @@ func flushFenced[T any](ctx context.Context, q *Queue, batch []*call[T, *Job], j
 			jobs[i] = job(c)
 		}
 		out, errs := q.fencedMany(ctx, jobs, predict, done,
-			func(i int) transition { return fn(now[i]) }, func(i int) bool { return now[i].gone() })
+			func(i int) transition { return fn(now[i]) }, func(i int) bool { return now[i].Gone() })
 		for i, c := range now {
 			if len(now) > 1 && refusedWhole(errs[i]) {
 				o, e := q.fencedMany(ctx, []*Job{job(c)}, predict, done,
-					func(int) transition { return fn(c) }, func(int) bool { return c.gone() })
-				c.finish(o[0], e[0])
+					func(int) transition { return fn(c) }, func(int) bool { return c.Gone() })
+				c.Finish(o[0], e[0])
 				continue
 			}
-			c.finish(out[i], errs[i])
+			c.Finish(out[i], errs[i])
 		}
 		batch = later
 	}
@@ -275,7 +277,7 @@ func (q *Queue) Complete(ctx context.Context, j *Job, result []byte) (*Job, erro
 		return nil, err
 	}
 	if q.completes != nil {
-		return q.completes.do(ctx, completeIn{j, result})
+		return q.completes.Do(ctx, completeIn{j, result})
 	}
 	return q.fenced(ctx, j, []string{idxLeased, idxSucceeded}, completed, succeed(result))
 }
@@ -317,14 +319,14 @@ func (q *Queue) CompleteMany(ctx context.Context, jobs []*Job, results [][]byte)
 // fits holds a transition's value to Config.MaxValueBytes: a LastError
 // that would push it past is cut to what fits, and anything else that does
 // (a result, a job an Update grew) refuses the transition for that job.
-func (q *Queue) fits(next, cur *Job) error {
-	over := encodedSize(next) - q.cfg.MaxValueBytes
+func (d *decider) fits(next, cur *Job) error {
+	over := encodedSize(next) - d.cfg.MaxValueBytes
 	if over > 0 && next.LastError != cur.LastError && over <= len(next.LastError) {
 		next.LastError = truncate(next.LastError, len(next.LastError)-over) // a shorter string never has a longer header
-		over = encodedSize(next) - q.cfg.MaxValueBytes
+		over = encodedSize(next) - d.cfg.MaxValueBytes
 	}
 	if over > 0 {
-		return fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, next.ID, encodedSize(next), q.cfg.MaxValueBytes)
+		return fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, next.ID, encodedSize(next), d.cfg.MaxValueBytes)
 	}
 	return nil
 }

@@ -19,14 +19,14 @@ type value struct {
 
 // readValue reads the value stored at key, a job's key.
 func readValue(raw rawRead, key string) value {
-	if raw.missing {
+	if raw.Missing {
 		return value{missing: true}
 	}
-	if raw.err != nil {
+	if raw.Err != nil {
 		return value{} // another Redis type
 	}
 	var j Job
-	switch err := unmarshalString(raw.s, &j); {
+	switch err := unmarshalString(raw.S, &j); {
 	case err == nil && storedAt(key, &j) == nil:
 		return value{job: &j}
 	case err == nil:
@@ -37,67 +37,42 @@ func readValue(raw rawRead, key string) value {
 	return value{}
 }
 
-// recheck reads the suspects as one snapshot and returns the findings
-// that still hold: WATCH their keys, read the values, then read every
-// index's ZSCORE of each in MULTI/EXEC. The EXEC commits only if no value
-// changed since it was read, so values and entries are seen as of one
-// moment, and no whole value is copied while Redis runs the EXEC. Jobs
-// that keep changing are tried three times, then left: a job that moves
-// on is no finding.
+// recheck reads the suspects as one snapshot (cas.Engine.Snapshot: their
+// values, then every index's ZSCORE of each, as of one moment) and returns
+// the findings that still hold. Jobs that keep changing are tried three
+// times, then left: a job that moves on is no finding.
 func (q *Queue) recheck(ctx context.Context, shard int, now time.Time, ids []string) ([]Finding, error) {
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = q.ks.jobKey(shard, id)
 	}
 	for range 3 {
-		var out []Finding
-		err := q.rdb.Watch(ctx, func(tx *redis.Tx) error {
-			gets := make([]*redis.StringCmd, len(ids))
-			cmds, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i, k := range keys {
-					gets[i] = p.Get(ctx, k)
-				}
-				return nil
-			})
-			if err != nil && (unanswered(cmds, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
-				return err
-			}
-			scores := make([][]*redis.FloatCmd, len(ids))
-			cmds, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				for i, id := range ids {
-					for _, idx := range allIndexes {
-						scores[i] = append(scores[i], p.ZScore(ctx, q.ks.index(shard, idx), id))
-					}
-				}
-				return nil
-			})
-			if errors.Is(err, redis.TxFailedErr) {
-				// A job changed since its GET: the scores are no snapshot
-				// (every one carries the abort), so nothing may be judged
-				// from them. Read again.
-				return err
-			}
-			if err != nil && (unanswered(cmds, err) != nil || !errors.Is(err, redis.Nil) && !isRedisErr(err)) {
-				return err
-			}
+		scores := make([][]*redis.FloatCmd, len(ids))
+		values, changed, err := q.cas.Snapshot(ctx, keys, func(p redis.Pipeliner) {
 			for i, id := range ids {
-				var have []placed
-				for k, c := range scores[i] {
-					if s, err := c.Result(); err == nil {
-						have = append(have, placed{allIndexes[k], int64(s)})
-					}
-				}
-				if f, bad := q.judge(id, readValue(fromGet(gets[i]), keys[i]), have, now); bad {
-					out = append(out, f)
+				scores[i] = scores[i][:0]
+				for _, idx := range allIndexes {
+					scores[i] = append(scores[i], p.ZScore(ctx, q.ks.index(shard, idx), id))
 				}
 			}
-			return nil
-		}, keys...)
-		if errors.Is(err, redis.TxFailedErr) {
-			continue
-		}
+		})
 		if err != nil {
 			return nil, fmt.Errorf("jobkey: verify: read %d jobs: %w", len(ids), err)
+		}
+		if changed {
+			continue // a job changed since its GET: read again
+		}
+		var out []Finding
+		for i, id := range ids {
+			var have []placed
+			for k, c := range scores[i] {
+				if s, err := c.Result(); err == nil {
+					have = append(have, placed{allIndexes[k], int64(s)})
+				}
+			}
+			if f, bad := q.judge(id, readValue(values[i], keys[i]), have, now); bad {
+				out = append(out, f)
+			}
 		}
 		return out, nil
 	}

@@ -1,4 +1,10 @@
-package jobkey
+// Package readahead holds due index entries read ahead of need, shard by
+// shard, for the claims that follow: they take candidates from the pool
+// instead of reading the indexes in a round trip of their own. It judges
+// entries by when each shard was read, the priorities announced since, and
+// which shards' nodes could not be reached; it never reads Redis itself
+// (Probe runs the read it is given).
+package readahead
 
 import (
 	"context"
@@ -8,44 +14,57 @@ import (
 	"time"
 )
 
-// dueView is one read of due entries: the candidates it found, the shards
+// Candidate is a due index entry: a job of Shard that a claim may take.
+// It is a hint like any index entry: the compare-and-set that takes it
+// decides from its value.
+type Candidate struct {
+	Shard int
+	ID    string
+	Index string // the index it was read from
+	// Prio orders candidates, higher first: the priority of the ready
+	// index it came from, or above every priority for an expired lease.
+	Prio int
+}
+
+// View is one read of due entries: the candidates it found, the shards
 // it read (every due entry of theirs within the read's window is among
 // the candidates), those of them whose node it could not reach, the
 // highest priority whose window it filled (-1: none), and when it was
 // sent.
-type dueView struct {
-	cands  []candidate
-	shards []int
-	down   []int
-	full   int
-	at     time.Time
+type View struct {
+	Cands  []Candidate
+	Shards []int
+	Down   []int
+	Full   int
+	At     time.Time
 }
 
-// duePool holds due entries read ahead of need, shard by shard: the claims
+// Pool holds due entries read ahead of need, shard by shard: the claims
 // that follow take candidates from it instead of reading the indexes in a
-// round trip of their own. A candidate is a hint like any index entry: the
+// round trip of their own. A Candidate is a hint like any index entry: the
 // compare-and-set that takes it decides from its value.
 //
 // The pool must not hide a job that is due on a shard it holds nothing of,
 // since every claim of a busy process takes from it. So it hands out
-// nothing while some shard's read is older than poolFresh (the claim then
+// nothing while some shard's read is older than Fresh (the claim then
 // reads every shard, see Queue.candidates), nothing below a priority that
 // a hint announced after a shard was read, until that shard is read again,
 // and it serves the shards in turn: within a priority, the shard whose
 // candidates have waited longest goes first. A taker bound to one shard (a
 // transaction stays in one hash slot on a cluster) gets nothing while
-// another shard holds a higher priority, or has waited past poolStarve.
+// another shard holds a higher priority, or has waited past Starve.
 //
 // A shard whose node the last read of it could not reach is left out until
 // a read reaches it again: a read of a dead node may take seconds (the
 // client's dial retries), and the pool must not stop every claim for it.
-// Once downFor has passed, they are read again apart (Queue.probeGone), so
+// Once reprobe has passed, they are read again apart (Probe), so
 // a node that is back is seen again.
-type duePool struct {
-	mu     sync.Mutex
-	shards []poolShard
-	skip   func(shard int) bool // shards no read reaches now (their node is down)
-	moved  func(shard int) bool // shards whose slot names another node since they were unreachable
+type Pool struct {
+	mu      sync.Mutex
+	shards  []poolShard
+	skip    func(shard int) bool // shards no read reaches now (their node is down)
+	moved   func(shard int) bool // shards whose hash slot names another node since they were unreachable
+	reprobe time.Duration        // how long after a shard's node could not be reached it is read again
 	// refreshing says a read of every shard is under way (refreshDue).
 	refreshing bool
 	// probing says a read of the shards whose node could not be reached
@@ -53,18 +72,18 @@ type duePool struct {
 	probing bool
 	probeAt time.Time
 	// stopProbe ends the read under way; probeEnded is closed once it has
-	// returned (see Queue.stopProbe).
+	// returned (see StopProbe).
 	stopProbe  context.CancelFunc
 	probeEnded chan struct{}
 	// taken remembers the IDs handed out in the last poolTTL, so a read
 	// ahead made while their claims were in flight does not hand them out
-	// again: two transactions watching one candidate would both be retried.
+	// again: two transactions watching one Candidate would both be retried.
 	taken map[string]time.Time
 }
 
 // poolShard is what the pool holds of one shard.
 type poolShard struct {
-	cands []candidate // highest priority first, at random within one
+	cands []Candidate // highest priority first, at random within one
 	read  time.Time   // when the read that filled cands was sent; zero: never, or forgotten
 	full  int         // the highest priority whose window that read filled: none below it goes
 	// need is the highest priority a hint announced since read (0: none):
@@ -76,60 +95,58 @@ type poolShard struct {
 }
 
 const (
-	// poolFresh is how long a shard's read serves claims: a job that comes
+	// Fresh is how long a shard's read serves claims: a job that comes
 	// due is seen by them within it.
-	poolFresh = 250 * time.Millisecond
-	// poolStarve is how long a shard's candidates may wait while takers
+	Fresh = 250 * time.Millisecond
+	// Starve is how long a shard's candidates may wait while takers
 	// bound to other shards serve theirs.
-	poolStarve = 250 * time.Millisecond
-	// poolTTL is how long the pool remembers a candidate it handed out.
+	Starve = 250 * time.Millisecond
+	// poolTTL is how long the pool remembers a Candidate it handed out.
 	poolTTL = 500 * time.Millisecond
 )
 
-// aheadN is how many entries of each due index a read ahead takes: enough
-// to get past the head of the queue, which the claims in flight are taking.
-const aheadN = 32
-
-// Takers of candidates not bound to one shard: anyShard takes them in
-// turn from every shard, oneShard from the one whose turn it is.
+// Takers of candidates not bound to one shard: AnyShard takes them in
+// turn from every shard, OneShard from the one whose turn it is.
 const (
-	anyShard = -1
-	oneShard = -2
+	AnyShard = -1
+	OneShard = -2
 )
 
 // maxTaken bounds duePool.taken.
 const maxTaken = 4096
 
-// newDuePool returns an empty pool of a queue of shards shards; skip says
-// which shards no read reaches now.
-func newDuePool(shards int, skip func(int) bool) *duePool {
-	p := &duePool{shards: make([]poolShard, shards), skip: skip}
-	p.drop()
+// New returns an empty pool of a queue of shards shards. skip says which
+// shards no read reaches now; moved, which shards' hash slots name another
+// node since they could not be reached; reprobe, how long after a read
+// could not reach a shard's node it is read again (Probe).
+func New(shards int, skip, moved func(int) bool, reprobe time.Duration) *Pool {
+	p := &Pool{shards: make([]poolShard, shards), skip: skip, moved: moved, reprobe: reprobe}
+	p.Drop()
 	return p
 }
 
 // skipped reports a shard no read reaches now, or none reached last.
 // p.mu is held.
-func (p *duePool) skipped(s int) bool {
+func (p *Pool) skipped(s int) bool {
 	return p.gone(s) || p.skip != nil && p.skip(s)
 }
 
 // gone reports a shard the last read of it could not reach, unless the
-// slot map names another node for it since (a replica promoted). p.mu is
+// hash slot map names another node for it since (a replica promoted). p.mu is
 // held.
-func (p *duePool) gone(s int) bool {
+func (p *Pool) gone(s int) bool {
 	return p.shards[s].gone && (p.moved == nil || !p.moved(s))
 }
 
 // probeDue returns the shards whose node the last read could not reach
-// and that are due to be read again (downFor after the last such read),
+// and that are due to be read again (reprobe after the last such read),
 // when no such read is under way; if it names some, one is under way from
 // now until probed is called, under ctx, which stopProbe ends.
-func (p *duePool) probeDue() ([]int, context.Context) {
+func (p *Pool) probeDue() ([]int, context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	if p.probing || now.Sub(p.probeAt) <= downFor && !p.anyMoved() {
+	if p.probing || now.Sub(p.probeAt) <= p.reprobe && !p.anyMoved() {
 		return nil, nil
 	}
 	var out []int
@@ -142,21 +159,21 @@ func (p *duePool) probeDue() ([]int, context.Context) {
 		return nil, nil
 	}
 	p.probing, p.probeAt = true, now
-	ctx, cancel := context.WithTimeout(context.Background(), probeFor)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*p.reprobe)
 	p.stopProbe, p.probeEnded = cancel, make(chan struct{})
 	return out, ctx
 }
 
-// isGone reports a shard whose node the last read of it could not reach.
-func (p *duePool) isGone(s int) bool {
+// IsGone reports a shard whose node the last read of it could not reach.
+func (p *Pool) IsGone(s int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return s >= 0 && s < len(p.shards) && p.gone(s)
 }
 
-// anyMoved reports a shard gone from the pool whose slot map names another
+// anyMoved reports a shard gone from the pool whose hash slot map names another
 // node now: it is read again at once. p.mu is held.
-func (p *duePool) anyMoved() bool {
+func (p *Pool) anyMoved() bool {
 	for s := range p.shards {
 		if p.shards[s].gone && p.moved != nil && p.moved(s) {
 			return true
@@ -165,30 +182,47 @@ func (p *duePool) anyMoved() bool {
 	return false
 }
 
-// probeFor bounds a read of the shards whose node could not be reached.
-const probeFor = 5 * downFor
-
-// probeGone reads again, apart from the claims, the shards whose node the
-// last read could not reach, once downFor has passed: the pool and the
+// Probe reads again, apart from the claims, the shards whose node the
+// last read could not reach, once reprobe has passed: the pool and the
 // claims leave them out meanwhile, since a read of a dead node may take
-// the client's dial retries. It returns at once; the read fills the pool.
-// The read is the Queue's, not one Work's: the last Work to return ends
-// it and waits for it (stopProbe), so that it outlives no Work.
-func (q *Queue) probeGone() {
-	shards, ctx := q.pool.probeDue()
+// the client's dial retries. It returns at once; read runs on a goroutine
+// of its own, bounded by 5×reprobe, and what it returns fills the pool.
+// StopProbe ends it.
+func (p *Pool) Probe(read func(ctx context.Context, shards []int) (View, error)) {
+	shards, ctx := p.probeDue()
 	if len(shards) == 0 {
 		return
 	}
 	go func() {
-		defer q.pool.probed()
-		if v, err := q.dueOf(ctx, aheadN, shards); err == nil {
-			q.pool.fill(v)
+		defer p.probed()
+		if v, err := read(ctx, shards); err == nil {
+			p.Fill(v)
 		}
 	}()
 }
 
+// StopProbe ends the read that Probe started, if one is under way, and
+// waits for it to return. The shards stay gone until a later read reaches
+// them.
+func (p *Pool) StopProbe() {
+	p.mu.Lock()
+	stop, ended := p.stopProbe, p.probeEnded
+	p.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-ended
+	}
+}
+
+// Probing reports a read that Probe started and that has not returned.
+func (p *Pool) Probing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.probing
+}
+
 // probed notes that the read probeDue announced is over.
-func (p *duePool) probed() {
+func (p *Pool) probed() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stopProbe()
@@ -196,21 +230,8 @@ func (p *duePool) probed() {
 	p.probing, p.stopProbe, p.probeEnded = false, nil, nil
 }
 
-// stopProbe ends the read of the shards whose node could not be reached,
-// if one is under way, and waits for it to return. The shards stay gone
-// until a later read reaches them.
-func (q *Queue) stopProbe() {
-	q.pool.mu.Lock()
-	stop, ended := q.pool.stopProbe, q.pool.probeEnded
-	q.pool.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-ended
-	}
-}
-
-// reachable returns the shards a read reached last.
-func (p *duePool) reachable() []int {
+// Reachable returns the shards a read reached last.
+func (p *Pool) Reachable() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := []int{}
@@ -223,20 +244,20 @@ func (p *duePool) reachable() []int {
 }
 
 // fresh reports whether every shard a read reaches was read within
-// poolFresh. p.mu is held.
-func (p *duePool) fresh(now time.Time) bool {
+// Fresh. p.mu is held.
+func (p *Pool) fresh(now time.Time) bool {
 	for s := range p.shards {
-		if r := p.shards[s].read; (r.IsZero() || now.Sub(r) > poolFresh) && !p.skipped(s) {
+		if r := p.shards[s].read; (r.IsZero() || now.Sub(r) > Fresh) && !p.skipped(s) {
 			return false
 		}
 	}
 	return true
 }
 
-// complete reports whether the pool vouches for every shard a read
-// reaches: each was read within poolFresh, and after the last hint of a
+// Complete reports whether the pool vouches for every shard a read
+// reaches: each was read within Fresh, and after the last hint of a
 // priority. When it does not, a claim reads every shard.
-func (p *duePool) complete() bool {
+func (p *Pool) Complete() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.fresh(time.Now()) {
@@ -252,7 +273,7 @@ func (p *duePool) complete() bool {
 
 // floor returns the lowest priority the pool may hand out now. p.mu is
 // held.
-func (p *duePool) floor() int {
+func (p *Pool) floor() int {
 	f := 0
 	for s := range p.shards {
 		if !p.skipped(s) {
@@ -262,36 +283,36 @@ func (p *duePool) floor() int {
 	return f
 }
 
-// fill replaces what the pool holds of the shards v read, less the
+// Fill replaces what the pool holds of the shards v read, less the
 // candidates handed out lately.
-func (p *duePool) fill(v dueView) {
+func (p *Pool) Fill(v View) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	by := map[int][]candidate{}
+	by := map[int][]Candidate{}
 	seen := map[string]bool{}
-	for _, c := range v.cands {
-		if at, ok := p.taken[c.id]; ok && now.Sub(at) <= poolTTL || seen[c.id] {
+	for _, c := range v.Cands {
+		if at, ok := p.taken[c.ID]; ok && now.Sub(at) <= poolTTL || seen[c.ID] {
 			continue
 		}
-		seen[c.id] = true // once each
-		by[c.shard] = append(by[c.shard], c)
+		seen[c.ID] = true // once each
+		by[c.Shard] = append(by[c.Shard], c)
 	}
-	for _, s := range v.shards {
+	for _, s := range v.Shards {
 		if s < 0 || s >= len(p.shards) {
 			continue
 		}
 		ps := &p.shards[s]
-		if v.at.Before(ps.read) {
+		if v.At.Before(ps.read) {
 			continue // a later read filled it already
 		}
 		cands := by[s]
 		delete(by, s) // a shard listed twice is filled once
-		byPriority(cands)
+		ByPriority(cands)
 		had := len(ps.cands) > 0
-		ps.cands, ps.read, ps.full = cands, v.at, v.full
-		ps.gone = slices.Contains(v.down, s)
-		if ps.need > 0 && v.at.After(ps.needAt) {
+		ps.cands, ps.read, ps.full = cands, v.At, v.Full
+		ps.gone = slices.Contains(v.Down, s)
+		if ps.need > 0 && v.At.After(ps.needAt) {
 			ps.need = 0
 		}
 		switch {
@@ -303,15 +324,15 @@ func (p *duePool) fill(v dueView) {
 	}
 }
 
-// take removes up to n candidates and returns them: highest priority
+// Take removes up to n candidates and returns them: highest priority
 // first, and within one, the shards in turn, the one whose candidates
 // have waited longest first, each shard's as many as it has, so that a
 // transaction touches few shards. shard names the only shard they may
-// come from, or is anyShard or oneShard (the shard whose turn it is, and
+// come from, or is AnyShard or OneShard (the shard whose turn it is, and
 // no other). A bound taker gets its shard's candidates only while no
 // other shard's rank above them, nor, at the same priority, have waited
-// past poolStarve.
-func (p *duePool) take(n int, shard int) []candidate {
+// past Starve.
+func (p *Pool) Take(n int, shard int) []Candidate {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -324,14 +345,14 @@ func (p *duePool) take(n int, shard int) []candidate {
 		out[s] = p.skipped(s)
 	}
 	head := func(s int) int {
-		if c := p.shards[s].cands; len(c) > 0 && c[0].prio >= floor && !out[s] {
-			return c[0].prio
+		if c := p.shards[s].cands; len(c) > 0 && c[0].Prio >= floor && !out[s] {
+			return c[0].Prio
 		}
 		return -1
 	}
 	start := rand.N(len(p.shards)) // ties go to a shard at random
 	cur := max(shard, -1)          // the shard taken from
-	var got []candidate
+	var got []Candidate
 taking:
 	for len(got) < n {
 		best := -1
@@ -349,11 +370,11 @@ taking:
 		case cur < 0:
 			cur = best // its turn: drained before another's
 		case head(cur) < head(best): // cur has none left, or a higher priority is elsewhere
-			if shard != anyShard {
+			if shard != AnyShard {
 				break taking
 			}
 			cur = best
-		case shard >= 0 && best != cur && now.Sub(p.shards[best].waiting) > poolStarve:
+		case shard >= 0 && best != cur && now.Sub(p.shards[best].waiting) > Starve:
 			break taking // another shard's turn is overdue
 		}
 		ps := &p.shards[cur]
@@ -362,25 +383,25 @@ taking:
 	}
 	if len(got) > 0 {
 		if p.taken == nil || len(p.taken) > maxTaken {
-			p.taken = map[string]time.Time{} // forget: at worst a candidate is tried twice
+			p.taken = map[string]time.Time{} // forget: at worst a Candidate is tried twice
 		}
 		for _, c := range got {
-			p.taken[c.id] = now
+			p.taken[c.ID] = now
 		}
 	}
 	return got
 }
 
-// served notes that a claim tried cands: their shards had their turn.
-func (p *duePool) served(cands []candidate) {
+// Served notes that a claim tried cands: their shards had their turn.
+func (p *Pool) Served(cands []Candidate) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	for _, c := range cands {
-		if c.shard < 0 || c.shard >= len(p.shards) {
+		if c.Shard < 0 || c.Shard >= len(p.shards) {
 			continue
 		}
-		if ps := &p.shards[c.shard]; len(ps.cands) > 0 {
+		if ps := &p.shards[c.Shard]; len(ps.cands) > 0 {
 			ps.waiting = now
 		} else {
 			ps.waiting = time.Time{}
@@ -388,49 +409,49 @@ func (p *duePool) served(cands []candidate) {
 	}
 }
 
-// putBack returns candidates taken from the pool and not tried: they are
+// PutBack returns candidates taken from the pool and not tried: they are
 // handed out again, first within their priority.
-func (p *duePool) putBack(cands []candidate) {
+func (p *Pool) PutBack(cands []Candidate) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	by := map[int][]candidate{}
+	by := map[int][]Candidate{}
 	held := map[string]bool{} // the IDs of the shards put back to, and those put back
 	for _, c := range cands {
-		if c.shard < 0 || c.shard >= len(p.shards) {
+		if c.Shard < 0 || c.Shard >= len(p.shards) {
 			continue
 		}
-		delete(p.taken, c.id)
-		if _, ok := by[c.shard]; !ok {
-			by[c.shard] = nil
-			for _, o := range p.shards[c.shard].cands {
-				held[o.id] = true
+		delete(p.taken, c.ID)
+		if _, ok := by[c.Shard]; !ok {
+			by[c.Shard] = nil
+			for _, o := range p.shards[c.Shard].cands {
+				held[o.ID] = true
 			}
 		}
-		if !held[c.id] {
-			held[c.id] = true
-			by[c.shard] = append(by[c.shard], c)
+		if !held[c.ID] {
+			held[c.ID] = true
+			by[c.Shard] = append(by[c.Shard], c)
 		}
 	}
 	for s, back := range by {
 		ps := &p.shards[s]
 		ps.cands = append(back, ps.cands...)
-		slices.SortStableFunc(ps.cands, func(a, b candidate) int { return b.prio - a.prio })
+		slices.SortStableFunc(ps.cands, func(a, b Candidate) int { return b.Prio - a.Prio })
 		if ps.waiting.IsZero() {
 			ps.waiting = now
 		}
 	}
 }
 
-// holds reports whether the pool can serve the next takes of n
+// Holds reports whether the pool can serve the next takes of n
 // candidates without a read ahead: each shard of in (nil: every shard)
-// that a read reaches was read within poolFresh/2 and after the last hint
+// that a read reaches was read within Fresh/2 and after the last hint
 // of a priority (none of them is stale), and those shards hold at least 2n
 // candidates, and one at least, that the pool would hand out now. A fused
 // transaction then skips its read ahead: a shard is read again before the
 // pool stops serving it, and at once after a hint, as when it reads ahead
 // every time.
-func (p *duePool) holds(n int, in []int) bool {
+func (p *Pool) Holds(n int, in []int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -441,11 +462,11 @@ func (p *duePool) holds(n int, in []int) bool {
 			continue
 		}
 		ps := &p.shards[s]
-		if ps.read.IsZero() || ps.need > 0 || now.Sub(ps.read) > poolFresh/2 {
+		if ps.read.IsZero() || ps.need > 0 || now.Sub(ps.read) > Fresh/2 {
 			return false
 		}
 		for _, c := range ps.cands { // highest priority first
-			if c.prio < floor {
+			if c.Prio < floor {
 				break
 			}
 			have++
@@ -454,8 +475,8 @@ func (p *duePool) holds(n int, in []int) bool {
 	return have >= max(2*n, 1)
 }
 
-// drop forgets what the pool holds, and that any shard was read.
-func (p *duePool) drop() {
+// Drop forgets what the pool holds, and that any shard was read.
+func (p *Pool) Drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for s := range p.shards {
@@ -463,17 +484,17 @@ func (p *duePool) drop() {
 	}
 }
 
-// dropBelow forgets the candidates of a priority below prio: a job of
+// DropBelow forgets the candidates of a priority below prio: a job of
 // priority prio became due on some shard, and must not be passed over for
 // them. Those of prio and above may still go first; lower ones go again
 // once every shard has been read since.
-func (p *duePool) dropBelow(prio int) {
+func (p *Pool) DropBelow(prio int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	for s := range p.shards {
 		ps := &p.shards[s]
-		ps.cands = slices.DeleteFunc(ps.cands, func(c candidate) bool { return c.prio < prio })
+		ps.cands = slices.DeleteFunc(ps.cands, func(c Candidate) bool { return c.Prio < prio })
 		if len(ps.cands) == 0 {
 			ps.waiting = time.Time{}
 		}
@@ -483,11 +504,11 @@ func (p *duePool) dropBelow(prio int) {
 	}
 }
 
-// refreshDue reports whether a read of every shard is due, as stale
+// RefreshDue reports whether a read of every shard is due, as stale
 // would name some, and none is under way; if so, one is under way from now
 // until refreshed is called.
-func (p *duePool) refreshDue() bool {
-	if len(p.stale(nil, 1)) == 0 {
+func (p *Pool) RefreshDue() bool {
+	if len(p.Stale(nil, 1)) == 0 {
 		return false
 	}
 	p.mu.Lock()
@@ -499,24 +520,24 @@ func (p *duePool) refreshDue() bool {
 	return true
 }
 
-// refreshed notes that the read refreshDue announced is over.
-func (p *duePool) refreshed() {
+// Refreshed notes that the read refreshDue announced is over.
+func (p *Pool) Refreshed() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refreshing = false
 }
 
-// stale returns up to k shards, other than own, that a read ahead should
+// Stale returns up to k shards, other than own, that a read ahead should
 // refresh before the pool stops serving: those a hint made wait first,
-// then those read longest ago, of those read more than poolFresh/2 ago.
-func (p *duePool) stale(own []int, k int) []int {
+// then those read longest ago, of those read more than Fresh/2 ago.
+func (p *Pool) Stale(own []int, k int) []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	var out []int
 	for s := range p.shards {
 		ps := &p.shards[s]
-		if !slices.Contains(own, s) && !p.skipped(s) && (ps.need > 0 || now.Sub(ps.read) > poolFresh/2) {
+		if !slices.Contains(own, s) && !p.skipped(s) && (ps.need > 0 || now.Sub(ps.read) > Fresh/2) {
 			out = append(out, s)
 		}
 	}
@@ -531,4 +552,12 @@ func (p *duePool) stale(own []int, k int) []int {
 		return pa.read.Compare(pb.read)
 	})
 	return out[:min(k, len(out))]
+}
+
+// ByPriority orders candidates by priority, highest first, at random
+// within a priority: claimers of one priority spread over its jobs, and a
+// higher priority is always tried first.
+func ByPriority(cands []Candidate) {
+	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	slices.SortStableFunc(cands, func(a, b Candidate) int { return b.Prio - a.Prio })
 }
