@@ -1,60 +1,63 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"image/color"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/jobkey/jobkey/bench"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
+	"github.com/jobkey/jobkey/internal/svgchart"
 )
 
-var designColor = map[string]color.Color{
-	"jobkey":     color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	"multikey":   color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	"asynq":      color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
-	"asynq-fast": color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+var designColor = map[string]color.RGBA{
+	"jobkey":     {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	"multikey":   {R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	"asynq":      {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"asynq-fast": {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 }
 
-// series collects one line per design from the results of a scenario.
-func series(results []bench.Result, scenario string, x func(bench.Result) float64, y func(bench.Result) float64) map[string]plotter.XYs {
-	out := map[string]plotter.XYs{}
+// series collects one line per design from the results of a scenario, in
+// the order of bench.Designs.
+func series(results []bench.Result, scenario string, x func(bench.Result) float64, y func(bench.Result) float64) []svgchart.Series {
+	points := map[string][]svgchart.Point{}
 	for _, r := range results {
 		if r.Scenario == scenario {
-			out[r.Design] = append(out[r.Design], plotter.XY{X: x(r), Y: y(r)})
+			points[r.Design] = append(points[r.Design], svgchart.Point{X: x(r), Y: y(r)})
 		}
 	}
-	for _, xys := range out {
-		slices.SortFunc(xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+	var out []svgchart.Series
+	for _, d := range bench.Designs {
+		if pts, ok := points[d]; ok {
+			out = append(out, svgchart.Series{Name: d, Color: colorOf(d), Points: pts})
+		}
 	}
 	return out
 }
 
-// drawCharts writes the report's PNG charts and returns their names: the
+// drawCharts writes the report's SVG charts and returns their paths: the
 // line charts of the scenarios, then the CPU per job of every run
 // (drawCPUChart).
 func drawCharts(dir string, rep report) ([]string, error) {
 	results := rep.Results
 	size := func(r bench.Result) float64 { return float64(r.Payload) }
+	clients := func(r bench.Result) float64 { return float64(r.Clients) }
 	charts := []struct {
 		file, title, x, y, scenario string
 		xf, yf                      func(bench.Result) float64
 	}{
-		{"throughput-vs-payload.png", "Lifecycle throughput against payload", "payload", "jobs/s",
+		{"throughput-vs-payload.svg", "Lifecycle throughput against payload", "payload", "jobs/s",
 			bench.Lifecycle, size, bench.Result.Throughput},
-		{"throughput-vs-payload-batched.png", "Batched lifecycle throughput against payload", "payload", "jobs/s",
+		{"throughput-vs-payload-batched.svg", "Batched lifecycle throughput against payload", "payload", "jobs/s",
 			bench.LifecycleBatch, size, bench.Result.Throughput},
-		{"bytes-per-lifecycle.png", "Wire bytes per job lifecycle", "payload", "bytes sent + received per job",
+		{"bytes-per-lifecycle.svg", "Wire bytes per job lifecycle", "payload", "bytes sent + received per job",
 			bench.Lifecycle, size, func(r bench.Result) float64 { return r.Per(r.Wire.BytesIn + r.Wire.BytesOut) }},
-		{"conflicts-vs-contention.png", "Conflicts per op: N writers on one job", "writers", "aborted EXECs per op",
-			bench.Contended, func(r bench.Result) float64 { return float64(r.Clients) }, func(r bench.Result) float64 { return r.Per(r.Conflicts) }},
-		{"conflicts-vs-claimers.png", "Conflicts per job: N claimers draining one queue", "claimers", "aborted EXECs per job",
-			bench.Drain, func(r bench.Result) float64 { return float64(r.Clients) }, func(r bench.Result) float64 { return r.Per(r.Conflicts) }},
+		{"conflicts-vs-contention.svg", "Conflicts per op: N writers on one job", "writers", "aborted EXECs per op",
+			bench.Contended, clients, func(r bench.Result) float64 { return r.Per(r.Conflicts) }},
+		{"conflicts-vs-claimers.svg", "Conflicts per job: N claimers draining one queue", "claimers", "aborted EXECs per job",
+			bench.Drain, clients, func(r bench.Result) float64 { return r.Per(r.Conflicts) }},
 	}
 	var written []string
 	for _, c := range charts {
@@ -62,30 +65,14 @@ func drawCharts(dir string, rep report) ([]string, error) {
 		if len(lines) == 0 {
 			continue
 		}
-		p := plot.New()
-		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = c.title, c.x, c.y
-		p.Add(plotter.NewGrid())
-		for i, d := range bench.Designs {
-			xys, ok := lines[d]
-			if !ok {
-				continue
-			}
-			l, pts, err := plotter.NewLinePoints(xys)
-			if err != nil {
-				return nil, fmt.Errorf("chart %s: %w", c.file, err)
-			}
-			l.Color, pts.Color = designColor[d], designColor[d]
-			pts.Shape = plotutil.Shape(i)
-			p.Add(l, pts)
-			p.Legend.Add(d, l, pts)
+		chart := svgchart.Lines{Title: c.title, XLabel: c.x, YLabel: c.y, Series: lines}
+		if c.x == "payload" {
+			chart.LogX, chart.XTicks = true, measuredTicks(lines, func(v float64) string { return sizeName(int(v)) })
+		} else {
+			chart.XTicks = measuredTicks(lines, func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) })
 		}
-		if c.xf != nil && c.x == "payload" {
-			p.X.Scale = plot.LogScale{}
-			p.X.Tick.Marker = sizeTicks(lines)
-		}
-		p.Legend.Top = true
 		path := filepath.Join(dir, c.file)
-		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, path); err != nil {
+		if err := os.WriteFile(path, chart.SVG(), 0o644); err != nil {
 			return nil, fmt.Errorf("chart %s: %w", c.file, err)
 		}
 		written = append(written, path)
@@ -100,24 +87,25 @@ func drawCharts(dir string, rep report) ([]string, error) {
 	return written, nil
 }
 
-// sizeTicks labels the payload sizes that were measured.
-func sizeTicks(lines map[string]plotter.XYs) plot.ConstantTicks {
-	seen := map[float64]bool{}
-	var ticks plot.ConstantTicks
-	for _, xys := range lines {
-		for _, xy := range xys {
-			if !seen[xy.X] {
-				seen[xy.X] = true
-				ticks = append(ticks, plot.Tick{Value: xy.X, Label: sizeName(int(xy.X))})
-			}
+// measuredTicks labels the X values that were measured (the payload
+// sizes, the numbers of clients), in order.
+func measuredTicks(lines []svgchart.Series, label func(float64) string) []svgchart.Tick {
+	var xs []float64
+	for _, s := range lines {
+		for _, p := range s.Points {
+			xs = append(xs, p.X)
 		}
 	}
-	slices.SortFunc(ticks, func(a, b plot.Tick) int { return cmp.Compare(a.Value, b.Value) })
+	slices.Sort(xs)
+	ticks := make([]svgchart.Tick, 0, len(xs))
+	for _, x := range slices.Compact(xs) {
+		ticks = append(ticks, svgchart.Tick{Value: x, Label: label(x)})
+	}
 	return ticks
 }
 
 // cpuChartFile is the chart of CPU per job by design.
-const cpuChartFile = "cpu-per-job.png"
+const cpuChartFile = "cpu-per-job.svg"
 
 // cpuBar is one design's CPU per job at one measured point, in µs.
 type cpuBar struct {
@@ -170,74 +158,40 @@ func drawCPUChart(dir string, groups []cpuGroup, redisCPU bool) (string, error) 
 	if len(groups) == 0 {
 		return "", nil
 	}
-	const barWidth = 0.16 * vg.Inch
-	p := plot.New()
-	p.Title.Text = "CPU per job by design"
-	p.X.Label.Text = "µs of CPU per job: the client's (dark) and Redis's (light) stacked"
-	if !redisCPU {
-		p.Title.Text += " (Redis CPU n/a: the server does not report it)"
-		p.X.Label.Text = "µs of client CPU per job"
+	chart := svgchart.Bars{
+		Title:  "CPU per job by design",
+		XLabel: "µs of CPU per job: the client's (dark) and Redis's (light) stacked",
+		Unit:   "µs",
 	}
-	grid := plotter.NewGrid()
-	grid.Horizontal.Color = nil
-	p.Add(grid)
-	labels := make([]string, len(groups))
+	if !redisCPU {
+		chart.Title += " (Redis CPU n/a: the server does not report it)"
+		chart.XLabel = "µs of client CPU per job"
+	}
 	legend := map[string]bool{}
-	widest, most := 0.0, 1
-	for gi, g := range groups {
-		y := float64(len(groups) - 1 - gi) // the first group on top
-		labels[len(groups)-1-gi] = g.label
-		most = max(most, len(g.bars))
-		for bi, b := range g.bars {
-			client, err := hbar(b.client, y, vg.Length(float64(len(g.bars)-1)/2-float64(bi))*barWidth, barWidth, colorOf(b.design))
-			if err != nil {
-				return "", fmt.Errorf("chart %s: %w", cpuChartFile, err)
-			}
-			p.Add(client)
-			top := b.client
+	for _, g := range groups {
+		group := svgchart.Group{Label: g.label}
+		for _, b := range g.bars {
+			bar := svgchart.Bar{Name: b.design, Segments: []svgchart.Segment{{Name: "client", Value: b.client, Color: colorOf(b.design)}}}
 			if redisCPU {
-				redis, err := hbar(b.redis, y, 0, barWidth, lighter(colorOf(b.design)))
-				if err != nil {
-					return "", fmt.Errorf("chart %s: %w", cpuChartFile, err)
-				}
-				redis.StackOn(client)
-				p.Add(redis)
-				top += b.redis
+				bar.Segments = append(bar.Segments, svgchart.Segment{Name: "Redis", Value: b.redis, Color: lighter(colorOf(b.design))})
 			}
-			widest = max(widest, top)
+			group.Bars = append(group.Bars, bar)
 			if !legend[b.design] {
 				legend[b.design] = true
-				p.Legend.Add(b.design, client)
+				chart.Legend = append(chart.Legend, svgchart.LegendItem{Name: b.design, Color: colorOf(b.design)})
 			}
 		}
+		chart.Groups = append(chart.Groups, group)
 	}
-	p.NominalY(labels...)
-	// Each group gets one unit of the Y axis, tall enough for its bars.
-	p.Y.Min, p.Y.Max = -0.5, float64(len(groups))-0.5
-	p.X.Min, p.X.Max = 0, max(widest, 1)*1.3 // room on the right for the legend
-	p.Legend.Top = true
-	height := max(4.5*vg.Inch, 1.2*vg.Inch+vg.Length(len(groups))*(vg.Length(most)*barWidth+0.25*vg.Inch))
 	path := filepath.Join(dir, cpuChartFile)
-	if err := p.Save(7*vg.Inch, height, path); err != nil {
+	if err := os.WriteFile(path, chart.SVG(), 0o644); err != nil {
 		return "", fmt.Errorf("chart %s: %w", cpuChartFile, err)
 	}
 	return path, nil
 }
 
-// hbar is a horizontal bar of length v at category y, moved by offset
-// within its group, with no outline.
-func hbar(v, y float64, offset, width vg.Length, c color.Color) (*plotter.BarChart, error) {
-	b, err := plotter.NewBarChart(plotter.Values{v}, width)
-	if err != nil {
-		return nil, err
-	}
-	b.Horizontal, b.XMin, b.Offset, b.Color = true, y, offset, c
-	b.LineStyle.Width = 0
-	return b, nil
-}
-
 // colorOf is a design's color, gray for a design without one.
-func colorOf(design string) color.Color {
+func colorOf(design string) color.RGBA {
 	if c, ok := designColor[design]; ok {
 		return c
 	}
@@ -245,8 +199,7 @@ func colorOf(design string) color.Color {
 }
 
 // lighter blends c halfway to white: Redis's share of a design's bar.
-func lighter(c color.Color) color.Color {
-	r, g, b, _ := c.RGBA()
-	mix := func(v uint32) uint8 { return uint8((v>>8 + 0xff) / 2) }
-	return color.RGBA{R: mix(r), G: mix(g), B: mix(b), A: 0xff}
+func lighter(c color.RGBA) color.RGBA {
+	mix := func(v uint8) uint8 { return uint8((uint16(v) + 0xff) / 2) }
+	return color.RGBA{R: mix(c.R), G: mix(c.G), B: mix(c.B), A: 0xff}
 }

@@ -1,11 +1,15 @@
 package main
 
 import (
-	"image"
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"fmt"
 	"image/color"
-	"image/png"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -35,9 +39,10 @@ func TestCPUGroupsOnePerMeasuredPoint(t *testing.T) {
 }
 
 // The CPU chart stacks Redis's CPU (the design's color, lighter) on the
-// client's (the design's color): a design's dark and light areas are as
+// client's (the design's color): a design's dark and light bars are as
 // long as its client and Redis CPU per job.
 func TestCPUChartStacksRedisOnClientPerDesign(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	groups := []cpuGroup{
 		{label: "enqueue 1KiB c=8", bars: []cpuBar{{"jobkey", 100, 50}, {"multikey", 60, 60}}},
@@ -46,53 +51,173 @@ func TestCPUChartStacksRedisOnClientPerDesign(t *testing.T) {
 	path, err := drawCPUChart(dir, groups, true)
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(dir, cpuChartFile), path)
-	px := colorCounts(t, path)
+	width := barWidths(t, path)
 	jk, mk := designColor["jobkey"], designColor["multikey"]
-	require.Positive(t, px[lighter(jk)])
-	require.Positive(t, px[lighter(mk)])
-	// The legend adds a small patch of each client color.
-	require.InDelta(t, 2.0, float64(px[jk])/float64(px[lighter(jk)]), 0.2, "jobkey: client 2× Redis")
-	require.InDelta(t, 1.0, float64(px[mk])/float64(px[lighter(mk)]), 0.2, "multikey: client = Redis")
-	require.InDelta(t, 300.0/180, float64(px[jk])/float64(px[mk]), 0.2, "jobkey's client CPU against multikey's")
+	require.Positive(t, width[lighter(jk)])
+	require.Positive(t, width[lighter(mk)])
+	require.InDelta(t, 2.0, width[jk]/width[lighter(jk)], 0.01, "jobkey: client 2× Redis")
+	require.InDelta(t, 1.0, width[mk]/width[lighter(mk)], 0.01, "multikey: client = Redis")
+	require.InDelta(t, 300.0/180, width[jk]/width[mk], 0.01, "jobkey's client CPU against multikey's")
+	elems := svgElements(t, path)
+	require.Contains(t, titlesOf(elems), "enqueue 1KiB c=8, jobkey: Redis 50 µs", "the numbers are in the chart")
+	require.Contains(t, textsOf(elems), "CPU per job by design")
 }
 
 // Without Redis's CPU the chart draws the client's alone.
 func TestCPUChartWithoutRedisCPUDrawsTheClientsAlone(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path, err := drawCPUChart(dir, []cpuGroup{{label: "enqueue 1KiB c=8", bars: []cpuBar{{"jobkey", 100, 0}, {"asynq", 80, 0}}}}, false)
 	require.NoError(t, err)
-	px := colorCounts(t, path)
-	require.Positive(t, px[designColor["jobkey"]])
-	require.Positive(t, px[designColor["asynq"]])
-	require.Zero(t, px[lighter(designColor["jobkey"])])
-	require.Zero(t, px[lighter(designColor["asynq"])])
+	width := barWidths(t, path)
+	require.Positive(t, width[designColor["jobkey"]])
+	require.Positive(t, width[designColor["asynq"]])
+	require.Zero(t, width[lighter(designColor["jobkey"])])
+	require.Zero(t, width[lighter(designColor["asynq"])])
+	require.Contains(t, textsOf(svgElements(t, path)), "CPU per job by design (Redis CPU n/a: the server does not report it)")
 
 	path, err = drawCPUChart(t.TempDir(), nil, true)
 	require.NoError(t, err)
 	require.Empty(t, path, "no runs, no chart")
 }
 
-// colorCounts decodes the PNG at path and counts its pixels by color.
-func colorCounts(t *testing.T, path string) map[color.Color]int {
+// drawCharts writes a chart per scenario measured, each an SVG document
+// holding every measured point's value, and the CPU chart.
+func TestDrawChartsWritesEveryChartWithItsNumbers(t *testing.T) {
+	t.Parallel()
+	run := func(design, scenario string, payload, clients int, jobs, conflicts, bytes int64) bench.Result {
+		r := bench.Result{Design: design, Scenario: scenario, Payload: payload, Clients: clients,
+			Tally: bench.Tally{Jobs: jobs, Elapsed: time.Second}, Conflicts: conflicts, CPU: bench.CPU{Client: time.Duration(jobs) * time.Microsecond}}
+		r.Wire.BytesOut, r.Wire.BytesIn = bytes/2, bytes/2
+		return r
+	}
+	rep := report{RedisCPU: false, Results: []bench.Result{
+		run("jobkey", bench.Lifecycle, 64, 8, 12000, 0, 12000*900), run("multikey", bench.Lifecycle, 64, 8, 21000, 0, 21000*700),
+		run("jobkey", bench.Lifecycle, 16<<10, 8, 5000, 0, 5000*33000), run("multikey", bench.Lifecycle, 16<<10, 8, 11000, 0, 11000*34000),
+		run("jobkey", bench.LifecycleBatch, 1<<10, 8, 40000, 0, 0),
+		run("jobkey", bench.Contended, 1<<10, 16, 1000, 2500, 0), run("multikey", bench.Contended, 1<<10, 16, 2000, 0, 0),
+		run("jobkey", bench.Drain, 1<<10, 16, 500, 125, 0),
+	}}
+	dir := t.TempDir()
+	written, err := drawCharts(dir, rep)
+	require.NoError(t, err)
+	var names []string
+	for _, p := range written {
+		names = append(names, filepath.Base(p))
+	}
+	require.Equal(t, []string{"throughput-vs-payload.svg", "throughput-vs-payload-batched.svg", "bytes-per-lifecycle.svg",
+		"conflicts-vs-contention.svg", "conflicts-vs-claimers.svg", cpuChartFile}, names)
+	want := map[string][]string{
+		"throughput-vs-payload.svg": {"jobkey: 12000 jobs/s at payload 64B", "multikey: 21000 jobs/s at payload 64B",
+			"jobkey: 5000 jobs/s at payload 16KiB", "multikey: 11000 jobs/s at payload 16KiB"},
+		"throughput-vs-payload-batched.svg": {"jobkey: 40000 jobs/s at payload 1KiB"},
+		"bytes-per-lifecycle.svg":           {"jobkey: 900 bytes sent + received per job at payload 64B", "multikey: 34000 bytes sent + received per job at payload 16KiB"},
+		"conflicts-vs-contention.svg":       {"jobkey: 2.5 aborted EXECs per op at writers 16", "multikey: 0 aborted EXECs per op at writers 16"},
+		"conflicts-vs-claimers.svg":         {"jobkey: 0.25 aborted EXECs per job at claimers 16"},
+		cpuChartFile:                        {"update-contended 1KiB c=16, jobkey: client 1 µs"},
+	}
+	for file, titles := range want {
+		elems := svgElements(t, filepath.Join(dir, file))
+		for _, title := range titles {
+			require.Contains(t, titlesOf(elems), title, file)
+		}
+	}
+	ticks := textsOf(svgElements(t, filepath.Join(dir, "throughput-vs-payload.svg")))
+	require.Contains(t, ticks, "64B", "the measured sizes label the X axis")
+	require.Contains(t, ticks, "16KiB")
+	require.Contains(t, ticks, "jobs/s", "the Y axis says its unit")
+}
+
+// svgElement is an element of a chart: its attributes, its text and the
+// text of its <title> child.
+type svgElement struct {
+	name        string
+	attrs       map[string]string
+	text, title string
+}
+
+// svgElements parses the SVG document at path strictly, failing the test
+// when it is not well-formed XML.
+func svgElements(t *testing.T, path string) []svgElement {
 	t.Helper()
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	defer f.Close()
-	img, err := png.Decode(f)
-	require.NoError(t, err)
-	out := map[color.Color]int{}
-	b := img.Bounds()
-	for y := b.Min.Y; y < b.Max.Y; y++ {
-		for x := b.Min.X; x < b.Max.X; x++ {
-			out[rgba(img, x, y)]++
+	dec := xml.NewDecoder(bytes.NewReader(b))
+	dec.Strict = true
+	var out []svgElement
+	var open []int // -1 for a <title>
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "%s is well-formed", path)
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			if tok.Name.Local == "title" {
+				open = append(open, -1)
+				continue
+			}
+			e := svgElement{name: tok.Name.Local, attrs: map[string]string{}}
+			for _, a := range tok.Attr {
+				e.attrs[a.Name.Local] = a.Value
+			}
+			out = append(out, e)
+			open = append(open, len(out)-1)
+		case xml.EndElement:
+			open = open[:len(open)-1]
+		case xml.CharData:
+			switch {
+			case len(open) == 0:
+			case open[len(open)-1] >= 0:
+				out[open[len(open)-1]].text += string(tok)
+			default:
+				out[open[len(open)-2]].title += string(tok)
+			}
+		}
+	}
+	require.NotEmpty(t, out)
+	require.Equal(t, "svg", out[0].name)
+	return out
+}
+
+func titlesOf(elems []svgElement) []string {
+	var out []string
+	for _, e := range elems {
+		if e.title != "" {
+			out = append(out, e.title)
 		}
 	}
 	return out
 }
 
-func rgba(img image.Image, x, y int) color.Color {
-	r, g, b, a := img.At(x, y).RGBA()
-	return color.RGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: uint8(a >> 8)}
+func textsOf(elems []svgElement) []string {
+	var out []string
+	for _, e := range elems {
+		if e.name == "text" {
+			out = append(out, e.text)
+		}
+	}
+	return out
+}
+
+// barWidths sums the widths of the chart's bars by fill color.
+func barWidths(t *testing.T, path string) map[color.RGBA]float64 {
+	t.Helper()
+	out := map[color.RGBA]float64{}
+	for _, e := range svgElements(t, path) {
+		if e.name != "rect" || e.attrs["class"] != "bar" {
+			continue
+		}
+		var c color.RGBA
+		_, err := fmt.Sscanf(e.attrs["fill"], "#%02x%02x%02x", &c.R, &c.G, &c.B)
+		require.NoError(t, err)
+		c.A = 0xff
+		w, err := strconv.ParseFloat(e.attrs["width"], 64)
+		require.NoError(t, err)
+		out[c] += w
+	}
+	return out
 }
 
 // The CPU chart draws the bounded-rate worker runs too, labelled with

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,10 +64,8 @@ func TestBenchWritesReport(t *testing.T) {
 		require.Positive(t, r.CPU.Client, "%s/%s", r.Design, r.Scenario)
 		require.Positive(t, r.CPU.Redis, "%s/%s", r.Design, r.Scenario)
 	}
-	for _, png := range []string{"throughput-vs-payload.png", "bytes-per-lifecycle.png", "conflicts-vs-contention.png", "conflicts-vs-claimers.png", cpuChartFile} {
-		st, err := os.Stat(filepath.Join(dir, png))
-		require.NoError(t, err)
-		require.Positive(t, st.Size())
+	for _, chart := range []string{"throughput-vs-payload.svg", "bytes-per-lifecycle.svg", "conflicts-vs-contention.svg", "conflicts-vs-claimers.svg", cpuChartFile} {
+		require.Contains(t, textsOf(svgElements(t, filepath.Join(dir, chart))), "jobkey", "%s: a well-formed chart with its legend", chart)
 	}
 }
 
@@ -134,9 +133,9 @@ func TestBenchOnTheEmbeddedServerSaysRedisCPUIsNA(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(b, &rep))
 	require.False(t, rep.RedisCPU)
-	px := colorCounts(t, filepath.Join(dir, cpuChartFile))
-	require.Positive(t, px[designColor["asynq"]])
-	require.Zero(t, px[lighter(designColor["jobkey"])], "no Redis share drawn")
+	width := barWidths(t, filepath.Join(dir, cpuChartFile))
+	require.Positive(t, width[designColor["asynq"]])
+	require.Zero(t, width[lighter(designColor["jobkey"])], "no Redis share drawn")
 }
 
 // With no URL the command says plainly that it runs on miniredis.
@@ -444,4 +443,26 @@ func TestStatsShowsStuckHandlers(t *testing.T) {
 		require.Contains(t, out, "| active | stuck handlers |")
 		return strings.Contains(out, "| mail | 0 | 0 | 0 | 0 | 1 |")
 	}, 10*time.Second, 50*time.Millisecond, "stats shows the stuck handler")
+}
+
+// The command compiles only what it runs: `go run ./cmd/jobkey bench` on a
+// fresh machine compiles every package the command imports, so the
+// charts are drawn without a plotting library and /metrics is written
+// without the OpenTelemetry SDK or the Prometheus client (those stay in
+// jobkeyotel, for a program's own workers).
+func TestCommandCompilesNoPlottingOrTelemetryPackages(t *testing.T) {
+	t.Parallel()
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to list the packages with")
+	}
+	out, err := exec.Command(gocmd, "list", "-deps", "-f", "{{.ImportPath}}", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, "github.com/jobkey/jobkey/internal/svgchart")
+	for _, dep := range deps {
+		for _, heavy := range []string{"gonum.org/", "go.opentelemetry.io/", "github.com/prometheus/", "golang.org/x/image/", "codeberg.org/go-"} {
+			require.False(t, strings.HasPrefix(dep, heavy), "the command imports %s", dep)
+		}
+	}
 }

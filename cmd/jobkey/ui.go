@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey"
-	jobkeyotel "github.com/jobkey/jobkey/jobkeyotel"
 	jobkeyui "github.com/jobkey/jobkey/jobkeyui"
 	"github.com/redis/go-redis/v9"
 )
@@ -64,14 +63,9 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	prom, err := metricsOf(ctx, rdb, *prefix, names, log)
-	if err != nil {
-		return fmt.Errorf("ui: metrics: %w", err)
-	}
-	defer prom.MeterProvider.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck // nothing left to flush to
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
-	mux.Handle("/metrics", prom)
+	mux.Handle("/metrics", metricsOf(ctx, rdb, *prefix, names, log))
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -105,11 +99,11 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // metricsOf opens the queues found at start and serves their depth gauges
-// and compare-and-set counters (package jobkeyotel) for Prometheus. Each
-// scrape reads every queue's Stats. A queue created after the start is not
-// in them until the command runs again; one whose shard count cannot be
-// read is left out with a warning.
-func metricsOf(ctx context.Context, rdb redis.UniversalClient, prefix string, names []string, log *slog.Logger) (*jobkeyotel.Prometheus, error) {
+// and compare-and-set counters for Prometheus (queueMetrics). Each scrape
+// reads every queue's Stats. A queue created after the start is not in
+// them until the command runs again; one whose shard count cannot be read
+// is left out with a warning.
+func metricsOf(ctx context.Context, rdb redis.UniversalClient, prefix string, names []string, log *slog.Logger) *queueMetrics {
 	var queues []*jobkey.Queue
 	for _, name := range names {
 		shards, err := jobkey.LookupShards(ctx, rdb, prefix, name)
@@ -124,5 +118,5 @@ func metricsOf(ctx context.Context, rdb redis.UniversalClient, prefix string, na
 		}
 		queues = append(queues, q)
 	}
-	return jobkeyotel.NewPrometheus(queues...)
+	return newQueueMetrics(log, queues...)
 }
