@@ -33,6 +33,32 @@ func EnqueueArgs[T Args](ctx context.Context, q *Queue, args T, opts *EnqueueOpt
 	return q.Enqueue(ctx, args.Kind(), payload, opts)
 }
 
+// ArgsSpec is one job of an EnqueueArgsMany batch: its arguments and its
+// per-job options (nil: all defaults).
+type ArgsSpec[T Args] struct {
+	Args T
+	Opts *EnqueueOpts
+}
+
+// EnqueueArgsMany enqueues a batch of typed jobs, as EnqueueMany does for
+// bytes: each of type Args.Kind(), its payload the msgpack encoding of its
+// Args, in two round trips per transaction of at most Config.MaxBatch jobs
+// (one per shard on a cluster). Arguments that do not encode refuse the
+// whole batch before anything is written, with an error that names the
+// job's position; jobs[i] and a *BatchError say what became of each job as
+// EnqueueMany's do.
+func EnqueueArgsMany[T Args](ctx context.Context, q *Queue, batch []ArgsSpec[T]) ([]*Job, error) {
+	specs := make([]JobSpec, len(batch))
+	for i, b := range batch {
+		payload, err := msgpack.Marshal(b.Args)
+		if err != nil {
+			return nil, fmt.Errorf("%w: job %d: encode %s args: %w", ErrInvalid, i, b.Args.Kind(), err)
+		}
+		specs[i] = JobSpec{Type: b.Args.Kind(), Payload: payload, Opts: b.Opts}
+	}
+	return q.EnqueueMany(ctx, specs)
+}
+
 // DecodeArgs decodes a job's payload into T. It refuses a job of another
 // type, and payloads that are not one well-formed msgpack value whose every
 // length fits in the bytes present (ErrCorrupt), before the reflective

@@ -363,3 +363,44 @@ func TestArgsThatDoNotDecodeAreRetried(t *testing.T) {
 	stop()
 	require.NoError(t, <-done)
 }
+
+// A typed batch is one EnqueueMany: every job of its Kind, each payload
+// the msgpack of its arguments, decoded back by DecodeArgs; a taken ID is
+// told per job, as EnqueueMany tells it.
+func TestEnqueueArgsManyEnqueuesEachJobAsEnqueueArgsWould(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	batch := []ArgsSpec[resize]{
+		{Args: resize{Image: "a.png", Sizes: []int{1}}},
+		{Args: resize{Image: "b.png"}, Opts: &EnqueueOpts{ID: "b", Priority: 3}},
+	}
+	jobs, err := EnqueueArgsMany(f.ctx, f.q, batch)
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	for i, j := range jobs {
+		require.Equal(t, "resize", j.Type)
+		got, err := f.q.Get(f.ctx, j.ID)
+		require.NoError(t, err)
+		args, err := DecodeArgs[resize](got)
+		require.NoError(t, err)
+		require.Equal(t, batch[i].Args, args)
+	}
+	require.Equal(t, "b", jobs[1].ID)
+	require.Equal(t, 3, jobs[1].Priority)
+
+	again, err := EnqueueArgsMany(f.ctx, f.q, []ArgsSpec[resize]{{Args: resize{Image: "c.png"}}, {Args: resize{Image: "b2.png"}, Opts: &EnqueueOpts{ID: "b"}}})
+	var be *BatchError
+	require.ErrorAs(t, err, &be)
+	require.NoError(t, be.Errs[0])
+	require.ErrorIs(t, be.Errs[1], ErrJobExists)
+	require.Equal(t, "b", again[1].ID, "the stored job, as EnqueueMany returns it")
+
+	_, err = EnqueueArgsMany(f.ctx, f.q, []ArgsSpec[badArgs]{{Args: badArgs{}}})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "job 0")
+}
+
+// badArgs cannot be encoded: msgpack refuses a channel.
+type badArgs struct{ C chan int }
+
+func (badArgs) Kind() string { return "bad" }

@@ -144,6 +144,28 @@ func Example_typedJob() {
 	// Output: send-email succeeded SENT TO ADA@EXAMPLE.COM
 }
 
+// A batch of typed jobs goes in as one EnqueueMany: two round trips.
+func ExampleEnqueueArgsMany() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "mail", exampleConfig("typed-many"))
+	if err != nil {
+		panic(err)
+	}
+	jobs, err := jobkey.EnqueueArgsMany(ctx, q, []jobkey.ArgsSpec[SendEmail]{
+		{Args: SendEmail{To: "ada@example.com", Subject: "Hello"}},
+		{Args: SendEmail{To: "grace@example.com", Subject: "Hello"}, Opts: &jobkey.EnqueueOpts{ID: "welcome-grace"}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	c, _ := q.Claim(ctx, "example-worker")
+	a, _ := jobkey.DecodeArgs[SendEmail](c)
+	fmt.Println(len(jobs), jobs[1].ID, jobs[0].Type, a.To)
+	// Output: 2 welcome-grace send-email ada@example.com
+}
+
 // Jobs with a concurrency key run at most the key's limit at a time,
 // across every worker and process: here, one customer's exports two at a
 // time, whatever else the queue holds.
