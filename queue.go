@@ -117,6 +117,13 @@ const batchFill = 50 * time.Microsecond
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
+// Config returns the queue's configuration as NewQueue took it, with every
+// default filled in: a copy, which changes nothing when changed. A tool
+// that writes on the queue's behalf (asynqcompat's migrations) reads its
+// MinReplicas and ReplicaTimeout from it, so that its own writes wait as
+// the queue's do.
+func (q *Queue) Config() Config { return q.cfg }
+
 // Metrics returns the queue's counters in this process since the Queue
 // was made: the compare-and-set engine's attempts, conflicts, round trips
 // and commands, and the stuck handlers of its Works.
