@@ -196,12 +196,14 @@ func TestMigrateConcurrentMigrationsRefused(t *testing.T) {
 	aErr := make(chan error, 1)
 	var pausedInA atomic.Bool
 	go func() { // A moves email:welcome, and waits mid-move for B
-		opts := MigrateOpts{Type: moveType, To: q, PauseQueue: true, lockTTL: 300 * time.Millisecond}
+		// A lock's TTL of 2s, not less: a loaded machine once kept A's
+		// renewals (every third of it) from Redis for 300ms.
+		opts := MigrateOpts{Type: moveType, To: q, PauseQueue: true, lockTTL: 2 * time.Second}
 		opts.afterEnqueue = func(string) error {
 			close(inA)
 			<-bDone
-			// Well past the lock's TTL: A renews it.
-			time.Sleep(time.Second)
+			// Past the lock's TTL: A renews it.
+			time.Sleep(2500 * time.Millisecond)
 			qi, err := ins.GetQueueInfo("default")
 			if err == nil {
 				pausedInA.Store(qi.Paused)

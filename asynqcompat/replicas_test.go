@@ -74,13 +74,15 @@ func (s *splitCluster) asynqQueue(t *testing.T, n int) string {
 }
 
 // queue returns a jobkey queue, named from name, whose claim is off
-// aMaster, with writes that wait for one replica.
+// aMaster, with writes that wait for one replica. A second is long for a
+// replica that runs, and short enough for one that is frozen to be found
+// at once.
 func (s *splitCluster) queue(t *testing.T, name string) *jobkey.Queue {
 	t.Helper()
 	prefix := redistest.Prefix(t)
 	for i := 0; ; i++ {
 		q, err := jobkey.NewQueue(s.rdb, fmt.Sprintf("%s%d", name, i), &jobkey.Config{Prefix: prefix,
-			MinReplicas: 1, ReplicaTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			MinReplicas: 1, ReplicaTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		require.NoError(t, err)
 		if s.masterOf(t, claimKey(q)) != s.aMaster.Addr {
 			return q
@@ -116,6 +118,24 @@ func untilReplicatedRun(t *testing.T, run func() (MigrateReport, error)) (Migrat
 	}
 }
 
+// untilFrozen reruns a migration that stopped on a write its replicas did
+// not confirm before the test froze the replica: on a loaded machine, a
+// replica that runs may be slower than ReplicaTimeout. It returns the
+// reports' counts of moved tasks summed, in the last report.
+func untilFrozen(t *testing.T, frozen *atomic.Bool, run func() (MigrateReport, error)) (MigrateReport, error) {
+	t.Helper()
+	moved := 0
+	for {
+		rep, err := run()
+		moved += rep.Moved + rep.AlreadyMoved
+		if frozen.Load() || !errors.Is(err, ErrNotReplicated) {
+			rep.Moved, rep.AlreadyMoved = moved, 0
+			return rep, err
+		}
+		t.Logf("a write before the replica was frozen was not confirmed in time; rerun: %v", err)
+	}
+}
+
 // Each write a move makes to asynq's keys and its state waits for the
 // replicas of the master that applied it, which is not the jobkey queue's:
 // with the asynq queue's replica frozen at a step of a move, the next such
@@ -134,7 +154,7 @@ func TestMigrationWritesWaitForTheAsynqQueuesReplicas(t *testing.T) {
 		write     string
 	}{
 		{false, "", "record the move"},
-		{false, atAfterEnqueue, "delete the waiting asynq task"},
+		{false, atAfterReread, "delete the waiting asynq task"},
 		{false, atAfterRelease, "forget the ended move"},
 		{true, atBeforeEnqueue, "write the held asynq copy"},
 		{true, atAfterEnqueue, "make the held asynq copy due"},
@@ -175,12 +195,12 @@ func TestMigrationWritesWaitForTheAsynqQueuesReplicas(t *testing.T) {
 			run := func(hook func(string, string) error) (MigrateReport, error) {
 				if c.intoAsynq {
 					return MigrateToAsynq(s.ctx, s.rdb, RollbackOpts{From: q, Type: moveType, ToQueue: aq, Concurrency: 1,
-						Wait: 10 * time.Second, lockTTL: time.Second, crashAt: hook})
+						Wait: 10 * time.Second, crashAt: hook})
 				}
 				return Migrate(s.ctx, s.rdb, MigrateOpts{FromQueue: aq, Type: moveType, To: q, Concurrency: 1,
-					Wait: 10 * time.Second, lockTTL: time.Second, crashAt: hook})
+					Wait: 10 * time.Second, crashAt: hook})
 			}
-			rep, err := run(hook)
+			rep, err := untilFrozen(t, &frozen, func() (MigrateReport, error) { return run(hook) })
 			require.NoError(t, s.aReplica.Thaw())
 			require.ErrorIs(t, err, ErrNotReplicated, "the run's report: %+v", rep)
 			require.ErrorIs(t, err, jobkey.ErrNotReplicated)
@@ -237,25 +257,17 @@ func TestMigrateAcrossAFailoverRunsEachTaskOnce(t *testing.T) {
 	}
 
 	var cut atomic.Bool
-	rep, err := Migrate(s.ctx, s.rdb, MigrateOpts{FromQueue: aq, Type: moveType, To: q, Concurrency: 1, lockTTL: time.Second,
-		crashAt: func(point, id string) error {
-			if point == atAfterEnqueue && id == ids[2] && cut.CompareAndSwap(false, true) {
-				// The replica stops, and the master's link to it goes: what
-				// the master writes from now on is on the master alone.
-				if err := s.aReplica.Freeze(); err != nil {
-					return err
-				}
-				return s.aMaster.DropReplicas(s.ctx)
-			}
-			return nil
-		}})
+	rep, err := untilFrozen(t, &cut, func() (MigrateReport, error) {
+		return Migrate(s.ctx, s.rdb, MigrateOpts{FromQueue: aq, Type: moveType, To: q, Concurrency: 1, lockTTL: 2 * time.Second,
+			crashAt: cutAt(ids[2], &cut, s)})
+	})
 	t.Logf("the run before the failover: moved %d, err %v", rep.Moved, err)
 	require.True(t, cut.Load())
 	var re *ReplicationError
 	require.ErrorAs(t, err, &re, "the run stops at the write its replica did not confirm")
 	require.Equal(t, ids[2], re.Task)
 	require.Equal(t, "delete the waiting asynq task", re.Write)
-	require.Equal(t, 2, rep.Moved)
+	require.Equal(t, 2, rep.Moved, "the two tasks before it")
 
 	s.aMaster.Crash()
 	require.NoError(t, s.aReplica.Thaw())
@@ -338,6 +350,22 @@ func TestMigrateAcrossAFailoverRunsEachTaskOnce(t *testing.T) {
 	}
 }
 
+// cutAt returns a crash hook that, once the move of task id has read the
+// task before its delete, stops the asynq queue's replica and drops the
+// master's link to it: what the master writes from then on is on the
+// master alone.
+func cutAt(id string, cut *atomic.Bool, s *splitCluster) func(point, id string) error {
+	return func(point, at string) error {
+		if point != atAfterReread || at != id || !cut.CompareAndSwap(false, true) {
+			return nil
+		}
+		if err := s.aReplica.Freeze(); err != nil {
+			return err
+		}
+		return s.aMaster.DropReplicas(s.ctx)
+	}
+}
+
 // The WAIT of each of a run's own writes is in the write's own round trip:
 // MULTI, the writes, EXEC, WAIT, in one pipeline on the connection that
 // ran the EXEC. MinReplicas given to the run applies even where the jobkey
@@ -356,10 +384,12 @@ func TestMigrationWaitIsInTheWritesRoundTrip(t *testing.T) {
 		_, err := ac.EnqueueContext(ctx, asynq.NewTask(moveType, []byte(id)), asynq.TaskID(id))
 		require.NoError(t, err)
 	}
-	rep, err := Migrate(ctx, rdb, MigrateOpts{Type: moveType, To: q, MinReplicas: 1, PauseQueue: true})
+	// A long ReplicaTimeout: the replica runs, and only a loaded machine
+	// could make it slow.
+	rep, err := Migrate(ctx, rdb, MigrateOpts{Type: moveType, To: q, MinReplicas: 1, ReplicaTimeout: 30 * time.Second, PauseQueue: true})
 	require.NoError(t, err)
 	require.Equal(t, 3, rep.Moved)
-	rep, err = MigrateToAsynq(ctx, rdb, RollbackOpts{From: q, Type: moveType, MinReplicas: 1})
+	rep, err = MigrateToAsynq(ctx, rdb, RollbackOpts{From: q, Type: moveType, MinReplicas: 1, ReplicaTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	require.Equal(t, 3, rep.Moved)
 
