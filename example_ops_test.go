@@ -198,3 +198,19 @@ func ExampleConfig_minReplicas() {
 	// on the master: pending
 	// retry: false true
 }
+
+// Config returns what a queue runs with, every default filled in: a tool
+// that writes for the queue reads how its writes must wait from it.
+func ExampleQueue_Config() {
+	rdb := exampleRedis()
+	defer rdb.Close()
+	cfg := exampleConfig("config")
+	cfg.Lease = time.Minute
+	q, err := jobkey.NewQueue(rdb, "mail", cfg)
+	if err != nil {
+		panic(err)
+	}
+	c := q.Config()
+	fmt.Println(c.Lease, c.MaxAttempts, c.MinReplicas, c.ReplicaTimeout)
+	// Output: 1m0s 25 0 1s
+}

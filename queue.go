@@ -121,6 +121,13 @@ const batchFill = 50 * time.Microsecond
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
+// Config returns the queue's configuration as NewQueue took it, with every
+// default filled in: a copy, which changes nothing when changed. A tool
+// that writes on the queue's behalf (asynqcompat's migrations) reads its
+// MinReplicas and ReplicaTimeout from it, so that its own writes wait as
+// the queue's do.
+func (q *Queue) Config() Config { return q.cfg }
+
 // Get returns the job with the given ID in one round trip. It returns
 // ErrNotFound when there is none, and ErrCorrupt or ErrUnsupportedFormat
 // when the stored value cannot be read (the value is left as it is).

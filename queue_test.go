@@ -60,6 +60,22 @@ func TestNewQueueRefuses(t *testing.T) {
 	require.Equal(t, 25, q.cfg.MaxAttempts)
 }
 
+// Config hands back the queue's settings with the defaults filled in, as
+// a copy: changing it changes nothing in the queue.
+func TestConfigIsTheQueuesSettingsWithDefaults(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t, nil)
+	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t), MinReplicas: 2, ReplicaTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	c := q.Config()
+	require.Equal(t, 2, c.MinReplicas)
+	require.Equal(t, 300*time.Millisecond, c.ReplicaTimeout)
+	require.Equal(t, 30*time.Second, c.Lease, "a default, filled in")
+	require.Equal(t, 1, c.Shards)
+	c.MinReplicas = 0
+	require.Equal(t, 2, q.Config().MinReplicas, "a copy")
+}
+
 // Round trips, counted by the hook, within the budget of docs/design.md, section 4.
 func TestRoundTripBudget(t *testing.T) {
 	t.Parallel()

@@ -76,25 +76,46 @@ func (l *ledger) handle(ctx context.Context, task *asynq.Task) error {
 	return nil
 }
 
-// settled says whether every token ran as often as asynq alone would run it.
-func (l *ledger) settled() bool {
+// settled says whether every token ran as often as asynq alone would run
+// it, and how many runs all tokens made so far.
+func (l *ledger) settled() (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	ok, all := true, 0
 	for id, tk := range l.tokens {
 		tk.mu.Lock()
 		n := len(tk.runs)
 		tk.mu.Unlock()
-		if n < l.class[id].runs() {
-			return false
-		}
+		all += n
+		ok = ok && n >= l.class[id].runs()
 	}
-	return true
+	return ok, all
+}
+
+// settle waits until every token ran as often as asynq alone would run it,
+// or no token has run for quiet: a loaded machine slows the runs down, and
+// only a stop in them tells that a task is lost or stuck.
+func (l *ledger) settle(quiet time.Duration) {
+	last, lastAt := -1, time.Now()
+	for {
+		ok, n := l.settled()
+		if ok {
+			return
+		}
+		if n != last {
+			last, lastAt = n, time.Now()
+		} else if time.Since(lastAt) > quiet {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // check holds each token to what asynq alone would have done: as many runs
 // as its class gives, each with the next retry count (none run twice, none
-// lost, none stuck).
-func (l *ledger) check(t *testing.T) {
+// lost, none stuck). where says where a token's task is now, for the
+// failure's message.
+func (l *ledger) check(t *testing.T, where func(id string) string) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -107,7 +128,14 @@ func (l *ledger) check(t *testing.T) {
 		got := slices.Clone(tk.runs)
 		tk.mu.Unlock()
 		slices.Sort(got)
-		require.Equal(t, want, got, "task %s (class %d): the retry counts of its runs", id, l.class[id])
+		if !slices.Equal(want, got) {
+			what := "ran too often, or with a retry count repeated"
+			if len(got) < len(want) {
+				what = "is lost or stuck: it stopped running"
+			}
+			require.Equal(t, want, got, "task %s (class %d) %s: asynq alone runs it with the retry counts %v, it ran with %v; it is now %s",
+				id, l.class[id], what, want, got, where(id))
+		}
 	}
 }
 
@@ -200,14 +228,25 @@ func TestAdoptionRoundTripUnderLoadRunsEachTaskAsAsynqWould(t *testing.T) {
 	stopProducing()
 	<-produced
 
-	deadline := time.Now().Add(30 * time.Second)
-	for !l.settled() && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	l.settle(10 * time.Second)
 	time.Sleep(500 * time.Millisecond) // a run too many, if any, has time to show
 	t.Logf("%d tasks", seq.Load())
-	l.check(t)
-	qi, err := asynq.NewInspectorFromRedisClient(e.rdb).GetQueueInfo("default")
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	l.check(t, func(id string) string {
+		where := "in asynq: "
+		if ti, err := ins.GetTaskInfo("default", id); err == nil {
+			where += fmt.Sprintf("%s, retried %d of %d", ti.State, ti.Retried, ti.MaxRetry)
+		} else {
+			where += err.Error()
+		}
+		if j, err := q.Get(e.ctx, id); err == nil {
+			where += fmt.Sprintf("; in jobkey: %s, attempt %d of %d, run at %s, meta %v", j.State, j.Attempt, j.MaxAttempts, j.RunAt.Format(time.RFC3339Nano), j.Meta)
+		} else {
+			where += "; in jobkey: " + err.Error()
+		}
+		return where
+	})
+	qi, err := ins.GetQueueInfo("default")
 	require.NoError(t, err)
 	require.False(t, qi.Paused, "no queue is left paused")
 	noneLeft(t, e, q, "default")

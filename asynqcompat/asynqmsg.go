@@ -79,24 +79,60 @@ func (m *asynqMsg) encode() []byte {
 
 // msgTypePayload returns the type and payload of an encoded task message.
 func msgTypePayload(msg []byte) (typ string, payload []byte, err error) {
+	m, err := decodeMsg(msg)
+	if err != nil {
+		return "", nil, err
+	}
+	return m.Type, m.Payload, nil
+}
+
+// decodeMsg decodes the fields of asynqMsg from an encoded task message,
+// as proto.Unmarshal would; the fields it does not hold (headers, unique
+// key, group, completion time) and unknown ones are skipped.
+func decodeMsg(msg []byte) (*asynqMsg, error) {
+	m := &asynqMsg{}
 	for rest := msg; len(rest) > 0; {
 		num, wt, tl := protowire.ConsumeTag(rest)
 		if tl < 0 {
-			return "", nil, fmt.Errorf("the task message cannot be decoded: %w", protowire.ParseError(tl))
+			return nil, fmt.Errorf("the task message cannot be decoded: %w", protowire.ParseError(tl))
 		}
 		vl := protowire.ConsumeFieldValue(num, wt, rest[tl:])
 		if vl < 0 {
-			return "", nil, fmt.Errorf("the task message cannot be decoded: %w", protowire.ParseError(vl))
+			return nil, fmt.Errorf("the task message cannot be decoded: %w", protowire.ParseError(vl))
 		}
-		if wt == protowire.BytesType && (num == asynqTypeField || num == asynqPayloadField) {
+		switch wt {
+		case protowire.BytesType:
 			v, _ := protowire.ConsumeBytes(rest[tl:])
-			if num == asynqTypeField {
-				typ = string(v)
-			} else {
-				payload = v
+			switch num {
+			case asynqTypeField:
+				m.Type = string(v)
+			case asynqPayloadField:
+				m.Payload = v
+			case asynqIDField:
+				m.ID = string(v)
+			case asynqQueueField:
+				m.Queue = string(v)
+			case asynqErrorMsgField:
+				m.ErrorMsg = string(v)
+			}
+		case protowire.VarintType:
+			u, _ := protowire.ConsumeVarint(rest[tl:])
+			switch num {
+			case asynqRetryField:
+				m.Retry = int(int32(u)) // an int32 field, sign-extended on the wire
+			case asynqRetriedField:
+				m.Retried = int(int32(u))
+			case asynqTimeoutField:
+				m.Timeout = int64(u)
+			case asynqDeadlineField:
+				m.Deadline = int64(u)
+			case asynqLastFailedAtField:
+				m.LastFailedAt = int64(u)
+			case asynqRetentionField:
+				m.Retention = int64(u)
 			}
 		}
 		rest = rest[tl+vl:]
 	}
-	return typ, payload, nil
+	return m, nil
 }

@@ -62,8 +62,9 @@ func claimKey(q *jobkey.Queue) string {
 // whose lock this run holds, waiting up to wait for a running migration
 // through another asynq queue to end. A claim held by an asynq queue with
 // no migration running and no move with q in its state is stale, and is
-// taken over.
-func claimQueue(ctx context.Context, rdb redis.UniversalClient, q *jobkey.Queue, queue string, wait time.Duration) error {
+// taken over. The claim's write waits for dur's replicas: one a failover
+// lost would let another migration claim q while this one runs.
+func claimQueue(ctx context.Context, rdb redis.UniversalClient, q *jobkey.Queue, queue string, wait time.Duration, dur durability) error {
 	ck := claimKey(q)
 	deadline := time.Now().Add(wait)
 	for {
@@ -81,8 +82,8 @@ func claimQueue(ctx context.Context, rdb redis.UniversalClient, q *jobkey.Queue,
 			// Always written, even when unchanged: a run through another
 			// asynq queue that read the claim before this fails its EXEC
 			// and reads it again.
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, ck, queue, 0); return nil })
-			return err
+			return dur.exec(ctx, tx, ck, writeLabel{queue: queue, write: fmt.Sprintf("claim jobkey queue %q", q.Name())},
+				[][]any{{"set", ck, queue}})
 		}, ck)
 		switch {
 		case errors.Is(err, redis.TxFailedErr):
@@ -150,8 +151,8 @@ func unclaimQueue(ctx context.Context, s *stateStore, q *jobkey.Queue) error {
 		if err != nil {
 			return err
 		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Del(ctx, ck); return nil })
-		return err
+		return s.dur.exec(ctx, tx, ck, writeLabel{queue: s.queue, write: fmt.Sprintf("release the claim of jobkey queue %q", q.Name())},
+			[][]any{{"del", ck}})
 	}, ck)
 	if errors.Is(err, redis.TxFailedErr) {
 		return nil // taken over meanwhile: no longer this run's

@@ -28,7 +28,8 @@ type MigrateOpts struct {
 	// DryRun lists and classifies the tasks without writing anything.
 	DryRun bool
 	// PauseQueue pauses the asynq queue (as Inspector.PauseQueue does)
-	// while tasks move, and the run resumes it when done. The migration
+	// while tasks move, and the run resumes it when done. It pauses it
+	// first, before it finishes the moves a stopped run left. The migration
 	// state records that a migration paused it, in the same transaction: a
 	// rerun after a crash resumes it (with or without PauseQueue), and a
 	// queue an operator paused is never resumed. Pausing holds back every
@@ -50,6 +51,21 @@ type MigrateOpts struct {
 	// another run holds it (default 0: refuse at once). A crashed run's
 	// lock ends at most 6 seconds after it died.
 	Wait time.Duration
+
+	// MinReplicas makes each of the run's own writes (to asynq's keys,
+	// to the migration state beside them, and to its claim of the jobkey
+	// queue) wait, before the move takes its next step, until this many
+	// replicas of the node that applied it confirm it: WAIT, sent after
+	// the write's EXEC in the same round trip. A write they do not confirm
+	// within ReplicaTimeout stops the run with a *ReplicationError
+	// (errors.Is ErrNotReplicated) that names the task; rerun once the
+	// replicas are back. The writes to the jobkey queue go through To and
+	// wait as its Config.MinReplicas says (default: To's
+	// Config.MinReplicas; -1: no wait).
+	MinReplicas int
+	// ReplicaTimeout bounds each wait for MinReplicas (default: To's
+	// Config.ReplicaTimeout; from 1ms to 1 minute).
+	ReplicaTimeout time.Duration
 
 	// afterEnqueue, in tests, runs between a task's enqueue and its delete;
 	// an error stops the run there.
@@ -186,7 +202,17 @@ func (o *MigrateOpts) defaults() error {
 // read.
 //
 // The listing a pass works from may be stale when a task's turn comes: the
-// delete from asynq is what decides, as above.
+// delete from asynq is what decides, as above, and it deletes the task only
+// as listed. A task asynq ran, failed and put back to wait for a retry
+// since (its retry count, last error or failure time differ) is not
+// deleted: its held copy, made from the listing, would give it the retries
+// it spent again. The copy is deleted, and the next pass moves the task.
+//
+// With MinReplicas (by default To's Config.MinReplicas), each write of a
+// move waits for the replicas of the master that applied it before the
+// move's next step, so that a failover between two steps, whichever master
+// it takes, loses at most the last step whole and leaves no task in both
+// systems or in neither; see MigrateOpts.MinReplicas.
 //
 // A run (but a dry run) holds the asynq queue's migration lock, a Redis
 // key, for its whole length, renewed while it runs: a second Migrate or
@@ -212,22 +238,29 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 	}
 	m := &mover{rdb: rdb, ins: asynq.NewInspectorFromRedisClient(rdb), opts: opts, rep: &rep}
 	if !opts.DryRun {
+		// err is the named result, which finish below reports into.
+		var dur durability
+		dur, err = durabilityOf(rdb, opts.To, opts.MinReplicas, opts.ReplicaTimeout)
+		if err != nil {
+			return rep, fmt.Errorf("asynqcompat: migrate: %w", err)
+		}
 		var ses *session
 		var finish func(*error)
-		ctx, ses, finish, err = startSession(ctx, rdb, opts.FromQueue, opts.To, opts.lockTTL, opts.Wait)
+		ctx, ses, finish, err = startSession(ctx, rdb, opts.FromQueue, opts.To, opts.lockTTL, opts.Wait, dur)
 		if err != nil {
 			return rep, fmt.Errorf("asynqcompat: migrate: %w", err)
 		}
 		defer finish(&err)
 		m.sh = &shifter{st: ses.st, q: opts.To, m: m,
 			hook: opts.crashAt, after: opts.afterEnqueue}
-		if err := m.sh.recoverMoves(ctx); err != nil {
-			return rep, err
-		}
+		// Paused first: the moves a stopped run left are moves too.
 		if opts.PauseQueue {
 			if err := ses.st.pause(ctx); err != nil {
 				return rep, fmt.Errorf("asynqcompat: migrate: pause asynq queue %q: %w", opts.FromQueue, err)
 			}
+		}
+		if err := m.sh.recoverMoves(ctx); err != nil {
+			return rep, err
 		}
 	}
 	for pass := 1; ; pass++ {
@@ -246,7 +279,8 @@ func Migrate(ctx context.Context, rdb redis.UniversalClient, opts MigrateOpts) (
 		if err != nil {
 			return rep, err
 		}
-		if opts.DryRun || rep.Moved+rep.AlreadyMoved == before {
+		again := m.takeAgain()
+		if opts.DryRun || rep.Moved+rep.AlreadyMoved == before && !again {
 			return rep, nil
 		}
 	}
@@ -259,9 +293,27 @@ type mover struct {
 	opts MigrateOpts
 	sh   *shifter // the moves; nil in a dry run
 
-	mu   sync.Mutex
-	rep  *MigrateReport
-	done int // progress within the phase
+	mu    sync.Mutex
+	rep   *MigrateReport
+	done  int  // progress within the phase
+	again bool // a move left its task to the next pass (passAgain)
+}
+
+// passAgain makes the run list the tasks once more after this pass,
+// whatever the pass moved: a move left its task for the next pass to move.
+func (m *mover) passAgain() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.again = true
+}
+
+// takeAgain reports, and clears, what passAgain set.
+func (m *mover) takeAgain() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	again := m.again
+	m.again = false
+	return again
 }
 
 func (m *mover) resetNotes() {
@@ -465,7 +517,10 @@ func (m *mover) move(ctx context.Context, ti *asynq.TaskInfo) error {
 		runAt = time.Now()
 	}
 	rec := &moveRec{Dir: dirToJobkey, Step: stepEnqueue, JobkeyQueue: m.opts.To.Name(), Type: ti.Type, RunAt: runAt.UTC().Truncate(time.Millisecond),
-		LastErr: cutError(ti.LastErr)}
+		LastErr: cutError(ti.LastErr), Retried: ti.Retried}
+	if !ti.LastFailedAt.IsZero() {
+		rec.LastFailedAt = ti.LastFailedAt.Unix()
+	}
 	if err := m.sh.st.begin(ctx, ti.ID, *rec); err != nil {
 		return fmt.Errorf("asynqcompat: migrate: task %q: %w", ti.ID, err)
 	}

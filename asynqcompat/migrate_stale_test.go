@@ -196,12 +196,14 @@ func TestMigrateConcurrentMigrationsRefused(t *testing.T) {
 	aErr := make(chan error, 1)
 	var pausedInA atomic.Bool
 	go func() { // A moves email:welcome, and waits mid-move for B
-		opts := MigrateOpts{Type: moveType, To: q, PauseQueue: true, lockTTL: 300 * time.Millisecond}
+		// A lock's TTL of 2s, not less: a loaded machine once kept A's
+		// renewals (every third of it) from Redis for 300ms.
+		opts := MigrateOpts{Type: moveType, To: q, PauseQueue: true, lockTTL: 2 * time.Second}
 		opts.afterEnqueue = func(string) error {
 			close(inA)
 			<-bDone
-			// Well past the lock's TTL: A renews it.
-			time.Sleep(time.Second)
+			// Past the lock's TTL: A renews it.
+			time.Sleep(2500 * time.Millisecond)
 			qi, err := ins.GetQueueInfo("default")
 			if err == nil {
 				pausedInA.Store(qi.Paused)
@@ -268,4 +270,45 @@ func TestMigrateLockLostStops(t *testing.T) {
 	v, err := e.rdb.Get(e.ctx, lockKey("default")).Result()
 	require.NoError(t, err)
 	require.Equal(t, "another run", v, "the other run's lock is not released by this one")
+}
+
+// A task that asynq runs, fails and puts back to wait for a retry between
+// Migrate's listing and its move keeps the retries it spent: its move does
+// not delete it while its held copy was made from the listing (whose copy
+// would give it the spent runs again), but drops that copy, and the next
+// pass moves the task as it is then. MaxRetry(1): two runs in all, as
+// asynq alone gives it. Before, the copy carried Retried 0 and two
+// attempts, and the task ran three times ("0/1" in asynq, "0/1" and "1/1"
+// in jobkey): the end-to-end adoption test under load once saw it.
+func TestMigrateTaskRetriedSinceItsListingKeepsItsRetries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "emails", &jobkey.Config{Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	_, err := asynq.NewClientFromRedisClient(e.rdb).EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("p")),
+		asynq.TaskID("r"), asynq.MaxRetry(1))
+	require.NoError(t, err)
+	var inAsynq []string
+	var once sync.Once
+	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q,
+		afterEnqueue: func(string) error {
+			// Listed pending, its held copy enqueued: asynq's server runs
+			// it now, and it fails and waits a second for its retry.
+			once.Do(func() {
+				failingAsynq(t, e, &inAsynq, func(int) time.Duration { return time.Second }, taskRetried(e, "r", 1))
+			})
+			return nil
+		}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"0/1"}, inAsynq)
+	require.Equal(t, 1, rep.Moved)
+	j, err := q.Get(e.ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, "1", j.Meta[MetaRetried], "the retry asynq spent during the move")
+	require.Equal(t, 1, j.MaxAttempts)
+
+	var inJobkey []string
+	j = work(t, e, q, failingHandler(&inJobkey), "r")["r"]
+	require.Equal(t, jobkey.StateFailed, j.State)
+	require.Equal(t, []string{"1/1"}, inJobkey)
+	require.Equal(t, 1+1, len(inAsynq)+len(inJobkey), "MaxRetry(1): two runs in all, as in asynq")
 }

@@ -25,7 +25,8 @@ type RollbackOpts struct {
 	DryRun bool
 	// PauseQueue pauses the asynq queue ToQueue (every type in it) while
 	// jobs move, and the run resumes it when done, with the same record as
-	// MigrateOpts.PauseQueue: a rerun after a crash resumes a queue a
+	// MigrateOpts.PauseQueue: it pauses it first, before it finishes the
+	// moves a stopped run left; a rerun after a crash resumes a queue a
 	// migration paused, and never one an operator paused. No asynq server
 	// then starts a moved task before the run ends.
 	PauseQueue bool
@@ -39,6 +40,13 @@ type RollbackOpts struct {
 	// Wait is how long a run waits for the queue's migration lock when
 	// another run holds it (default 0: refuse at once).
 	Wait time.Duration
+
+	// MinReplicas and ReplicaTimeout make each of the run's own writes
+	// (the asynq copies, the migration state, the claim of From) wait for
+	// replicas, as MigrateOpts's do (default: From's Config.MinReplicas
+	// and Config.ReplicaTimeout; MinReplicas -1: no wait).
+	MinReplicas    int
+	ReplicaTimeout time.Duration
 
 	// afterEnqueue, in tests, runs between a job's enqueue into asynq and
 	// its delete from jobkey; an error stops the run there.
@@ -126,21 +134,28 @@ func MigrateToAsynq(ctx context.Context, rdb redis.UniversalClient, opts Rollbac
 	b := &backMover{opts: opts}
 	b.m = &mover{rep: &rep, opts: MigrateOpts{Progress: opts.Progress}}
 	if !opts.DryRun {
+		// err is the named result, which finish below reports into.
+		var dur durability
+		dur, err = durabilityOf(rdb, opts.From, opts.MinReplicas, opts.ReplicaTimeout)
+		if err != nil {
+			return rep, fmt.Errorf("asynqcompat: migrate to asynq: %w", err)
+		}
 		var ses *session
 		var finish func(*error)
-		ctx, ses, finish, err = startSession(ctx, rdb, opts.ToQueue, opts.From, opts.lockTTL, opts.Wait)
+		ctx, ses, finish, err = startSession(ctx, rdb, opts.ToQueue, opts.From, opts.lockTTL, opts.Wait, dur)
 		if err != nil {
 			return rep, fmt.Errorf("asynqcompat: migrate to asynq: %w", err)
 		}
 		defer finish(&err)
 		b.sh = &shifter{st: ses.st, q: opts.From, m: b.m, hook: opts.crashAt, after: opts.afterEnqueue}
-		if err := b.sh.recoverMoves(ctx); err != nil {
-			return rep, err
-		}
+		// Paused first: the moves a stopped run left are moves too.
 		if opts.PauseQueue {
 			if err := ses.st.pause(ctx); err != nil {
 				return rep, fmt.Errorf("asynqcompat: migrate to asynq: pause asynq queue %q: %w", opts.ToQueue, err)
 			}
+		}
+		if err := b.sh.recoverMoves(ctx); err != nil {
+			return rep, err
 		}
 	}
 	for pass := 1; ; pass++ {

@@ -41,8 +41,9 @@ type session struct {
 // startSession takes the migration lock of an asynq queue. The returned
 // context is canceled when the lock is lost; finish, deferred with the
 // run's error, resumes the queue if a migration paused it and releases the
-// lock, and says in *errp what it could not do.
-func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, q *jobkey.Queue, ttl, wait time.Duration) (context.Context, *session, func(*error), error) {
+// lock, and says in *errp what it could not do. dur is what the session's
+// writes (its state, asynq's keys, the claim) wait for.
+func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, q *jobkey.Queue, ttl, wait time.Duration, dur durability) (context.Context, *session, func(*error), error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	start := time.Now()
 	l, err := acquireLock(ctx, rdb, queue, ttl, wait, cancel)
@@ -52,12 +53,12 @@ func startSession(ctx context.Context, rdb redis.UniversalClient, queue string, 
 	}
 	// Then the jobkey queue: no migration through another asynq queue may
 	// have moves in it at the same time.
-	if err := claimQueue(ctx, rdb, q, queue, wait-time.Since(start)); err != nil {
+	if err := claimQueue(ctx, rdb, q, queue, wait-time.Since(start), dur); err != nil {
 		l.release()
 		cancel(nil)
 		return nil, nil, nil, err
 	}
-	s := &session{st: &stateStore{rdb: rdb, queue: queue, lock: l}, lock: l}
+	s := &session{st: &stateStore{rdb: rdb, queue: queue, lock: l, dur: dur}, lock: l}
 	return ctx, s, func(errp *error) {
 		if errors.Is(*errp, errCrash) {
 			l.abandon()
@@ -366,11 +367,16 @@ func (s *shifter) toJobkey(ctx context.Context, id string, rec *moveRec, ti *asy
 		err := s.st.deleteWaiting(ctx, id, stepRelease, func() error { return s.at(atAfterReread, id) })
 		var nw *errNotWaiting
 		var uh *errUniqueHeld
+		var tu *errTaskUnreadable
 		switch {
 		case errors.As(err, &nw):
 			return s.undoToJobkey(ctx, id, nw.state)
 		case errors.As(err, &uh):
 			return s.dropHeld(ctx, id, uniqueReason(uh.key))
+		case errors.Is(err, errTaskChanged):
+			return s.relist(ctx, id)
+		case errors.As(err, &tu):
+			return s.dropHeld(ctx, id, fmt.Sprintf("its asynq task message cannot be decoded (%v): kept in asynq as it is", tu.err))
 		case err != nil:
 			return fmt.Errorf("asynqcompat: migrate: task %q: delete it from asynq queue %q: %w (rerun to finish the move)", id, s.st.queue, err)
 		}
@@ -415,6 +421,30 @@ func (s *shifter) dropHeld(ctx context.Context, id, reason string) error {
 	default:
 		return fmt.Errorf("asynqcompat: migrate: task %q stays in asynq (%s); delete its held jobkey copy: %w (rerun to finish)", id, reason, err)
 	}
+	return s.st.forget(ctx, id)
+}
+
+// relist ends a move into jobkey whose asynq task asynq ran, failed and
+// put back to wait for a retry after the move listed it: its held copy,
+// made from the task as listed, would run it again with the retries it has
+// spent since. The held copy, which nothing could claim, goes; the task,
+// untouched in asynq, is moved by the run's next pass, from what it is
+// now.
+func (s *shifter) relist(ctx context.Context, id string) error {
+	err := s.q.DeleteIn(ctx, id, jobkey.StatePending)
+	var se *jobkey.StateError
+	switch {
+	case err == nil, errors.Is(err, jobkey.ErrNotFound):
+	case errors.As(err, &se):
+		// Only a copy enqueued due, by a run older than the migration
+		// state, can have been claimed.
+		s.m.note(&s.m.rep.Twice, TaskNote{ID: id, State: "retry",
+			Reason: fmt.Sprintf("asynq ran it during the move, and its jobkey copy is %s: it runs in both", se.State)})
+		return s.st.forget(ctx, id)
+	default:
+		return fmt.Errorf("asynqcompat: migrate: task %q ran in asynq since it was listed; delete its held jobkey copy, made from the task as listed: %w (rerun to finish)", id, err)
+	}
+	s.m.passAgain()
 	return s.st.forget(ctx, id)
 }
 
@@ -581,13 +611,12 @@ func (s *shifter) toAsynq(ctx context.Context, id string, rec *moveRec, j *jobke
 }
 
 // moved ends a move whose last step is done: the crash point after it,
-// then its record goes and it is counted (AlreadyMoved when a rerun
-// finished it).
+// then it is counted (AlreadyMoved when a rerun finished it) and its record
+// goes. It is counted first: the task is in the target whether or not the
+// record's removal then fails (a rerun finding the record counts it again,
+// in AlreadyMoved).
 func (s *shifter) moved(ctx context.Context, point, id string, recovered bool) error {
 	if err := s.at(point, id); err != nil {
-		return err
-	}
-	if err := s.st.forget(ctx, id); err != nil {
 		return err
 	}
 	if recovered {
@@ -595,7 +624,7 @@ func (s *shifter) moved(ctx context.Context, point, id string, recovered bool) e
 	} else {
 		s.m.count(&s.m.rep.Moved)
 	}
-	return nil
+	return s.st.forget(ctx, id)
 }
 
 // asynqCounts returns the Retried and MaxRetry of the asynq copy of a

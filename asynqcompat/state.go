@@ -99,7 +99,21 @@ type moveRec struct {
 	LastErr string `json:"last_err,omitempty"`
 	// LastFailedAt, into asynq, is when the jobkey job was last written
 	// with its LastError (Unix seconds), for the asynq copy's LastFailedAt.
+	// Into jobkey, it is the asynq task's LastFailedAt as listed.
 	LastFailedAt int64 `json:"last_failed_at,omitempty"`
+	// Retried, into jobkey, is the asynq task's retry count as listed.
+	Retried int `json:"retried,omitempty"`
+}
+
+// listed says whether m, an asynq task's message, is the task a move into
+// jobkey listed and made its held copy from. asynq's retry of a failed run
+// writes the retry count (unless the error is not a failure), the last
+// error and the failure time: a task asynq ran and retried since differs
+// in one of them, and its held copy would give it the runs it has spent
+// again. A move recorded before Retried existed reads 0 there: a task with
+// retries then differs, and is listed again, which is safe.
+func (r *moveRec) listed(m *asynqMsg) bool {
+	return r.Retried == m.Retried && r.LastFailedAt == m.LastFailedAt && r.LastErr == cutError(m.ErrorMsg)
 }
 
 // stateKey is the Redis key of the migration state of an asynq queue: in
@@ -124,6 +138,7 @@ type stateStore struct {
 	rdb   redis.UniversalClient
 	queue string
 	lock  *queueLock
+	dur   durability // what each write waits for
 
 	// mu serializes this run's own writes: its moves all write the one
 	// value, and would otherwise mostly fail each other's EXEC. WATCH still
@@ -178,15 +193,18 @@ func (s *stateStore) read(ctx context.Context) (*migState, error) {
 }
 
 // update runs fn on the state as stored now, with watch (keys of the same
-// slot) watched too, and writes the state fn leaves, with what fn's write
-// queues, in one MULTI/EXEC. fn may read through tx; an error from fn
-// writes nothing. A change to any watched key between the read and the
-// EXEC reruns fn on the newer values.
-func (s *stateStore) update(ctx context.Context, watch []string, fn func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error)) error {
+// slot) watched too, and writes the state fn leaves, with the writes fn
+// returns (command arguments), in one MULTI/EXEC, which waits for the
+// replicas (durability.exec; what names the write in its error). fn may
+// read through tx; an error from fn writes nothing, and so does a state
+// left as it was with no writes. A change to any watched key between the
+// read and the EXEC reruns fn on the newer values.
+func (s *stateStore) update(ctx context.Context, what writeLabel, watch []string, fn func(tx *redis.Tx, st *migState) ([][]any, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := stateKey(s.queue)
 	keys := append([]string{s.lock.key, key}, watch...)
+	what.queue = s.queue
 	for i := range 50 {
 		err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			tok, err := tx.Get(ctx, s.lock.key).Result()
@@ -197,11 +215,12 @@ func (s *stateStore) update(ctx context.Context, watch []string, fn func(tx *red
 				return err
 			}
 			raw, err := tx.Get(ctx, key).Result()
+			stored := err == nil
 			st, err := decodeState(s.queue, raw, err)
 			if err != nil {
 				return err
 			}
-			write, err := fn(tx, st)
+			writes, err := fn(tx, st)
 			if err != nil {
 				return err
 			}
@@ -209,18 +228,15 @@ func (s *stateStore) update(ctx context.Context, watch []string, fn func(tx *red
 			if err != nil {
 				return err
 			}
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				if len(st.Moves) == 0 && !st.Paused {
-					p.Del(ctx, key)
-				} else {
-					p.Set(ctx, key, val, 0)
-				}
-				if write != nil {
-					write(p)
-				}
-				return nil
-			})
-			return err
+			empty := len(st.Moves) == 0 && !st.Paused
+			if len(writes) == 0 && (empty && !stored || !empty && raw == string(val)) {
+				return nil // nothing to write, nor to wait for
+			}
+			state := []any{"set", key, val}
+			if empty {
+				state = []any{"del", key}
+			}
+			return s.dur.exec(ctx, tx, key, what, append([][]any{state}, writes...))
 		}, keys...)
 		if errors.Is(err, redis.TxFailedErr) {
 			// A watched key changed (asynq's server, the lock's renewal):
@@ -238,7 +254,7 @@ func (s *stateStore) update(ctx context.Context, watch []string, fn func(tx *red
 // begin records a move at its first step. A move already recorded for the
 // ID is an error: recover finishes those before a run moves anything.
 func (s *stateStore) begin(ctx context.Context, id string, rec moveRec) error {
-	return s.update(ctx, nil, func(_ *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+	return s.update(ctx, writeLabel{task: id, write: "record the move"}, nil, func(_ *redis.Tx, st *migState) ([][]any, error) {
 		if cur, ok := st.Moves[id]; ok {
 			return nil, fmt.Errorf("asynqcompat: task %q has an unfinished move (%s, step %s) in the migration state of asynq queue %q; rerun to finish it", id, cur.Dir, cur.Step, s.queue)
 		}
@@ -249,7 +265,7 @@ func (s *stateStore) begin(ctx context.Context, id string, rec moveRec) error {
 
 // forget removes a finished (or abandoned) move from the state.
 func (s *stateStore) forget(ctx context.Context, id string) error {
-	return s.update(ctx, nil, func(_ *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+	return s.update(ctx, writeLabel{task: id, write: "forget the ended move"}, nil, func(_ *redis.Tx, st *migState) ([][]any, error) {
 		delete(st.Moves, id)
 		return nil, nil
 	})
@@ -267,19 +283,33 @@ type errUniqueHeld struct{ key string }
 
 func (e *errUniqueHeld) Error() string { return "the asynq task holds its unique lock " + e.key }
 
+// errTaskChanged is what deleteWaiting returns when the asynq task still
+// waits, but is no longer the task its move listed and made its held copy
+// from: asynq ran it since, and it failed and waits to be retried (asynq's
+// retry writes its retry count, last error and failure time).
+var errTaskChanged = errors.New("the asynq task ran again since its move listed it")
+
+// errTaskUnreadable is what deleteWaiting returns when the asynq task's
+// message cannot be decoded: it stays in asynq as it is.
+type errTaskUnreadable struct{ err error }
+
+func (e *errTaskUnreadable) Error() string { return e.err.Error() }
+
 // deleteWaiting deletes an asynq task only while it waits (pending,
-// scheduled or retry) and holds no unique lock (asynq.Unique), and records
-// the move's next step, in one transaction under WATCH of the task. checked, if set,
-// runs after the task's state is read and before the EXEC.
+// scheduled or retry), holds no unique lock (asynq.Unique) and is the task
+// its move listed (moveRec.listed), and records the move's next step, in
+// one transaction under WATCH of the task. checked, if set, runs after the
+// task is read and before the EXEC.
 func (s *stateStore) deleteWaiting(ctx context.Context, id, next string, checked func() error) error {
 	tk := asynqTaskKey(s.queue, id)
-	return s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
-		vals, err := tx.HMGet(ctx, tk, "state", "unique_key").Result()
+	return s.update(ctx, writeLabel{task: id, write: "delete the waiting asynq task"}, []string{tk}, func(tx *redis.Tx, st *migState) ([][]any, error) {
+		vals, err := tx.HMGet(ctx, tk, "state", "unique_key", "msg").Result()
 		if err != nil {
 			return nil, err
 		}
 		state, _ := vals[0].(string)
 		unique, _ := vals[1].(string)
+		msg, _ := vals[2].(string)
 		if state == "" {
 			state = "gone"
 		}
@@ -299,22 +329,29 @@ func (s *stateStore) deleteWaiting(ctx context.Context, id, next string, checked
 			// take a duplicate: jobkey has no uniqueness to hand it to.
 			return nil, &errUniqueHeld{key: unique}
 		}
+		rec := st.Moves[id]
+		if rec != nil {
+			m, err := decodeMsg([]byte(msg))
+			if err != nil {
+				return nil, &errTaskUnreadable{err}
+			}
+			if !rec.listed(m) {
+				return nil, errTaskChanged
+			}
+		}
 		if checked != nil {
 			if err := checked(); err != nil {
 				return nil, err
 			}
 		}
-		if rec := st.Moves[id]; rec != nil {
+		if rec != nil {
 			rec.Step = next
 		}
-		return func(p redis.Pipeliner) {
-			if state == "pending" {
-				p.LRem(ctx, asynqListKey(s.queue, state), 0, id)
-			} else {
-				p.ZRem(ctx, asynqListKey(s.queue, state), id)
-			}
-			p.Del(ctx, tk)
-		}, nil
+		list := []any{"zrem", asynqListKey(s.queue, state), id}
+		if state == "pending" {
+			list = []any{"lrem", asynqListKey(s.queue, state), 0, id}
+		}
+		return [][]any{list, {"del", tk}}, nil
 	})
 }
 
@@ -335,10 +372,12 @@ func (s *stateStore) writeHeld(ctx context.Context, id string, m *asynqMsg, next
 	msg := m.encode()
 	// asynq's Client lists the queue in asynq:queues (its own key, outside
 	// the queue's slot) before it writes a task, and so does this.
-	if err := s.rdb.SAdd(ctx, "asynq:queues", s.queue).Err(); err != nil {
+	err := s.dur.write(ctx, s.rdb, "asynq:queues", writeLabel{queue: s.queue, task: id, write: "list the asynq queue in asynq:queues"},
+		[][]any{{"sadd", "asynq:queues", s.queue}})
+	if err != nil {
 		return fmt.Errorf("asynqcompat: list asynq queue %q in asynq:queues: %w", s.queue, err)
 	}
-	return s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+	return s.update(ctx, writeLabel{task: id, write: "write the held asynq copy"}, []string{tk}, func(tx *redis.Tx, st *migState) ([][]any, error) {
 		raw, err := tx.HGet(ctx, tk, "msg").Bytes()
 		exists := err == nil
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -362,13 +401,12 @@ func (s *stateStore) writeHeld(ctx context.Context, id string, m *asynqMsg, next
 		if exists && !held {
 			return nil, nil
 		}
-		return func(p redis.Pipeliner) {
-			if held {
-				p.HSet(ctx, tk, "msg", msg)
-				return
-			}
-			p.HSet(ctx, tk, "msg", msg, "state", "scheduled")
-			p.ZAdd(ctx, sched, redis.Z{Score: float64(holdUntil.Unix()), Member: id})
+		if held {
+			return [][]any{{"hset", tk, "msg", msg}}, nil
+		}
+		return [][]any{
+			{"hset", tk, "msg", msg, "state", "scheduled"},
+			{"zadd", sched, holdUntil.Unix(), id},
 		}, nil
 	})
 }
@@ -387,7 +425,7 @@ func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time
 	sched := asynqListKey(s.queue, "scheduled")
 	// The task key, not the busy scheduled set: a held copy's score is
 	// changed by nobody else, and its removal changes the task key too.
-	return s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+	return s.update(ctx, writeLabel{task: id, write: "make the held asynq copy due"}, []string{tk}, func(tx *redis.Tx, st *migState) ([][]any, error) {
 		state, err := tx.HGet(ctx, tk, "state").Result()
 		if errors.Is(err, redis.Nil) {
 			return nil, errCopyGone
@@ -414,15 +452,14 @@ func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time
 		if !held {
 			return nil, nil
 		}
-		return func(p redis.Pipeliner) {
-			if runAt.After(time.Now()) {
-				p.ZAdd(ctx, sched, redis.Z{Score: float64(runAt.Unix()), Member: id})
-				return
-			}
-			// Due now: put it where asynq's enqueue would have.
-			p.ZRem(ctx, sched, id)
-			p.HSet(ctx, tk, "state", "pending", "pending_since", strconv.FormatInt(time.Now().UnixNano(), 10))
-			p.LPush(ctx, asynqListKey(s.queue, "pending"), id)
+		if runAt.After(time.Now()) {
+			return [][]any{{"zadd", sched, runAt.Unix(), id}}, nil
+		}
+		// Due now: put it where asynq's enqueue would have.
+		return [][]any{
+			{"zrem", sched, id},
+			{"hset", tk, "state", "pending", "pending_since", strconv.FormatInt(time.Now().UnixNano(), 10)},
+			{"lpush", asynqListKey(s.queue, "pending"), id},
 		}, nil
 	})
 }
@@ -434,7 +471,7 @@ func (s *stateStore) releaseHeld(ctx context.Context, id string, runAt time.Time
 // migration, it stays paused and is resumed by this run.
 func (s *stateStore) pause(ctx context.Context) error {
 	pk := asynqPausedKey(s.queue)
-	return s.update(ctx, []string{pk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+	return s.update(ctx, writeLabel{write: "pause the asynq queue"}, []string{pk}, func(tx *redis.Tx, st *migState) ([][]any, error) {
 		n, err := tx.Exists(ctx, pk).Result()
 		if err != nil {
 			return nil, err
@@ -446,7 +483,7 @@ func (s *stateStore) pause(ctx context.Context) error {
 		}
 		st.Paused = true
 		st.PauseMark = strconv.FormatInt(time.Now().UnixNano(), 10)
-		return func(p redis.Pipeliner) { p.Set(ctx, pk, st.PauseMark, 0) }, nil
+		return [][]any{{"set", pk, st.PauseMark}}, nil
 	})
 }
 
@@ -457,7 +494,7 @@ func (s *stateStore) pause(ctx context.Context) error {
 func (s *stateStore) resume(ctx context.Context) (bool, error) {
 	pk := asynqPausedKey(s.queue)
 	did := false
-	err := s.update(ctx, []string{pk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+	err := s.update(ctx, writeLabel{write: "resume the asynq queue"}, []string{pk}, func(tx *redis.Tx, st *migState) ([][]any, error) {
 		did = false
 		if !st.Paused {
 			return nil, nil
@@ -471,7 +508,7 @@ func (s *stateStore) resume(ctx context.Context) (bool, error) {
 		if !did {
 			return nil, nil
 		}
-		return func(p redis.Pipeliner) { p.Del(ctx, pk) }, nil
+		return [][]any{{"del", pk}}, nil
 	})
 	return did, err
 }
@@ -484,7 +521,7 @@ func (s *stateStore) dropHeldCopy(ctx context.Context, id string) (bool, error) 
 	tk := asynqTaskKey(s.queue, id)
 	sched := asynqListKey(s.queue, "scheduled")
 	dropped := false
-	err := s.update(ctx, []string{tk}, func(tx *redis.Tx, st *migState) (func(redis.Pipeliner), error) {
+	err := s.update(ctx, writeLabel{task: id, write: "delete the held asynq copy"}, []string{tk}, func(tx *redis.Tx, st *migState) ([][]any, error) {
 		dropped = false
 		state, err := tx.HGet(ctx, tk, "state").Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -501,10 +538,7 @@ func (s *stateStore) dropHeldCopy(ctx context.Context, id string) (bool, error) 
 		if !dropped {
 			return nil, nil
 		}
-		return func(p redis.Pipeliner) {
-			p.ZRem(ctx, sched, id)
-			p.Del(ctx, tk)
-		}, nil
+		return [][]any{{"zrem", sched, id}, {"del", tk}}, nil
 	})
 	return dropped, err
 }

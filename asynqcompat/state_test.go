@@ -1,6 +1,7 @@
 package asynqcompat
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,8 +84,14 @@ func TestMigrateKeepsAnOperatorsPauseMadeDuringTheRun(t *testing.T) {
 }
 
 // A rerun with PauseQueue after a killed run paused the queue and an
-// operator unpaused it still pauses the queue for its moves, and resumes
-// it at the end.
+// operator unpaused it pauses the queue again before it moves anything,
+// the move the killed run left included, and resumes it at the end: every
+// step of every move of the rerun, finished or fresh, finds the queue
+// paused. The killed run moves one task at a time, so that it stops in the
+// first task's move and leaves the second untouched, whatever the load.
+// Its earlier form, eight moves at a time and a check of fresh moves only,
+// failed about one run in thirty: the killed run had left both tasks'
+// moves, and the rerun finished both before it paused the queue.
 func TestMigrateRerunPausesAQueueUnpausedSinceTheCrash(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -101,16 +108,30 @@ func TestMigrateRerunPausesAQueueUnpausedSinceTheCrash(t *testing.T) {
 		return qi.Paused
 	}
 	var crashed atomic.Bool
-	_, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, PauseQueue: true, lockTTL: time.Second,
+	_, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, PauseQueue: true, Concurrency: 1, lockTTL: time.Second,
 		crashAt: crashOnce(atAfterEnqueue, &crashed)})
 	require.ErrorIs(t, err, errCrash)
 	require.True(t, paused())
 	require.NoError(t, ins.UnpauseQueue("default"))
-	var pausedMidMove atomic.Bool
+
+	var mu sync.Mutex
+	steps := map[string][]string{} // per task, the steps of the rerun's move that found the queue not paused
+	seen := map[string]int{}
 	rep, err := Migrate(e.ctx, e.rdb, MigrateOpts{Type: moveType, To: q, PauseQueue: true, Wait: 5 * time.Second,
-		afterEnqueue: func(string) error { pausedMidMove.Store(paused()); return nil }})
+		crashAt: func(point, id string) error {
+			n, err := e.rdb.Exists(e.ctx, asynqPausedKey("default")).Result()
+			mu.Lock()
+			defer mu.Unlock()
+			seen[id]++
+			if err != nil || n == 0 {
+				steps[id] = append(steps[id], point)
+			}
+			return nil
+		}})
 	require.NoError(t, err)
-	require.Equal(t, 2, rep.Moved+rep.AlreadyMoved)
-	require.True(t, pausedMidMove.Load(), "the rerun with PauseQueue moved a task with the queue not paused")
+	require.Equal(t, 1, rep.AlreadyMoved, "the move the killed run left")
+	require.Equal(t, 1, rep.Moved, "the task the killed run did not touch")
+	require.Len(t, seen, 2, "both moves passed their steps")
+	require.Empty(t, steps, "steps of the rerun's moves that ran with the queue not paused")
 	require.False(t, paused(), "the rerun resumes the queue it paused")
 }

@@ -484,13 +484,15 @@ var (
 		pauseHelp: "pause the asynq queue (every type in it) while tasks move, so no asynq server starts one mid-move",
 		move: func(ctx context.Context, rdb redis.UniversalClient, f *migrateFlags, q *jobkey.Queue, typ string, p func(asynqcompat.MigrateProgress)) (asynqcompat.MigrateReport, error) {
 			return asynqcompat.Migrate(ctx, rdb, asynqcompat.MigrateOpts{FromQueue: f.asynqQueue, Type: typ, To: q,
-				DryRun: f.dryRun, PauseQueue: f.pause, Concurrency: f.concurrency, Progress: p, Wait: f.wait})
+				DryRun: f.dryRun, PauseQueue: f.pause, Concurrency: f.concurrency, Progress: p, Wait: f.wait,
+				MinReplicas: q.Config().MinReplicas, ReplicaTimeout: q.Config().ReplicaTimeout})
 		}}
 	intoAsynq = direction{name: "migrate-to-asynq", asynqFlag: "to-queue", jobkeyFlag: "from", jobkeyFrom: true,
 		pauseHelp: "pause the asynq queue (every type in it) while jobs move into it, so no asynq server starts one before the run ends",
 		move: func(ctx context.Context, rdb redis.UniversalClient, f *migrateFlags, q *jobkey.Queue, typ string, p func(asynqcompat.MigrateProgress)) (asynqcompat.MigrateReport, error) {
 			return asynqcompat.MigrateToAsynq(ctx, rdb, asynqcompat.RollbackOpts{From: q, Type: typ, ToQueue: f.asynqQueue,
-				DryRun: f.dryRun, PauseQueue: f.pause, Concurrency: f.concurrency, Progress: p, Wait: f.wait})
+				DryRun: f.dryRun, PauseQueue: f.pause, Concurrency: f.concurrency, Progress: p, Wait: f.wait,
+				MinReplicas: q.Config().MinReplicas, ReplicaTimeout: q.Config().ReplicaTimeout})
 		}}
 )
 
