@@ -160,10 +160,10 @@ func ExampleEnqueueArgsMany() {
 	if err != nil {
 		panic(err)
 	}
-	c, _ := q.Claim(ctx, "example-worker")
-	a, _ := jobkey.DecodeArgs[SendEmail](c)
+	j, _ := q.Get(ctx, "welcome-grace")
+	a, _ := jobkey.DecodeArgs[SendEmail](j)
 	fmt.Println(len(jobs), jobs[1].ID, jobs[0].Type, a.To)
-	// Output: 2 welcome-grace send-email ada@example.com
+	// Output: 2 welcome-grace send-email grace@example.com
 }
 
 // Jobs with a concurrency key run at most the key's limit at a time,

@@ -437,6 +437,7 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	returned := false
 	defer func() {
 		if !returned {
+			w.q.work.busy.Add(-1)
 			// The handler called runtime.Goexit: it neither returned nor
 			// panicked, and this goroutine is ending (goRunner starts the
 			// runner again). The attempt fails, as after a panic, while the
@@ -452,7 +453,9 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 			}
 		}
 	}()
+	w.q.work.busy.Add(1)
 	result, err := w.call(hctx, j)
+	w.q.work.busy.Add(-1)
 	returned = true
 	watch.returned()
 	cause := context.Cause(r.ctx)
@@ -602,7 +605,5 @@ func (w *worker) call(ctx context.Context, j *Job) (result []byte, err error) {
 	// reaches the job the worker writes back.
 	c := cloneJob(j)
 	c.Meta = cloneMeta(j.Meta)
-	w.q.work.busy.Add(1)
-	defer w.q.work.busy.Add(-1)
 	return w.h.Work(ctx, c)
 }
