@@ -368,13 +368,15 @@ func TestSlotCodec(t *testing.T) {
 		_, err := decodeSlots(in)
 		require.ErrorIs(t, err, ErrCorrupt, name)
 	}
-	_, err = decodeSlots("\x94\x02\x00\x90\x90")
+	_, err = decodeSlots("\x94\x03\x00\x90\x90")
 	require.ErrorIs(t, err, ErrUnsupportedFormat)
 }
 
 func FuzzSlotCodec(f *testing.F) {
 	f.Add(string((&slotValue{limit: 3, leases: []slotLease{{"a", 1, 100}}, waiting: []slotWait{{"w", 9, 5, 0}}}).encode()))
 	f.Add("\x94\x01\x00\xdd\xff\xff\xff\xff")
+	f.Add(string((&slotValue{limit: 3, rate: 4, period: 1000, starts: []int64{10, 20}}).encode()))
+	f.Add("\x96\x02\x00\x90\x90\x92\x01\x01\x92\x01\x02")
 	f.Fuzz(func(t *testing.T, s string) {
 		v, err := decodeSlots(s)
 		if err != nil {
