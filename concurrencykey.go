@@ -580,12 +580,17 @@ func (b *slotBook) linger(e *slotEntry) time.Duration {
 func (d *decider) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry, c candidate, key string, cur *Job, now time.Time) {
 	next := cur
 	if cur.State == StateActive {
-		// Its lease ran out, and its slot went to another job meanwhile.
+		// Its lease ran out, and its slot went to another job meanwhile,
+		// or the key's rate lets none start now.
+		why := "a slot"
+		if e.err == nil && b.live(e) < b.limit(e) {
+			why = "the rate limit"
+		}
 		next = cloneJob(cur)
 		next.State = StatePending
 		next.RunAt = now
-		next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for a slot of concurrency key %q",
-			cur.Attempt, cur.MaxAttempts, cur.LeaseOwner, cur.ConcurrencyKey)
+		next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for %s of concurrency key %q",
+			cur.Attempt, cur.MaxAttempts, cur.LeaseOwner, why, cur.ConcurrencyKey)
 		next.UpdatedAt = now
 		plan.writes = append(plan.writes, d.write(key, next))
 		b.release(e, cur.ID, cur.LeaseToken)
