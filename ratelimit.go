@@ -3,7 +3,6 @@ package jobkey
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -118,7 +117,8 @@ func decodeRate(d *msgpk.Decoder, v *slotValue) error {
 	}
 	v.starts = make([]int64, 0, n)
 	for range n {
-		t, err := d.Int("start", math.MinInt64, math.MaxInt64)
+		// Bounded so that a start plus any period cannot overflow.
+		t, err := d.Int("start", -1<<62, 1<<62)
 		if err != nil {
 			return err
 		}
