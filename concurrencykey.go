@@ -366,10 +366,10 @@ func (b *slotBook) live(e *slotEntry) int {
 }
 
 // take gives next, as a claim is about to write it, a slot of its key and
-// a start of its rate: false when the key is full, its rate limit was
-// reached within its period, or its value cannot be read.
+// a start of its rate: false when it is not next's turn (turn), its key's
+// rate limit was reached within its period, or its value cannot be read.
 func (b *slotBook) take(e *slotEntry, next *Job) bool {
-	if e.err != nil || b.live(e) >= b.limit(e) || b.rateFull(e) {
+	if e.err != nil || !b.turn(e, next) || b.rateFull(e) {
 		return false
 	}
 	b.started(e)
@@ -378,6 +378,36 @@ func (b *slotBook) take(e *slotEntry, next *Job) bool {
 	e.dirty = true
 	b.pull(e)
 	return true
+}
+
+// turn says whether a free slot of its key is next's to take. A job pulled
+// forward (within pullGrace) takes the slot held for it. Any other job
+// takes only a slot beyond those held for pulled jobs, and only when no
+// job listed as waiting is ahead of it (higher priority, or the same and
+// an older RunAt): the slot is theirs, and the claim that refuses next
+// pulls them forward (blocked). So a key's waiting jobs start in their
+// order, not behind newer jobs that came due by themselves; the slack is
+// a pulled job's grace, after which a listing nobody claimed (its job
+// gone, or its claimers away) is forgotten.
+func (b *slotBook) turn(e *slotEntry, next *Job) bool {
+	free := b.limit(e) - b.live(e)
+	if free <= 0 {
+		return false
+	}
+	grace := b.now - pullGrace.Milliseconds()
+	prio, runAt := next.Priority, toMillis(next.RunAt)
+	held := 0
+	for _, w := range e.v.waiting {
+		switch {
+		case w.pulled != 0 && w.pulled >= grace && w.id == next.ID:
+			return true // its own slot
+		case w.pulled != 0 && w.pulled >= grace:
+			held++
+		case w.pulled == 0 && w.id != next.ID && (w.prio > prio || w.prio == prio && w.runAt < runAt):
+			return false // a waiting job ahead of it
+		}
+	}
+	return free > held
 }
 
 // extend renews cur's lease in its key's value to next's deadline. A lease
@@ -444,7 +474,10 @@ func (b *slotBook) unlistMoved(shard int, old, next *Job) {
 // forward longer than pullGrace ago is forgotten.
 func (b *slotBook) pull(e *slotEntry) {
 	grace := b.now - pullGrace.Milliseconds()
-	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.pulled != 0 && w.pulled < grace })
+	if n := len(e.v.waiting); n > 0 {
+		e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.pulled != 0 && w.pulled < grace })
+		e.dirty = e.dirty || len(e.v.waiting) < n
+	}
 	reserved := 0
 	for _, w := range e.v.waiting {
 		if w.pulled != 0 {
@@ -486,7 +519,8 @@ func (b *slotBook) park(e *slotEntry, cur *Job) int64 {
 		rateAt = b.rateFreeAt(e)
 	}
 	i := slices.IndexFunc(e.v.waiting, func(o slotWait) bool { return o.id == cur.ID })
-	if b.live(e) < b.limit(e) {
+	if rateAt > 0 && b.turn(e, cur) {
+		// Held back by the rate alone.
 		if i >= 0 {
 			e.v.waiting = slices.Delete(e.v.waiting, i, i+1)
 			e.dirty = true
@@ -580,15 +614,16 @@ func (b *slotBook) linger(e *slotEntry) time.Duration {
 func (d *decider) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry, c candidate, key string, cur *Job, now time.Time) {
 	next := cur
 	if cur.State == StateActive {
-		// Its lease ran out, and its slot went to another job meanwhile,
-		// or the key's rate lets none start now.
-		why := "a slot"
-		if e.err == nil && b.live(e) < b.limit(e) {
-			why = "the rate limit"
-		}
+		// Its lease ran out, and its slot went to another job meanwhile
+		// (or is held for a job waiting ahead of it), or the key's rate
+		// lets none start now.
 		next = cloneJob(cur)
 		next.State = StatePending
 		next.RunAt = now
+		why := "a slot"
+		if e.err == nil && b.turn(e, next) {
+			why = "the rate limit"
+		}
 		next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for %s of concurrency key %q",
 			cur.Attempt, cur.MaxAttempts, cur.LeaseOwner, why, cur.ConcurrencyKey)
 		next.UpdatedAt = now
@@ -597,6 +632,10 @@ func (d *decider) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntr
 	}
 	d.move(ip, c.Shard, c.ID, cur, next, c.Index)
 	ip.rescore(d.ks.index(c.Shard, readyIndex(next.Priority)), b.park(e, next), c.ID)
+	if e.err == nil {
+		// A free slot it was refused goes to the jobs waiting ahead of it.
+		b.pull(e)
+	}
 }
 
 // SetConcurrencyLimit sets the limit of concurrency key key: at most n jobs

@@ -122,7 +122,31 @@ func (m *model) rank(j *mjob) int {
 // key (if any) has a free slot.
 func (m *model) takeable(id string) bool {
 	j := m.jobs[id]
-	return m.claimable(j) && (j.key == "" || m.live(j.key, id) < m.limit(j.key) && !m.rateFull(j.key))
+	return m.claimable(j) && (j.key == "" || m.turn(j.key, id) && !m.rateFull(j.key))
+}
+
+// turn says whether a free slot of k is job id's: one held for it when
+// it was pulled forward, or one beyond those held for pulled jobs when no
+// listed job waits ahead of it (higher priority, or an older RunAt).
+func (m *model) turn(k, id string) bool {
+	j := m.jobs[id]
+	free := m.limit(k) - m.live(k, id)
+	if free <= 0 {
+		return false
+	}
+	grace := m.ms() - pullGrace.Milliseconds()
+	held := 0
+	for _, w := range m.key(k).waiting {
+		switch {
+		case w.pulled != 0 && w.pulled >= grace && w.id == id:
+			return true
+		case w.pulled != 0 && w.pulled >= grace:
+			held++
+		case w.pulled == 0 && w.id != id && (w.prio > j.prio || w.prio == j.prio && w.runAt < toMillis(j.runAt)):
+			return false
+		}
+	}
+	return free > held
 }
 
 // The rate limits, as designed (ratelimit.go): a claim takes a keyed job
@@ -279,7 +303,7 @@ func (m *model) pull(k string) {
 func (m *model) park(k, id string) int64 {
 	j, kv := m.jobs[id], m.key(k)
 	m.tally.parked++
-	if m.live(k, "") < m.limit(k) {
+	if m.rateFull(k) && m.turn(k, id) {
 		m.tally.overRate++
 		kv.waiting = slices.DeleteFunc(kv.waiting, func(o mwait) bool { return o.id == id })
 		return max(m.rateAt(k), m.ms()+1)
@@ -341,21 +365,23 @@ func (m *model) meet(id, worker string) bool {
 				m.release(j.key, id)
 			}
 			return false
-		case j.key != "" && (m.live(j.key, id) >= m.limit(j.key) || m.rateFull(j.key)):
+		case j.key != "" && (!m.turn(j.key, id) || m.rateFull(j.key)):
+			j.state, j.runAt = StatePending, m.now
 			why := "a slot"
-			if m.live(j.key, id) < m.limit(j.key) {
+			if m.turn(j.key, id) {
 				why = "the rate limit"
 			}
 			j.lastErr = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for %s of concurrency key %q",
 				j.attempt, j.max, j.owner, why, j.key)
-			j.state, j.runAt = StatePending, m.now
 			m.tally.lapsedBack++
 			m.release(j.key, id)
 			j.entry = m.park(j.key, id)
+			m.pull(j.key) // a slot it was refused goes to the jobs ahead of it
 			return false
 		}
-	} else if j.key != "" && (m.live(j.key, id) >= m.limit(j.key) || m.rateFull(j.key)) {
+	} else if j.key != "" && (!m.turn(j.key, id) || m.rateFull(j.key)) {
 		j.entry = m.park(j.key, id)
+		m.pull(j.key)
 		return false
 	}
 	j.state, j.attempt, j.owner, j.leaseUntil = StateActive, j.attempt+1, worker, m.now.Add(m.lease)
