@@ -903,7 +903,9 @@ func TestConcurrencyKeyStartsItsJobsInOrder(t *testing.T) {
 		if w > 0 {
 			q = f.otherProcess(t, f.q.cfg)
 		}
-		wg.Go(func() { _ = q.Work(ctx, h, &WorkOpts{Concurrency: 4, Name: fmt.Sprintf("p%d", w), PollInterval: 20 * time.Millisecond}) })
+		wg.Go(func() {
+			_ = q.Work(ctx, h, &WorkOpts{Concurrency: 4, Name: fmt.Sprintf("p%d", w), PollInterval: 20 * time.Millisecond})
+		})
 	}
 	// Newer jobs of the key come due while the backlog drains.
 	for range fresh {
