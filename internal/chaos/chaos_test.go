@@ -327,6 +327,9 @@ func (l *startLog) most() map[string]int {
 	return out
 }
 
+// sideQueue is the second queue of the consumer that runs WorkQueues.
+const sideQueue = "chaos-side"
+
 // chaosRates are rate limits on some of chaosKeys: at most n starts
 // within any period.
 var chaosRates = map[string]struct {
@@ -406,7 +409,14 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	var keyRuns runLog
 	// running holds the runs under way, by job ID, for the canceler.
 	var running sync.Map // job ID -> *liveRun
+	// One consumer serves the chaos queue and a second one together, by
+	// weight (WorkQueues): the second's jobs only count their runs.
+	var sideRuns atomic.Int64
 	handler := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		if j.Queue == sideQueue {
+			sideRuns.Add(1)
+			return nil, nil
+		}
 		starts.add(j, lease)
 		start := time.Now()
 		live := &liveRun{start: start}
@@ -446,6 +456,15 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	// cut off alone, each with a skewed clock. One completes slowly now
 	// and then (its completion starts late, as a backlog would make it),
 	// and each is shut down at random moments and started again.
+	// The second queue of the WorkQueues consumer gets a job now and then.
+	sideAdmin, err := jobkey.NewQueue(e.admin, sideQueue, &jobkey.Config{Prefix: prefix, Lease: lease, Logger: quiet, Shards: shards})
+	require.NoError(t, err)
+	wg.Go(func() {
+		for chaosCtx.Err() == nil {
+			_, _ = sideAdmin.Enqueue(ctx, "side", nil, nil)
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 	var workerProxies []*faultproxy.Proxy
 	var slowCompletions, shutdowns atomic.Int64
 	for w := range 3 {
@@ -456,6 +475,8 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 			rdb.AddHook(slowCompleter{n: &slowCompletions, delay: 3 * lease / 2})
 		}
 		q := newQueue(rdb, skews[w+1])
+		side, err := jobkey.NewQueue(rdb, sideQueue, &jobkey.Config{Prefix: prefix, Lease: lease, Logger: quiet, Shards: shards})
+		require.NoError(t, err)
 		wg.Go(func() {
 			for n := 0; workCtx.Err() == nil; n++ {
 				life, stop := context.WithCancel(workCtx)
@@ -470,9 +491,15 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 						stop()
 					}()
 				}
-				_ = q.Work(life, handler, &jobkey.WorkOpts{Name: fmt.Sprintf("work%d", w), Concurrency: 4,
+				wo := jobkey.WorkOpts{Name: fmt.Sprintf("work%d", w), Concurrency: 4,
 					PollInterval: 50 * time.Millisecond, ShutdownGrace: time.Duration(rand.N(300)) * time.Millisecond,
-					Logger: quiet, OnRecorded: onRecorded})
+					Logger: quiet, OnRecorded: onRecorded}
+				if w == 2 {
+					_ = jobkey.WorkQueues(life, handler, []jobkey.WeightedQueue{{Queue: q, Weight: 3}, {Queue: side, Weight: 1}},
+						&jobkey.WorkQueuesOpts{WorkOpts: wo})
+				} else {
+					_ = q.Work(life, handler, &wo)
+				}
 				stop()
 			}
 		})
@@ -630,6 +657,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	r.faults["worker cut off for longer than a lease"] = partitions.Load()
 	r.faults["completion started late (1.5 leases)"] = slowCompletions.Load()
 	r.faults["worker shut down at a random moment"] = shutdowns.Load()
+	r.faults["jobs of a second queue run beside the chaos queue by a WorkQueues"] = sideRuns.Load()
 	if prios {
 		r.faults["jobs enqueued above priority 0"] = prioritized.Load()
 	}
@@ -650,6 +678,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	// and no slot left taken once the queue is drained, by the dying
 	// workers' claims or by anyone.
 	require.Positive(t, r.keyed)
+	require.Positive(t, r.faults["jobs of a second queue run beside the chaos queue by a WorkQueues"], "the WorkQueues consumer served its second queue")
 	// An active job evicted keeps its slot until its lease ends, as a
 	// worker that died would.
 	time.Sleep(time.Until(lastEviction.Add(lease)))
