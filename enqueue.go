@@ -413,10 +413,20 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 		predict = append(predict, idxSucceeded, idxFailed, idxCanceled)
 	}
 	keys, shards, checks := q.txnKeys(ids, predict...)
+	var aux []string
 	var follow func(r *casRead) []string
 	if replaces {
 		// A pending keyed job may be listed in its key's value as waiting:
-		// the value is read once the job is, as Update reads it.
+		// the value of the key the caller gives is read in round trip 1, as
+		// a fenced write reads its copy's; a stored job of another key has
+		// its value read once the job is, as Update reads it.
+		may := make([]*Job, len(set))
+		for k, i := range set {
+			if ins[i].ifExists.replaces() {
+				may[k] = ins[i].job
+			}
+		}
+		aux = q.slotKeys(may, shards, nil)
 		follow = func(r *casRead) []string {
 			may := make([]*Job, len(set))
 			for k, i := range set {
@@ -427,7 +437,7 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 			return q.slotKeys(may, shards, nil)
 		}
 	}
-	_, _, err := q.run(ctx, &casTxn{keys: keys, checks: checks, follow: follow, decide: func(r *casRead) (*casPlan, error) {
+	_, _, err := q.run(ctx, &casTxn{keys: keys, checks: checks, aux: aux, follow: follow, decide: func(r *casRead) (*casPlan, error) {
 		plan := &casPlan{}
 		var ip indexPlan
 		b := q.newSlotBook(r)
