@@ -272,15 +272,19 @@ func uniqueID(typ string, material []byte, by UniqueBy, at time.Time) (string, e
 // keys sorted and integers in their shortest form, so that equal
 // arguments encode alike however the producer ordered or sized them.
 func canonicalArgs(payload []byte, fields []string) ([]byte, error) {
+	// The caller's payload: checked as DecodeArgs checks a stored one
+	// before the reflective decoder sees it, and refused as invalid input.
 	d := newDecoder(payload, false)
-	if err := d.SkipDepth("unique args", 0, maxArgsDepth); err != nil {
-		return nil, err
+	err := d.SkipDepth("UniqueBy args", 0, maxArgsDepth)
+	switch {
+	case err != nil:
+	case d.Off != len(d.B):
+		err = fmt.Errorf("%d trailing bytes", len(d.B)-d.Off)
+	case d.Elems > argsDecodeBudget/elemCost(anyMapType):
+		err = fmt.Errorf("%d elements, over the decode budget", d.Elems)
 	}
-	if d.Off != len(d.B) {
-		return nil, corruptAt(d.Off, "unique args", fmt.Sprintf("%d trailing bytes", len(d.B)-d.Off))
-	}
-	if cost := elemCost(anyMapType); d.Elems > argsDecodeBudget/cost {
-		return nil, corruptAt(0, "unique args", fmt.Sprintf("%d elements, over the decode budget", d.Elems))
+	if err != nil {
+		return nil, fmt.Errorf("%w: UniqueBy needs a payload that is one msgpack map: %w", ErrInvalid, err)
 	}
 	var m map[string]any
 	dec := msgpack.NewDecoder(bytes.NewReader(payload))

@@ -52,8 +52,10 @@ func TestUniqueIDIsStableAcrossVersions(t *testing.T) {
 	require.NotEqual(t, before, epoch, "the hour before the epoch is its own")
 	_, err = UniqueID("t", nil, UniqueBy{Period: time.Microsecond}, at)
 	require.ErrorIs(t, err, ErrInvalid)
-	_, err = UniqueID("t", []byte("not msgpack \xc1"), UniqueBy{Fields: []string{"a"}}, at)
-	require.Error(t, err)
+	for _, bad := range [][]byte{[]byte("not msgpack \xc1"), {0x05}, {0x80, 0x80}, nil} {
+		_, err = UniqueID("t", bad, UniqueBy{Fields: []string{"a"}}, at)
+		require.ErrorIs(t, err, ErrInvalid, "%x", bad)
+	}
 }
 
 type uniqueArgs struct {
@@ -307,9 +309,14 @@ func TestEnqueueUniqueByDerivesTheID(t *testing.T) {
 	_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{UniqueBy: by, ID: "x"})
 	require.ErrorIs(t, err, ErrInvalid, "ID and UniqueBy both")
 	_, err = f.q.Enqueue(f.ctx, "t", []byte("plain bytes"), &EnqueueOpts{UniqueBy: by})
-	require.ErrorIs(t, err, ErrCorrupt, "Fields of a payload that is not msgpack")
+	require.ErrorIs(t, err, ErrInvalid, "Fields of a payload that is not msgpack")
 	_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{IfExists: 9})
 	require.ErrorIs(t, err, ErrInvalid)
+	// A tick's ID and its refusal are its schedule's.
+	for _, o := range []*EnqueueOpts{{UniqueBy: by}, {IfExists: IfExistsReplace}} {
+		err = f.q.validPeriodic([]PeriodicJob{{Name: "p", Schedule: Every(time.Minute), Type: "t", Opts: o}}, f.clock.Now())
+		require.ErrorIs(t, err, ErrInvalid)
+	}
 }
 
 // An enqueue whose EXEC reply was lost, retried, is decided again on what
@@ -330,7 +337,7 @@ func TestReplaceWithLostExecReplyKeepsTheLastRunRule(t *testing.T) {
 		proxy.Set(faultproxy.Faults{ExecCutProb: 1})
 		_, err = q.Enqueue(ctx, "t", []byte("new"), &EnqueueOpts{ID: "x", IfExists: p})
 		proxy.Set(faultproxy.Faults{})
-		require.Error(t, err, "%s: the reply was lost", p)
+		require.ErrorIs(t, err, ErrOutcomeUnknown, "%s: the reply was lost", p)
 		require.NotZero(t, proxy.Counts().ExecCuts)
 		stored, err := q.Get(ctx, "x")
 		require.NoError(t, err)
@@ -408,4 +415,32 @@ func TestSameIDEnqueuedConcurrentlyNeverRunsTwiceAtOnce(t *testing.T) {
 	rep, err := q.Verify(context.Background(), nil)
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
+}
+
+// UniqueBy decodes the caller's payload to select its fields: any bytes
+// give an ID or ErrInvalid, never a panic, and the same bytes the same ID.
+func FuzzUniqueIDFields(f *testing.F) {
+	for _, seed := range []any{
+		map[string]any{"customer": "c1", "event": 7},
+		map[string]any{"a": []any{1, "x", map[string]any{"n": nil}}, "b": 1.5},
+		uniqueArgs{Customer: "c", Event: -1, Tags: map[string]int{"x": 1}},
+		[]int{1, 2},
+	} {
+		b, err := msgpack.Marshal(seed)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff}) // a map header that claims 4G entries
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		by := UniqueBy{Fields: []string{"customer", "event", "a"}}
+		id, err := UniqueID("t", payload, by, time.Time{})
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalid)
+			return
+		}
+		again, err := UniqueID("t", payload, by, time.Time{})
+		require.NoError(t, err)
+		require.Equal(t, id, again)
+		require.NoError(t, validID(id))
+	})
 }
