@@ -84,9 +84,10 @@ type JobSpec struct {
 // taken, it writes nothing and returns the stored job with an error that
 // matches ErrJobExists, so an enqueue whose outcome was unknown can be
 // retried with the same ID; opts.IfExists may keep the stored job instead,
-// or replace it, in the same two round trips. A job too large for Config.MaxValueBytes is
-// refused with ErrTooLarge before anything is written. CreatedAt, and RunAt
-// when opts gives a Delay or nothing, are set by Redis's clock.
+// or replace it, in the same two round trips. A job too large for
+// Config.MaxValueBytes is refused with ErrTooLarge before anything is
+// written. CreatedAt, and RunAt when opts gives a Delay or nothing, are set
+// by Redis's clock.
 func (q *Queue) Enqueue(ctx context.Context, typ string, payload []byte, opts *EnqueueOpts) (*Job, error) {
 	return q.enqueue(ctx, JobSpec{Type: typ, Payload: payload, Opts: opts})
 }
