@@ -444,3 +444,36 @@ func FuzzUniqueIDFields(f *testing.F) {
 		require.NoError(t, validID(id))
 	})
 }
+
+// A replace is decided without Redis: the new job, its times from the
+// read, the stored job's last-run lease kept, and not due before it ends.
+func TestReplacingKeepsTheLastRunsLease(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	cur := &Job{ID: "x", State: StateCanceled, Attempt: 2, LastError: "boom", Result: []byte("r"),
+		LeaseOwner: "w", LeaseUntil: now.Add(30 * time.Second), LeaseToken: 42}
+	for _, c := range []struct {
+		name string
+		in   enqueueIn
+		want time.Time
+	}{
+		{"due now", enqueueIn{}, cur.LeaseUntil},
+		{"delayed past the lease", enqueueIn{delay: time.Minute}, now.Add(time.Minute)},
+		{"RunAt fixed before the lease", enqueueIn{fixed: true, runAt: now.Add(-time.Hour)}, cur.LeaseUntil},
+		{"RunAt fixed after it", enqueueIn{fixed: true, runAt: now.Add(time.Hour)}, now.Add(time.Hour)},
+	} {
+		in := c.in
+		in.job = &Job{ID: "x", Type: "t", Payload: []byte("new"), State: StatePending, MaxAttempts: 3}
+		j := replacing(&in, cur, now)
+		require.Equal(t, c.want, j.RunAt, c.name)
+		require.Equal(t, now, j.CreatedAt, c.name)
+		require.Equal(t, StatePending, j.State, c.name)
+		require.Zero(t, j.Attempt, c.name)
+		require.Empty(t, j.LastError, c.name)
+		require.Nil(t, j.Result, c.name)
+		require.Equal(t, "w", j.LeaseOwner, c.name)
+		require.Equal(t, cur.LeaseUntil, j.LeaseUntil, c.name)
+		require.EqualValues(t, 42, j.LeaseToken, c.name)
+		require.Same(t, in.job, j, c.name)
+	}
+}
