@@ -302,6 +302,21 @@ func TestEnqueueUniqueByDerivesTheID(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, j.ID, again.ID)
 	require.Equal(t, j.Payload, again.Payload, "kept: the first request's job")
+	// A typed batch: the same work twice, and the job stored, meet under
+	// the one ID; the batch's repeat is decided on the job then stored.
+	many, err := EnqueueArgsMany(f.ctx, f.q, []ArgsSpec[uniqueArgs]{
+		{Args: uniqueArgs{Customer: "c1", Event: 1, Request: "r3"}, Opts: &EnqueueOpts{UniqueBy: by, ConcurrencyKey: "c1", IfExists: IfExistsKeep}},
+		{Args: uniqueArgs{Customer: "c1", Event: 2, Request: "r4"}, Opts: &EnqueueOpts{UniqueBy: by, ConcurrencyKey: "c1", IfExists: IfExistsKeep}},
+		{Args: uniqueArgs{Customer: "c1", Event: 2, Request: "r5"}, Opts: &EnqueueOpts{UniqueBy: by, ConcurrencyKey: "c1", IfExists: IfExistsKeep}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, j.ID, many[0].ID)
+	require.Equal(t, j.Payload, many[0].Payload, "kept")
+	require.Equal(t, many[1].ID, many[2].ID)
+	require.NotEqual(t, j.ID, many[1].ID)
+	first, err := DecodeArgs[uniqueArgs](many[2])
+	require.NoError(t, err)
+	require.Equal(t, "r4", first.Request, "the repeat kept the batch's first")
 	f.clock.Advance(time.Hour)
 	next, err := EnqueueArgs(f.ctx, f.q, a, &EnqueueOpts{UniqueBy: by, ConcurrencyKey: "c1"})
 	require.NoError(t, err)
