@@ -24,13 +24,14 @@ type Args interface {
 const maxArgsDepth = 64
 
 // EnqueueArgs enqueues args as a job of type args.Kind(), its payload the
-// msgpack encoding of args.
+// msgpack encoding of args. With opts.UniqueBy, its ID is UniqueArgsID's:
+// derived from the canonical encoding of the chosen fields of args.
 func EnqueueArgs[T Args](ctx context.Context, q *Queue, args T, opts *EnqueueOpts) (*Job, error) {
 	payload, err := msgpack.Marshal(args)
 	if err != nil {
 		return nil, fmt.Errorf("jobkey: encode %s args: %w", args.Kind(), err)
 	}
-	return q.Enqueue(ctx, args.Kind(), payload, opts)
+	return q.enqueue(ctx, JobSpec{Type: args.Kind(), Payload: payload, Opts: opts, typed: true})
 }
 
 // ArgsSpec is one job of an EnqueueArgsMany batch: its arguments and its
@@ -54,7 +55,7 @@ func EnqueueArgsMany[T Args](ctx context.Context, q *Queue, batch []ArgsSpec[T])
 		if err != nil {
 			return nil, fmt.Errorf("%w: job %d: encode %s args: %w", ErrInvalid, i, b.Args.Kind(), err)
 		}
-		specs[i] = JobSpec{Type: b.Args.Kind(), Payload: payload, Opts: b.Opts}
+		specs[i] = JobSpec{Type: b.Args.Kind(), Payload: payload, Opts: b.Opts, typed: true}
 	}
 	return q.EnqueueMany(ctx, specs)
 }

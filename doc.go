@@ -17,7 +17,10 @@
 //
 // NewQueue wraps a caller's redis.UniversalClient, which jobkey never
 // closes. Enqueue stores a job in two round trips; a caller's ID makes it
-// idempotent (ErrJobExists returns the stored job). Claim takes a due job
+// idempotent (ErrJobExists returns the stored job), and EnqueueOpts.IfExists
+// may keep or replace the stored job instead, by its state, in the same
+// compare-and-set; EnqueueOpts.UniqueBy derives the ID from the arguments
+// and a period. Claim takes a due job
 // under a lease with a token of its own; Extend, Complete, Fail and Release
 // are fenced: they write only while the stored job is still active under
 // the caller's token, and otherwise return ErrLeaseLost. Work runs handlers

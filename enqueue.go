@@ -18,9 +18,19 @@ const MaxTypeLen = 256
 // defaults.
 type EnqueueOpts struct {
 	// ID is the caller's job ID. Enqueueing an ID that exists returns
-	// ErrJobExists and the stored job, so retrying an enqueue whose outcome
-	// was unknown is safe (default: a new ULID).
+	// ErrJobExists and the stored job, or what IfExists says, so retrying
+	// an enqueue whose outcome was unknown is safe (default: a new ULID, or
+	// the ID UniqueBy derives).
 	ID string
+	// IfExists says what the enqueue does when a job exists under its ID,
+	// by that job's state: refuse, keep it, or replace it (see IfExists;
+	// default: IfExistsRefuse).
+	IfExists IfExists
+	// UniqueBy, when set, derives the job's ID from its type, its
+	// arguments (or some of them) and a period, so that enqueues of the
+	// same work share one ID (see UniqueBy). ID must then be empty
+	// (default: none).
+	UniqueBy *UniqueBy
 	// RunAt is the earliest time the job may run (default: now).
 	RunAt time.Time
 	// Delay, when RunAt is zero, sets RunAt to now + Delay.
@@ -64,16 +74,27 @@ type JobSpec struct {
 	Type    string       // what kind of work
 	Payload []byte       // the arguments
 	Opts    *EnqueueOpts // may be nil
+
+	// typed says Payload is the msgpack of an Args: UniqueBy derives the
+	// ID from its canonical encoding (UniqueArgsID).
+	typed bool
 }
 
 // Enqueue stores a new pending job in two round trips. With opts.ID set and
 // taken, it writes nothing and returns the stored job with an error that
 // matches ErrJobExists, so an enqueue whose outcome was unknown can be
-// retried with the same ID. A job too large for Config.MaxValueBytes is
-// refused with ErrTooLarge before anything is written. CreatedAt, and RunAt
-// when opts gives a Delay or nothing, are set by Redis's clock.
+// retried with the same ID; opts.IfExists may keep the stored job instead,
+// or replace it, in the same two round trips. A job too large for
+// Config.MaxValueBytes is refused with ErrTooLarge before anything is
+// written. CreatedAt, and RunAt when opts gives a Delay or nothing, are set
+// by Redis's clock.
 func (q *Queue) Enqueue(ctx context.Context, typ string, payload []byte, opts *EnqueueOpts) (*Job, error) {
-	in, err := q.newJob(JobSpec{Type: typ, Payload: payload, Opts: opts})
+	return q.enqueue(ctx, JobSpec{Type: typ, Payload: payload, Opts: opts})
+}
+
+// enqueue is Enqueue of one spec.
+func (q *Queue) enqueue(ctx context.Context, spec JobSpec) (*Job, error) {
+	in, err := q.newJob(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -84,9 +105,13 @@ func (q *Queue) Enqueue(ctx context.Context, typ string, payload []byte, opts *E
 }
 
 // answer is a single enqueue's outcome: the job written, or the stored job
-// with ErrJobExists, or nil and the error.
+// with ErrJobExists, or the stored job kept, or nil and the error.
 func answer(j *Job, err error) (*Job, error) {
 	var je *JobExistsError
+	var kept *keptError
+	if errors.As(err, &kept) {
+		return kept.job, nil
+	}
 	if errors.As(err, &je) {
 		je.Index = 0 // the caller's own single-job enqueue
 		return je.Job, err
@@ -97,13 +122,27 @@ func answer(j *Job, err error) (*Job, error) {
 	return j, nil
 }
 
-// existingOr returns the stored job an ErrJobExists carries, else j.
+// existingOr returns the stored job an ErrJobExists or a keep carries,
+// else j.
 func existingOr(j *Job, err error) *Job {
 	var je *JobExistsError
-	if errors.As(err, &je) {
+	var kept *keptError
+	switch {
+	case errors.As(err, &je):
 		return je.Job
+	case errors.As(err, &kept):
+		return kept.job
 	}
 	return j
+}
+
+// jobErr is a job's error as a batch reports it: none for a job kept.
+func jobErr(err error) error {
+	var kept *keptError
+	if errors.As(err, &kept) {
+		return nil
+	}
+	return err
 }
 
 // EnqueueMany stores a batch of jobs, two round trips per transaction of at
@@ -111,7 +150,10 @@ func existingOr(j *Job, err error) *Job {
 // bad job anywhere refuses the whole batch before anything is written.
 //
 // Otherwise jobs[i] is the i-th job: as written, or as stored when its ID
-// was taken (or repeated earlier in the batch). When any job was not
+// was taken (or repeated earlier in the batch), or as it replaced the
+// stored job (EnqueueOpts.IfExists). A job repeated in the batch with a
+// policy other than IfExistsRefuse is decided after the others, in a
+// transaction of its own, on the job then stored. When any job was not
 // written, err is a *BatchError whose Errs[i] says why for each job: a
 // *JobExistsError, a value that cannot be read under its ID, or the
 // failure of the transaction that carried it (which wrote none of its
@@ -123,7 +165,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, batch []JobSpec) ([]*Job, error
 	}
 	ins := make([]*enqueueIn, len(batch))
 	for i, spec := range batch {
-		in, err := q.newJob(spec)
+		in, err := q.newJob(ctx, spec)
 		if err != nil {
 			if len(batch) > 1 {
 				err = wrapf(err, "batch job %d", i)
@@ -136,6 +178,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, batch []JobSpec) ([]*Job, error
 	jobs := make([]*Job, len(ins))
 	for i, in := range ins {
 		jobs[i] = existingOr(in.job, errs[i])
+		errs[i] = jobErr(errs[i])
 	}
 	return jobs, batchErr(errs)
 }
@@ -144,9 +187,11 @@ func (q *Queue) EnqueueMany(ctx context.Context, batch []JobSpec) ([]*Job, error
 // the compare-and-set, by Redis's clock: CreatedAt is the time of the
 // write, and RunAt that time plus delay, unless the caller fixed RunAt.
 type enqueueIn struct {
-	job   *Job
-	delay time.Duration
-	fixed bool
+	job      *Job
+	delay    time.Duration
+	fixed    bool
+	runAt    time.Time // the caller's RunAt, when fixed
+	ifExists IfExists
 }
 
 // enqueueJobs writes validated jobs, one transaction per set of txnSets,
@@ -156,7 +201,13 @@ func (q *Queue) enqueueJobs(ctx context.Context, ins []*enqueueIn, gone func(i i
 	errs := make([]error, len(ins))
 	first := make(map[string]int, len(ins))
 	var todo, repeats []int
+	var again []int
 	for i, in := range ins {
+		if _, ok := first[in.job.ID]; ok && in.ifExists != IfExistsRefuse {
+			// Decided on the job stored once the others are written.
+			again = append(again, i)
+			continue
+		}
 		if _, ok := first[in.job.ID]; ok {
 			repeats = append(repeats, i)
 			continue
@@ -176,7 +227,6 @@ func (q *Queue) enqueueJobs(ctx context.Context, ins []*enqueueIn, gone func(i i
 	// An ID repeated in the batch shares the fate of its first occurrence,
 	// as if enqueued just after it; if the first one's caller gave up, the
 	// repeat is tried on its own.
-	var again []int
 	for _, i := range repeats {
 		f := first[ins[i].job.ID]
 		var je *JobExistsError
@@ -187,11 +237,14 @@ func (q *Queue) enqueueJobs(ctx context.Context, ins []*enqueueIn, gone func(i i
 			errs[i] = &JobExistsError{Index: i, Job: cloneJob(ins[f].job)}
 		case errors.As(errs[f], &je):
 			errs[i] = &JobExistsError{Index: i, Job: je.Job}
+		case jobErr(errs[f]) == nil: // the first kept the stored job
+			errs[i] = &JobExistsError{Index: i, Job: existingOr(nil, errs[f])}
 		default:
 			errs[i] = errs[f]
 		}
 	}
 	if len(again) > 0 {
+		slices.Sort(again)
 		sub := make([]*enqueueIn, len(again))
 		for k, i := range again {
 			sub[k] = ins[i]
@@ -232,7 +285,7 @@ func (q *Queue) flushEnqueues(ctx context.Context, batch []*cas.Call[*enqueueIn,
 	}
 }
 
-func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
+func (q *Queue) newJob(ctx context.Context, spec JobSpec) (*enqueueIn, error) {
 	if spec.Type == "" || len(spec.Type) > MaxTypeLen {
 		return nil, fmt.Errorf("%w: job type must be 1..%d bytes, got %d", ErrInvalid, MaxTypeLen, len(spec.Type))
 	}
@@ -248,11 +301,24 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 		MaxAttempts: q.cfg.MaxAttempts, RunAt: now, CreatedAt: now, UpdatedAt: now,
 		Meta: cloneMeta(o.Meta),
 	}
-	in := &enqueueIn{job: j, delay: o.Delay}
-	if j.ID == "" {
+	in := &enqueueIn{job: j, delay: o.Delay, ifExists: o.IfExists}
+	if o.IfExists > IfExistsReplace {
+		return nil, fmt.Errorf("%w: IfExists is %d, not a policy", ErrInvalid, o.IfExists)
+	}
+	switch {
+	case o.UniqueBy != nil && o.ID != "":
+		return nil, fmt.Errorf("%w: EnqueueOpts sets both ID and UniqueBy", ErrInvalid)
+	case o.UniqueBy != nil:
+		var err error
+		if j.ID, err = q.uniqueID(ctx, spec, o.UniqueBy); err != nil {
+			return nil, err
+		}
+	case j.ID == "":
 		j.ID = NewID()
-	} else if err := validID(j.ID); err != nil {
-		return nil, err
+	default:
+		if err := validID(j.ID); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case o.MaxAttempts < 0 || o.MaxAttempts > MaxAttemptsLimit:
@@ -285,7 +351,11 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 		j.ConcurrencyKey = o.ConcurrencyKey
 		// The job lives in its key's shard, beside its key's value.
 		if want := q.ks.shardOf(j.ConcurrencyKey); q.ks.shardOf(j.ID) != want {
-			if o.ID != "" {
+			if o.UniqueBy != nil {
+				if j.ID, err = q.IDFor(j.ConcurrencyKey, j.ID); err != nil {
+					return nil, err
+				}
+			} else if o.ID != "" {
 				return nil, fmt.Errorf("%w: job ID %q is not in the shard of concurrency key %q (the queue has %d shards): use Queue.IDFor(key, id)",
 					ErrInvalid, j.ID, j.ConcurrencyKey, q.ks.shards)
 			}
@@ -302,6 +372,7 @@ func (q *Queue) newJob(spec JobSpec) (*enqueueIn, error) {
 			return nil, err
 		}
 		j.RunAt, in.fixed = o.RunAt.UTC().Truncate(time.Millisecond), true
+		in.runAt = j.RunAt
 	}
 	if n := encodedSize(j); n > q.cfg.MaxValueBytes {
 		return nil, fmt.Errorf("%w: job %q would be %d bytes, limit %d", ErrTooLarge, j.ID, n, q.cfg.MaxValueBytes)
@@ -329,38 +400,86 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 	}
 	var predict []string // the ready indexes of the jobs' priorities
 	top := 0
+	replaces := false
 	for _, i := range set {
 		if ix := readyIndex(ins[i].job.Priority); !slices.Contains(predict, ix) {
 			predict = append(predict, ix)
 		}
 		top = max(top, ins[i].job.Priority)
+		replaces = replaces || ins[i].ifExists.replaces()
+	}
+	if replaces {
+		// A replaced job leaves the index of its state: checked with the
+		// others in round trip 1.
+		predict = append(predict, idxSucceeded, idxFailed, idxCanceled)
 	}
 	keys, shards, checks := q.txnKeys(ids, predict...)
-	_, _, err := q.run(ctx, &casTxn{keys: keys, checks: checks, decide: func(r *casRead) (*casPlan, error) {
+	var aux []string
+	var follow func(r *casRead) []string
+	if replaces {
+		// A pending keyed job may be listed in its key's value as waiting:
+		// the value of the key the caller gives is read in round trip 1, as
+		// a fenced write reads its copy's; a stored job of another key has
+		// its value read once the job is, as Update reads it.
+		may := make([]*Job, len(set))
+		for k, i := range set {
+			if ins[i].ifExists.replaces() {
+				may[k] = ins[i].job
+			}
+		}
+		aux = q.slotKeys(may, shards, nil)
+		follow = func(r *casRead) []string {
+			may := make([]*Job, len(set))
+			for k, i := range set {
+				if cur := r.jobs[k]; cur != nil && cur.State == StatePending && ins[i].ifExists.on(cur.State) == conflictReplace {
+					may[k] = cur
+				}
+			}
+			return q.slotKeys(may, shards, nil)
+		}
+	}
+	_, _, err := q.run(ctx, &casTxn{keys: keys, checks: checks, aux: aux, follow: follow, decide: func(r *casRead) (*casPlan, error) {
 		plan := &casPlan{}
 		var ip indexPlan
+		b := q.newSlotBook(r)
 		for k, i := range set {
 			errs[i] = nil
 			in := ins[i]
+			cur := r.jobs[k]
 			switch {
 			case gone != nil && gone(i):
 				errs[i] = errLeftOut
 			case r.errs[k] != nil:
 				errs[i] = wrapf(r.errs[k], "enqueue %q", in.job.ID)
-			case r.jobs[k] != nil:
+			case cur != nil && in.ifExists.on(cur.State) == conflictKeep:
+				errs[i] = &keptError{job: cur}
+				plan.confirm = true
+			case cur != nil && in.ifExists.on(cur.State) == conflictReplace:
+				j := replacing(in, cur, r.now)
+				if cur.State == StatePending && cur.ConcurrencyKey != "" {
+					// Its listing as waiting goes: a claim that finds the
+					// key full lists the new job again.
+					b.unlist(b.entry(shards[k], cur), cur.ID)
+				}
+				plan.writes = append(plan.writes, casWrite{key: keys[k], job: j})
+				q.move(&ip, shards[k], j.ID, cur, j, "")
+			case cur != nil:
 				// Perhaps this very enqueue, retried: waited for as if just made.
-				errs[i] = &JobExistsError{Index: i, Job: r.jobs[k]}
+				errs[i] = &JobExistsError{Index: i, Job: cur}
 				plan.confirm = true
 			default:
 				j := in.job
-				j.CreatedAt, j.UpdatedAt = r.now, r.now
+				j.CreatedAt, j.UpdatedAt, j.RunAt = r.now, r.now, in.runAt
 				if !in.fixed {
 					j.RunAt = r.now.Add(in.delay)
 				}
+				// A decision made again after a replace keeps nothing of it.
+				j.LeaseOwner, j.LeaseUntil, j.LeaseToken, j.future = "", time.Time{}, 0, futureFields{}
 				plan.writes = append(plan.writes, casWrite{key: keys[k], job: j})
 				q.move(&ip, shards[k], j.ID, nil, j, "")
 			}
 		}
+		b.finish(plan, &ip)
 		plan.index(&ip)
 		if len(plan.writes) > 0 {
 			// A hint for idle workers, published by the same EXEC. Delayed

@@ -68,6 +68,7 @@ type tally struct {
 	parked, lapsedBack, pulled int // jobs left waiting, lapsed jobs back to pending, jobs pulled forward
 	extendLost, overLimit      int // renewals refused for want of a slot, checks that found a lowered limit exceeded
 	overRate                   int // claims that met a job held back by its key's rate
+	replaced                   int // jobs an enqueue replaced (IfExists)
 }
 
 func (m *model) clone() *model {
@@ -858,6 +859,57 @@ func TestModel(t *testing.T) {
 				m.jobs[id] = &mjob{state: StatePending, max: max, runAt: runAt, prio: prio, key: key, entry: toMillis(runAt)}
 			}
 		}
+		// enqueueUnique enqueues a taken or a new ID under a policy of
+		// IfExists: the stored job is refused, kept or replaced as its
+		// state says, and a replaced job waits for its last run's lease.
+		enqueueUnique := func(rt *rapid.T) {
+			key := rapid.SampledFrom([]string{"", "a", "b"}).Draw(rt, "key")
+			id, err := q.IDFor(key, rapid.SampledFrom(bases).Draw(rt, "id"))
+			require.NoError(rt, err)
+			p := rapid.SampledFrom([]IfExists{IfExistsRefuse, IfExistsKeep, IfExistsReplaceFinished, IfExistsReplace}).Draw(rt, "policy")
+			delay := rapid.SampledFrom([]time.Duration{0, 20 * time.Second}).Draw(rt, "delay")
+			max := rapid.IntRange(1, 3).Draw(rt, "max")
+			prio := rapid.IntRange(0, 2).Draw(rt, "priority")
+			payload := []byte(NewID())
+			j, err := q.Enqueue(ctx, "t", payload, &EnqueueOpts{ID: id, Delay: delay, MaxAttempts: max, Priority: prio, ConcurrencyKey: key, IfExists: p})
+			mj := m.jobs[id]
+			act := conflictReplace // a new job is written as a replace writes one
+			if mj != nil {
+				act = p.on(mj.state)
+			}
+			switch act {
+			case conflictRefuse:
+				require.ErrorIs(rt, err, ErrJobExists)
+			case conflictKeep:
+				require.NoError(rt, err)
+				require.Equal(rt, mj.state, j.State, "the stored job, kept")
+				require.NotEqual(rt, payload, j.Payload)
+			case conflictReplace:
+				require.NoError(rt, err)
+				require.Equal(rt, payload, j.Payload)
+				runAt := m.now.Add(delay)
+				if mj == nil {
+					m.jobs[id] = &mjob{state: StatePending, max: max, runAt: runAt, prio: prio, key: key, entry: toMillis(runAt)}
+					break
+				}
+				if mj.state == StatePending && mj.key != "" {
+					// Its listing as waiting goes, and frees what it held back.
+					kv := m.key(mj.key)
+					n := len(kv.waiting)
+					kv.waiting = slices.DeleteFunc(kv.waiting, func(w mwait) bool { return w.id == id })
+					if len(kv.waiting) < n {
+						m.pull(mj.key)
+					}
+				}
+				if mj.leaseUntil.After(runAt) {
+					runAt = mj.leaseUntil // a canceled run's lease ends first
+				}
+				mj.state, mj.attempt, mj.max, mj.prio, mj.key, mj.lastErr = StatePending, 0, max, prio, key, ""
+				mj.runAt, mj.entry = runAt, toMillis(runAt)
+				require.Equal(rt, runAt, j.RunAt)
+				m.tally.replaced++
+			}
+		}
 		claimStep := func(rt *rapid.T) { claim(rt, rapid.SampledFrom(workers).Draw(rt, "worker")) }
 		extend := func(rt *rapid.T, j *Job) {
 			_, err := q.Extend(ctx, j)
@@ -954,6 +1006,7 @@ func TestModel(t *testing.T) {
 		rt.Repeat(map[string]func(*rapid.T){
 			"enqueue":   enqueue,
 			"enqueue 2": enqueue,
+			"unique":    enqueueUnique,
 			"claim":     claimStep,
 			"claim 2":   claimStep,
 			"claim one": claimAhead,
@@ -1163,4 +1216,5 @@ func (t *tally) add(o tally) {
 	t.extendLost += o.extendLost
 	t.overLimit += o.overLimit
 	t.overRate += o.overRate
+	t.replaced += o.replaced
 }

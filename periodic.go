@@ -68,8 +68,9 @@ type PeriodicJob struct {
 	Schedule Schedule
 	Type     string
 	Payload  []byte
-	// Opts set the jobs' other options; ID, RunAt and Delay must be unset
-	// (the tick sets them). Work refuses options Enqueue would refuse.
+	// Opts set the jobs' other options; ID, RunAt, Delay, UniqueBy and
+	// IfExists must be unset (the tick sets them; a tick's job is refused
+	// when it exists). Work refuses options Enqueue would refuse.
 	// Nil means defaults.
 	Opts *EnqueueOpts
 	// StartWithLatestTick makes a schedule that Redis has not seen before
@@ -104,8 +105,8 @@ func (q *Queue) validPeriodic(ps []PeriodicJob, now time.Time) error {
 			return fmt.Errorf("%w: two PeriodicJobs named %q", ErrInvalid, p.Name)
 		case nilSchedule(p.Schedule):
 			return fmt.Errorf("%w: PeriodicJob %q has no Schedule (or a nil %T)", ErrInvalid, p.Name, p.Schedule)
-		case p.Opts != nil && (p.Opts.ID != "" || !p.Opts.RunAt.IsZero() || p.Opts.Delay != 0):
-			return fmt.Errorf("%w: PeriodicJob %q: Opts.ID, RunAt and Delay are the tick's", ErrInvalid, p.Name)
+		case p.Opts != nil && (p.Opts.ID != "" || !p.Opts.RunAt.IsZero() || p.Opts.Delay != 0 || p.Opts.UniqueBy != nil || p.Opts.IfExists != IfExistsRefuse):
+			return fmt.Errorf("%w: PeriodicJob %q: Opts.ID, RunAt, Delay, UniqueBy and IfExists are the tick's", ErrInvalid, p.Name)
 		}
 		if _, _, _, err := look(p.Schedule, now); err != nil {
 			return fmt.Errorf("%w: PeriodicJob %q: %w", ErrInvalid, p.Name, err)
@@ -145,7 +146,7 @@ func (q *Queue) tickJob(p PeriodicJob, t time.Time) (*enqueueIn, error) {
 		return nil, err
 	}
 	o.ID, o.RunAt = id, t
-	return q.newJob(JobSpec{Type: p.Type, Payload: p.Payload, Opts: &o})
+	return q.newJob(context.Background(), JobSpec{Type: p.Type, Payload: p.Payload, Opts: &o})
 }
 
 // periodicID is the ID of p's job for tick t.

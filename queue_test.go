@@ -174,6 +174,35 @@ func TestRoundTripBudget(t *testing.T) {
 	exact("Claim (keyed, pulled)", 4, func() (err error) { k2, err = f.q.Claim(f.ctx, "w"); return })
 	exact("Complete (keyed)", 2, func() (err error) { _, err = f.q.Complete(f.ctx, k1, nil); return })
 	exact("Complete (keyed, last)", 2, func() (err error) { _, err = f.q.Complete(f.ctx, k2, nil); return })
+
+	// Uniqueness by state (unique.go): decided in the enqueue's own
+	// compare-and-set, whatever it finds.
+	exact("Enqueue (IfExistsKeep)", 2, func() (err error) {
+		_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: k1.ID, IfExists: IfExistsKeep})
+		return
+	})
+	exact("Enqueue (IfExistsReplaceFinished, finished)", 2, func() (err error) {
+		_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: k1.ID, IfExists: IfExistsReplaceFinished})
+		return
+	})
+	exact("Enqueue (IfExistsReplace, pending)", 2, func() (err error) {
+		_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: k1.ID, IfExists: IfExistsReplace})
+		return
+	})
+	exact("Enqueue (IfExistsReplace, keyed finished)", 2, func() (err error) {
+		_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: k2.ID, ConcurrencyKey: "k", IfExists: IfExistsReplace})
+		return
+	})
+	// A keyed pending job may be listed in its key's value: read in round
+	// trip 1, the key being the caller's.
+	exact("Enqueue (IfExistsReplace, keyed pending)", 2, func() (err error) {
+		_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: k2.ID, ConcurrencyKey: "k", IfExists: IfExistsReplace})
+		return
+	})
+	exact("Enqueue (UniqueBy, Period)", 2, func() (err error) {
+		_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{UniqueBy: &UniqueBy{Period: time.Hour}, IfExists: IfExistsKeep})
+		return
+	})
 }
 
 // 1,000 jobs, 32 claimers on separate connections: every job is completed

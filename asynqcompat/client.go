@@ -319,7 +319,7 @@ func (c *Client) mapOptions(typ string, r Route, opts []asynq.Option) (*jobkey.E
 				eo.Deadline = t
 			}
 		case asynq.UniqueOpt:
-			return nil, nil, bad(o, "jobkey has no uniqueness lock with a TTL; use TaskID (or jobkey.ContentID) for idempotent enqueues")
+			return nil, nil, bad(o, "jobkey has no uniqueness lock with a TTL; use jobkey.EnqueueOpts.UniqueBy and IfExists (unique until the job finishes) on a jobkey.Queue, or TaskID for idempotent enqueues")
 		case asynq.RetentionOpt:
 			d, ok := v.(time.Duration)
 			switch {

@@ -194,6 +194,11 @@ type result struct {
 	// Rate limits: the most starts of each rate-limited key within any
 	// window of its period, by the Redis clock that judged them.
 	mostStarts map[string]int
+	// Unique jobs (IfExists): their IDs, the enqueues that wrote one (a
+	// new job or a replace), kept one or were refused, and the IDs left
+	// unfinished after the drain.
+	uniqueIDs, uniqueWritten, uniqueKept, uniqueRefused, uniqueStuck int
+	uniqueAmbiguous                                                  int64
 }
 
 func (r result) String() string {
@@ -217,7 +222,60 @@ func (r result) String() string {
 	for k, rl := range chaosRates {
 		s += fmt.Sprintf("; most starts of %s in any %v: %d (rate %d)", k, rl.period, r.mostStarts[k], rl.n)
 	}
+	if r.uniqueIDs > 0 {
+		s += fmt.Sprintf("; unique IDs %d: enqueues that wrote %d, kept %d, refused (active) %d, ambiguous retried %d; unfinished %d",
+			r.uniqueIDs, r.uniqueWritten, r.uniqueKept, r.uniqueRefused, r.uniqueAmbiguous, r.uniqueStuck)
+	}
 	return s
+}
+
+// uniqueType is the type of the unique producer's jobs.
+const uniqueType = "chaos-unique"
+
+// uniqueLog tracks what the unique producer's enqueues answered.
+type uniqueLog struct {
+	mu                     sync.Mutex
+	ids                    map[string]bool
+	written, kept, refused int
+	ambiguous              atomic.Int64
+}
+
+// add records an enqueue of id under p that answered err (nil or
+// ErrJobExists). Whether it wrote or kept is told by the policy: a nil
+// answer of IfExistsKeep kept a job, or wrote a new one; it is counted as
+// kept.
+func (u *uniqueLog) add(id string, p jobkey.IfExists, err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ids == nil {
+		u.ids = map[string]bool{}
+	}
+	u.ids[id] = true
+	switch {
+	case err != nil:
+		u.refused++
+	case p == jobkey.IfExistsKeep:
+		u.kept++
+	default:
+		u.written++
+	}
+}
+
+// checkUnique requires every unique ID to have finished.
+func (r *result) checkUnique(t *testing.T, q *jobkey.Queue, u *uniqueLog) {
+	t.Helper()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r.uniqueIDs, r.uniqueWritten, r.uniqueKept, r.uniqueRefused = len(u.ids), u.written, u.kept, u.refused
+	r.uniqueAmbiguous = u.ambiguous.Load()
+	for id := range u.ids {
+		j, err := q.Get(context.Background(), id)
+		require.NoError(t, err, "unique job %s", id)
+		if j.State != jobkey.StateSucceeded {
+			t.Logf("unique job %s left %s", id, j.State)
+			r.uniqueStuck++
+		}
+	}
 }
 
 // runLog records when each handler run of each job started and ended, on
@@ -395,7 +453,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	var ack acked
 	var successes sync.Map // job ID -> *atomic.Int64 of recorded successful completions
 	onRecorded := func(j *jobkey.Job, err error) {
-		if err == nil && j.State == jobkey.StateSucceeded {
+		if err == nil && j.State == jobkey.StateSucceeded && j.Type != uniqueType {
 			v, _ := successes.LoadOrStore(j.ID, new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
 		}
@@ -577,6 +635,32 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 			}
 		})
 	}
+	// A producer of unique jobs: few IDs, derived from the payload and a
+	// one-second period by Redis's clock (its host clock is off by
+	// seconds), enqueued again and again under every policy that may
+	// replace or keep them: a finished job is replaced by a new run, a
+	// pending one debounced. However they meet, no two runs of one ID may
+	// overlap (runs), and every ID finishes (checked after the drain).
+	var uniq uniqueLog
+	uq := newQueue(e.client(), skews[2])
+	wg.Go(func() {
+		policies := []jobkey.IfExists{jobkey.IfExistsReplaceFinished, jobkey.IfExistsReplace, jobkey.IfExistsKeep}
+		for chaosCtx.Err() == nil {
+			p := policies[rand.N(len(policies))]
+			payload := []byte(fmt.Sprintf("u%d", rand.N(4)))
+			for chaosCtx.Err() == nil {
+				j, err := uq.Enqueue(ctx, uniqueType, payload, &jobkey.EnqueueOpts{IfExists: p, Delay: time.Duration(rand.N(50)) * time.Millisecond,
+					UniqueBy: &jobkey.UniqueBy{Period: time.Second}})
+				if err == nil || errors.Is(err, jobkey.ErrJobExists) {
+					uniq.add(j.ID, p, err)
+					break
+				}
+				uniq.ambiguous.Add(1)
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
+		}
+	})
 	// Eviction, as a maxmemory policy other than noeviction would do it:
 	// now and then a pending or active job's key is deleted from outside.
 	// Those jobs are lost by design; the checker makes sure every one of
@@ -662,12 +746,16 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 		r.faults["jobs enqueued above priority 0"] = prioritized.Load()
 	}
 	r.check(t, check, &ack, &successes, &runs, evicted)
+	r.checkUnique(t, check, &uniq)
 	t.Logf("jobkey, %s: %v", t.Name(), r)
 	require.Positive(t, r.enqueued)
 	require.Positive(t, r.faults["EXEC sent, reply lost"]+r.faults["connection reset mid-stream"], "faults were injected")
 	require.Positive(t, partitions.Load(), "workers were cut off")
 	require.Positive(t, shutdowns.Load(), "workers were shut down mid-work")
-	for _, f := range []string{cancelRetry, cancelUpdate, cancelDelete, whileStopping} {
+	require.Positive(t, r.uniqueIDs, "unique jobs were enqueued")
+	require.Zero(t, r.uniqueStuck, "unique jobs a fresh consumer could not drain")
+	require.Zero(t, r.faults[replaceEarly], "a replaced job was due before the canceled run's lease ended")
+	for _, f := range []string{cancelRetry, cancelUpdate, cancelDelete, cancelReplace, whileStopping} {
 		require.Positive(t, r.faults[f], "%s: the fault never happened", f)
 	}
 	if prios {
@@ -713,6 +801,9 @@ const (
 	heldByLease   = "RunAt that Update moved to the canceled run's lease end"
 	deleteRefused = "Delete refused while the canceled run's lease held"
 	reenqueued    = "job deleted and enqueued again under its ID"
+	cancelReplace = "job canceled mid-run, then replaced by Enqueue of its ID (IfExistsReplaceFinished)"
+	replaceHeld   = "replaced job held by the canceled run's lease"
+	replaceEarly  = "replaced job due before the canceled run's lease ended"
 )
 
 // cancelMidRun cancels, now and then until ctx ends, a job whose handler
@@ -753,8 +844,29 @@ func cancelMidRun(ctx context.Context, e *env, q *jobkey.Queue, running *sync.Ma
 			_, _ = settle(func() (*jobkey.Job, error) { return q.Retry(bg, id) })
 			continue
 		}
-		action := turn % 3
+		action := turn % 4
 		turn++
+		if action == 3 {
+			// Replaced, as a producer of a unique ID would: a new run, due
+			// now but held until the canceled run's lease ends.
+			e.count(cancelReplace)
+			j, ok := settle(func() (*jobkey.Job, error) {
+				return q.Enqueue(bg, c.Type, c.Payload, &jobkey.EnqueueOpts{ID: id, ConcurrencyKey: c.ConcurrencyKey,
+					Priority: c.Priority, IfExists: jobkey.IfExistsReplaceFinished})
+			})
+			switch {
+			case !ok || j.State != jobkey.StatePending || j.LeaseToken != c.LeaseToken:
+				// Claimed already, under a lease after the canceled one.
+			case j.RunAt.Before(c.LeaseUntil):
+				e.count(replaceEarly)
+			case j.RunAt.After(c.UpdatedAt):
+				e.count(replaceHeld)
+			}
+			if v, ok := running.Load(id); ok && v == live {
+				e.count(whileStopping)
+			}
+			continue
+		}
 		if _, ok := settle(func() (*jobkey.Job, error) { return q.Retry(bg, id) }); !ok {
 			continue
 		}
@@ -1088,7 +1200,7 @@ func TestChaosClusterDeadMaster(t *testing.T) {
 		return nil, nil
 	})
 	onRecorded := func(j *jobkey.Job, err error) {
-		if err == nil && j.State == jobkey.StateSucceeded {
+		if err == nil && j.State == jobkey.StateSucceeded && j.Type != uniqueType {
 			v, _ := successes.LoadOrStore(j.ID, new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
 			if outage.Load() {
