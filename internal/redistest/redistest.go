@@ -128,6 +128,12 @@ func (s *Server) launch() error {
 		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir, "--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"), "--protected-mode", "no",
 	}
+	if s.opts.sentinelConf == "" {
+		// A replica's full sync starts at once, not after the 5 s Redis
+		// waits by default for more replicas to share one transfer: every
+		// replicated setup, and every resync after a failover, pays it.
+		args = append(args, "--repl-diskless-sync-delay", "0")
+	}
 	switch {
 	case s.opts.sentinelConf != "":
 		args = append([]string{s.opts.sentinelConf, "--sentinel"}, args...)
