@@ -149,10 +149,11 @@ func TestWorkIgnoresForgedCancel(t *testing.T) {
 }
 
 // Two runs of one job in one worker are tracked apart: the first one's
-// exit does not hide the second from shutdown.
+// exit does not hide the second from shutdown. (The second run waits out
+// the canceled first run's lease: a short one, renewed well within it.)
 func TestWorkTracksEachRun(t *testing.T) {
 	t.Parallel()
-	q := realQueue(t, nil)
+	q := realQueue(t, &Config{Lease: 2 * time.Second})
 	ctx := context.Background()
 	j, err := q.Enqueue(ctx, "t", nil, nil)
 	require.NoError(t, err)
