@@ -604,7 +604,7 @@ func TestWorkRechecksCancelHintsDuringCheck(t *testing.T) {
 // heals, is fenced off.
 func TestWorkRunsAgainOnlyAfterLostCompletionsLease(t *testing.T) {
 	t.Parallel()
-	const lease = time.Second
+	const lease = 2 * time.Second
 	q, rival, proxy, j := cutOffAndRival(t, lease)
 	ctx := context.Background()
 
