@@ -398,8 +398,14 @@ func TestReplicaConfigIsValidated(t *testing.T) {
 func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
 	t.Parallel()
 	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond, Lease: 10 * time.Second})
-	_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "first"})
-	require.NoError(t, err)
+	enqueue := func(id string) {
+		t.Helper()
+		// A loaded machine's replica may take longer than 100ms to confirm
+		// a write before it was frozen: the caller calls again.
+		_, err := untilReplicated(t, func() (*Job, error) { return r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: id}) })
+		require.NoError(t, err)
+	}
+	enqueue("first")
 	started := make(chan string, 2)
 	hold := make(chan struct{})
 	ctx, cancel := context.WithCancel(r.ctx)
@@ -425,8 +431,7 @@ func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
 	require.Equal(t, "first", <-started)
 
 	// The fused path: completing "first" claims "second" in one EXEC.
-	_, err = r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "second"})
-	require.NoError(t, err)
+	enqueue("second")
 	thaw = r.freeze(t)
 	close(hold)
 	select {
