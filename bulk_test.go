@@ -270,11 +270,9 @@ func TestCancelPendingReachesParkedJobPulledBack(t *testing.T) {
 // there, and its result says how many of the jobs it did were applied on
 // the master only: the earlier transactions were confirmed, the rest was
 // not done. Here the replica stops before the second of three batches.
-// (The replica timeout is one a loaded machine's replica keeps, for the
-// writes before the freeze.)
 func TestBulkActionCountsTheJobsAppliedOnTheMasterOnly(t *testing.T) {
 	t.Parallel()
-	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 2 * time.Second, MaxBatch: 2})
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: loadedReplicaTimeout, MaxBatch: 2})
 	for i := range 6 {
 		_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("j%d", i)})
 		require.NoError(t, err)

@@ -386,7 +386,7 @@ func TestVerifyFixSetsPriorityFlagOfRebuiltEntry(t *testing.T) {
 // finding is still reported, not Fixed, beside the error that says so.
 func TestVerifyReportsAFindingWhoseFixWasNotConfirmed(t *testing.T) {
 	t.Parallel()
-	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: loadedReplicaTimeout})
 	_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "unlisted"})
 	require.NoError(t, err)
 	require.NoError(t, r.master.ZRem(r.ctx, r.q.Keys("unlisted").Ready, "unlisted").Err())
