@@ -794,6 +794,7 @@ func TestClusterWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 // for 5 s, costs a bounded number of CLUSTER SLOTS, not one per call; and
 // its shards stay down all along, while the others take jobs.
 func TestDeadNodeReloadsTheSlotMapBoundedAndKeepsItsShardsDown(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t, nil)
 	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t)})

@@ -627,6 +627,7 @@ func (h blockHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // tick T (Every 4 s, Retention 1 s) while A enqueues and runs it; the job
 // expires, B recovers, and the job of tick T has run once.
 func TestPeriodicSkipsTickOlderThanRetentionOnRecovery(t *testing.T) {
+	t.Parallel()
 	redistest.RequireReal(t)
 	prefix := redistest.Prefix(t)
 	const every = 4 * time.Second
