@@ -506,7 +506,7 @@ func TestClusterCanceledClaimMarksNoShardDown(t *testing.T) {
 // healthy run with ErrLeaseExpired, on a cluster whose every node is up.
 func TestClusterRenewalsNeverFailFast(t *testing.T) {
 	t.Parallel()
-	cl := redistest.SharedCluster(t)
+	cl := redistest.StartCluster(t, 3) // its own: it measures how soon things happen
 	var slow atomic.Bool
 	rdb := cl.Client(t, nil)
 	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
@@ -755,7 +755,7 @@ func TestClusterConcurrencyKeys(t *testing.T) {
 // it claimed elsewhere only once that shard had nothing due.
 func TestClusterWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 	t.Parallel()
-	cl := redistest.SharedCluster(t)
+	cl := redistest.StartCluster(t, 3) // its own: it measures how soon things happen
 	ctx := context.Background()
 	cfg := &Config{Prefix: redistest.Prefix(t), Logger: quietLog()}
 	q, err := NewQueue(cl.Client(t, nil), "q", cfg)
