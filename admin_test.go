@@ -59,7 +59,7 @@ func TestCancel(t *testing.T) {
 // reports a cancel a failover could still undo.
 func TestCancelOfCanceledJobWaitsForTheReplicas(t *testing.T) {
 	t.Parallel()
-	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: loadedReplicaTimeout})
 	_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "a"})
 	require.NoError(t, err)
 	thaw := r.freeze(t)

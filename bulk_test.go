@@ -272,7 +272,7 @@ func TestCancelPendingReachesParkedJobPulledBack(t *testing.T) {
 // not done. Here the replica stops before the second of three batches.
 func TestBulkActionCountsTheJobsAppliedOnTheMasterOnly(t *testing.T) {
 	t.Parallel()
-	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond, MaxBatch: 2})
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: loadedReplicaTimeout, MaxBatch: 2})
 	for i := range 6 {
 		_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("j%d", i)})
 		require.NoError(t, err)

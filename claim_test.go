@@ -483,8 +483,8 @@ func TestClaimPoolGivesWayToOtherProcessHigherPriority(t *testing.T) {
 // candidates come in shard order. Here, on 3 shards, ClaimMany(n=1) returns
 // the priority-9 job.
 func TestClusterClaimManyTakesHigherPriorityOnOtherShard(t *testing.T) {
-	redistest.RequireReal(t)
-	cl := redistest.StartCluster(t, 3)
+	t.Parallel()
+	cl := redistest.SharedCluster(t)
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
 	q := queueOn(t, rdb, redistest.Prefix(t), Config{Shards: 3})

@@ -38,7 +38,7 @@ func drainWithWork(t *testing.T, q *Queue, onRecorded func(*Job, error)) {
 
 func TestClusterLifecycle(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3)
+	cl := redistest.SharedCluster(t)
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
 	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second})
@@ -276,7 +276,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 // jobs just written on other shards into ErrJobExists.
 func TestClusterGroupEnqueueAnswersPerShard(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3)
+	cl := redistest.SharedCluster(t)
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
 	q := queueOn(t, rdb, redistest.Prefix(t), Config{Shards: 8})
@@ -447,7 +447,7 @@ func TestClusterVerifyAfterSlotMove(t *testing.T) {
 // which on a cluster whose every node is up and answering would be false.
 func TestClusterClaimTimeoutMarksNoShardDown(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3)
+	cl := redistest.SharedCluster(t)
 	var slow atomic.Bool
 	rdb := cl.Client(t, nil)
 	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
@@ -486,7 +486,7 @@ func TestClusterClaimTimeoutMarksNoShardDown(t *testing.T) {
 // every shard of the healthy cluster down.
 func TestClusterCanceledClaimMarksNoShardDown(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3)
+	cl := redistest.SharedCluster(t)
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
 	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog(), DisableGroupCommit: true})
@@ -506,7 +506,7 @@ func TestClusterCanceledClaimMarksNoShardDown(t *testing.T) {
 // healthy run with ErrLeaseExpired, on a cluster whose every node is up.
 func TestClusterRenewalsNeverFailFast(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3)
+	cl := redistest.StartCluster(t, 3) // its own: it measures how soon things happen
 	var slow atomic.Bool
 	rdb := cl.Client(t, nil)
 	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
@@ -554,7 +554,7 @@ func TestClusterRenewalsNeverFailFast(t *testing.T) {
 // Queues reach every master.
 func TestClusterOperatorSurface(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3)
+	cl := redistest.SharedCluster(t)
 	rdb := cl.Client(t, nil)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
@@ -641,7 +641,7 @@ func TestClusterOperatorSurface(t *testing.T) {
 // caller's ID outside its key's shard is refused until IDFor places it.
 func TestClusterConcurrencyKeys(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3)
+	cl := redistest.SharedCluster(t)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	cfg := &Config{Prefix: prefix, Lease: 2 * time.Second, Logger: quietLog()}
@@ -755,7 +755,7 @@ func TestClusterConcurrencyKeys(t *testing.T) {
 // it claimed elsewhere only once that shard had nothing due.
 func TestClusterWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3)
+	cl := redistest.StartCluster(t, 3) // its own: it measures how soon things happen
 	ctx := context.Background()
 	cfg := &Config{Prefix: redistest.Prefix(t), Logger: quietLog()}
 	q, err := NewQueue(cl.Client(t, nil), "q", cfg)
@@ -794,6 +794,7 @@ func TestClusterWorkClaimsDueJobsOfEveryShardWithinBound(t *testing.T) {
 // for 5 s, costs a bounded number of CLUSTER SLOTS, not one per call; and
 // its shards stay down all along, while the others take jobs.
 func TestDeadNodeReloadsTheSlotMapBoundedAndKeepsItsShardsDown(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t, nil)
 	q, err := NewQueue(rdb, "q", &Config{Prefix: redistest.Prefix(t)})

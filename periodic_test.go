@@ -93,11 +93,13 @@ func (p *periodicProcess) halt(t *testing.T) {
 
 // Three processes run one schedule with no leader; one is stopped and
 // started again midway. Every tick of the window has exactly one job, run
-// once.
+// once. (A process that wakes after two ticks went by enqueues the later
+// only, by design: the ticks are far enough apart that on a loaded machine
+// one of the three wakes for each.)
 func TestPeriodicLeaderless(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
-	const every = 200 * time.Millisecond
+	const every = 500 * time.Millisecond
 	sched := Every(every)
 	runs := newRunsByID()
 	ran := runs.ran
@@ -109,7 +111,7 @@ func TestPeriodicLeaderless(t *testing.T) {
 	}
 	q := queueOn(t, redistest.Client(t, nil), prefix, Config{})
 	// The window opens at the first tick the running processes enqueued:
-	// starting up (slower under -race) may outlast a 200 ms tick, and a
+	// starting up (slower under -race) may outlast a tick, and a
 	// tick before any process ran is not theirs to enqueue.
 	var start time.Time
 	require.Eventually(t, func() bool {
@@ -122,11 +124,11 @@ func TestPeriodicLeaderless(t *testing.T) {
 		}
 		return !start.IsZero()
 	}, 5*time.Second, 10*time.Millisecond)
-	time.Sleep(time.Second)
+	time.Sleep(5 * every)
 	procs[1].halt(t)
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(7 * every / 2)
 	procs[1] = startPeriodic(t, prefix, "b2", sched, ran)
-	time.Sleep(time.Second)
+	time.Sleep(5 * every)
 	end := time.Now()
 	// The last tick's job runs before the processes stop.
 	last := lastTick(sched, end.Add(-50*time.Millisecond))
@@ -627,6 +629,7 @@ func (h blockHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // tick T (Every 4 s, Retention 1 s) while A enqueues and runs it; the job
 // expires, B recovers, and the job of tick T has run once.
 func TestPeriodicSkipsTickOlderThanRetentionOnRecovery(t *testing.T) {
+	t.Parallel()
 	redistest.RequireReal(t)
 	prefix := redistest.Prefix(t)
 	const every = 4 * time.Second

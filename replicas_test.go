@@ -58,6 +58,13 @@ func (r *replicated) onReplica(t *testing.T, id string) *Job {
 	return j
 }
 
+// loadedReplicaTimeout is a ReplicaTimeout that a loaded machine's replica
+// keeps while it runs: tests whose replica is frozen for a while, and whose
+// writes before or after must be confirmed, use it rather than a shorter
+// one that those writes would sometimes miss. A frozen replica's writes
+// each wait it out.
+const loadedReplicaTimeout = time.Second
+
 // untilReplicated calls write until it returns anything but
 // ErrNotReplicated, as a caller retries: a replica just thawed on a loaded
 // machine may take longer than a short ReplicaTimeout to catch up.
@@ -146,7 +153,7 @@ func TestAcknowledgedWritesAreOnTheReplica(t *testing.T) {
 
 func TestUnreplicatedWriteReturnsReplicationError(t *testing.T) {
 	t.Parallel()
-	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: loadedReplicaTimeout})
 	thaw := r.freeze(t)
 	j, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "a"})
 	require.ErrorIs(t, err, ErrNotReplicated)
@@ -155,7 +162,7 @@ func TestUnreplicatedWriteReturnsReplicationError(t *testing.T) {
 	require.ErrorAs(t, err, &re)
 	require.Equal(t, 0, re.Acked)
 	require.Equal(t, 1, re.Want)
-	require.Equal(t, 200*time.Millisecond, re.Timeout)
+	require.Equal(t, loadedReplicaTimeout, re.Timeout)
 	require.Contains(t, err.Error(), "applied on the master")
 	// Applied on the master, as the error says.
 	stored, err := r.q.Get(r.ctx, "a")
@@ -176,7 +183,7 @@ func TestUnreplicatedWriteReturnsReplicationError(t *testing.T) {
 // once the replica has it; Extend simply renews again.
 func TestRetryAfterNotReplicatedIsSafe(t *testing.T) {
 	t.Parallel()
-	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond,
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: loadedReplicaTimeout,
 		Backoff: func(int) time.Duration { return time.Hour }})
 	_, err := r.q.EnqueueMany(r.ctx, []JobSpec{{Type: "t"}, {Type: "t"}, {Type: "t"}, {Type: "t"}})
 	require.NoError(t, err)
@@ -398,8 +405,14 @@ func TestReplicaConfigIsValidated(t *testing.T) {
 func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
 	t.Parallel()
 	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond, Lease: 10 * time.Second})
-	_, err := r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "first"})
-	require.NoError(t, err)
+	enqueue := func(id string) {
+		t.Helper()
+		// A loaded machine's replica may take longer than 100ms to confirm
+		// a write before it was frozen: the caller calls again.
+		_, err := untilReplicated(t, func() (*Job, error) { return r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: id}) })
+		require.NoError(t, err)
+	}
+	enqueue("first")
 	started := make(chan string, 2)
 	hold := make(chan struct{})
 	ctx, cancel := context.WithCancel(r.ctx)
@@ -425,8 +438,7 @@ func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
 	require.Equal(t, "first", <-started)
 
 	// The fused path: completing "first" claims "second" in one EXEC.
-	_, err = r.q.Enqueue(r.ctx, "t", nil, &EnqueueOpts{ID: "second"})
-	require.NoError(t, err)
+	enqueue("second")
 	thaw = r.freeze(t)
 	close(hold)
 	select {
@@ -509,7 +521,7 @@ func TestWaitForReplicasCarriesNoRide(t *testing.T) {
 // the queue paused, and then resumed, before each call returns.
 func TestPauseAndResumeWaitForTheReplicas(t *testing.T) {
 	t.Parallel()
-	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond, Shards: 4})
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: loadedReplicaTimeout, Shards: 4})
 	pausedOnReplica := func() int {
 		n := 0
 		for s := range r.q.ks.shards {

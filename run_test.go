@@ -149,10 +149,11 @@ func TestWorkIgnoresForgedCancel(t *testing.T) {
 }
 
 // Two runs of one job in one worker are tracked apart: the first one's
-// exit does not hide the second from shutdown.
+// exit does not hide the second from shutdown. (The second run waits out
+// the canceled first run's lease: a short one, renewed well within it.)
 func TestWorkTracksEachRun(t *testing.T) {
 	t.Parallel()
-	q := realQueue(t, nil)
+	q := realQueue(t, &Config{Lease: 2 * time.Second})
 	ctx := context.Background()
 	j, err := q.Enqueue(ctx, "t", nil, nil)
 	require.NoError(t, err)
@@ -419,7 +420,9 @@ func TestWorkDoesNotRunOnExpiredLease(t *testing.T) {
 func TestWorkRenewsAfterSlowClaim(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
-	const lease = 600 * time.Millisecond
+	// Long enough that the first renewal, due within the 40% of the lease
+	// the claim leaves less LeaseMargin, lands in time on a loaded machine.
+	const lease = 3 * time.Second
 	rdb := redistest.Client(t, nil)
 	var held atomic.Bool
 	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
@@ -603,7 +606,7 @@ func TestWorkRechecksCancelHintsDuringCheck(t *testing.T) {
 // heals, is fenced off.
 func TestWorkRunsAgainOnlyAfterLostCompletionsLease(t *testing.T) {
 	t.Parallel()
-	const lease = time.Second
+	const lease = 2 * time.Second
 	q, rival, proxy, j := cutOffAndRival(t, lease)
 	ctx := context.Background()
 

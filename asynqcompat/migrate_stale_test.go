@@ -177,6 +177,7 @@ func TestMigrateToAsynqStaleListingRunsOnce(t *testing.T) {
 // stays paused through A's move and is resumed by A alone, and B runs once
 // A has finished.
 func TestMigrateConcurrentMigrationsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ac := asynq.NewClientFromRedisClient(e.rdb)
 	_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte("x")), asynq.TaskID("x"))

@@ -182,6 +182,7 @@ func setupAsynq(t *testing.T, e *env, n, hold int) (map[string]*asynqTask, func(
 // with its ID, payload, run time and remaining retries; other types and
 // other queues are untouched; the held active tasks are left and reported.
 func TestMigrateInterruptedAndRerun(t *testing.T) {
+	t.Parallel()
 	n, hold := 10_000, 5
 	if testing.Short() {
 		n = 1_000

@@ -45,6 +45,7 @@ func TestMigrateToAsynqKeepsKeyedJobs(t *testing.T) {
 }
 
 func TestMigrateToAsynqInterruptedAndRerun(t *testing.T) {
+	t.Parallel()
 	n := 2_000
 	if testing.Short() {
 		n = 300
@@ -151,6 +152,7 @@ func TestMigrateToAsynqInterruptedAndRerun(t *testing.T) {
 // when it runs ahead of Redis's, jobkey's own refusal leaves the job, and
 // its asynq copy is deleted again. A rerun after the lease moves it.
 func TestMigrateToAsynqLeavesCanceledRunUntilItsLeaseEnds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		now  func() time.Time

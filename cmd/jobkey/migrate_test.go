@@ -102,6 +102,7 @@ func TestMigrateAsynqCommands(t *testing.T) {
 // -pause): every task runs exactly once, in one system or the other, and
 // the queue the killed run paused is resumed.
 func TestMigrateAsynqKilledAndRerunRunsEachTaskOnce(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.Options{})
 	rdb := redistest.ClientFor(t, s.URL(), nil)
 	ctx := context.Background()
@@ -124,6 +125,7 @@ func TestMigrateAsynqKilledAndRerunRunsEachTaskOnce(t *testing.T) {
 // job runs exactly once, in one system or the other, the queue the killed
 // run paused is resumed, and nothing is left held in either system.
 func TestMigrateToAsynqKilledAndRerunRunsEachJobOnce(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t, redistest.Options{})
 	rdb := redistest.ClientFor(t, s.URL(), nil)
 	ctx := context.Background()

@@ -420,11 +420,13 @@ var skews = []time.Duration{0, 7 * time.Second, -5 * time.Second, 3 * time.Secon
 // canceled run held ends, which is all jobkey can wait for.
 const canceledStop = 120 * time.Millisecond
 
-// TestChaosJobkey runs the harness on a queue of one shard, then on one of
-// eight shards whose jobs have mixed priorities.
+// TestChaosJobkey runs the harness on a queue of one shard and, at the
+// same time on a server of its own, on one of eight shards whose jobs have
+// mixed priorities.
 func TestChaosJobkey(t *testing.T) {
-	t.Run("1 shard", func(t *testing.T) { chaosJobkey(t, 1, false) })
-	t.Run("8 shards, mixed priorities", func(t *testing.T) { chaosJobkey(t, 8, true) })
+	t.Parallel()
+	t.Run("1 shard", func(t *testing.T) { t.Parallel(); chaosJobkey(t, 1, false) })
+	t.Run("8 shards, mixed priorities", func(t *testing.T) { t.Parallel(); chaosJobkey(t, 8, true) })
 }
 
 func chaosJobkey(t *testing.T, shards int, prios bool) {
@@ -1032,6 +1034,7 @@ func (h slowCompleter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // The same harness against the multi-key design reports the partial states
 // it leaves before its sweep runs. They are expected: that is the design.
 func TestChaosMultikey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
@@ -1170,6 +1173,7 @@ func TestVanishedCountedWhenTheReplyIsLost(t *testing.T) {
 // flowing meanwhile, and afterwards nothing is lost, finished twice or run
 // twice at once.
 func TestChaosClusterDeadMaster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no", "--appendonly", "yes", "--appendfsync", "always")
 	ctx := context.Background()
 	const lease = time.Second

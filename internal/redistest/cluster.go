@@ -86,41 +86,61 @@ func nodeInSync(addr string, replicas int) bool {
 
 func startCluster(tb testing.TB, masters, replicas int, extra []string) *Cluster {
 	tb.Helper()
-	cli, err := exec.LookPath("redis-cli")
-	if Binary() == "" || err != nil {
+	if _, err := exec.LookPath("redis-cli"); Binary() == "" || err != nil {
 		missing(tb)
+	}
+	c, err := newCluster(tb.TempDir(), masters, replicas, extra)
+	if c != nil {
+		tb.Cleanup(c.stop)
+	}
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return c
+}
+
+// newCluster starts and joins the nodes of a cluster in directories under
+// dir. On an error, the nodes it started are in the returned Cluster, for
+// its caller to stop.
+func newCluster(dir string, masters, replicas int, extra []string) (*Cluster, error) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return nil, err
 	}
 	c := &Cluster{}
 	for i := range masters * (1 + replicas) {
-		dir := filepath.Join(tb.TempDir(), "node"+strconv.Itoa(i))
+		dir := filepath.Join(dir, "node"+strconv.Itoa(i))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			tb.Fatal(err)
+			return c, err
 		}
 		// The bus port defaults to port+10000, which a free port near the top
 		// of the range would push past 65535: pick a free one too.
 		bus, err := freePort()
 		if err != nil {
-			tb.Fatal(err)
+			return c, err
 		}
 		s, err := start(dir, Options{Args: append([]string{
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-port", strconv.Itoa(bus),
 		}, extra...)})
 		if err != nil {
-			tb.Fatalf("redistest: cluster node %d: %v", i, err)
+			return c, fmt.Errorf("cluster node %d: %w", i, err)
 		}
-		tb.Cleanup(s.Stop)
 		c.Nodes = append(c.Nodes, s)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+		return c, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	if err := c.WaitOK(30 * time.Second); err != nil {
-		tb.Fatalf("redistest: %v", err)
+	return c, c.WaitOK(30 * time.Second)
+}
+
+// stop stops every node.
+func (c *Cluster) stop() {
+	for _, n := range c.Nodes {
+		n.Stop()
 	}
-	return c
 }
 
 // WaitOK waits until every node still running reports cluster_state:ok

@@ -128,6 +128,12 @@ func (s *Server) launch() error {
 		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir, "--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"), "--protected-mode", "no",
 	}
+	if s.opts.sentinelConf == "" {
+		// A replica's full sync starts at once, not after the 5 s Redis
+		// waits by default for more replicas to share one transfer: every
+		// replicated setup, and every resync after a failover, pays it.
+		args = append(args, "--repl-diskless-sync-delay", "0")
+	}
 	switch {
 	case s.opts.sentinelConf != "":
 		args = append([]string{s.opts.sentinelConf, "--sentinel"}, args...)
@@ -267,6 +273,11 @@ var (
 	sharedServer *Server
 	sharedMini   *miniredis.Miniredis
 	sharedDir    string
+
+	clusterOnce   sync.Once
+	sharedCluster *Cluster
+	clusterErr    error
+	clusterDir    string
 )
 
 // Main runs a test package's tests and stops its shared server afterwards.
@@ -282,7 +293,36 @@ func Main(m *testing.M) {
 	if sharedDir != "" {
 		os.RemoveAll(sharedDir)
 	}
+	if sharedCluster != nil {
+		sharedCluster.stop()
+	}
+	if clusterDir != "" {
+		os.RemoveAll(clusterDir)
+	}
 	os.Exit(code)
+}
+
+// SharedCluster returns a cluster of three masters (as StartCluster(tb, 3)
+// makes) started once for the test package, on its first call, and stopped
+// by Main. Tests that share it isolate themselves by key prefix, as on the
+// shared server: one that stops, freezes or reshards a node, or counts a
+// node's commands, starts a cluster of its own. Without redis-server or
+// redis-cli it skips tb, or fails it in CI.
+func SharedCluster(tb testing.TB) *Cluster {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-cli"); Binary() == "" || err != nil {
+		missing(tb)
+	}
+	clusterOnce.Do(func() {
+		clusterDir, clusterErr = os.MkdirTemp("", "jobkey-redistest-cluster-")
+		if clusterErr == nil {
+			sharedCluster, clusterErr = newCluster(clusterDir, 3, 0, []string{"--cluster-node-timeout", "5000"})
+		}
+	})
+	if clusterErr != nil {
+		tb.Fatalf("redistest: shared cluster: %v", clusterErr)
+	}
+	return sharedCluster
 }
 
 // Shared returns the package's Redis: JOBKEY_TEST_REDIS_URL if set, else a
