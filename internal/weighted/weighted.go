@@ -44,7 +44,7 @@ func New(n int, weights []int, strict bool) *Gate {
 // handed to it; false when ctx ended first.
 func (g *Gate) Acquire(ctx context.Context, i int) bool {
 	g.mu.Lock()
-	if g.free > 0 && g.wanting(-1) == 0 {
+	if now := time.Now(); g.free > 0 && !g.outranked(i, now) && g.pick(-1, false, now) < 0 {
 		g.free--
 		g.mu.Unlock()
 		return true
@@ -67,7 +67,8 @@ func (g *Gate) Acquire(ctx context.Context, i int) bool {
 			// waits: its token is in the channel (sent under mu); pass it on.
 			<-g.grants[i]
 			g.granted[i]--
-			g.give()
+			g.free++
+			g.dispatch()
 		}
 		return false
 	}
@@ -77,65 +78,77 @@ func (g *Gate) Acquire(ctx context.Context, i int) bool {
 func (g *Gate) Release() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.give()
+	g.free++
+	g.dispatch()
 }
 
 // Keep says whether a runner of queue i that just finished a job may
 // keep its run for the queue's next job, as a fused complete-and-claim
 // does: yes unless a runner of another queue that is not idle waits, and
-// the draw by weight goes to that queue.
+// the draw by weight goes to that queue. Strict, no while a heavier queue
+// is not idle.
 func (g *Gate) Keep(i int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.wantingBusy(i) == 0 {
+	now := time.Now()
+	if g.outranked(i, now) {
+		return false
+	}
+	if g.wantingBusy(i, now) == 0 {
 		return true
 	}
-	return g.pick(i, true) == i
+	return g.pick(i, true, now) == i
 }
 
 // SetIdle marks queue i idle until until (its claim found nothing, and
 // no job of it is due before then), or busy with a zero until (a claim
-// took a job, or a wake-up hint came).
+// took a job, or a wake-up hint came). Strict, a queue that turns idle
+// lets the lighter queues' waiters have the free runs.
 func (g *Gate) SetIdle(i int, until time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.idle[i] = until
+	g.dispatch()
+}
+
+// outranked says whether strict order keeps queue i from a run now: a
+// heavier queue is not idle, so every run is its. Never when weighted.
+func (g *Gate) outranked(i int, now time.Time) bool {
+	if !g.strict {
+		return false
+	}
+	for q, w := range g.weights {
+		if w > g.weights[i] && !g.isIdle(q, now) {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *Gate) isIdle(q int, now time.Time) bool { return now.Before(g.idle[q]) }
 
-// give hands a free run to the queue drawn among those whose runners
-// wait, busy ones first; with none waiting, the run is free. Under mu.
-func (g *Gate) give() {
-	q := -1
-	if g.wantingBusy(-1) > 0 {
-		q = g.pick(-1, true)
-	} else if g.wanting(-1) > 0 {
-		q = g.pick(-1, false)
-	}
-	if q < 0 {
-		g.free++
-		return
-	}
-	g.granted[q]++
-	g.grants[q] <- struct{}{}
-}
-
-// wanting counts the waiters with no run handed to them yet, of every
-// queue but except.
-func (g *Gate) wanting(except int) int {
-	n := 0
-	for q := range g.waiting {
-		if q != except {
-			n += g.waiting[q] - g.granted[q]
+// dispatch hands the free runs to the queues drawn among those whose
+// runners wait, busy ones first; runs nobody may take stay free. Under mu.
+func (g *Gate) dispatch() {
+	now := time.Now()
+	for g.free > 0 {
+		q := g.pick(-1, true, now)
+		if q < 0 {
+			q = g.pick(-1, false, now)
 		}
+		if q < 0 {
+			return
+		}
+		g.free--
+		g.granted[q]++
+		g.grants[q] <- struct{}{}
 	}
-	return n
 }
 
-// wantingBusy is wanting, of the queues that are not idle.
-func (g *Gate) wantingBusy(except int) int {
-	n, now := 0, time.Now()
+// wantingBusy counts the waiters with no run handed to them yet, of the
+// queues that are not idle, but except.
+func (g *Gate) wantingBusy(except int, now time.Time) int {
+	n := 0
 	for q := range g.waiting {
 		if q != except && !g.isIdle(q, now) {
 			n += g.waiting[q] - g.granted[q]
@@ -145,13 +158,14 @@ func (g *Gate) wantingBusy(except int) int {
 }
 
 // pick draws a queue among those with waiters not yet handed a run (only
-// busy ones when busyOnly), and also, when self >= 0, queue self: by
-// weight, or the heaviest when strict. -1 when there is none.
-func (g *Gate) pick(self int, busyOnly bool) int {
-	best, total, now := -1, 0, time.Now()
+// busy ones when busyOnly) that strict order does not keep from a run,
+// and queue self too when self >= 0: by weight, or the heaviest when
+// strict. -1 when there is none.
+func (g *Gate) pick(self int, busyOnly bool, now time.Time) int {
+	best, total := -1, 0
 	var cands []int
 	for q := range g.waiting {
-		if q != self && (g.waiting[q]-g.granted[q] <= 0 || busyOnly && g.isIdle(q, now)) {
+		if q != self && (g.waiting[q]-g.granted[q] <= 0 || busyOnly && g.isIdle(q, now)) || g.outranked(q, now) {
 			continue
 		}
 		cands = append(cands, q)

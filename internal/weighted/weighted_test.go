@@ -46,7 +46,8 @@ func TestGateWaiterThatLeavesPassesItsRunOn(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	g.mu.Lock()
-	g.give() // as Release would, but the waiter leaves before taking it
+	g.free++
+	g.dispatch() // as Release does, but the waiter leaves before taking it
 	g.mu.Unlock()
 	cancel()
 	if ok := <-got; ok {
@@ -57,16 +58,20 @@ func TestGateWaiterThatLeavesPassesItsRunOn(t *testing.T) {
 	}
 }
 
-// Strict: a freed run goes to the heaviest queue that waits; Keep gives
-// a lighter queue's run up to a heavier one that waits, and keeps it
-// against a queue that is idle.
+// Strict: a lighter queue gets no run while a heavier one is not idle,
+// gives its run up once the heavier one is busy again, and the run goes
+// to the heavier queue's waiter.
 func TestGateStrictAndKeep(t *testing.T) {
 	g := New(1, []int{5, 1}, true)
+	if acquired(g, 1) {
+		t.Fatal("the heavier queue is not idle: the lighter gets no run")
+	}
+	g.SetIdle(0, time.Now().Add(time.Hour))
 	if !acquired(g, 1) {
-		t.Fatal("one free run")
+		t.Fatal("the heavier queue is idle: the lighter takes the free run")
 	}
 	if !g.Keep(1) {
-		t.Fatal("nobody else waits: keep it")
+		t.Fatal("the heavier queue is idle: keep it")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -81,13 +86,12 @@ func TestGateStrictAndKeep(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	g.SetIdle(0, time.Now().Add(time.Hour))
 	if !g.Keep(1) {
-		t.Fatal("the heavier queue is idle: its poll does not take the run")
+		t.Fatal("the heavier queue's runner only polls while it is idle: its poll does not take the run")
 	}
 	g.SetIdle(0, time.Time{})
 	if g.Keep(1) {
-		t.Fatal("strict: the heavier queue that waits takes the run")
+		t.Fatal("strict: the heavier queue is busy again, so the lighter gives its run up")
 	}
 	g.Release()
 	if !<-got {
@@ -102,7 +106,7 @@ func TestGateDrawsByWeight(t *testing.T) {
 	count := [2]int{}
 	for range 4000 {
 		g.waiting[0], g.waiting[1] = 1, 1
-		q := g.pick(-1, true)
+		q := g.pick(-1, true, time.Now())
 		count[q]++
 	}
 	if count[0] < 2700 || count[0] > 3300 {
