@@ -427,6 +427,7 @@ type jobData struct {
 	StateLink string
 	Payload   shown
 	Result    shown
+	Progress  shown
 	Acts      acts
 	Keys      jobkey.JobKeys
 	ReadErr   string // why the value cannot be read
@@ -471,7 +472,7 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Job, d.State = j, j.State.String()
 		d.StateLink = p.Link("queue", "name", name, "state", d.State)
-		d.Payload, d.Result, d.Acts = show(j.Payload), show(j.Result), actsOf(j.State)
+		d.Payload, d.Result, d.Progress, d.Acts = show(j.Payload), show(j.Result), show(j.Progress), actsOf(j.State)
 	}
 	p.Data = d
 	h.render(w, r, h.pages.job, http.StatusOK, p)

@@ -355,6 +355,41 @@ func TestJobPage(t *testing.T) {
 	}
 }
 
+// The job page lists the runs the value keeps, oldest first, escaped, and
+// how many older ones were dropped.
+func TestJobPageShowsAttemptHistory(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "hist", &jobkey.Config{Prefix: f.prefix})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "welcome", nil, &jobkey.EnqueueOpts{ID: "h1"})
+	require.NoError(t, err)
+	j, err := q.Claim(ctx, "worker-<7>")
+	require.NoError(t, err)
+	require.Equal(t, "h1", j.ID)
+	_, err = q.Fail(ctx, j, jobkey.RetryAfter(0, errors.New("<b>429</b>")))
+	require.NoError(t, err)
+	j, err = q.Claim(ctx, "worker-8")
+	require.NoError(t, err)
+	_, err = q.Fail(ctx, j, jobkey.Snooze(time.Hour))
+	require.NoError(t, err)
+
+	resp, body := f.fetch(t, c, "/job?queue=hist&id=h1")
+	wantStatus(t, resp, body, http.StatusOK)
+	for _, want := range []string{
+		`<table class="runs" id="history">`,
+		`<code>worker-&lt;7&gt;</code>`, `&lt;b&gt;429&lt;/b&gt; (retry after 0s)`, `outcome-failed">failed`,
+		`<code>worker-8</code>`, `outcome-snoozed">snoozed`, "jobkey: snoozed for 1h0m0s",
+		`<dt>snoozes</dt><dd id="snoozes">1</dd>`,
+	} {
+		require.Contains(t, body, want)
+	}
+	table := body[strings.Index(body, `id="history"`):]
+	require.Less(t, strings.Index(table, "worker-&lt;7&gt;"), strings.Index(table, "worker-8"), "oldest first")
+	require.NotContains(t, body, "<b>429")
+}
+
 // signUp is job arguments as a user writes them for EnqueueArgs.
 type signUp struct {
 	Email string
