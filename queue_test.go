@@ -126,6 +126,16 @@ func TestRoundTripBudget(t *testing.T) {
 	f.clock.Advance(time.Second)
 	c, err = f.q.Claim(f.ctx, "w")
 	require.NoError(t, err)
+	measure("SetProgress", 0, func() error {
+		// Outside a handler it is refused at once; inside, it only stores the
+		// value for the run's next write (TestProgressRidesTheRenewalAndTheOutcome).
+		if err := SetProgress(f.ctx, []byte("1")); !errors.Is(err, ErrInvalid) {
+			return fmt.Errorf("want ErrInvalid, got %v", err)
+		}
+		return nil
+	})
+	c.Progress = []byte(`{"done":1}`)
+	measure("Extend (with progress)", 2, func() (err error) { c, err = f.q.Extend(f.ctx, c); return })
 	measure("ReleaseAfter", 2, func() (err error) { _, err = f.q.ReleaseAfter(f.ctx, c, time.Second); return })
 	f.clock.Advance(time.Second)
 	c, err = f.q.Claim(f.ctx, "w")

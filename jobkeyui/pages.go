@@ -295,6 +295,7 @@ type jobRow struct {
 	LeaseUntil     time.Time
 	UpdatedAt      time.Time
 	LastError      string
+	Progress       string // as text, for an active job
 	Acts           acts
 }
 
@@ -368,7 +369,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		d.Jobs = append(d.Jobs, jobRow{
 			ID: j.ID, Type: j.Type, Link: p.Link("job", "queue", name, "id", j.ID),
 			Attempt: j.Attempt, Max: j.MaxAttempts, RunAt: j.RunAt, LeaseUntil: j.LeaseUntil, UpdatedAt: j.UpdatedAt,
-			LastError: j.LastError, Acts: actsOf(j.State),
+			LastError: j.LastError, Progress: show(j.Progress).Text, Acts: actsOf(j.State),
 		})
 	}
 	for _, u := range jp.Unreadable {

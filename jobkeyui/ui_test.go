@@ -356,8 +356,9 @@ func TestJobPage(t *testing.T) {
 }
 
 // The job page lists the runs the value keeps, oldest first, escaped, and
-// how many older ones were dropped.
-func TestJobPageShowsAttemptHistory(t *testing.T) {
+// how many older ones were dropped; it and the active listing show a
+// running job's progress.
+func TestJobPageShowsAttemptHistoryAndProgress(t *testing.T) {
 	f := newFixture(t, Options{})
 	c := f.client(t)
 	ctx := context.Background()
@@ -388,6 +389,23 @@ func TestJobPageShowsAttemptHistory(t *testing.T) {
 	table := body[strings.Index(body, `id="history"`):]
 	require.Less(t, strings.Index(table, "worker-&lt;7&gt;"), strings.Index(table, "worker-8"), "oldest first")
 	require.NotContains(t, body, "<b>429")
+
+	// A running job's progress, on its page and in the active listing.
+	_, err = q.Enqueue(ctx, "import", nil, &jobkey.EnqueueOpts{ID: "p1"})
+	require.NoError(t, err)
+	j, err = q.Claim(ctx, "worker-9")
+	require.NoError(t, err)
+	require.Equal(t, "p1", j.ID)
+	j.Progress = []byte("<i>rows 40 of 100</i>")
+	_, err = q.Extend(ctx, j)
+	require.NoError(t, err)
+	resp, body = f.fetch(t, c, "/job?queue=hist&id=p1")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `<dt>progress</dt><dd id="progress"><code>&lt;i&gt;rows 40 of 100&lt;/i&gt;</code></dd>`)
+	resp, body = f.fetch(t, c, "/queue?name=hist&state=active")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `<th>progress</th>`)
+	require.Contains(t, body, `<td class="progress">&lt;i&gt;rows 40 of 100&lt;/i&gt;</td>`)
 }
 
 // signUp is job arguments as a user writes them for EnqueueArgs.
