@@ -202,18 +202,28 @@ func (f failure) transition(cfg *Config) transition {
 }
 
 // done recognises a stored job in which this failure of j's run already
-// landed (a retry after a lost reply): no longer active, under j's token,
-// with its error (perhaps cut to fit MaxValueBytes: a prefix of it), or
-// with one more snooze than j had.
+// landed (a retry after a lost reply): no longer active, still under j's
+// token, and either its History's last record is this run's, ended by
+// this error (cut to fit: a prefix of it), or its LastError is (perhaps
+// cut to fit MaxValueBytes), or, for a snooze, it holds one more snooze
+// than j had, or failed for good on the snooze limit.
 func (f failure) done(j, cur *Job) bool {
-	if cur.LeaseToken != j.LeaseToken {
+	if cur.LeaseToken != j.LeaseToken || cur.State != StatePending && cur.State != StateFailed {
 		return false
 	}
-	switch cur.State {
-	case StatePending:
-		return cur.Snoozes > j.Snoozes || cur.LastError != "" && strings.HasPrefix(f.msg, cur.LastError)
-	case StateFailed:
-		return cur.LastError != "" && (strings.HasPrefix(f.msg, cur.LastError) || strings.HasPrefix(cur.LastError, ErrSnoozeLimit.Error()))
+	if n := len(cur.History); n > 0 {
+		r := cur.History[n-1]
+		if r.Attempt == j.Attempt && r.Started.Equal(j.StartedAt) && r.Worker == j.LeaseOwner &&
+			(r.Outcome == OutcomeFailed || r.Outcome == OutcomeSnoozed) && r.Error != "" && strings.HasPrefix(f.msg, r.Error) {
+			return true
+		}
 	}
-	return false
+	var sn *SnoozeError
+	if errors.As(f.cause, &sn) {
+		if cur.State == StatePending && cur.Snoozes > j.Snoozes ||
+			cur.State == StateFailed && strings.HasPrefix(cur.LastError, ErrSnoozeLimit.Error()) {
+			return true
+		}
+	}
+	return cur.LastError != "" && strings.HasPrefix(f.msg, cur.LastError)
 }
