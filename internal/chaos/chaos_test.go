@@ -333,11 +333,15 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	var keyed atomic.Int64 // acknowledged jobs with a concurrency key
 
 	var ack acked
-	var successes sync.Map // job ID -> *atomic.Int64 of recorded successful completions
+	var successes sync.Map   // job ID -> *atomic.Int64 of recorded successful completions
+	var snoozed atomic.Int64 // runs recorded as snoozed
 	onRecorded := func(j *jobkey.Job, err error) {
 		if err == nil && j.State == jobkey.StateSucceeded {
 			v, _ := successes.LoadOrStore(j.ID, new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
+		}
+		if h := j.History; err == nil && j.State == jobkey.StatePending && len(h) > 0 && h[len(h)-1].Outcome == jobkey.OutcomeSnoozed {
+			snoozed.Add(1)
 		}
 	}
 	var runs runLog
@@ -376,6 +380,10 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 				time.Sleep(canceledStop)
 			}
 			return nil, ctx.Err()
+		}
+		if j.Snoozes < 2 && rand.N(10) == 0 {
+			// A receiver said "not now": run again soon, the attempt spared.
+			return nil, jobkey.Snooze(time.Duration(rand.N(100)) * time.Millisecond)
 		}
 		return []byte(fmt.Sprintf("attempt %d by %s", j.Attempt, j.LeaseOwner)), nil
 	})
@@ -571,6 +579,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	r.faults["worker cut off for longer than a lease"] = partitions.Load()
 	r.faults["completion started late (1.5 leases)"] = slowCompletions.Load()
 	r.faults["worker shut down at a random moment"] = shutdowns.Load()
+	r.faults["run snoozed (attempt given back)"] = snoozed.Load()
 	if prios {
 		r.faults["jobs enqueued above priority 0"] = prioritized.Load()
 	}
@@ -580,6 +589,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	require.Positive(t, r.faults["EXEC sent, reply lost"]+r.faults["connection reset mid-stream"], "faults were injected")
 	require.Positive(t, partitions.Load(), "workers were cut off")
 	require.Positive(t, shutdowns.Load(), "workers were shut down mid-work")
+	require.Positive(t, snoozed.Load(), "runs were snoozed")
 	for _, f := range []string{cancelRetry, cancelUpdate, cancelDelete, whileStopping} {
 		require.Positive(t, r.faults[f], "%s: the fault never happened", f)
 	}
