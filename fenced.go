@@ -328,12 +328,10 @@ func (q *Queue) CompleteMany(ctx context.Context, jobs []*Job, results [][]byte)
 // LastError that would push it past is cut to what fits, and anything else that does
 // (a result, a job an Update grew) refuses the transition for that job.
 func (d *decider) fits(next, cur *Job) error {
-	over := encodedSize(next) - d.cfg.MaxValueBytes
-	for over > 0 && len(next.History) > 0 && (len(next.History) != len(cur.History) || next.HistoryDropped != cur.HistoryDropped) {
-		// A transition that recorded a run gives up the oldest records first.
-		trimHistory(next, len(next.History)-1, MaxHistoryBytes)
-		over = encodedSize(next) - d.cfg.MaxValueBytes
+	if len(next.History) != len(cur.History) || next.HistoryDropped != cur.HistoryDropped {
+		d.historyFits(next) // a transition that recorded a run gives up the oldest records first
 	}
+	over := encodedSize(next) - d.cfg.MaxValueBytes
 	if over > 0 && next.LastError != cur.LastError && over <= len(next.LastError) {
 		next.LastError = truncate(next.LastError, len(next.LastError)-over) // a shorter string never has a longer header
 		over = encodedSize(next) - d.cfg.MaxValueBytes

@@ -79,6 +79,15 @@ func recordRun(next, cur *Job, now time.Time, outcome Outcome, errText string) {
 	trimHistory(next, MaxHistoryEntries, MaxHistoryBytes)
 }
 
+// historyFits drops the oldest records of next, counting them, while its
+// value is past Config.MaxValueBytes: a run's record never refuses the
+// write that records it (a claim that takes over a lost run, say).
+func (d *decider) historyFits(next *Job) {
+	for len(next.History) > 0 && encodedSize(next) > d.cfg.MaxValueBytes {
+		trimHistory(next, len(next.History)-1, MaxHistoryBytes)
+	}
+}
+
 // trimHistory drops the oldest records of j until at most entries remain
 // and their text fits in size bytes, and counts the drop.
 func trimHistory(j *Job, entries, size int) {

@@ -103,3 +103,29 @@ func TestHistoryGivesWayToMaxValueBytes(t *testing.T) {
 	require.True(t, strings.HasPrefix(last.LastError, "run 9: "), last.LastError)
 	f.requireIndexed(t, j)
 }
+
+// The claim that takes over a run whose lease ran out records that run,
+// and gives the record up rather than pass Config.MaxValueBytes.
+func TestHistoryOfALostRunStaysWithinMaxValueBytes(t *testing.T) {
+	t.Parallel()
+	const limit = 1024
+	f := setup(t, &Config{MaxValueBytes: limit, Lease: time.Minute})
+	c := enqueueAndClaim(t, f, "w1", make([]byte, limit-300), nil)
+	slack := limit - encodedSize(c) - 20 // leave 20 bytes: less than a record
+	u, err := f.q.Update(f.ctx, c.ID, func(j *Job) error {
+		j.Payload = make([]byte, len(j.Payload)+slack)
+		return nil
+	})
+	require.NoError(t, err)
+	require.LessOrEqual(t, encodedSize(u), limit)
+	require.Greater(t, encodedSize(u), limit-40)
+	f.clock.Advance(2 * time.Minute) // w1 died
+	c2, err := f.q.Claim(f.ctx, "w2")
+	require.NoError(t, err)
+	require.Equal(t, c.ID, c2.ID)
+	n, err := f.rdb.StrLen(f.ctx, f.q.Keys(c.ID).Job).Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, n, int64(limit))
+	require.Empty(t, c2.History)
+	require.Equal(t, 1, c2.HistoryDropped, "the lost run's record is counted as dropped")
+}
