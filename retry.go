@@ -92,7 +92,7 @@ func (e *SnoozeError) Error() string { return fmt.Sprintf("jobkey: snoozed for %
 // a 429's Retry-After): the job is pending again, due d from the outcome's
 // write by Redis's clock, with Attempt given back and Snoozes counted. It
 // is not a failure: LastError is kept, and Queue.Metrics counts the run as
-// released. A job that has snoozed Config.MaxSnoozes times fails for good
+// Snoozed. A job that has snoozed Config.MaxSnoozes times fails for good
 // on its next snooze, with ErrSnoozeLimit. d is clamped to
 // 0..MaxRetryDelay. Queue.Fail given such an error snoozes likewise.
 func Snooze(d time.Duration) error { return &SnoozeError{Delay: d} }
