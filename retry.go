@@ -3,6 +3,7 @@ package jobkey
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -162,8 +163,10 @@ func (f failure) decide(cfg *Config, next *Job) (d RetryDecision) {
 			d = RetryDecision{Delay: cfg.Backoff(next.Attempt)}
 		}
 	}()
+	// The policy gets its own copy: what it changes never reaches the write.
 	c := cloneJob(next)
-	c.Meta, c.History = cloneMeta(next.Meta), append([]AttemptRecord(nil), next.History...)
+	c.Meta, c.History = cloneMeta(next.Meta), slices.Clone(next.History)
+	c.Payload, c.Result, c.Progress = slices.Clone(next.Payload), slices.Clone(next.Result), slices.Clone(next.Progress)
 	return f.policy(c, f.cause)
 }
 
