@@ -57,8 +57,14 @@ const (
 	// unreadableWait is how long a job waits when its key's value cannot
 	// be read, before it is tried again.
 	unreadableWait = time.Minute
-	// slotFormat is the first element of a key's value.
-	slotFormat = 1
+	// slotFormat is the first element of a key's value with no rate limit;
+	// slotFormatRate that of one with a rate limit (two elements more:
+	// the limit and its period, and the recent starts). A key's value is
+	// written in format 2 only once SetRateLimit gave it a rate, so a
+	// build that reads format 1 only keeps working with every key that has
+	// none.
+	slotFormat     = 1
+	slotFormatRate = 2
 	// slotLinger is how long a key's value with no limit of its own
 	// outlives the last of its leases before Redis expires it. Leases are
 	// judged by the TIME of the server that holds the value, the clock its
@@ -86,20 +92,33 @@ type slotWait struct {
 }
 
 // slotValue is a concurrency key's value. limit 0 means Config's default.
+// rate > 0 is the key's rate limit: at most rate claims of its jobs start
+// within any period ms, judged by Redis's clock; starts holds the unix ms
+// of the latest starts, oldest first, at most rate of them.
 type slotValue struct {
 	limit   int
 	leases  []slotLease
 	waiting []slotWait
+	rate    int
+	period  int64
+	starts  []int64
 }
 
-// encode returns the value's bytes: [format, limit, leases, waiting]. A
+// encode returns the value's bytes: [1, limit, leases, waiting], or, with
+// a rate limit, [2, limit, leases, waiting, [rate, period ms], starts]. A
 // value with nothing to keep is nil: its key is deleted.
 func (v *slotValue) encode() []byte {
-	if v.limit == 0 && len(v.leases) == 0 && len(v.waiting) == 0 {
+	if v.limit == 0 && len(v.leases) == 0 && len(v.waiting) == 0 && v.rate == 0 {
 		return nil
 	}
-	b := msgpk.AppendArrayHdr(nil, 4)
-	b = msgpk.AppendUint(b, slotFormat)
+	var b []byte
+	if v.rate > 0 {
+		b = msgpk.AppendArrayHdr(nil, 6)
+		b = msgpk.AppendUint(b, slotFormatRate)
+	} else {
+		b = msgpk.AppendArrayHdr(nil, 4)
+		b = msgpk.AppendUint(b, slotFormat)
+	}
 	b = msgpk.AppendUint(b, uint64(v.limit))
 	b = msgpk.AppendArrayHdr(b, len(v.leases))
 	for _, l := range v.leases {
@@ -115,6 +134,15 @@ func (v *slotValue) encode() []byte {
 		b = msgpk.AppendUint(b, uint64(w.prio))
 		b = msgpk.AppendInt(b, w.runAt)
 		b = msgpk.AppendInt(b, w.pulled)
+	}
+	if v.rate > 0 {
+		b = msgpk.AppendArrayHdr(b, 2)
+		b = msgpk.AppendUint(b, uint64(v.rate))
+		b = msgpk.AppendInt(b, v.period)
+		b = msgpk.AppendArrayHdr(b, len(v.starts))
+		for _, t := range v.starts {
+			b = msgpk.AppendInt(b, t)
+		}
 	}
 	return b
 }
@@ -132,13 +160,17 @@ func decodeSlots(s string) (slotValue, error) {
 	if err != nil {
 		return v, err
 	}
-	if n != 4 {
-		return v, d.Corrupt("concurrency value", fmt.Sprintf("array of %d elements, want 4", n))
+	if n != 4 && n != 6 {
+		return v, d.Corrupt("concurrency value", fmt.Sprintf("array of %d elements, want 4 or 6", n))
 	}
-	if f, err := d.Uint("concurrency format", math.MaxUint32); err != nil {
+	f, err := d.Uint("concurrency format", math.MaxUint32)
+	switch {
+	case err != nil:
 		return v, err
-	} else if f != slotFormat {
-		return v, fmt.Errorf("%w: concurrency value format %d, this build reads %d", ErrUnsupportedFormat, f, slotFormat)
+	case f != slotFormat && f != slotFormatRate:
+		return v, fmt.Errorf("%w: concurrency value format %d, this build reads %d and %d", ErrUnsupportedFormat, f, slotFormat, slotFormatRate)
+	case f == slotFormat && n != 4, f == slotFormatRate && n != 6:
+		return v, d.Corrupt("concurrency value", fmt.Sprintf("format %d with %d elements", f, n))
 	}
 	limit, err := d.Uint("limit", MaxConcurrencyLimit)
 	if err != nil {
@@ -195,6 +227,11 @@ func decodeSlots(s string) (slotValue, error) {
 			return v, err
 		}
 		v.waiting = append(v.waiting, w)
+	}
+	if f == slotFormatRate {
+		if err := decodeRate(d, &v); err != nil {
+			return v, err
+		}
 	}
 	if d.Off != len(d.B) {
 		return v, d.Corrupt("concurrency value", fmt.Sprintf("%d trailing bytes", len(d.B)-d.Off))
@@ -328,17 +365,49 @@ func (b *slotBook) live(e *slotEntry) int {
 	return n
 }
 
-// take gives next, as a claim is about to write it, a slot of its key:
-// false when the key is full (or its value cannot be read).
+// take gives next, as a claim is about to write it, a slot of its key and
+// a start of its rate: false when it is not next's turn (turn), its key's
+// rate limit was reached within its period, or its value cannot be read.
 func (b *slotBook) take(e *slotEntry, next *Job) bool {
-	if e.err != nil || b.live(e) >= b.limit(e) {
+	if e.err != nil || !b.turn(e, next) || b.rateFull(e) {
 		return false
 	}
+	b.started(e)
 	e.v.leases = append(e.v.leases, slotLease{id: next.ID, token: next.LeaseToken, until: toMillis(next.LeaseUntil)})
 	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.id == next.ID })
 	e.dirty = true
 	b.pull(e)
 	return true
+}
+
+// turn says whether a free slot of its key is next's to take. A job pulled
+// forward (within pullGrace) takes the slot held for it. Any other job
+// takes only a slot beyond those held for pulled jobs, and only when no
+// job listed as waiting is ahead of it (higher priority, or the same and
+// an older RunAt): the slot is theirs, and the claim that refuses next
+// pulls them forward (blocked). So a key's waiting jobs start in their
+// order, not behind newer jobs that came due by themselves; the slack is
+// a pulled job's grace, after which a listing nobody claimed (its job
+// gone, or its claimers away) is forgotten.
+func (b *slotBook) turn(e *slotEntry, next *Job) bool {
+	free := b.limit(e) - b.live(e)
+	if free <= 0 {
+		return false
+	}
+	grace := b.now - pullGrace.Milliseconds()
+	prio, runAt := next.Priority, toMillis(next.RunAt)
+	held := 0
+	for _, w := range e.v.waiting {
+		switch {
+		case w.pulled != 0 && w.pulled >= grace && w.id == next.ID:
+			return true // its own slot
+		case w.pulled != 0 && w.pulled >= grace:
+			held++
+		case w.pulled == 0 && w.id != next.ID && (w.prio > prio || w.prio == prio && w.runAt < runAt):
+			return false // a waiting job ahead of it
+		}
+	}
+	return free > held
 }
 
 // extend renews cur's lease in its key's value to next's deadline. A lease
@@ -405,7 +474,10 @@ func (b *slotBook) unlistMoved(shard int, old, next *Job) {
 // forward longer than pullGrace ago is forgotten.
 func (b *slotBook) pull(e *slotEntry) {
 	grace := b.now - pullGrace.Milliseconds()
-	e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.pulled != 0 && w.pulled < grace })
+	if n := len(e.v.waiting); n > 0 {
+		e.v.waiting = slices.DeleteFunc(e.v.waiting, func(w slotWait) bool { return w.pulled != 0 && w.pulled < grace })
+		e.dirty = e.dirty || len(e.v.waiting) < n
+	}
 	reserved := 0
 	for _, w := range e.v.waiting {
 		if w.pulled != 0 {
@@ -419,7 +491,13 @@ func (b *slotBook) pull(e *slotEntry) {
 		}
 		if w := &e.v.waiting[i]; w.pulled == 0 {
 			w.pulled = b.now
-			e.pulls = append(e.pulls, *w)
+			p := *w
+			if b.rateFull(e) {
+				// The slot is free, the rate is not yet: the job comes
+				// due when the rate lets it start.
+				p.runAt = max(p.runAt, b.rateFreeAt(e))
+			}
+			e.pulls = append(e.pulls, p)
 			e.dirty = true
 			free--
 		}
@@ -428,13 +506,28 @@ func (b *slotBook) pull(e *slotEntry) {
 
 // park lists cur, blocked by its key's limit, among the key's waiting jobs,
 // and returns when its ready entry should come due again: when the first
-// of the key's leases would run out.
+// of the key's leases would run out, and no sooner than its rate limit
+// lets a job start. A job held back by the rate limit alone is not listed
+// (a freed slot would not let it start): its entry comes due when the
+// rate does.
 func (b *slotBook) park(e *slotEntry, cur *Job) int64 {
 	if e.err != nil {
 		return b.now + unreadableWait.Milliseconds()
 	}
-	w := slotWait{id: cur.ID, prio: cur.Priority, runAt: toMillis(cur.RunAt)}
+	rateAt := int64(0)
+	if b.rateFull(e) {
+		rateAt = b.rateFreeAt(e)
+	}
 	i := slices.IndexFunc(e.v.waiting, func(o slotWait) bool { return o.id == cur.ID })
+	if rateAt > 0 && b.turn(e, cur) {
+		// Held back by the rate alone.
+		if i >= 0 {
+			e.v.waiting = slices.Delete(e.v.waiting, i, i+1)
+			e.dirty = true
+		}
+		return max(rateAt, b.now+1)
+	}
+	w := slotWait{id: cur.ID, prio: cur.Priority, runAt: toMillis(cur.RunAt)}
 	switch {
 	case i >= 0 && e.v.waiting[i] == w:
 		// Listed already, as it is: a claim that met it again (read ahead
@@ -464,7 +557,7 @@ func (b *slotBook) park(e *slotEntry, cur *Job) int64 {
 	if next == math.MaxInt64 {
 		next = b.now + time.Second.Milliseconds()
 	}
-	return max(next, b.now+1)
+	return max(next, rateAt, b.now+1)
 }
 
 // finish adds the writes of every changed value to the plan: the value
@@ -494,15 +587,15 @@ func (b *slotBook) finish(plan *casPlan, ip *indexPlan) {
 }
 
 // linger is how long e's value, as finish writes it, may live: for ever
-// when the key has a limit of its own (SetConcurrencyLimit stored it
-// there), else until its last lease would run out (and, while jobs wait,
+// when the key has a limit of its own (SetConcurrencyLimit or SetRateLimit
+// stored it there), else until its last lease would run out (and, while jobs wait,
 // at least pullGrace), plus slotLinger. A value no write touches again,
 // such as one whose only lease was a run canceled while it ran, so goes by
 // itself once nothing in it counts; a write before then sets its expiry
 // again. A value that expired held nothing a claim would count: a lost
 // waiting list only means its jobs come due by their parked entries.
 func (b *slotBook) linger(e *slotEntry) time.Duration {
-	if e.v.limit > 0 {
+	if e.v.limit > 0 || e.v.rate > 0 {
 		return 0
 	}
 	end := b.now
@@ -521,18 +614,28 @@ func (b *slotBook) linger(e *slotEntry) time.Duration {
 func (d *decider) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntry, c candidate, key string, cur *Job, now time.Time) {
 	next := cur
 	if cur.State == StateActive {
-		// Its lease ran out, and its slot went to another job meanwhile.
+		// Its lease ran out, and its slot went to another job meanwhile
+		// (or is held for a job waiting ahead of it), or the key's rate
+		// lets none start now.
 		next = cloneJob(cur)
 		next.State = StatePending
 		next.RunAt = now
-		next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for a slot of concurrency key %q",
-			cur.Attempt, cur.MaxAttempts, cur.LeaseOwner, cur.ConcurrencyKey)
+		why := "a slot"
+		if e.err == nil && b.turn(e, next) {
+			why = "the rate limit"
+		}
+		next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for %s of concurrency key %q",
+			cur.Attempt, cur.MaxAttempts, cur.LeaseOwner, why, cur.ConcurrencyKey)
 		next.UpdatedAt = now
 		plan.writes = append(plan.writes, d.write(key, next))
 		b.release(e, cur.ID, cur.LeaseToken)
 	}
 	d.move(ip, c.Shard, c.ID, cur, next, c.Index)
 	ip.rescore(d.ks.index(c.Shard, readyIndex(next.Priority)), b.park(e, next), c.ID)
+	if e.err == nil {
+		// A free slot it was refused goes to the jobs waiting ahead of it.
+		b.pull(e)
+	}
 }
 
 // SetConcurrencyLimit sets the limit of concurrency key key: at most n jobs
@@ -583,6 +686,14 @@ type ConcurrencyInfo struct {
 	Own     bool   // the limit was set by SetConcurrencyLimit, and is stored in Redis
 	Active  int    // leases that have not run out
 	Waiting int    // jobs listed as waiting for a slot
+
+	// Rate and RatePeriod are the key's rate limit (SetRateLimit): at
+	// most Rate starts within any RatePeriod. 0: none.
+	Rate       int
+	RatePeriod time.Duration
+	// Started counts the key's starts within the RatePeriod before now
+	// (0 without a rate limit).
+	Started int
 }
 
 // Concurrency reads where concurrency key key stands: its limit, its
@@ -618,5 +729,9 @@ func (q *Queue) Concurrency(ctx context.Context, key string) (ConcurrencyInfo, e
 	if e.err != nil {
 		return ConcurrencyInfo{}, e.err
 	}
-	return ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e), Waiting: len(e.v.waiting)}, nil
+	info := ConcurrencyInfo{Key: key, Limit: b.limit(e), Own: e.v.limit > 0, Active: b.live(e), Waiting: len(e.v.waiting)}
+	if e.v.rate > 0 {
+		info.Rate, info.RatePeriod, info.Started = e.v.rate, time.Duration(e.v.period)*time.Millisecond, b.recent(e)
+	}
+	return info, nil
 }

@@ -368,13 +368,15 @@ func TestSlotCodec(t *testing.T) {
 		_, err := decodeSlots(in)
 		require.ErrorIs(t, err, ErrCorrupt, name)
 	}
-	_, err = decodeSlots("\x94\x02\x00\x90\x90")
+	_, err = decodeSlots("\x94\x03\x00\x90\x90")
 	require.ErrorIs(t, err, ErrUnsupportedFormat)
 }
 
 func FuzzSlotCodec(f *testing.F) {
 	f.Add(string((&slotValue{limit: 3, leases: []slotLease{{"a", 1, 100}}, waiting: []slotWait{{"w", 9, 5, 0}}}).encode()))
 	f.Add("\x94\x01\x00\xdd\xff\xff\xff\xff")
+	f.Add(string((&slotValue{limit: 3, rate: 4, period: 1000, starts: []int64{10, 20}}).encode()))
+	f.Add("\x96\x02\x00\x90\x90\x92\x01\x01\x92\x01\x02")
 	f.Fuzz(func(t *testing.T, s string) {
 		v, err := decodeSlots(s)
 		if err != nil {
@@ -861,4 +863,81 @@ func claimWithWaiterBehind(t *testing.T, f *fixture) (ca, b *Job) {
 	_, err = f.q.Claim(f.ctx, "w")
 	require.ErrorIs(t, err, ErrNoJob, "b waits for a's slot")
 	return ca, b
+}
+
+// A key's jobs start in their order. Here one key (limit 2) has a backlog
+// of 300 jobs on a queue of 8 shards, and 100 newer jobs of the key come
+// due while it drains: a job is overtaken (a job of the key with a later
+// RunAt starts before it, while it was due) only by the few jobs already
+// pulled forward or met by claims in flight when it was due, never by
+// jobs that came due after it was listed. Before, a freed slot went to whichever claim came first,
+// most often a newer job that had just come due, and the oldest waited
+// until its parked entry came due.
+func TestConcurrencyKeyStartsItsJobsInOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: 5 * time.Second, Shards: 8})
+	f.q.clock.Fake = nil // real time: Work runs on it
+	require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, "cust", 2))
+	const backlog, fresh = 300, 100
+	runAt := map[string]time.Time{}
+	var mu sync.Mutex
+	base := time.Now().Add(-time.Minute)
+	for i := range backlog {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "cust", RunAt: base.Add(time.Duration(i) * time.Millisecond)})
+		require.NoError(t, err)
+		runAt[j.ID] = j.RunAt
+	}
+	var order []string
+	h := HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		mu.Lock()
+		order = append(order, j.ID)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		return nil, nil
+	})
+	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range 2 {
+		q := f.q
+		if w > 0 {
+			q = f.otherProcess(t, f.q.cfg)
+		}
+		wg.Go(func() {
+			_ = q.Work(ctx, h, &WorkOpts{Concurrency: 4, Name: fmt.Sprintf("p%d", w), PollInterval: 20 * time.Millisecond})
+		})
+	}
+	// Newer jobs of the key come due while the backlog drains.
+	for range fresh {
+		time.Sleep(5 * time.Millisecond)
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "cust"})
+		require.NoError(t, err)
+		mu.Lock()
+		runAt[j.ID] = j.RunAt
+		mu.Unlock()
+	}
+	waitSucceeded(t, ctx, f.q, backlog+fresh)
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, order, backlog+fresh)
+	// For each job, how many jobs with a later RunAt started before it.
+	most, total := 0, 0
+	for i, id := range order {
+		n := 0
+		for _, before := range order[:i] {
+			if runAt[before].After(runAt[id]) {
+				n++
+			}
+		}
+		most, total = max(most, n), total+n
+	}
+	t.Logf("%d jobs of one key over 8 shards: overtaken by at most %d newer jobs, %d overtakes in all", len(order), most, total)
+	// A job listed as waiting is overtaken only by jobs pulled forward
+	// before it was listed (at most the key's limit), and by newer jobs
+	// that claims in flight met before any claim met it: at most one per
+	// runner. Before, freed slots went to newer jobs by the hundred.
+	const limit, runners = 2, 8
+	require.LessOrEqual(t, most, limit+runners, "a job is overtaken by at most its key's limit and the claims in flight")
 }

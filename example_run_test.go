@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jobkey/jobkey"
@@ -337,4 +338,40 @@ func ExampleDecodeArgs() {
 	}
 	fmt.Println(stored.Type, args.To, args.Subject)
 	// Output: send-email grace@example.com Hi
+}
+
+// One pool of runners serves several queues by weight, as asynq's Queues
+// map does: a queue with nothing due lends its runners to the others.
+func ExampleWorkQueues() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	var queues []jobkey.WeightedQueue
+	for name, weight := range map[string]int{"critical": 6, "default": 3, "low": 1} {
+		q, err := jobkey.NewQueue(rdb, name, exampleConfig("weighted"))
+		if err != nil {
+			panic(err)
+		}
+		queues = append(queues, jobkey.WeightedQueue{Queue: q, Weight: weight})
+	}
+	for _, wq := range queues {
+		if _, err := wq.Queue.Enqueue(ctx, "hello", []byte(wq.Queue.Name()), nil); err != nil {
+			panic(err)
+		}
+	}
+	var mu sync.Mutex
+	ran := map[string]bool{}
+	h := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		ran[string(j.Payload)] = true
+		if len(ran) == 3 {
+			cancel()
+		}
+		return nil, nil
+	})
+	err := jobkey.WorkQueues(ctx, h, queues, &jobkey.WorkQueuesOpts{WorkOpts: jobkey.WorkOpts{Concurrency: 4}})
+	fmt.Println(err, ran["critical"], ran["default"], ran["low"])
+	// Output: <nil> true true true
 }

@@ -204,3 +204,47 @@ func ExampleQueue_SetConcurrencyLimit() {
 	// Output:
 	// claimed 2; key customer-42: limit 2, active 2, waiting 3
 }
+
+// A rate limit caps how many of a key's jobs start within any period,
+// across every worker and process: here, at most 3 calls to one partner's
+// API per second, however many run at once. The jobs over the rate stay
+// pending, holding no worker, until the rate lets them start.
+func ExampleQueue_SetRateLimit() {
+	ctx := context.Background()
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "webhooks", exampleConfig("rate"))
+	if err != nil {
+		panic(err)
+	}
+	// The concurrency limit still holds (1 by default): allow 10 at once.
+	if err := q.SetConcurrencyLimit(ctx, "partner-7", 10); err != nil {
+		panic(err)
+	}
+	if err := q.SetRateLimit(ctx, "partner-7", 3, time.Second); err != nil {
+		panic(err)
+	}
+	for range 5 {
+		if _, err := q.Enqueue(ctx, "deliver", nil, &jobkey.EnqueueOpts{ConcurrencyKey: "partner-7"}); err != nil {
+			panic(err)
+		}
+	}
+	started := 0
+	for {
+		_, err := q.Claim(ctx, "worker-1")
+		if errors.Is(err, jobkey.ErrNoJob) {
+			break
+		}
+		if err != nil {
+			panic(err)
+		}
+		started++
+	}
+	info, err := q.Concurrency(ctx, "partner-7")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("started %d; key %s: %d per %v, %d started in the last one\n", started, info.Key, info.Rate, info.RatePeriod, info.Started)
+	// Output:
+	// started 3; key partner-7: 3 per 1s, 3 started in the last one
+}

@@ -51,6 +51,9 @@ type mkey struct {
 	limit   int              // its own limit; 0: Config's
 	leases  map[string]int64 // job ID -> lease deadline (unix ms)
 	waiting []mwait
+	rate    int     // its rate limit: at most rate starts within period ms; 0: none
+	period  int64   // ms
+	starts  []int64 // the latest starts (unix ms), at most rate of them
 }
 
 // model is a plain in-memory queue that the real one must agree with.
@@ -70,6 +73,7 @@ type tally struct {
 	parked, lapsedBack, pulled int // jobs left waiting, lapsed jobs back to pending, jobs pulled forward
 	extendLost, overLimit      int // renewals refused for want of a slot, checks that found a lowered limit exceeded
 	snoozed, snoozeLimit       int // snoozes, and snoozes past the limit that failed their job
+	overRate                   int // claims that met a job held back by its key's rate
 }
 
 // ownFailure says whether a Fail (or snooze) with error msg of the run
@@ -101,7 +105,8 @@ func (m *model) clone() *model {
 	}
 	c.keys = make(map[string]*mkey, len(m.keys))
 	for k, v := range m.keys {
-		c.keys[k] = &mkey{limit: v.limit, leases: maps.Clone(v.leases), waiting: slices.Clone(v.waiting)}
+		c.keys[k] = &mkey{limit: v.limit, leases: maps.Clone(v.leases), waiting: slices.Clone(v.waiting),
+			rate: v.rate, period: v.period, starts: slices.Clone(v.starts)}
 	}
 	return &c
 }
@@ -143,7 +148,70 @@ func (m *model) rank(j *mjob) int {
 // key (if any) has a free slot.
 func (m *model) takeable(id string) bool {
 	j := m.jobs[id]
-	return m.claimable(j) && (j.key == "" || m.live(j.key, id) < m.limit(j.key))
+	return m.claimable(j) && (j.key == "" || m.turn(j.key, id) && !m.rateFull(j.key))
+}
+
+// turn says whether a free slot of k is job id's: one held for it when
+// it was pulled forward, or one beyond those held for pulled jobs when no
+// listed job waits ahead of it (higher priority, or an older RunAt).
+func (m *model) turn(k, id string) bool {
+	j := m.jobs[id]
+	free := m.limit(k) - m.live(k, id)
+	if free <= 0 {
+		return false
+	}
+	grace := m.ms() - pullGrace.Milliseconds()
+	held := 0
+	for _, w := range m.key(k).waiting {
+		switch {
+		case w.pulled != 0 && w.pulled >= grace && w.id == id:
+			return true
+		case w.pulled != 0 && w.pulled >= grace:
+			held++
+		case w.pulled == 0 && w.id != id && (w.prio > j.prio || w.prio == j.prio && w.runAt < toMillis(j.runAt)):
+			return false
+		}
+	}
+	return free > held
+}
+
+// The rate limits, as designed (ratelimit.go): a claim takes a keyed job
+// only while fewer than rate of its key's starts lie within the period
+// before now, and records its start; a job held back by the rate alone is
+// not listed as waiting, and its entry comes due when the rate-th latest
+// start leaves the window.
+
+// recent counts k's starts within its period before now.
+func (m *model) recent(k string) int {
+	kv, n := m.key(k), 0
+	for _, s := range kv.starts {
+		if s > m.ms()-kv.period {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *model) rateFull(k string) bool { return m.key(k).rate > 0 && m.recent(k) >= m.key(k).rate }
+
+// rateAt is when k's rate lets a job start again; 0 when it does now.
+func (m *model) rateAt(k string) int64 {
+	if !m.rateFull(k) {
+		return 0
+	}
+	kv := m.key(k)
+	return kv.starts[len(kv.starts)-kv.rate] + kv.period
+}
+
+// setRate is SetRateLimit: the latest starts the new rate counts are kept.
+func (m *model) setRate(k string, n int, period int64) {
+	kv := m.key(k)
+	kv.rate, kv.period = n, period
+	if n == 0 {
+		kv.starts, kv.period = nil, 0
+	} else if d := len(kv.starts) - n; d > 0 {
+		kv.starts = slices.Clone(kv.starts[d:])
+	}
 }
 
 // The concurrency keys, as designed (concurrencykey.go): a lease counts
@@ -192,6 +260,12 @@ func (m *model) take(k, id string, until int64) {
 	kv := m.key(k)
 	kv.leases[id] = until
 	kv.waiting = slices.DeleteFunc(kv.waiting, func(w mwait) bool { return w.id == id })
+	if kv.rate > 0 {
+		kv.starts = append(kv.starts, m.ms())
+		if d := len(kv.starts) - kv.rate; d > 0 {
+			kv.starts = slices.Clone(kv.starts[d:])
+		}
+	}
 	m.pull(k)
 }
 
@@ -241,17 +315,25 @@ func (m *model) pull(k string) {
 			// comes back to it. A job no longer pending has no ready entry
 			// to move.
 			if j := m.jobs[w.id]; j != nil && j.state == StatePending && j.prio == w.prio {
-				j.entry = min(j.entry, toMillis(j.runAt))
+				// No sooner than the rate lets it start.
+				j.entry = min(j.entry, max(toMillis(j.runAt), m.rateAt(k)))
 			}
 		}
 	}
 }
 
 // park lists job id, blocked by its key k, as waiting, and returns when
-// its entry comes due again: when the first of k's live leases runs out.
+// its entry comes due again: when the first of k's live leases runs out,
+// and no sooner than the rate lets it start. Held back by the rate alone,
+// it is not listed.
 func (m *model) park(k, id string) int64 {
 	j, kv := m.jobs[id], m.key(k)
 	m.tally.parked++
+	if m.rateFull(k) && m.turn(k, id) {
+		m.tally.overRate++
+		kv.waiting = slices.DeleteFunc(kv.waiting, func(o mwait) bool { return o.id == id })
+		return max(m.rateAt(k), m.ms()+1)
+	}
 	w := mwait{id: id, prio: j.prio, runAt: toMillis(j.runAt)}
 	kv.waiting = slices.DeleteFunc(kv.waiting, func(o mwait) bool { return o.id == id })
 	if len(kv.waiting) < maxWaiting {
@@ -273,7 +355,7 @@ func (m *model) park(k, id string) int64 {
 	if next == math.MaxInt64 {
 		next = m.ms() + time.Second.Milliseconds()
 	}
-	return max(next, m.ms()+1)
+	return max(next, m.rateAt(k), m.ms()+1)
 }
 
 // rewrite keeps k's waiting list true to job id after a write that takes
@@ -309,17 +391,23 @@ func (m *model) meet(id, worker string) bool {
 				m.release(j.key, id)
 			}
 			return false
-		case j.key != "" && m.live(j.key, id) >= m.limit(j.key):
-			j.lastErr = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for a slot of concurrency key %q",
-				j.attempt, j.max, j.owner, j.key)
+		case j.key != "" && (!m.turn(j.key, id) || m.rateFull(j.key)):
 			j.state, j.runAt = StatePending, m.now
+			why := "a slot"
+			if m.turn(j.key, id) {
+				why = "the rate limit"
+			}
+			j.lastErr = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished; waiting for %s of concurrency key %q",
+				j.attempt, j.max, j.owner, why, j.key)
 			m.tally.lapsedBack++
 			m.release(j.key, id)
 			j.entry = m.park(j.key, id)
+			m.pull(j.key) // a slot it was refused goes to the jobs ahead of it
 			return false
 		}
-	} else if j.key != "" && m.live(j.key, id) >= m.limit(j.key) {
+	} else if j.key != "" && (!m.turn(j.key, id) || m.rateFull(j.key)) {
 		j.entry = m.park(j.key, id)
+		m.pull(j.key)
 		return false
 	}
 	j.state, j.attempt, j.owner, j.leaseUntil = StateActive, j.attempt+1, worker, m.now.Add(m.lease)
@@ -771,6 +859,9 @@ func TestModel(t *testing.T) {
 				info, err := q.Concurrency(ctx, k)
 				require.NoError(rt, err)
 				want := ConcurrencyInfo{Key: k, Limit: m.limit(k), Own: m.key(k).limit > 0, Active: m.live(k, ""), Waiting: len(m.key(k).waiting)}
+				if kv := m.key(k); kv.rate > 0 {
+					want.Rate, want.RatePeriod, want.Started = kv.rate, time.Duration(kv.period)*time.Millisecond, m.recent(k)
+				}
 				require.Equal(rt, want, info)
 				require.Equal(rt, liveRuns(k), info.Active, "key %q: the leases handed out and not ended", k)
 				if info.Active > info.Limit {
@@ -905,6 +996,16 @@ func TestModel(t *testing.T) {
 					m.key(k).limit = n
 					m.pull(k) // a higher limit frees slots now
 				}
+			},
+			"set rate": func(rt *rapid.T) {
+				k := rapid.SampledFrom(keys).Draw(rt, "key")
+				n := rapid.IntRange(0, 2).Draw(rt, "rate")
+				period := rapid.SampledFrom([]time.Duration{10 * time.Second, time.Minute}).Draw(rt, "period")
+				require.NoError(rt, q.SetRateLimit(ctx, k, n, period))
+				if n == 0 {
+					period = 0
+				}
+				m.setRate(k, n, period.Milliseconds())
 			},
 			"complete": func(rt *rapid.T) {
 				if len(held) == 0 {
@@ -1129,4 +1230,5 @@ func (t *tally) add(o tally) {
 	t.overLimit += o.overLimit
 	t.snoozed += o.snoozed
 	t.snoozeLimit += o.snoozeLimit
+	t.overRate += o.overRate
 }

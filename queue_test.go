@@ -162,6 +162,7 @@ func TestRoundTripBudget(t *testing.T) {
 	}
 	exact("SetConcurrencyLimit", 2, func() error { return f.q.SetConcurrencyLimit(f.ctx, "k", 2) })
 	exact("Concurrency", 1, func() (err error) { _, err = f.q.Concurrency(f.ctx, "k"); return })
+	exact("SetRateLimit", 2, func() error { return f.q.SetRateLimit(f.ctx, "k", 1000, time.Millisecond) })
 	for range 3 {
 		exact("Enqueue (keyed)", 2, func() (err error) {
 			_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k"})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/weighted"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -124,8 +125,15 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	if err != nil {
 		return err
 	}
+	return q.runWork(ctx, h, o, nil, 0)
+}
+
+// runWork is Work with its options checked. gate, when set, shares the runs
+// with the other queues of a WorkQueues, where this one is queue gi.
+func (q *Queue) runWork(ctx context.Context, h Handler, o WorkOpts, gate *weighted.Gate, gi int) (err error) {
 	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[*run]struct{}{},
-		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{}), trail: &cas.Trail{}}
+		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{}), trail: &cas.Trail{},
+		gate: gate, gi: gi}
 	// Every call of this Work carries its trail: a claim given back for a
 	// runner that left its call is counted there until it is over.
 	ctx = cas.WithTrail(ctx, w.trail)
@@ -265,6 +273,11 @@ type worker struct {
 	// trail counts what this Work's calls leave running once answered
 	// (see cas.Trail); Work waits for it before it returns.
 	trail *cas.Trail
+	// gate, when set, shares runs with the other queues of a WorkQueues
+	// (internal/weighted): a runner holds one of its runs from its claim
+	// until its job's outcome is recorded. gi is this queue's index in it.
+	gate *weighted.Gate
+	gi   int
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations. Anyone
@@ -286,6 +299,9 @@ func (w *worker) listen(ch <-chan *redis.Message) {
 				}
 			}
 			if m.Payload == resumeHint || !w.q.paused.Load() {
+				if w.gate != nil {
+					w.gate.SetIdle(w.gi, time.Time{}) // a job came: the queue competes for runs again
+				}
 				w.poke()
 			}
 		case w.q.ks.cancelChannel():
@@ -329,29 +345,56 @@ func (w *worker) poke() {
 	}
 }
 
-// runner claims and runs jobs one at a time until ctx ends.
+// runner claims and runs jobs one at a time until ctx ends. Under a
+// WorkQueues it holds a run of the shared gate from its claim until its
+// job's outcome is recorded (a job claimed with the last completion
+// included), and gives it back when it has no job.
 func (w *worker) runner(ctx context.Context, name string) {
 	errDelay := 10 * time.Millisecond
 	var next *Job           // claimed with the last completion, not run yet
 	var nextAsked time.Time // when that claim was asked for
+	held := false           // a run of the gate
+	release := func() {
+		if held {
+			w.gate.Release()
+			held = false
+		}
+	}
+	defer release() // also when a handler's runtime.Goexit ends this goroutine
 	for {
 		if next != nil {
 			// execute gives it back unrun if shutdown has begun.
 			j := next
 			next, nextAsked = w.execute(ctx, j, nextAsked, name)
+			if next == nil {
+				release()
+			}
 			continue
 		}
 		if ctx.Err() != nil {
 			return
+		}
+		if w.gate != nil && !held {
+			if !w.gate.Acquire(ctx, w.gi) {
+				return // shutdown while waiting for a run
+			}
+			held = true
 		}
 		asked := time.Now() // the lease is measured from before the claim
 		j, err := w.q.workClaim(ctx, name)
 		switch {
 		case err == nil:
 			errDelay = 10 * time.Millisecond
+			if w.gate != nil {
+				w.gate.SetIdle(w.gi, time.Time{})
+			}
 			w.poke() // there may be more: let another idle runner look
 			next, nextAsked = w.execute(ctx, j, asked, name)
+			if next == nil {
+				release()
+			}
 		case errors.Is(err, ErrNoJob):
+			release()
 			wait := w.o.PollInterval
 			// Sleep until the next scheduled job is due, if that is sooner.
 			// A job due now that the claim just missed (taken by another
@@ -359,10 +402,15 @@ func (w *worker) runner(ctx context.Context, name string) {
 			if d, ok, err := w.q.untilDue(ctx); err == nil && ok {
 				wait = min(wait, max(5*time.Millisecond, d))
 			}
+			if w.gate != nil {
+				// Until then its polls take only runs nobody busy wants.
+				w.gate.SetIdle(w.gi, time.Now().Add(wait))
+			}
 			w.idle(ctx, wait)
 		case ended(ctx):
 			return // shutdown: the claim was cut short by it, not failed
 		default:
+			release()
 			w.o.Logger.Error("jobkey: claim failed", "queue", w.q.name, "worker", name, "err", err)
 			w.idle(ctx, errDelay)
 			errDelay = min(2*errDelay, w.o.PollInterval)
@@ -520,6 +568,11 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 // retries. next, when set, is the runner's next job, claimed by this very
 // transaction, whatever became of the completion.
 func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, asked time.Time, done bool) {
+	if w.gate != nil && !w.gate.Keep(w.gi) {
+		// Under a WorkQueues, the run this job frees goes to another
+		// queue: completed alone, with no claim of this queue's next job.
+		return nil, nil, time.Time{}, false
+	}
 	ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
 	defer cancel()
 	asked = time.Now()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jobkey/jobkey"
 )
@@ -334,12 +335,15 @@ func count(ctx context.Context, q *jobkey.Queue, s jobkey.State, typ string) (in
 }
 
 // limitCmd prints a concurrency key's limit and what holds it, and with
-// a second operand sets the limit (0: back to the default).
+// a second operand sets the limit (0: back to the default); -rate N/PERIOD
+// sets its rate limit (0: none).
 func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
+	var rateArg string
 	set := -1
 	q, ops, closeQ, err := liveQueueOperands(ctx, "limit", args, stderr, &replicaFlags{}, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print one JSON document instead of a line")
+		fs.StringVar(&rateArg, "rate", "", fmt.Sprintf("set the key's rate limit: N/PERIOD, at most N starts within any PERIOD (3/1s, 100/1m; N up to %d), or 0 for none", jobkey.MaxRateLimit))
 	}, func(ops []string) error {
 		switch len(ops) {
 		case 1:
@@ -359,9 +363,25 @@ func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closeQ()
+	rate, period, err := parseRate(rateArg)
+	if err != nil {
+		return err
+	}
 	if set >= 0 {
 		if err := q.SetConcurrencyLimit(ctx, ops[0], set); err != nil {
 			return masterOnly(fmt.Sprintf("limit: the limit of key %q set", ops[0]), err)
+		}
+	}
+	if rateArg != "" {
+		if err := q.SetRateLimit(ctx, ops[0], rate, period); err != nil {
+			if errors.Is(err, jobkey.ErrNotReplicated) {
+				return masterOnly(fmt.Sprintf("limit: the rate of key %q set", ops[0]), err)
+			}
+			if set >= 0 {
+				// Say what was done: the limit was written, the rate not.
+				return fmt.Errorf("limit: the limit of key %q was set to %d, but its rate was not: %w", ops[0], set, err)
+			}
+			return err
 		}
 	}
 	info, err := q.Concurrency(ctx, ops[0])
@@ -377,13 +397,14 @@ func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if asJSON {
 		return writeJSON(stdout, struct {
-			Queue   string `json:"queue"`
-			Key     string `json:"key"`
-			Limit   *int   `json:"limit"` // null: none of its own
-			Default bool   `json:"default"`
-			Active  int    `json:"active"`
-			Waiting int    `json:"waiting"`
-		}{q.Name(), info.Key, limit, !info.Own, info.Active, info.Waiting})
+			Queue   string    `json:"queue"`
+			Key     string    `json:"key"`
+			Limit   *int      `json:"limit"` // null: none of its own
+			Default bool      `json:"default"`
+			Active  int       `json:"active"`
+			Waiting int       `json:"waiting"`
+			Rate    *rateJSON `json:"rate,omitempty"` // absent: no rate limit
+		}{q.Name(), info.Key, limit, !info.Own, info.Active, info.Waiting, rateOf(info)})
 	}
 	held := fmt.Sprintf("limit %d (its own)", info.Limit)
 	if !info.Own {
@@ -392,8 +413,47 @@ func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		held = fmt.Sprintf("no limit of its own, so each worker's Config.ConcurrencyLimit holds it (not stored in Redis: this command cannot tell it; jobkey's default is %d)",
 			info.Limit)
 	}
-	fmt.Fprintf(stdout, "key %s of queue %q: %s, %d active, %d waiting\n", line(info.Key), q.Name(), held, info.Active, info.Waiting)
+	rated := ""
+	if info.Rate > 0 {
+		rated = fmt.Sprintf("; rate %d per %v, %d started in the last %v", info.Rate, info.RatePeriod, info.Started, info.RatePeriod)
+	}
+	fmt.Fprintf(stdout, "key %s of queue %q: %s, %d active, %d waiting%s\n", line(info.Key), q.Name(), held, info.Active, info.Waiting, rated)
 	return nil
+}
+
+// rateJSON is a key's rate limit in limit's JSON.
+type rateJSON struct {
+	N       int    `json:"n"`
+	Period  string `json:"period"`
+	Started int    `json:"started"` // starts within the last period
+}
+
+func rateOf(info jobkey.ConcurrencyInfo) *rateJSON {
+	if info.Rate == 0 {
+		return nil
+	}
+	return &rateJSON{N: info.Rate, Period: info.RatePeriod.String(), Started: info.Started}
+}
+
+// parseRate reads limit's -rate: "N/PERIOD", or "0" for none. An empty
+// argument sets nothing (rate -1).
+func parseRate(s string) (int, time.Duration, error) {
+	if s == "" {
+		return -1, 0, nil
+	}
+	if s == "0" {
+		return 0, 0, nil
+	}
+	ns, ps, ok := strings.Cut(s, "/")
+	n, err := strconv.Atoi(ns)
+	if !ok || err != nil || n < 1 || n > jobkey.MaxRateLimit {
+		return 0, 0, fmt.Errorf("limit: -rate wants N/PERIOD with N from 1 to %d (3/1s, 100/1m), or 0 for none; got %q", jobkey.MaxRateLimit, s)
+	}
+	d, err := time.ParseDuration(ps)
+	if err != nil || d < time.Millisecond || d > jobkey.MaxRatePeriod || d%time.Millisecond != 0 {
+		return 0, 0, fmt.Errorf("limit: -rate's PERIOD must be whole milliseconds from 1ms to %v (3/1s, 100/1m); got %q", jobkey.MaxRatePeriod, s)
+	}
+	return n, d, nil
 }
 
 // pauseCmd pauses (or with resume, resumes) a queue's claims.

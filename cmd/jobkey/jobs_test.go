@@ -520,6 +520,39 @@ func TestLimit(t *testing.T) {
 // a worker with ConcurrencyLimit 2 runs two jobs of a key with no limit of
 // its own, and the command, which cannot know that 2, says so instead of
 // printing "limit 1" beside "2 active".
+// limit -rate sets a key's rate limit, shows it with the starts in its
+// last period, refuses a rate it cannot keep before writing anything, and
+// 0 takes it away.
+func TestLimitSetsAndShowsARate(t *testing.T) {
+	f := newFixture(t, 3)
+	for range 3 {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &jobkey.EnqueueOpts{ConcurrencyKey: "acme"})
+		require.NoError(t, err)
+	}
+	for _, bad := range []string{"3", "x/1s", "0/1s", "3/0s", "3/1us", "3/forever", fmt.Sprintf("%d/1s", jobkey.MaxRateLimit+1)} {
+		_, err := f.run("limit", "acme", "5", "-rate", bad)
+		require.ErrorContains(t, err, "-rate", bad)
+		info, err := f.q.Concurrency(f.ctx, "acme")
+		require.NoError(t, err)
+		require.False(t, info.Own, "a bad -rate writes nothing, not even the limit given with it (%s)", bad)
+	}
+	out, err := f.run("limit", "acme", "5", "-rate", "2/1h", "-json")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queue":"mail","key":"acme","limit":5,"default":false,"active":0,"waiting":0,"rate":{"n":2,"period":"1h0m0s","started":0}}`, out)
+	for range 2 {
+		_, err = f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+	}
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, jobkey.ErrNoJob, "the rate lets two start within the hour")
+	out, err = f.run("limit", "acme")
+	require.NoError(t, err)
+	require.Equal(t, "key acme of queue \"mail\": limit 5 (its own), 2 active, 0 waiting; rate 2 per 1h0m0s, 2 started in the last 1h0m0s\n", out)
+	out, err = f.run("limit", "acme", "-rate", "0", "-json")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queue":"mail","key":"acme","limit":5,"default":false,"active":2,"waiting":0}`, out)
+}
+
 func TestLimitNeverShowsTheCommandsDefaultAsTheWorkers(t *testing.T) {
 	f := newFixtureWith(t, jobkey.Config{ConcurrencyLimit: 2})
 	for range 3 {

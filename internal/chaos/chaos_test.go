@@ -191,6 +191,9 @@ type result struct {
 	// (handler runs, and the leases of claims whose worker died).
 	keyed, keyedAbandoned int
 	limits, peak          map[string]int
+	// Rate limits: the most starts of each rate-limited key within any
+	// window of its period, by the Redis clock that judged them.
+	mostStarts map[string]int
 }
 
 func (r result) String() string {
@@ -210,6 +213,9 @@ func (r result) String() string {
 		}
 		s += fmt.Sprintf("; keyed jobs %d (claims of them abandoned by dying workers %d), most runs of one key at once: %s",
 			r.keyed, r.keyedAbandoned, strings.Join(per, ", "))
+	}
+	for k, rl := range chaosRates {
+		s += fmt.Sprintf("; most starts of %s in any %v: %d (rate %d)", k, rl.period, r.mostStarts[k], rl.n)
 	}
 	return s
 }
@@ -281,6 +287,53 @@ func (l *runLog) peak() map[string]int {
 	return out
 }
 
+// startLog records each start of a rate-limited key's jobs: Redis's clock
+// when the claim took the job (its lease deadline less the lease), in ms.
+type startLog struct {
+	mu     sync.Mutex
+	starts map[string][]int64
+}
+
+func (l *startLog) add(j *jobkey.Job, lease time.Duration) {
+	if _, ok := chaosRates[j.ConcurrencyKey]; !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.starts == nil {
+		l.starts = map[string][]int64{}
+	}
+	l.starts[j.ConcurrencyKey] = append(l.starts[j.ConcurrencyKey], j.LeaseUntil.Add(-lease).UnixMilli())
+}
+
+// most returns, per key, the most starts within any window of its rate's
+// period.
+func (l *startLog) most() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for k, ts := range l.starts {
+		ts = slices.Clone(ts)
+		slices.Sort(ts)
+		period := chaosRates[k].period.Milliseconds()
+		for i := range ts {
+			n := 0
+			for m := i; m < len(ts) && ts[m] < ts[i]+period; m++ {
+				n++
+			}
+			out[k] = max(out[k], n)
+		}
+	}
+	return out
+}
+
+// chaosRates are rate limits on some of chaosKeys: at most n starts
+// within any period.
+var chaosRates = map[string]struct {
+	n      int
+	period time.Duration
+}{"ck-b": {4, 250 * time.Millisecond}}
+
 // chaosKeys are the concurrency keys of the chaos run's keyed jobs, and
 // their limits; one job in keyedEvery has one.
 var chaosKeys = map[string]int{"ck-a": 2, "ck-b": 3, "ck-c": 2}
@@ -330,6 +383,10 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	for k, n := range chaosKeys {
 		require.NoError(t, admin.SetConcurrencyLimit(ctx, k, n))
 	}
+	for k, rl := range chaosRates {
+		require.NoError(t, admin.SetRateLimit(ctx, k, rl.n, rl.period))
+	}
+	var starts startLog
 	var keyed atomic.Int64 // acknowledged jobs with a concurrency key
 
 	var ack acked
@@ -354,6 +411,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	// running holds the runs under way, by job ID, for the canceler.
 	var running sync.Map // job ID -> *liveRun
 	handler := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		starts.add(j, lease)
 		start := time.Now()
 		live := &liveRun{start: start}
 		running.Store(j.ID, live)
@@ -533,6 +591,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 			asked := time.Now()
 			if j, err := zq.Claim(ctx, "dies-mid-job"); err == nil {
 				abandoned.Add(1)
+				starts.add(j, lease)
 				// Its lease holds a slot of its key with no handler: it
 				// counts as a run of the key from the claim's reply until
 				// a lease after the claim was asked for, within the lease
@@ -574,7 +633,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	wg.Wait()
 
 	r := result{enqueued: len(ack.ids), ambiguous: ack.ambiguous.Load(), abandoned: abandoned.Load(), faults: e.counts(),
-		keyed: int(keyed.Load()), keyedAbandoned: int(keyedAbandoned.Load()), limits: chaosKeys, peak: keyRuns.peak()}
+		keyed: int(keyed.Load()), keyedAbandoned: int(keyedAbandoned.Load()), limits: chaosKeys, peak: keyRuns.peak(), mostStarts: starts.most()}
 	r.faults["pending or active job evicted"] = int64(len(evicted))
 	r.faults["worker cut off for longer than a lease"] = partitions.Load()
 	r.faults["completion started late (1.5 leases)"] = slowCompletions.Load()
@@ -611,6 +670,12 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 		require.NoError(t, err)
 		require.Equal(t, n, info.Limit, "key %s", k)
 		require.Zero(t, info.Active, "key %s: slots taken after the drain", k)
+	}
+	// Rate limits: never more starts of a key within its period than its
+	// rate, by the clock that judged them.
+	for k, rl := range chaosRates {
+		require.Positive(t, r.mostStarts[k], "key %s started jobs", k)
+		require.LessOrEqual(t, r.mostStarts[k], rl.n, "starts of key %s within %v", k, rl.period)
 	}
 }
 
