@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -24,7 +25,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) (*Job, error) {
 }
 
 // Retry puts a failed or canceled job back to pending, due now, with its
-// attempts counted from zero again. Its retention expiry is removed. A job
+// attempts and snoozes counted from zero again. Its retention expiry is removed. A job
 // canceled while it ran is due once that run's lease would have ended, so
 // that a handler still stopping never runs beside the next one.
 func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
@@ -33,7 +34,7 @@ func (q *Queue) Retry(ctx context.Context, id string) (*Job, error) {
 			return nil, &StateError{ID: id, Op: "retry", State: cur.State}
 		}
 		cur.State = StatePending
-		cur.Attempt = 0
+		cur.Attempt, cur.Snoozes = 0, 0
 		cur.RunAt = now // update holds it to the last run's lease (lastrun.go)
 		return cur, nil
 	}, q.ks.wakeChannel())
@@ -82,6 +83,9 @@ func (q *Queue) editable(before, after *Job) error {
 		// Set at enqueue, in its shard: a job's slot is counted in its key's
 		// value by the claim that took it, and given back there.
 		{"ConcurrencyKey", before.ConcurrencyKey == after.ConcurrencyKey},
+		// A job's record of its runs, written by the runs' outcomes alone.
+		{"Snoozes", before.Snoozes == after.Snoozes}, {"StartedAt", before.StartedAt.Equal(after.StartedAt)},
+		{"History", slices.EqualFunc(before.History, after.History, sameRecord)}, {"HistoryDropped", before.HistoryDropped == after.HistoryDropped},
 	}
 	for _, f := range fixed {
 		if !f.same {
@@ -98,6 +102,9 @@ func (q *Queue) editable(before, after *Job) error {
 	}
 	if err := validMeta(after.Meta); err != nil {
 		return err
+	}
+	if len(after.Progress) > MaxProgressBytes {
+		return fmt.Errorf("%w: Update: Progress is %d bytes, limit %d", ErrInvalid, len(after.Progress), MaxProgressBytes)
 	}
 	t, err := validTimeout(after.Timeout)
 	if err != nil {

@@ -60,7 +60,7 @@ func (q *Queue) CancelPending(ctx context.Context, typ string) (BulkResult, erro
 func retried(cur *Job, now time.Time) *Job {
 	next := cloneJob(cur)
 	next.State = StatePending
-	next.Attempt = 0
+	next.Attempt, next.Snoozes = 0, 0
 	next.RunAt = dueAfterLastRun(cur, now)
 	return next
 }

@@ -508,6 +508,8 @@ func (d *decider) decideClaim(cur *Job, worker string, now time.Time) (next *Job
 		if expired {
 			// The last attempt's lease ran out: the job fails for good.
 			next.LastError = fmt.Sprintf("lease of attempt %d/%d (worker %q) expired before it finished", cur.Attempt, cur.MaxAttempts, cur.LeaseOwner)
+			recordRun(next, cur, cur.LeaseUntil, OutcomeLost, next.LastError)
+			d.historyFits(next)
 		} else {
 			// Pending with no attempt left: MaxAttempts was lowered below it.
 			next.LastError = fmt.Sprintf("no attempt left: %d of %d made", cur.Attempt, cur.MaxAttempts)
@@ -560,9 +562,15 @@ func sameShard(cands []candidate) []candidate {
 }
 
 // claimed returns cur taken by worker: active, one more attempt, leased
-// under a token of its own.
+// under a token of its own. A run whose lease ran out unrecorded is kept in
+// History, as lasting until its lease's end.
 func (d *decider) claimed(cur *Job, worker string, now time.Time) *Job {
 	next := cloneJob(cur)
+	if cur.State == StateActive {
+		recordRun(next, cur, cur.LeaseUntil, OutcomeLost, "its lease ran out before its outcome was recorded")
+		d.historyFits(next)
+	}
+	next.StartedAt = now
 	next.State = StateActive
 	next.Attempt++
 	next.LeaseOwner = worker

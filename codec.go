@@ -30,9 +30,14 @@ const MaxValueBytes = 64 << 20
 //	1.5  22 elements: ConcurrencyKey appended, a string ("" : none)
 //	1.6  24 elements: Retention appended, whole milliseconds (0: the
 //	     queue's), then Deadline, unix milliseconds (0: none)
+//	1.7  29 elements: Snoozes appended, a uint; StartedAt, unix
+//	     milliseconds (0: never claimed); History, an array of records,
+//	     each an array of 6 (Attempt, Started, Duration in milliseconds,
+//	     Worker, Outcome, Error; history.go); HistoryDropped, a uint; and
+//	     Progress, a bin
 const (
 	formatMajor = 1
-	formatMinor = 6
+	formatMinor = 7
 )
 
 // v1Fields is the number of array elements of a v1.0 value, including the
@@ -41,12 +46,12 @@ const (
 // come from a newer minor version, whose extra fields are skipped.
 const (
 	v1Fields    = 17
-	knownFields = v1Fields + 7
+	knownFields = v1Fields + 12
 )
 
 // minorFields[n] is the number of array elements minor version n writes:
-// one more per version up to 1.5, two more in 1.6.
-var minorFields = [formatMinor + 1]int{v1Fields, v1Fields + 1, v1Fields + 2, v1Fields + 3, v1Fields + 4, v1Fields + 5, knownFields}
+// one more per version up to 1.5, two more in 1.6, five more in 1.7.
+var minorFields = [formatMinor + 1]int{v1Fields, v1Fields + 1, v1Fields + 2, v1Fields + 3, v1Fields + 4, v1Fields + 5, v1Fields + 7, knownFields}
 
 // minorOf is the minor version of a build that knows the first known
 // fields: the newest whose fields it knows all of.
@@ -113,6 +118,15 @@ func marshalSize(j *Job) (int, error) {
 	}
 	if j.Retention < 0 || j.Retention > MaxRetention || j.Retention%time.Millisecond != 0 {
 		return 0, fmt.Errorf("%w: marshal job %q: Retention %v, want whole milliseconds in 0..%v", ErrInvalid, j.ID, j.Retention, MaxRetention)
+	}
+	if j.Snoozes < 0 || j.Snoozes > MaxAttemptsLimit || j.HistoryDropped < 0 || j.HistoryDropped > MaxAttemptsLimit {
+		return 0, fmt.Errorf("%w: marshal job %q: Snoozes %d, HistoryDropped %d, want 0..%d", ErrInvalid, j.ID, j.Snoozes, j.HistoryDropped, MaxAttemptsLimit)
+	}
+	if err := validHistory(j.History); err != nil {
+		return 0, fmt.Errorf("marshal job %q: %w", j.ID, err)
+	}
+	if len(j.Progress) > MaxProgressBytes {
+		return 0, fmt.Errorf("%w: marshal job %q: Progress is %d bytes, limit %d", ErrInvalid, j.ID, len(j.Progress), MaxProgressBytes)
 	}
 	n := encodedSize(j)
 	if n > MaxValueBytes {
@@ -237,6 +251,9 @@ func decodeJobAs(d *msgpk.Decoder, j *Job, known int) error {
 		}
 		out.Deadline = fromMillis(ms)
 	}
+	if err := decodeV17(d, &out, has); err != nil {
+		return err
+	}
 	// Fields appended by a newer minor version are checked to be well
 	// formed and kept as they are, to be written back unchanged.
 	known = max(known, v1Fields)
@@ -324,4 +341,49 @@ func fromMillis(ms int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms).UTC()
+}
+
+// decodeV17 reads the fields 1.7 appended, each when the value has it and
+// the build knows it.
+func decodeV17(d *msgpk.Decoder, out *Job, has func(int) bool) error {
+	if has(v1Fields + 7) {
+		n, err := d.Uint("Snoozes", MaxAttemptsLimit)
+		if err != nil {
+			return err
+		}
+		out.Snoozes = int(n)
+	}
+	if has(v1Fields + 8) {
+		ms, err := d.Int("StartedAt", math.MinInt64, math.MaxInt64)
+		if err != nil {
+			return err
+		}
+		out.StartedAt = fromMillis(ms)
+	}
+	if has(v1Fields + 9) {
+		h, err := decodeHistory(d)
+		if err != nil {
+			return err
+		}
+		out.History = h
+	}
+	if has(v1Fields + 10) {
+		n, err := d.Uint("HistoryDropped", MaxAttemptsLimit)
+		if err != nil {
+			return err
+		}
+		out.HistoryDropped = int(n)
+	}
+	if has(v1Fields + 11) {
+		at := d.Off
+		p, err := d.Bin("Progress")
+		if err != nil {
+			return err
+		}
+		if len(p) > MaxProgressBytes {
+			return d.ErrorAt(at, "Progress", fmt.Sprintf("%d bytes, limit %d", len(p), MaxProgressBytes))
+		}
+		out.Progress = p
+	}
+	return nil
 }

@@ -73,6 +73,39 @@ func fullJobRetention() *Job {
 	return j
 }
 
+// fullJobHistory is fullJobRetention with the fields of format 1.7.
+func fullJobHistory() *Job {
+	j := fullJobRetention()
+	start := ms(time.Date(2026, 11, 30, 6, 0, 0, 500e6, time.UTC))
+	j.Snoozes = 2
+	j.StartedAt = start.Add(20 * time.Minute)
+	j.History = []AttemptRecord{
+		{Attempt: 1, Started: start, Duration: 1500 * time.Millisecond, Worker: "host-1/worker-2", Outcome: OutcomeFailed, Error: "smtp: 421 try later"},
+		{Attempt: 2, Started: start.Add(time.Minute), Duration: 30 * time.Second, Worker: "host-2/worker-0", Outcome: OutcomeLost, Error: "its lease ran out"},
+		{Attempt: 2, Started: start.Add(10 * time.Minute), Duration: 80 * time.Millisecond, Worker: "host-1/worker-7", Outcome: OutcomeSnoozed, Error: "jobkey: snoozed for 30s"},
+	}
+	j.HistoryDropped = 4
+	j.Progress = []byte(`{"sent":40,"of":100}`)
+	return j
+}
+
+// bigHistoryJob has a History at both limits: MaxHistoryEntries records,
+// MaxHistoryBytes of text, errors at MaxHistoryErrorLen.
+func bigHistoryJob() *Job {
+	j := &Job{ID: "h", State: StateFailed, HistoryDropped: MaxAttemptsLimit, Snoozes: MaxAttemptsLimit, Progress: bytes.Repeat([]byte{7}, MaxProgressBytes)}
+	for i := range MaxHistoryEntries {
+		j.History = append(j.History, AttemptRecord{Attempt: i + 1, Started: ms(time.UnixMilli(int64(i+1) << 40)), Duration: time.Duration(i) * time.Hour,
+			Worker: "w", Outcome: Outcome(1 + i%5)})
+	}
+	left := MaxHistoryBytes - MaxHistoryEntries
+	for i := 0; left > 0; i++ {
+		n := min(left, MaxHistoryErrorLen)
+		j.History[i].Error = strings.Repeat("e", n)
+		left -= n
+	}
+	return j
+}
+
 // bigMeta is a Meta at both limits: MaxMetaEntries entries, MaxMetaBytes
 // bytes, some of them strings of every msgpack width up to str16.
 func bigMeta() map[string]string {
@@ -91,19 +124,21 @@ func TestCodecRoundTrip(t *testing.T) {
 	big := bytes.Repeat([]byte{0xab}, 300<<10) // forces bin32
 	long := strings.Repeat("é", 40000)         // forces str32 (80,000 bytes)
 	cases := map[string]*Job{
-		"minimal":      {State: StatePending},
-		"full":         fullJob(),
-		"meta":         fullJobMeta(),
-		"retention":    fullJobRetention(),
-		"maxRetention": {ID: "r", State: StateSucceeded, Retention: MaxRetention, Deadline: ms(time.UnixMilli(1<<62 - 1))},
-		"negDeadline":  {ID: "d", State: StatePending, Deadline: ms(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))},
-		"metaAtLimits": {ID: "m", State: StatePending, Meta: bigMeta()},
-		"metaOneEmpty": {ID: "e", State: StatePending, Meta: map[string]string{"k": ""}},
-		"unicode":      {ID: "ジョブ-🚀", Queue: "κουέ", Type: "тип", LastError: "ошибка: 失败", State: StateFailed},
-		"zeroTime":     {ID: "z", State: StateSucceeded, RunAt: time.Time{}, CreatedAt: time.Time{}},
-		"negTime":      {ID: "n", State: StatePending, RunAt: ms(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))},
-		"largePayload": {ID: "big", State: StatePending, Payload: big, Result: big[:70000]},
-		"longStrings":  {ID: long[:300], Type: long[:1000], LastError: long, State: StateCanceled},
+		"minimal":         {State: StatePending},
+		"full":            fullJob(),
+		"meta":            fullJobMeta(),
+		"retention":       fullJobRetention(),
+		"maxRetention":    {ID: "r", State: StateSucceeded, Retention: MaxRetention, Deadline: ms(time.UnixMilli(1<<62 - 1))},
+		"negDeadline":     {ID: "d", State: StatePending, Deadline: ms(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))},
+		"metaAtLimits":    {ID: "m", State: StatePending, Meta: bigMeta()},
+		"history":         fullJobHistory(),
+		"historyAtLimits": bigHistoryJob(),
+		"metaOneEmpty":    {ID: "e", State: StatePending, Meta: map[string]string{"k": ""}},
+		"unicode":         {ID: "ジョブ-🚀", Queue: "κουέ", Type: "тип", LastError: "ошибка: 失败", State: StateFailed},
+		"zeroTime":        {ID: "z", State: StateSucceeded, RunAt: time.Time{}, CreatedAt: time.Time{}},
+		"negTime":         {ID: "n", State: StatePending, RunAt: ms(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))},
+		"largePayload":    {ID: "big", State: StatePending, Payload: big, Result: big[:70000]},
+		"longStrings":     {ID: long[:300], Type: long[:1000], LastError: long, State: StateCanceled},
 		"maximal": {
 			ID: strings.Repeat("x", 255), State: StateCanceled, Attempt: 1<<31 - 1, MaxAttempts: 1<<31 - 1,
 			Rev: 1<<64 - 1, RunAt: ms(time.UnixMilli(1<<62 - 1)), LeaseUntil: ms(time.UnixMilli(-1 << 62)),
@@ -124,13 +159,16 @@ func TestCodecRoundTrip(t *testing.T) {
 
 func TestCodecEmptyBytesDecodeNil(t *testing.T) {
 	t.Parallel()
-	b, err := Marshal(&Job{State: StatePending, Payload: []byte{}, Meta: map[string]string{}})
+	b, err := Marshal(&Job{State: StatePending, Payload: []byte{}, Meta: map[string]string{}, History: []AttemptRecord{}, Progress: []byte{}})
 	require.NoError(t, err)
 	var out Job
 	require.NoError(t, Unmarshal(b, &out))
 	require.Nil(t, out.Payload)
 	require.Nil(t, out.Meta)
-	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0, 0x00, 0x00}, b[len(b)-6:], "an empty Meta is one byte, an empty fixmap; then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention and no Deadline")
+	require.Nil(t, out.History)
+	require.Nil(t, out.Progress)
+	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0, 0x00, 0x00, 0x00, 0x00, 0x90, 0x00, 0xc4, 0x00}, b[len(b)-12:],
+		"an empty Meta is one byte, an empty fixmap; then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention, no Deadline, no snoozes or start, an empty History, none dropped and an empty Progress")
 	nilMeta, err := Marshal(&Job{State: StatePending})
 	require.NoError(t, err)
 	require.Equal(t, b, nilMeta, "nil and empty Meta encode alike")
@@ -247,17 +285,30 @@ func TestCodecGoldenV1(t *testing.T) {
 	require.Equal(t, v14[5:], v15[5:len(v15)-len(ck)], "1.5 appends one element to 1.4: ConcurrencyKey")
 	require.Equal(t, ck, v15[len(v15)-len(ck):])
 
-	golden := goldenV16(t)
+	v16 := goldenV16(t)
+	got = Job{}
+	require.NoError(t, Unmarshal(v16, &got))
+	require.Equal(t, *fullJobRetention(), got, "a v1.6 value has no snoozes, history or progress")
+	require.Equal(t, []byte{0xdc, 0, 24, 1, 6}, v16[:5], "array16 of 24, version 1.6")
+	tail := msgpk.AppendInt(msgpk.AppendInt(nil, fullJobRetention().Retention.Milliseconds()), toMillis(fullJobRetention().Deadline))
+	require.Equal(t, v15[5:], v16[5:len(v16)-len(tail)], "1.6 appends two elements to 1.5: Retention and Deadline")
+	require.Equal(t, tail, v16[len(v16)-len(tail):])
+
+	golden := goldenV17(t)
 	got = Job{}
 	require.NoError(t, Unmarshal(golden, &got))
-	require.Equal(t, *fullJobRetention(), got)
-	// The current encoder writes v1.6 byte for byte.
-	b, err := Marshal(fullJobRetention())
+	require.Equal(t, *fullJobHistory(), got)
+	// The current encoder writes v1.7 byte for byte.
+	b, err := Marshal(fullJobHistory())
 	require.NoError(t, err)
 	require.Equal(t, golden, b)
-	require.Equal(t, []byte{0xdc, 0, 24, 1, 6}, golden[:5], "array16 of 24, version 1.6")
-	tail := msgpk.AppendInt(msgpk.AppendInt(nil, fullJobRetention().Retention.Milliseconds()), toMillis(fullJobRetention().Deadline))
-	require.Equal(t, v15[5:], golden[5:len(golden)-len(tail)], "1.6 appends two elements to 1.5: Retention and Deadline")
+	require.Equal(t, []byte{0xdc, 0, 29, 1, 7}, golden[:5], "array16 of 29, version 1.7")
+	h := fullJobHistory()
+	tail = msgpk.AppendUint(nil, uint64(h.Snoozes))
+	tail = msgpk.AppendInt(tail, toMillis(h.StartedAt))
+	tail = appendHistory(tail, h.History)
+	tail = msgpk.AppendBin(msgpk.AppendUint(tail, uint64(h.HistoryDropped)), h.Progress)
+	require.Equal(t, v16[5:], golden[5:len(golden)-len(tail)], "1.7 appends five elements to 1.6: Snoozes, StartedAt, History, HistoryDropped, Progress")
 	require.Equal(t, tail, golden[len(golden)-len(tail):])
 }
 
@@ -297,13 +348,22 @@ func goldenV15(t *testing.T) []byte {
 	return b
 }
 
-// goldenV16 is the value this build writes for fullJobRetention, checked
-// in.
+// goldenV16 is the value 1.6 wrote for fullJobRetention, checked in;
+// never written again.
 func goldenV16(t *testing.T) []byte {
 	t.Helper()
-	path := filepath.Join("testdata", "job-v1.6.msgpack")
+	b, err := os.ReadFile(filepath.Join("testdata", "job-v1.6.msgpack"))
+	require.NoError(t, err)
+	return b
+}
+
+// goldenV17 is the value this build writes for fullJobHistory, checked
+// in.
+func goldenV17(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", "job-v1.7.msgpack")
 	if *updateGolden {
-		b, err := Marshal(fullJobRetention())
+		b, err := Marshal(fullJobHistory())
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
@@ -331,7 +391,11 @@ func goldenV16(t *testing.T) []byte {
 // 1.5 skips both, keeps them raw, and writes them back with minor version
 // 6, so this build reads them again once 1.5 moved the job on. (Checked
 // once by hand against the 1.5 codec itself, from git: it reads this
-// file, keeps both fields raw and writes it back byte for byte.)
+// file, keeps both fields raw and writes it back byte for byte.) 1.7
+// appended five at once, Snoozes, StartedAt, History, HistoryDropped and
+// Progress: 1.6 keeps all five raw and writes them back with minor version
+// 7. (Checked once by hand against the 1.6 codec itself, from git: it
+// reads this file and writes it back byte for byte.)
 func TestCodecGoldenReadByOlderMinor(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -401,6 +465,28 @@ func TestCodecGoldenReadByOlderMinor(t *testing.T) {
 			require.Equal(t, fullJobRetention().Deadline, now.Deadline)
 			require.Zero(t, now.future.n, "no field is unknown to this build")
 		}},
+		{"1.7 read by 1.6", goldenV17, v1Fields + 7, 5, fullJobRetention, func(t *testing.T, golden []byte, j *Job) {
+			const v16 = v1Fields + 7
+			require.Zero(t, j.Snoozes, "1.6 knows no Snoozes")
+			require.Nil(t, j.History, "1.6 knows no History")
+			require.Nil(t, j.Progress, "1.6 knows no Progress")
+			require.EqualValues(t, 7, j.future.minor)
+			require.Len(t, golden, encodedSizeAs(j, v16))
+
+			// A 1.6 worker fails the run and retries it; this build still
+			// reads what 1.7 wrote: the snoozes, the history and the progress.
+			j.State, j.LeaseOwner, j.LastError, j.Rev = StatePending, "", "boom", j.Rev+1
+			var now Job
+			require.NoError(t, Unmarshal(appendJobAs(nil, j, v16), &now))
+			want := fullJobHistory()
+			require.Equal(t, want.Snoozes, now.Snoozes)
+			require.Equal(t, want.StartedAt, now.StartedAt)
+			require.Equal(t, want.History, now.History)
+			require.Equal(t, want.HistoryDropped, now.HistoryDropped)
+			require.Equal(t, want.Progress, now.Progress)
+			require.Equal(t, "boom", now.LastError)
+			require.Zero(t, now.future.n, "no field is unknown to this build")
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -464,12 +550,13 @@ func TestCodecNewerMinorDecodes(t *testing.T) {
 // must keep its bytes through every transition an older worker makes. (It
 // is written anew whenever a minor version defines the element where its
 // first unknown field sat: no real writer puts a string where 1.2 put
-// Meta, 1.3 Timeout, 1.4 Priority, 1.5 ConcurrencyKey or 1.6 Retention.)
+// Meta, 1.3 Timeout, 1.4 Priority, 1.5 ConcurrencyKey, 1.6 Retention or
+// 1.7 Snoozes.)
 func futureGolden(t *testing.T) []byte {
 	t.Helper()
 	path := filepath.Join("testdata", "job-future-minor.msgpack")
 	if *updateGolden {
-		j := fullJobRetention()
+		j := fullJobHistory()
 		j.State, j.Attempt, j.LeaseOwner, j.LeaseUntil, j.LeaseToken = StatePending, 0, "", time.Time{}, 0
 		b := appendFields(t, j, 9, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
 		require.NoError(t, os.WriteFile(path, b, 0o644))
@@ -491,6 +578,8 @@ func TestCodecGoldenFutureMinor(t *testing.T) {
 	require.Equal(t, fullJobConcurrency().ConcurrencyKey, j.ConcurrencyKey)
 	require.Equal(t, fullJobRetention().Retention, j.Retention)
 	require.Equal(t, fullJobRetention().Deadline, j.Deadline)
+	require.Equal(t, fullJobHistory().History, j.History)
+	require.Equal(t, fullJobHistory().Progress, j.Progress)
 	require.Equal(t, 2, j.future.n)
 	again, err := Marshal(&j)
 	require.NoError(t, err)
@@ -526,13 +615,13 @@ func TestCodecCorrupt(t *testing.T) {
 		"noVersion":         {[]byte{0x91, 0x01}, "value"},
 		"tooFewFields":      {[]byte{0x92, 0x01, 0x00}, "value"},
 		"trailing":          {append(bytes.Clone(good), 0x00), "value"},
-		"truncated":         {good[:len(good)-17], "UpdatedAt"},
-		"truncatedToken":    {good[:len(good)-8], "LeaseToken"},
+		"truncated":         {good[:len(good)-23], "UpdatedAt"},
+		"truncatedToken":    {good[:len(good)-14], "LeaseToken"},
 		"idNotString":       {set(5, 0x05), "ID"},
 		"badState":          {stateAt(t, good, 9), "State"},
 		"versionString":     {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
 		"negativeAttempt":   {replaceField(t, 7, int64(-1)), "Attempt"},
-		"badAppendedField":  {badAppended(t), "appended field 24"},
+		"badAppendedField":  {badAppended(t), "appended field 29"},
 		"badToken":          {replaceField(t, 17, "not a number"), "LeaseToken"},
 		"metaNotMap":        {replaceField(t, 18, "not a map"), "Meta"},
 		"metaNil":           {replaceField(t, 18, nil), "Meta"},
@@ -548,7 +637,20 @@ func TestCodecCorrupt(t *testing.T) {
 		"retentionTooLong":  {replaceField(t, 22, MaxRetention.Milliseconds()+1), "Retention"},
 		"deadlineNotInt":    {replaceField(t, 23, "tomorrow"), "Deadline"},
 		"deadlineFloat":     {replaceField(t, 23, 1.5), "Deadline"},
-		"truncatedDeadline": {replaceField(t, 23, uint64(1<<40))[:len(replaceField(t, 23, uint64(1<<40)))-2], "Deadline"},
+		"truncatedDeadline": {truncatedAfter(t, 23, uint64(1<<40), 2), "Deadline"},
+		"snoozesNegative":   {replaceField(t, 24, int64(-1)), "Snoozes"},
+		"snoozesTooMany":    {replaceField(t, 24, uint64(MaxAttemptsLimit)+1), "Snoozes"},
+		"startedAtString":   {replaceField(t, 25, "now"), "StartedAt"},
+		"historyNotArray":   {replaceField(t, 26, map[string]any{}), "History"},
+		"historyTooLong":    {replaceField(t, 26, make([]any, MaxHistoryEntries+1)), "History"},
+		"historyShortRec":   {replaceField(t, 26, []any{[]any{1, 2, 3, "w", 1}}), "History"},
+		"historyBadOutcome": {replaceField(t, 26, []any{[]any{1, 2, 3, "w", 9, ""}}), "History"},
+		"historyNegDur":     {replaceField(t, 26, []any{[]any{1, 2, -3, "w", 1, ""}}), "History Duration"},
+		"historyLongError":  {replaceField(t, 26, []any{[]any{1, 2, 3, "w", 1, strings.Repeat("e", MaxHistoryErrorLen+1)}}), "History"},
+		"historyTooMuch":    {replaceField(t, 26, []any{[]any{1, 2, 3, strings.Repeat("w", MaxHistoryBytes), 1, "e"}}), "History"},
+		"droppedNegative":   {replaceField(t, 27, int64(-1)), "HistoryDropped"},
+		"progressNotBin":    {replaceField(t, 28, "half"), "Progress"},
+		"progressTooLarge":  {replaceField(t, 28, make([]byte, MaxProgressBytes+1)), "Progress"},
 		"metaIntValue":      {replaceField(t, 18, map[string]any{"k": 1}), "Meta value"},
 		"metaIntKey":        {replaceField(t, 18, map[int]string{1: "v"}), "Meta key"},
 		"metaEmptyKey":      {replaceField(t, 18, map[string]string{"": "v"}), "Meta"},
@@ -589,14 +691,35 @@ func stateAt(t *testing.T, good []byte, v byte) []byte {
 // replaced by v, using the reflective encoder for the odd value.
 func replaceField(t *testing.T, i int, v any) []byte {
 	t.Helper()
-	j := fullJob()
-	elems := []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
-		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
-		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0), uint64(0), "", int64(0), int64(0)}
+	elems := fullJobElems()
 	elems[i] = v
 	b, err := msgpack.Marshal(elems)
 	require.NoError(t, err)
 	return b
+}
+
+// fullJobElems are the elements of a fullJob value, for the reflective
+// encoder.
+func fullJobElems() []any {
+	j := fullJob()
+	return []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
+		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
+		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0), uint64(0), "", int64(0), int64(0),
+		uint64(0), int64(0), []any{}, uint64(0), []byte{}}
+}
+
+// truncatedAfter is replaceField(t, i, v) cut short by cut bytes of
+// element i, with every element after it gone.
+func truncatedAfter(t *testing.T, i int, v any, cut int) []byte {
+	t.Helper()
+	full := replaceField(t, i, v)
+	n := 0
+	for _, e := range fullJobElems()[i+1:] {
+		eb, err := msgpack.Marshal(e)
+		require.NoError(t, err)
+		n += len(eb)
+	}
+	return full[:len(full)-n-cut]
 }
 
 // metaRaw is a fullJob encoding whose Meta is the map header hdr followed
@@ -605,12 +728,13 @@ func metaRaw(t testing.TB, hdr byte, strs ...string) []byte {
 	t.Helper()
 	b, err := Marshal(fullJob())
 	require.NoError(t, err)
-	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0, 0x00, 0x00}, b[len(b)-6:], "an empty Meta, then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention and no Deadline")
-	b = append(b[:len(b)-6], hdr)
+	tail := []byte{0x00, 0x00, 0xa0, 0x00, 0x00, 0x00, 0x00, 0x90, 0x00, 0xc4, 0x00}
+	require.Equal(t, append([]byte{0x80}, tail...), b[len(b)-12:], "an empty Meta, then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention, no Deadline, no snoozes, start, history or progress")
+	b = append(b[:len(b)-12], hdr)
 	for _, s := range strs {
 		b = msgpk.AppendStr(b, s)
 	}
-	return append(b, 0x00, 0x00, 0xa0, 0x00, 0x00)
+	return append(b, tail...)
 }
 
 func badAppended(t *testing.T) []byte {
@@ -654,7 +778,7 @@ func TestCodecHostileHeaders(t *testing.T) {
 }
 
 func FuzzUnmarshal(f *testing.F) {
-	for _, j := range []*Job{fullJob(), fullJobMeta(), fullJobConcurrency(), fullJobRetention(), {State: StatePending}, {ID: "ü", State: StateFailed, Payload: make([]byte, 300)},
+	for _, j := range []*Job{fullJob(), fullJobMeta(), fullJobConcurrency(), fullJobRetention(), fullJobHistory(), bigHistoryJob(), {State: StatePending}, {ID: "ü", State: StateFailed, Payload: make([]byte, 300)},
 		{State: StatePending, Meta: bigMeta()}} {
 		b, err := Marshal(j)
 		require.NoError(f, err)
@@ -806,7 +930,7 @@ func TestReplyDecodeRewritesByteForByte(t *testing.T) {
 		require.NoError(t, err)
 		values[filepath.Base(f)] = b
 	}
-	for name, j := range map[string]*Job{"full": fullJob(), "retention": fullJobRetention(),
+	for name, j := range map[string]*Job{"full": fullJob(), "retention": fullJobRetention(), "history": fullJobHistory(),
 		"large": {ID: "big", State: StatePending, Payload: bytes.Repeat([]byte{0xab}, 70000), Result: []byte{1}}} {
 		b, err := Marshal(j)
 		require.NoError(t, err)
@@ -825,7 +949,7 @@ func TestReplyDecodeRewritesByteForByte(t *testing.T) {
 			gotBytes, err := Marshal(&got)
 			require.NoError(t, err)
 			require.Equal(t, wantBytes, gotBytes)
-			if name == "job-v1.6.msgpack" || name == "job-future-minor.msgpack" {
+			if name == "job-v1.7.msgpack" || name == "job-future-minor.msgpack" {
 				require.Equal(t, b, gotBytes, "a value of this build's format or newer is written back as it was read")
 			}
 			for i := range got.Payload {

@@ -30,6 +30,11 @@ type Config struct {
 	// Backoff returns how long to wait before retrying a job whose
 	// attempt-th attempt failed (default: DefaultBackoff).
 	Backoff func(attempt int) time.Duration
+	// MaxSnoozes bounds how often one job may snooze (Snooze; Job.Snoozes):
+	// the snooze after that many fails the job for good with
+	// ErrSnoozeLimit, so a job cannot snooze for ever unnoticed (default:
+	// 1000; at most MaxAttemptsLimit).
+	MaxSnoozes int
 	// Retention keeps succeeded and canceled jobs readable this long; their
 	// keys expire by themselves (default: 24h; at least 1s). A job canceled
 	// while it ran keeps its key, and its ID, at least until that run's
@@ -129,6 +134,7 @@ func (c *Config) withDefaults(cluster bool) Config {
 	out.Shards = cmp.Or(out.Shards, 1)
 	out.Lease = cmp.Or(out.Lease, 30*time.Second)
 	out.MaxAttempts = cmp.Or(out.MaxAttempts, 25)
+	out.MaxSnoozes = cmp.Or(out.MaxSnoozes, 1000)
 	if out.Backoff == nil {
 		out.Backoff = DefaultBackoff
 	}
@@ -167,6 +173,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsLimit {
 		bad("MaxAttempts is %d, want 1..%d", c.MaxAttempts, MaxAttemptsLimit)
+	}
+	if c.MaxSnoozes < 1 || c.MaxSnoozes > MaxAttemptsLimit {
+		bad("MaxSnoozes is %d, want 1..%d", c.MaxSnoozes, MaxAttemptsLimit)
 	}
 	if c.Retention < time.Second || c.FailedRetention < time.Second {
 		bad("Retention %v and FailedRetention %v must be at least 1s", c.Retention, c.FailedRetention)

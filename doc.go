@@ -28,7 +28,10 @@
 // whose lease cannot be renewed is told to stop, by its context, before it
 // can run out), cancellation, panic recovery and graceful shutdown; a
 // handler that ignores its context is reported stuck and keeps its runner
-// (WorkOpts.StuckAfter). Args, EnqueueArgs,
+// (WorkOpts.StuckAfter). A failed run's retry is decided in its outcome's
+// write by a RetryPolicy (per Work or per type), or by the error itself:
+// Snooze gives the attempt back, RetryAfter sets the delay. Every run is
+// kept in Job.History, and a handler reports SetProgress. Args, EnqueueArgs,
 // DecodeArgs, HandleArgs and Mux give typed job types, so a team can move
 // one job type at a time.
 //

@@ -40,6 +40,10 @@ func encodedSizeAs(j *Job, known int) int {
 	if known > v1Fields+6 {
 		n += msgpk.IntSize(toMillis(j.Deadline))
 	}
+	if known > v1Fields+11 {
+		n += msgpk.UintSize(uint64(j.Snoozes)) + msgpk.IntSize(toMillis(j.StartedAt)) + historySize(j.History) +
+			msgpk.UintSize(uint64(j.HistoryDropped)) + msgpk.BinSize(len(j.Progress))
+	}
 	return n
 }
 
@@ -87,6 +91,13 @@ func appendJobAs(b []byte, j *Job, known int) []byte {
 	}
 	if known > v1Fields+6 {
 		b = msgpk.AppendInt(b, toMillis(j.Deadline)) // 1.6
+	}
+	if known > v1Fields+11 { // 1.7
+		b = msgpk.AppendUint(b, uint64(j.Snoozes))
+		b = msgpk.AppendInt(b, toMillis(j.StartedAt))
+		b = appendHistory(b, j.History)
+		b = msgpk.AppendUint(b, uint64(j.HistoryDropped))
+		b = msgpk.AppendBin(b, j.Progress)
 	}
 	return append(b, j.future.raw...)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -180,6 +179,9 @@ func (q *Queue) checkJob(j *Job) error {
 	if j.Queue != "" && j.Queue != q.name {
 		return fmt.Errorf("%w: job %q belongs to queue %q, not %q", ErrInvalid, j.ID, j.Queue, q.name)
 	}
+	if err := validProgress(j); err != nil {
+		return err
+	}
 	// Its ConcurrencyKey is not judged: the stored job's key is the one that
 	// counts (a stored value may hold a key Enqueue refuses), and the
 	// copy's only predicts which key value to read.
@@ -187,7 +189,9 @@ func (q *Queue) checkJob(j *Job) error {
 }
 
 // Extend renews the lease of a claimed job to Config.Lease from now, by
-// Redis's clock.
+// Redis's clock. It writes the copy's Progress too, as Complete, Fail and
+// Release do: a caller of Claim reports progress by setting it on its copy
+// (Work's handlers call SetProgress).
 func (q *Queue) Extend(ctx context.Context, j *Job) (*Job, error) {
 	if err := q.checkJob(j); err != nil {
 		return nil, err
@@ -198,8 +202,9 @@ func (q *Queue) Extend(ctx context.Context, j *Job) (*Job, error) {
 	return q.fenced(ctx, j, []string{idxLeased}, nil, q.extend)
 }
 
-func (q *Queue) extend(_, next *Job, now time.Time) *Job {
+func (q *Queue) extend(j, next *Job, now time.Time) *Job {
 	next.LeaseUntil = now.Add(q.cfg.Lease)
+	next.Progress = j.Progress
 	return next
 }
 
@@ -221,7 +226,9 @@ func (q *Queue) flushCompletes(ctx context.Context, batch []*cas.Call[completeIn
 }
 
 func succeed(result []byte) transition {
-	return func(_, next *Job, now time.Time) *Job {
+	return func(j, next *Job, now time.Time) *Job {
+		recordRun(next, cloneJob(next), now, OutcomeSucceeded, "")
+		next.Progress = j.Progress
 		next.State = StateSucceeded
 		next.Result = result
 		next.LeaseUntil = now // the run is over; so is its lease
@@ -316,10 +323,14 @@ func (q *Queue) CompleteMany(ctx context.Context, jobs []*Job, results [][]byte)
 	return done, batchErr(errs)
 }
 
-// fits holds a transition's value to Config.MaxValueBytes: a LastError
-// that would push it past is cut to what fits, and anything else that does
+// fits holds a transition's value to Config.MaxValueBytes: a transition
+// that recorded a run drops the oldest History records first, then a
+// LastError that would push it past is cut to what fits, and anything else that does
 // (a result, a job an Update grew) refuses the transition for that job.
 func (d *decider) fits(next, cur *Job) error {
+	if len(next.History) != len(cur.History) || next.HistoryDropped != cur.HistoryDropped {
+		d.historyFits(next) // a transition that recorded a run gives up the oldest records first
+	}
 	over := encodedSize(next) - d.cfg.MaxValueBytes
 	if over > 0 && next.LastError != cur.LastError && over <= len(next.LastError) {
 		next.LastError = truncate(next.LastError, len(next.LastError)-over) // a shorter string never has a longer header
@@ -344,45 +355,49 @@ func (q *Queue) resultFits(j *Job, result []byte) error {
 // Fail records a failed attempt of a claimed job. With attempts left the
 // job goes back to pending, to run again after Config.Backoff; with none
 // left, or when cause wraps ErrSkipRetry, it fails for good. cause becomes
-// LastError (cut to MaxErrorLen).
+// LastError (cut to MaxErrorLen). A cause made by RetryAfter sets the
+// delay; one made by Snooze gives the attempt back instead (retry.go).
+// The run is recorded in Job.History.
 func (q *Queue) Fail(ctx context.Context, j *Job, cause error) (*Job, error) {
-	msg := "failed"
-	if cause != nil {
-		msg = cause.Error()
-	}
-	msg = truncate(msg, MaxErrorLen)
-	final := errors.Is(cause, ErrSkipRetry)
-	// A Fail retried after its reply was lost finds its own write: the job
-	// no longer active, still under this claim's token, with this error.
-	done := func(j, cur *Job) bool {
-		// LastError may have been cut to fit MaxValueBytes: a prefix of msg.
-		return cur.LeaseToken == j.LeaseToken && cur.LastError != "" && strings.HasPrefix(msg, cur.LastError) &&
-			(cur.State == StatePending || cur.State == StateFailed)
-	}
-	return q.fenced(ctx, j, []string{idxLeased, readyIndex(j.Priority), idxFailed}, done, func(_, next *Job, now time.Time) *Job {
-		next.LastError = msg
-		next.LeaseUntil = now
-		if final || next.Attempt >= next.MaxAttempts {
-			next.State = StateFailed
-			return next
-		}
-		next.State = StatePending
-		next.RunAt = now.Add(max(0, q.cfg.Backoff(next.Attempt)))
-		return next
-	})
+	return q.fail(ctx, j, cause, nil)
+}
+
+// fail is Fail under a retry policy (nil: Config.Backoff), decided in the
+// outcome's one compare-and-set.
+func (q *Queue) fail(ctx context.Context, j *Job, cause error, policy RetryPolicy) (*Job, error) {
+	f := newFailure(cause, policy)
+	return q.fenced(ctx, j, []string{idxLeased, readyIndex(j.Priority), idxFailed}, f.done, f.transition(&q.cfg))
 }
 
 // Release gives a claimed job back without spending its attempt: it is
-// pending again and due at once. Work uses it on shutdown.
+// pending again and due at once. Work uses it on shutdown. The run is
+// recorded in Job.History.
 func (q *Queue) Release(ctx context.Context, j *Job) (*Job, error) {
+	return q.release(ctx, j, 0)
+}
+
+// ReleaseAfter is Release with the job due d from now, by Redis's clock,
+// rather than at once: a job given back because of something that passes
+// (a rate limit, a dependency down) does not spin. d is 0..MaxRetryDelay.
+func (q *Queue) ReleaseAfter(ctx context.Context, j *Job, d time.Duration) (*Job, error) {
+	if d < 0 || d > MaxRetryDelay {
+		return nil, fmt.Errorf("%w: ReleaseAfter delay %v, want 0..%v", ErrInvalid, d, MaxRetryDelay)
+	}
+	return q.release(ctx, j, d)
+}
+
+func (q *Queue) release(ctx context.Context, j *Job, d time.Duration) (*Job, error) {
 	// A Release retried after its reply was lost finds the job pending
 	// under this claim's token: released, and nobody claimed it since.
 	done := func(j, cur *Job) bool { return cur.LeaseToken == j.LeaseToken && cur.State == StatePending }
-	return q.fenced(ctx, j, []string{idxLeased, readyIndex(j.Priority)}, done, func(_, next *Job, now time.Time) *Job {
+	return q.fenced(ctx, j, []string{idxLeased, readyIndex(j.Priority)}, done, func(j, next *Job, now time.Time) *Job {
+		cur := cloneJob(next)
+		next.Progress = j.Progress
 		next.State = StatePending
 		next.Attempt = max(0, next.Attempt-1)
-		next.RunAt = now
+		next.RunAt = now.Add(d)
 		next.LeaseUntil = now
+		recordRun(next, cur, now, OutcomeReleased, "")
 		return next
 	})
 }

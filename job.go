@@ -120,6 +120,32 @@ type Job struct {
 	// (format 1.6; a value written before decodes with none). Whole
 	// milliseconds, within 1970..9999.
 	Deadline time.Time
+	// Snoozes counts the runs that ended in a snooze (Snooze, or a
+	// RetryPolicy's RetryDecision.Snooze): each gave its attempt back and
+	// set RunAt later. Past Config.MaxSnoozes the next snooze fails the job
+	// for good with ErrSnoozeLimit, so a job cannot snooze for ever
+	// unnoticed. Queue.Retry resets it (format 1.7; a value written before
+	// decodes with 0).
+	Snoozes int
+	// StartedAt is when the latest claim took the job, by Redis's clock:
+	// the start of the run that Attempt counts (format 1.7; zero before
+	// the first claim, or in a value claimed before 1.7).
+	StartedAt time.Time
+	// History is the job's runs, oldest first: how each one ended, when it
+	// started, how long it ran, the worker, and its error (history.go). At
+	// most MaxHistoryEntries records and MaxHistoryBytes of their text are
+	// kept; older ones are dropped first and counted in HistoryDropped
+	// (format 1.7; a value written before decodes with none).
+	History []AttemptRecord
+	// HistoryDropped counts the records dropped from History to keep it
+	// within its bounds (format 1.7).
+	HistoryDropped int
+	// Progress is what the handler reported last with SetProgress: a small
+	// value of the caller's own encoding, at most MaxProgressBytes. It
+	// rides the run's next lease renewal and its outcome, and stays with
+	// the job until a later run reports again (format 1.7; a value written
+	// before decodes with none).
+	Progress []byte
 
 	// future holds the fields a newer minor version appended, as read, so
 	// that writing the job back keeps them: an older worker's claim or

@@ -31,9 +31,10 @@ type MetricsSnapshot struct {
 	// RetriesScheduled put the job back to run again and FailedForGood
 	// failed it with no retry left (or ErrSkipRetry); Released, the runs
 	// given back with their attempt unspent (shutdown, a claim that came
-	// too late); and Canceled, the runs stopped because their job was
-	// canceled while it ran.
-	Succeeded, AttemptsFailed, RetriesScheduled, FailedForGood, Released, Canceled int64
+	// too late); Snoozed, the runs that snoozed (Snooze: their attempt
+	// unspent too, and not among Released); and Canceled, the runs stopped
+	// because their job was canceled while it ran.
+	Succeeded, AttemptsFailed, RetriesScheduled, FailedForGood, Released, Snoozed, Canceled int64
 	// Runners is how many runners this process's Works on the queue have,
 	// and BusyRunners how many of them run a handler now (gauges).
 	Runners, BusyRunners int64
@@ -59,6 +60,7 @@ func (q *Queue) Metrics() MetricsSnapshot {
 	w := &q.work
 	m.Succeeded, m.AttemptsFailed, m.RetriesScheduled = w.succeeded.Load(), w.attemptsFailed.Load(), w.retries.Load()
 	m.FailedForGood, m.Released, m.Canceled = w.failedForGood.Load(), w.released.Load(), w.canceled.Load()
+	m.Snoozed = w.snoozed.Load()
 	m.Runners, m.BusyRunners = w.runners.Load(), w.busy.Load()
 	if q.enqueues != nil {
 		m.EnqueueBatches, m.ClaimBatches = batchSizes(q.enqueues.Sizes()), batchSizes(q.claims.Sizes())
@@ -104,8 +106,8 @@ func (s BatchSizes) Sub(o BatchSizes) BatchSizes {
 // workMetrics counts what this process's Works did on a Queue (see
 // MetricsSnapshot).
 type workMetrics struct {
-	succeeded, attemptsFailed, retries, failedForGood, released, canceled atomic.Int64
-	runners, busy                                                         atomic.Int64
+	succeeded, attemptsFailed, retries, failedForGood, released, snoozed, canceled atomic.Int64
+	runners, busy                                                                  atomic.Int64
 }
 
 // count counts an outcome a runner recorded: j as stored, written for the
@@ -118,6 +120,10 @@ func (m *workMetrics) count(claimed, j *Job) {
 		m.attemptsFailed.Add(1)
 		m.failedForGood.Add(1)
 	case StatePending:
+		if j.Snoozes > claimed.Snoozes {
+			m.snoozed.Add(1) // snoozed: its attempt unspent
+			return
+		}
 		if j.Attempt < claimed.Attempt {
 			m.released.Add(1) // given back: its attempt unspent
 			return

@@ -20,7 +20,7 @@ func TestMetricsCountWhatWorkRecordedOfItsRuns(t *testing.T) {
 	for _, s := range []struct {
 		id  string
 		max int
-	}{{"ok", 3}, {"retry", 3}, {"final", 1}, {"skip", 3}, {"cancel", 3}} {
+	}{{"ok", 3}, {"retry", 3}, {"final", 1}, {"skip", 3}, {"cancel", 3}, {"snooze", 1}} {
 		_, err := q.Enqueue(ctx, s.id, nil, &EnqueueOpts{ID: s.id, MaxAttempts: s.max})
 		require.NoError(t, err)
 	}
@@ -35,6 +35,8 @@ func TestMetricsCountWhatWorkRecordedOfItsRuns(t *testing.T) {
 			return nil, ctx.Err()
 		case "skip":
 			return nil, fmt.Errorf("bad input: %w", ErrSkipRetry)
+		case "snooze":
+			return nil, Snooze(time.Hour)
 		}
 		return nil, errors.New("boom")
 	}), &WorkOpts{Concurrency: 3})
@@ -46,7 +48,7 @@ func TestMetricsCountWhatWorkRecordedOfItsRuns(t *testing.T) {
 	require.NoError(t, err)
 	waitFor(t, "every outcome recorded", func() bool {
 		m := q.Metrics()
-		return m.Succeeded == 1 && m.AttemptsFailed == 3 && m.Canceled == 1
+		return m.Succeeded == 1 && m.AttemptsFailed == 3 && m.Canceled == 1 && m.Snoozed == 1
 	})
 	stop()
 	m = q.Metrics()
@@ -55,6 +57,7 @@ func TestMetricsCountWhatWorkRecordedOfItsRuns(t *testing.T) {
 	require.EqualValues(t, 1, m.RetriesScheduled, "retry, back to pending under the backoff")
 	require.EqualValues(t, 2, m.FailedForGood, "final (no attempt left) and skip (ErrSkipRetry)")
 	require.EqualValues(t, 1, m.Canceled)
+	require.EqualValues(t, 1, m.Snoozed, "a snooze spends no attempt, and is no failure")
 	require.Zero(t, m.Released)
 	require.Zero(t, m.Runners, "Work returned")
 	require.Zero(t, m.BusyRunners)

@@ -31,6 +31,11 @@ type mjob struct {
 	prio       int
 	key        string // its concurrency key, "" for none
 	entry      int64  // pending: the score of its ready entry (unix ms)
+	snoozes    int
+	// endToken and endMsg are the claim whose run a Fail or snooze ended
+	// last, and its error: the same write sent again finds its own.
+	endToken uint64
+	endMsg   string
 }
 
 // mwait is a job listed as waiting for a slot of its key.
@@ -67,8 +72,29 @@ type tally struct {
 	claims, outcomes, choices  int // claims, their outcomes, claims with more than one
 	parked, lapsedBack, pulled int // jobs left waiting, lapsed jobs back to pending, jobs pulled forward
 	extendLost, overLimit      int // renewals refused for want of a slot, checks that found a lowered limit exceeded
+	snoozed, snoozeLimit       int // snoozes, and snoozes past the limit that failed their job
 	overRate                   int // claims that met a job held back by its key's rate
 	replaced                   int // jobs an enqueue replaced (IfExists)
+}
+
+// ownFailure says whether a Fail (or snooze) with error msg of the run
+// that claimed copy j finds its own write already stored in mj: the job
+// no longer active, still under j's token, and ended by this run with
+// this error, or whose last error is it; a snooze also finds the snooze
+// it counted, or the limit it failed on.
+func ownFailure(mj *mjob, j *Job, msg string, snooze bool) bool {
+	if mj.token != j.LeaseToken || mj.state != StatePending && mj.state != StateFailed {
+		return false
+	}
+	switch {
+	case mj.endToken == j.LeaseToken && mj.endMsg == msg:
+		return true
+	case snooze && mj.state == StatePending && mj.snoozes > j.Snoozes:
+		return true
+	case snooze && mj.state == StateFailed && strings.HasPrefix(mj.lastErr, ErrSnoozeLimit.Error()):
+		return true
+	}
+	return mj.lastErr != "" && strings.HasPrefix(msg, mj.lastErr)
 }
 
 func (m *model) clone() *model {
@@ -501,6 +527,7 @@ type jobView struct {
 	Owner      string
 	LeaseUntil int64 // active only
 	LastError  string
+	Snoozes    int
 	Index      string
 	Score      int64 // pending and active only
 }
@@ -521,7 +548,7 @@ type view struct {
 func (m *model) project() view {
 	v := view{Jobs: map[string]jobView{}, Keys: map[string]keyView{}}
 	for id, j := range m.jobs {
-		jv := jobView{State: j.state, Attempt: j.attempt, LastError: j.lastErr}
+		jv := jobView{State: j.state, Attempt: j.attempt, LastError: j.lastErr, Snoozes: j.snoozes}
 		switch j.state {
 		case StatePending:
 			jv.RunAt, jv.Index, jv.Score = toMillis(j.runAt), readyIndex(j.prio), j.entry
@@ -590,7 +617,7 @@ func observe(rt *rapid.T, f *fixture, m *model, ids, keys []string) view {
 		require.NoError(rt, err)
 		got := new(Job)
 		require.NoError(rt, unmarshalString(raw, got))
-		jv := jobView{State: got.State, Attempt: got.Attempt, LastError: got.LastError}
+		jv := jobView{State: got.State, Attempt: got.Attempt, LastError: got.LastError, Snoozes: got.Snoozes}
 		switch got.State {
 		case StatePending:
 			jv.RunAt = toMillis(got.RunAt)
@@ -654,7 +681,9 @@ type mrun struct {
 // and concurrency keys all agree with the model. Jobs may have a
 // concurrency key ("a" or "b") whose limit steps change; a claim must take
 // a job the model allows (the highest rank that is not blocked), and never
-// one whose key has its limit of live leases.
+// one whose key has its limit of live leases. A run may snooze: its
+// attempt is given back and the job is due later, and the snooze past
+// Config.MaxSnoozes (1 here, so that runs reach it) fails the job.
 func TestModel(t *testing.T) {
 	t.Parallel()
 	redistest.RequireReal(t)
@@ -668,8 +697,9 @@ func TestModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		clock := newClock()
 		backoff := func(attempt int) time.Duration { return time.Duration(attempt) * 10 * time.Second }
+		const maxSnoozes = 1
 		q, err := NewQueue(rdb, "q", &Config{
-			Prefix: "model-" + NewID(), Backoff: backoff, Shards: rapid.IntRange(1, 3).Draw(rt, "shards"),
+			Prefix: "model-" + NewID(), Backoff: backoff, Shards: rapid.IntRange(1, 3).Draw(rt, "shards"), MaxSnoozes: maxSnoozes,
 			ConcurrencyLimit: rapid.IntRange(1, 2).Draw(rt, "default limit"),
 			ClaimWindow:      20, // every due job of an index: bases x keys
 		})
@@ -1042,22 +1072,58 @@ func TestModel(t *testing.T) {
 				}
 				j := pickHeld(rt)
 				_, err := q.Fail(ctx, j, errors.New("x"))
-				mj, ok := fenced(j)
-				if mj.token == j.LeaseToken && mj.lastErr == "x" && (mj.state == StatePending || mj.state == StateFailed) {
+				if ownFailure(m.jobs[j.ID], j, "x", false) {
 					require.NoError(rt, err, "a repeated Fail finds its own write")
 					return
 				}
+				mj, ok := fenced(j)
 				if !ok {
 					require.ErrorIs(rt, err, ErrLeaseLost)
 					return
 				}
 				require.NoError(rt, err)
-				mj.lastErr, mj.leaseUntil = "x", m.now
+				mj.lastErr, mj.leaseUntil, mj.endToken, mj.endMsg = "x", m.now, j.LeaseToken, "x"
 				if mj.attempt >= mj.max {
 					mj.state = StateFailed
 				} else {
 					mj.state, mj.runAt = StatePending, m.now.Add(m.backoff(mj.attempt))
 					mj.entry = toMillis(mj.runAt)
+				}
+				if mj.key != "" {
+					m.release(mj.key, j.ID)
+				}
+				runOf(j).ended = true
+			},
+			// A handler snoozes its run: the attempt is given back and the
+			// job is due later, until the snooze past the limit fails it.
+			"snooze": func(rt *rapid.T) {
+				if len(held) == 0 {
+					rt.Skip("nothing claimed")
+				}
+				j := pickHeld(rt)
+				d := rapid.SampledFrom([]time.Duration{0, 5 * time.Second, 30 * time.Second}).Draw(rt, "snooze")
+				cause := Snooze(d)
+				_, err := q.Fail(ctx, j, cause)
+				if ownFailure(m.jobs[j.ID], j, cause.Error(), true) {
+					require.NoError(rt, err, "a repeated snooze finds its own write")
+					return
+				}
+				mj, ok := fenced(j)
+				if !ok {
+					require.ErrorIs(rt, err, ErrLeaseLost)
+					return
+				}
+				require.NoError(rt, err)
+				mj.leaseUntil, mj.endToken, mj.endMsg = m.now, j.LeaseToken, cause.Error()
+				if mj.snoozes < maxSnoozes {
+					mj.state, mj.snoozes, mj.attempt = StatePending, mj.snoozes+1, max(0, mj.attempt-1)
+					mj.runAt = m.now.Add(d)
+					mj.entry = toMillis(mj.runAt)
+					m.tally.snoozed++
+				} else {
+					mj.state = StateFailed
+					mj.lastErr = fmt.Sprintf("%v: %d snoozes, limit %d; the last: %s", ErrSnoozeLimit, mj.snoozes, maxSnoozes, cause.Error())
+					m.tally.snoozeLimit++
 				}
 				if mj.key != "" {
 					m.release(mj.key, j.ID)
@@ -1118,7 +1184,7 @@ func TestModel(t *testing.T) {
 					require.ErrorIs(rt, err, ErrNotFound)
 				case mj.state == StateFailed || mj.state == StateCanceled:
 					require.NoError(rt, err)
-					mj.state, mj.attempt, mj.runAt = StatePending, 0, m.now
+					mj.state, mj.attempt, mj.snoozes, mj.runAt = StatePending, 0, 0, m.now
 					if mj.leaseUntil.After(m.now) {
 						mj.runAt = mj.leaseUntil // a canceled run's lease ends first
 					}
@@ -1215,6 +1281,8 @@ func (t *tally) add(o tally) {
 	t.pulled += o.pulled
 	t.extendLost += o.extendLost
 	t.overLimit += o.overLimit
+	t.snoozed += o.snoozed
+	t.snoozeLimit += o.snoozeLimit
 	t.overRate += o.overRate
 	t.replaced += o.replaced
 }

@@ -116,6 +116,30 @@ func TestRoundTripBudget(t *testing.T) {
 	measure("Release", 2, func() (err error) { _, err = f.q.Release(f.ctx, c); return })
 	c, err = f.q.Claim(f.ctx, "w")
 	require.NoError(t, err)
+	// A snooze, a retry after a delay and a release after one are decided
+	// in the outcome's own compare-and-set.
+	measure("Fail (Snooze)", 2, func() (err error) { _, err = f.q.Fail(f.ctx, c, Snooze(time.Second)); return })
+	f.clock.Advance(time.Second)
+	c, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	measure("Fail (RetryAfter)", 2, func() (err error) { _, err = f.q.Fail(f.ctx, c, RetryAfter(time.Second, errors.New("x"))); return })
+	f.clock.Advance(time.Second)
+	c, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	measure("SetProgress", 0, func() error {
+		// Outside a handler it is refused at once; inside, it only stores the
+		// value for the run's next write (TestProgressRidesTheRenewalAndTheOutcome).
+		if err := SetProgress(f.ctx, []byte("1")); !errors.Is(err, ErrInvalid) {
+			return fmt.Errorf("want ErrInvalid, got %v", err)
+		}
+		return nil
+	})
+	c.Progress = []byte(`{"done":1}`)
+	measure("Extend (with progress)", 2, func() (err error) { c, err = f.q.Extend(f.ctx, c); return })
+	measure("ReleaseAfter", 2, func() (err error) { _, err = f.q.ReleaseAfter(f.ctx, c, time.Second); return })
+	f.clock.Advance(time.Second)
+	c, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
 	measure("Complete", 2, func() (err error) { _, err = f.q.Complete(f.ctx, c, []byte("r")); return })
 	measure("Cancel", 2, func() (err error) { _, err = f.q.Cancel(f.ctx, "mine"); return })
 	measure("Retry", 2, func() (err error) { _, err = f.q.Retry(f.ctx, "mine"); return })

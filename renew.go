@@ -145,7 +145,7 @@ func (s *renewer) renew(r *run) {
 	asked := time.Now()
 	// A renewal that lands after the deadline is useless: bound it.
 	ctx, cancel := context.WithTimeout(r.w.writes, max(r.left(), time.Millisecond))
-	j, err := q.Extend(ctx, r.job)
+	j, err := q.Extend(ctx, r.current())
 	cancel()
 	keep := true
 	var ll *LeaseLostError

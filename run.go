@@ -31,8 +31,12 @@ type run struct {
 
 	mu       sync.Mutex
 	deadline time.Time // last confirmed lease end, less the margin: the renewer fences the run then
-	expired  chan struct{}
-	once     sync.Once // closes expired
+	// progress is what the handler reported last (SetProgress), when
+	// progressSet: every renewal and the outcome write it (current).
+	progress    []byte
+	progressSet bool
+	expired     chan struct{}
+	once        sync.Once // closes expired
 
 	hints   atomic.Int64 // cancel hints not yet confirmed; a check runs while > 0
 	writing atomic.Bool  // an outcome write is in flight
@@ -52,7 +56,7 @@ type run struct {
 // starts keeping its lease.
 func (w *worker) start(j *Job, asked time.Time) *run {
 	r := &run{w: w, job: j, expired: make(chan struct{}), idx: -1}
-	r.ctx, r.cancel = context.WithCancelCause(w.runs)
+	r.ctx, r.cancel = context.WithCancelCause(context.WithValue(w.runs, runKey{}, r))
 	r.deadline = asked.Add(leaseLeft(j) - w.o.LeaseMargin)
 	w.mu.Lock()
 	w.running[r] = struct{}{}
@@ -125,7 +129,7 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 	for {
 		ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
 		r.writing.Store(true)
-		stored, err := write(ctx, r.job)
+		stored, err := write(ctx, r.current())
 		r.writing.Store(false)
 		cancel()
 		if err == nil {

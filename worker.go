@@ -85,6 +85,11 @@ type WorkOpts struct {
 	// handlers still stuck this long after ShutdownGrace, with
 	// ErrHandlerStuck (default: 10s).
 	StuckAfter time.Duration
+	// RetryPolicy decides the retry of this Work's failed runs, in place
+	// of Config.Backoff; a handler with a policy of its own (a Retrier:
+	// WithRetryPolicy, a Mux of such handlers) decides first for its jobs
+	// (default: none, Config.Backoff).
+	RetryPolicy RetryPolicy
 }
 
 // Work claims and runs jobs with h until ctx ends, then shuts down
@@ -470,7 +475,7 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	}
 	if pastDeadline(j) {
 		// As asynq does, the handler is not run: the attempt fails.
-		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, deadlineError(j, nil)) })
+		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.fail(ctx, j, deadlineError(j, nil)) })
 		return nil, time.Time{}
 	}
 	hctx, timeout := r.ctx, cmp.Or(j.Timeout, w.o.Timeout)
@@ -497,7 +502,7 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 			case errors.Is(cause, ErrShutdown):
 				w.record(r, w.q.Release)
 			default:
-				w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, errHandlerGoexit) })
+				w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.fail(ctx, j, errHandlerGoexit) })
 			}
 		}
 	}()
@@ -535,7 +540,7 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 			// broken index): fail the job for good with the reason, rather
 			// than leave it leased to nobody, to run again and again.
 			w.record(r, func(ctx context.Context, j *Job) (*Job, error) {
-				return w.q.Fail(ctx, j, skipRetry(wrapf(werr, "the handler succeeded, but its outcome could not be recorded")))
+				return w.fail(ctx, j, skipRetry(wrapf(werr, "the handler succeeded, but its outcome could not be recorded")))
 			})
 		}
 	case errors.Is(cause, ErrLeaseExpired):
@@ -545,14 +550,14 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 		w.record(r, w.q.Release)
 	case deadlined:
 		// An attempt like any failed one, as in asynq: retried under backoff.
-		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, deadlineError(j, err)) })
+		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.fail(ctx, j, deadlineError(j, err)) })
 	case timedOut:
 		// An attempt like any failed one: retried under backoff.
 		w.record(r, func(ctx context.Context, j *Job) (*Job, error) {
-			return w.q.Fail(ctx, j, fmt.Errorf("timeout: the handler ran past its timeout of %v: %w", timeout, err))
+			return w.fail(ctx, j, fmt.Errorf("timeout: the handler ran past its timeout of %v: %w", timeout, err))
 		})
 	default:
-		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Fail(ctx, j, err) })
+		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.fail(ctx, j, err) })
 	}
 	return next, nextAsked
 }
@@ -572,7 +577,7 @@ func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, 
 	defer cancel()
 	asked = time.Now()
 	r.writing.Store(true)
-	out, err := w.q.completeAndClaim(ctx, r.job, result, name)
+	out, err := w.q.completeAndClaim(ctx, r.current(), result, name)
 	r.writing.Store(false)
 	switch {
 	case err == nil:
@@ -641,6 +646,26 @@ func (w *worker) recorded(claimed, j *Job, err error) {
 	if w.o.OnRecorded != nil {
 		w.o.OnRecorded(j, err)
 	}
+}
+
+// fail records a failed run under the retry policy of the handler, else
+// WorkOpts.RetryPolicy, else Config.Backoff (retry.go).
+func (w *worker) fail(ctx context.Context, j *Job, cause error) (*Job, error) {
+	var policy RetryPolicy
+	if r, ok := w.h.(Retrier); ok || w.o.RetryPolicy != nil {
+		policy = func(j *Job, err error) RetryDecision {
+			if ok {
+				if d, mine := r.NextRetry(j, err); mine {
+					return d
+				}
+			}
+			if w.o.RetryPolicy != nil {
+				return w.o.RetryPolicy(j, err)
+			}
+			return RetryDecision{Delay: w.q.cfg.Backoff(j.Attempt)}
+		}
+	}
+	return w.q.fail(ctx, j, cause, policy)
 }
 
 // errHandlerGoexit fails the attempt of a handler that called

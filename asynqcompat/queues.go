@@ -14,7 +14,9 @@ import (
 // each name of cfg.Queues (asynq's default, {"default": 1}, when empty)
 // becomes the jobkey queue queues maps it to, with its weight;
 // StrictPriority, Concurrency (asynq's default, the number of CPUs, when
-// 0) and ShutdownTimeout carry over. The queues come heaviest first, then
+// 0) and ShutdownTimeout carry over, and RetryDelayFunc and IsFailure,
+// when either is set, become WorkOpts.RetryPolicy (RetryPolicy; with
+// neither, each queue's Config.Backoff decides). The queues come heaviest first, then
 // by name. A name with no jobkey queue, or a weight below 1, is refused.
 //
 //	qs, opts, err := asynqcompat.WorkQueues(asynqCfg, map[string]*jobkey.Queue{"critical": crit, "default": def, "low": low})
@@ -43,5 +45,8 @@ func WorkQueues(cfg asynq.Config, queues map[string]*jobkey.Queue) ([]jobkey.Wei
 	opts := &jobkey.WorkQueuesOpts{StrictPriority: cfg.StrictPriority}
 	opts.Concurrency = cmp.Or(cfg.Concurrency, runtime.NumCPU())
 	opts.ShutdownGrace = cfg.ShutdownTimeout
+	if cfg.RetryDelayFunc != nil || cfg.IsFailure != nil {
+		opts.RetryPolicy = RetryPolicy(cfg.RetryDelayFunc, cfg.IsFailure)
+	}
 	return out, opts, nil
 }

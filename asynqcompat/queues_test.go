@@ -1,6 +1,7 @@
 package asynqcompat
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 	"time"
@@ -31,4 +32,25 @@ func TestWorkQueuesMapsAsynqsQueueOptions(t *testing.T) {
 	require.ErrorContains(t, err, `"other"`)
 	_, _, err = WorkQueues(asynq.Config{Queues: map[string]int{"critical": 0}}, map[string]*jobkey.Queue{"critical": crit})
 	require.ErrorIs(t, err, jobkey.ErrInvalid)
+}
+
+// An asynq Config's RetryDelayFunc and IsFailure become the WorkQueues'
+// retry policy; with neither, each queue's own Backoff decides.
+func TestWorkQueuesMapsRetryDelayFuncAndIsFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := e.queue(t, "default", nil)
+	errBusy := errors.New("busy")
+	_, opts, err := WorkQueues(asynq.Config{
+		RetryDelayFunc: func(n int, err error, task *asynq.Task) time.Duration { return time.Duration(n+1) * time.Minute },
+		IsFailure:      func(err error) bool { return !errors.Is(err, errBusy) },
+	}, map[string]*jobkey.Queue{"default": q})
+	require.NoError(t, err)
+	require.NotNil(t, opts.RetryPolicy)
+	d := opts.RetryPolicy(&jobkey.Job{Type: "t", Attempt: 2, MaxAttempts: 5}, errBusy)
+	require.Equal(t, jobkey.RetryDecision{Delay: 2 * time.Minute, Snooze: true}, d)
+
+	_, opts, err = WorkQueues(asynq.Config{}, map[string]*jobkey.Queue{"default": q})
+	require.NoError(t, err)
+	require.Nil(t, opts.RetryPolicy, "the queue's Config.Backoff decides")
 }

@@ -3,6 +3,7 @@ package asynqcompat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,4 +71,54 @@ func TestRetryDelayPassesAsynqRetryCount(t *testing.T) {
 		d := RetryDelay(f)(1)
 		require.GreaterOrEqual(t, d, 15*time.Second)
 	}
+}
+
+// RetryPolicy gives asynq's RetryDelayFunc the run's error and task, and an
+// error IsFailure does not count is retried without spending the attempt,
+// as asynq retries it without counting a retry.
+func TestRetryPolicyMapsRetryDelayFuncAndIsFailure(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue(t, "webhooks", nil)
+	errBusy := errors.New("receiver busy")
+	var seen []string
+	delay := func(n int, err error, task *asynq.Task) time.Duration {
+		seen = append(seen, fmt.Sprintf("%d %s %s %v", n, task.Type(), task.Payload(), err))
+		return time.Duration(n+1) * time.Hour
+	}
+	isFailure := func(err error) bool { return !errors.Is(err, errBusy) }
+	p := RetryPolicy(delay, isFailure)
+
+	for _, c := range []struct {
+		err     error
+		snooze  bool
+		attempt int
+	}{{errBusy, true, 1}, {errors.New("boom"), false, 1}, {errors.New("boom"), false, 3}} {
+		j := &jobkey.Job{Type: "hook:send", Payload: []byte("p"), Attempt: c.attempt, MaxAttempts: 5}
+		d := p(j, c.err)
+		require.Equal(t, c.snooze, d.Snooze, "%v", c.err)
+		require.False(t, d.GiveUp)
+		require.Equal(t, time.Duration(c.attempt)*time.Hour, d.Delay)
+	}
+	require.Equal(t, []string{"0 hook:send p receiver busy", "0 hook:send p boom", "2 hook:send p boom"}, seen)
+
+	// Under Work: the busy receiver's run gives its attempt back.
+	_, err := q.Enqueue(e.ctx, "hook:send", nil, &jobkey.EnqueueOpts{ID: "h", MaxAttempts: 1})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(ctx, HandlerFunc(func(context.Context, *asynq.Task) error { return errBusy }),
+			&jobkey.WorkOpts{RetryPolicy: RetryPolicy(nil, isFailure), PollInterval: 20 * time.Millisecond})
+	}()
+	var j *jobkey.Job
+	require.Eventually(t, func() bool {
+		j, err = q.Get(e.ctx, "h")
+		return err == nil && j.Snoozes == 1 && j.State == jobkey.StatePending
+	}, 10*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Zero(t, j.Attempt, "its one attempt is left")
+	wait := j.RunAt.Sub(j.UpdatedAt)
+	require.GreaterOrEqual(t, wait, 15*time.Second, "asynq's default delay for the first retry")
 }

@@ -109,6 +109,7 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 		{"jobkey.work.jobs_failed", "{job}", "Jobs failed for good: no attempt left, or ErrSkipRetry.", func(m jobkey.MetricsSnapshot) int64 { return m.FailedForGood }},
 		{"jobkey.work.jobs_canceled", "{job}", "Runs stopped because their job was canceled while it ran.", func(m jobkey.MetricsSnapshot) int64 { return m.Canceled }},
 		{"jobkey.work.runs_released", "{run}", "Runs given back with their attempt unspent (shutdown, a claim that came too late).", func(m jobkey.MetricsSnapshot) int64 { return m.Released }},
+		{"jobkey.work.runs_snoozed", "{run}", "Runs that snoozed: their job runs again later, their attempt unspent.", func(m jobkey.MetricsSnapshot) int64 { return m.Snoozed }},
 	} {
 		inst, err := meter.Int64ObservableCounter(c.name, metric.WithDescription(c.desc+" By queue."), metric.WithUnit(c.unit))
 		if err != nil {

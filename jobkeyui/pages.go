@@ -295,6 +295,7 @@ type jobRow struct {
 	LeaseUntil     time.Time
 	UpdatedAt      time.Time
 	LastError      string
+	Progress       string // as text, for an active job
 	Acts           acts
 }
 
@@ -368,7 +369,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		d.Jobs = append(d.Jobs, jobRow{
 			ID: j.ID, Type: j.Type, Link: p.Link("job", "queue", name, "id", j.ID),
 			Attempt: j.Attempt, Max: j.MaxAttempts, RunAt: j.RunAt, LeaseUntil: j.LeaseUntil, UpdatedAt: j.UpdatedAt,
-			LastError: j.LastError, Acts: actsOf(j.State),
+			LastError: j.LastError, Progress: show(j.Progress).Text, Acts: actsOf(j.State),
 		})
 	}
 	for _, u := range jp.Unreadable {
@@ -427,6 +428,7 @@ type jobData struct {
 	StateLink string
 	Payload   shown
 	Result    shown
+	Progress  shown
 	Acts      acts
 	Keys      jobkey.JobKeys
 	ReadErr   string // why the value cannot be read
@@ -471,7 +473,7 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Job, d.State = j, j.State.String()
 		d.StateLink = p.Link("queue", "name", name, "state", d.State)
-		d.Payload, d.Result, d.Acts = show(j.Payload), show(j.Result), actsOf(j.State)
+		d.Payload, d.Result, d.Progress, d.Acts = show(j.Payload), show(j.Result), show(j.Progress), actsOf(j.State)
 	}
 	p.Data = d
 	h.render(w, r, h.pages.job, http.StatusOK, p)

@@ -355,6 +355,59 @@ func TestJobPage(t *testing.T) {
 	}
 }
 
+// The job page lists the runs the value keeps, oldest first, escaped, and
+// how many older ones were dropped; it and the active listing show a
+// running job's progress.
+func TestJobPageShowsAttemptHistoryAndProgress(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "hist", &jobkey.Config{Prefix: f.prefix})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "welcome", nil, &jobkey.EnqueueOpts{ID: "h1"})
+	require.NoError(t, err)
+	j, err := q.Claim(ctx, "worker-<7>")
+	require.NoError(t, err)
+	require.Equal(t, "h1", j.ID)
+	_, err = q.Fail(ctx, j, jobkey.RetryAfter(0, errors.New("<b>429</b>")))
+	require.NoError(t, err)
+	j, err = q.Claim(ctx, "worker-8")
+	require.NoError(t, err)
+	_, err = q.Fail(ctx, j, jobkey.Snooze(time.Hour))
+	require.NoError(t, err)
+
+	resp, body := f.fetch(t, c, "/job?queue=hist&id=h1")
+	wantStatus(t, resp, body, http.StatusOK)
+	for _, want := range []string{
+		`<table class="runs" id="history">`,
+		`<code>worker-&lt;7&gt;</code>`, `&lt;b&gt;429&lt;/b&gt; (retry after 0s)`, `outcome-failed">failed`,
+		`<code>worker-8</code>`, `outcome-snoozed">snoozed`, "jobkey: snoozed for 1h0m0s",
+		`<dt>snoozes</dt><dd id="snoozes">1</dd>`,
+	} {
+		require.Contains(t, body, want)
+	}
+	table := body[strings.Index(body, `id="history"`):]
+	require.Less(t, strings.Index(table, "worker-&lt;7&gt;"), strings.Index(table, "worker-8"), "oldest first")
+	require.NotContains(t, body, "<b>429")
+
+	// A running job's progress, on its page and in the active listing.
+	_, err = q.Enqueue(ctx, "import", nil, &jobkey.EnqueueOpts{ID: "p1"})
+	require.NoError(t, err)
+	j, err = q.Claim(ctx, "worker-9")
+	require.NoError(t, err)
+	require.Equal(t, "p1", j.ID)
+	j.Progress = []byte("<i>rows 40 of 100</i>")
+	_, err = q.Extend(ctx, j)
+	require.NoError(t, err)
+	resp, body = f.fetch(t, c, "/job?queue=hist&id=p1")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `<dt>progress</dt><dd id="progress"><code>&lt;i&gt;rows 40 of 100&lt;/i&gt;</code></dd>`)
+	resp, body = f.fetch(t, c, "/queue?name=hist&state=active")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `<th>progress</th>`)
+	require.Contains(t, body, `<td class="progress">&lt;i&gt;rows 40 of 100&lt;/i&gt;</td>`)
+}
+
 // signUp is job arguments as a user writes them for EnqueueArgs.
 type signUp struct {
 	Email string

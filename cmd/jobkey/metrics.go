@@ -92,6 +92,8 @@ var families = []metricFamily{
 		}},
 	{name: "jobkey_work_runs_released_total", kind: "counter", help: "Runs given back with their attempt unspent (shutdown, a claim that came too late)." + workHelp,
 		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.Released }},
+	{name: "jobkey_work_runs_snoozed_total", kind: "counter", help: "Runs that snoozed: their job runs again later, their attempt unspent." + workHelp,
+		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.Snoozed }},
 	{name: "jobkey_work_stuck_detections_total", kind: "counter", help: "Handlers reported stuck, in this process, by queue.",
 		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.StuckDetected }},
 	{name: "jobkey_work_stuck_handlers", kind: "gauge", help: "Handlers still running after their contexts ended, in this process, by queue.",

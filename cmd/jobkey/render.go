@@ -175,6 +175,23 @@ type jobView struct {
 	CreatedAt      *time.Time        `json:"created_at,omitempty"`
 	UpdatedAt      *time.Time        `json:"updated_at,omitempty"`
 	Rev            uint64            `json:"rev"`
+	Snoozes        int               `json:"snoozes,omitempty"`
+	StartedAt      *time.Time        `json:"started_at,omitempty"`
+	ProgressFormat string            `json:"progress_format,omitempty"`
+	Progress       json.RawMessage   `json:"progress,omitempty"`
+	ProgressBase64 string            `json:"progress_base64,omitempty"`
+	History        []attemptView     `json:"history,omitempty"`
+	HistoryDropped int               `json:"history_dropped,omitempty"`
+}
+
+// attemptView is one record of a job's History as -json prints it.
+type attemptView struct {
+	Attempt    int        `json:"attempt"`
+	Started    *time.Time `json:"started,omitempty"`
+	DurationMS int64      `json:"duration_ms"`
+	Worker     string     `json:"worker,omitempty"`
+	Outcome    string     `json:"outcome"`
+	Error      string     `json:"error,omitempty"`
 }
 
 // viewOf returns j as -json prints it.
@@ -189,6 +206,13 @@ func viewOf(j *jobkey.Job) jobView {
 	v.PayloadFormat, v.Payload, v.PayloadCut = bytesJSON(j.Payload)
 	v.ResultFormat, v.Result, v.ResultCut = bytesJSON(j.Result)
 	v.PayloadBase64, v.ResultBase64 = base64Of(j.Payload), base64Of(j.Result)
+	v.Snoozes, v.StartedAt, v.HistoryDropped = j.Snoozes, timePtr(j.StartedAt), j.HistoryDropped
+	v.ProgressFormat, v.Progress, _ = bytesJSON(j.Progress)
+	v.ProgressBase64 = base64Of(j.Progress)
+	for _, r := range j.History {
+		v.History = append(v.History, attemptView{Attempt: r.Attempt, Started: timePtr(r.Started), DurationMS: r.Duration.Milliseconds(),
+			Worker: r.Worker, Outcome: r.Outcome.String(), Error: r.Error})
+	}
 	return v
 }
 
@@ -226,7 +250,11 @@ func printJob(w io.Writer, j *jobkey.Job) {
 	if j.Timeout > 0 {
 		field("timeout", j.Timeout.String())
 	}
+	if j.Snoozes > 0 {
+		field("snoozes", strconv.Itoa(j.Snoozes))
+	}
 	field("run at", when(j.RunAt))
+	field("started at", when(j.StartedAt))
 	field("lease owner", orDash(line(j.LeaseOwner)))
 	field("lease until", when(j.LeaseUntil))
 	field("lease token", strconv.FormatUint(j.LeaseToken, 10))
@@ -250,8 +278,33 @@ func printJob(w io.Writer, j *jobkey.Job) {
 	default:
 		fmt.Fprintf(w, "last error:\n%s", indent(renderText(j.LastError)))
 	}
+	printHistory(w, j)
+	if len(j.Progress) > 0 {
+		printBytes(w, "progress", j.Progress)
+	}
 	printBytes(w, "payload", j.Payload)
 	printBytes(w, "result", j.Result)
+}
+
+// printHistory prints the job's runs, oldest first, one a line, with how
+// many older ones were dropped.
+func printHistory(w io.Writer, j *jobkey.Job) {
+	if len(j.History) == 0 && j.HistoryDropped == 0 {
+		fmt.Fprintf(w, "%-13s -\n", "history:")
+		return
+	}
+	fmt.Fprintf(w, "history (%d runs", len(j.History))
+	if j.HistoryDropped > 0 {
+		fmt.Fprintf(w, "; %d older dropped", j.HistoryDropped)
+	}
+	fmt.Fprintf(w, "):\n")
+	for _, r := range j.History {
+		fmt.Fprintf(w, "  #%d  %s  %s  %-9s  %s", r.Attempt, when(r.Started), r.Duration, r.Outcome, orDash(line(r.Worker)))
+		if r.Error != "" {
+			fmt.Fprintf(w, "  %s", line(strings.ReplaceAll(r.Error, "\n", " ")))
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // printBytes prints a payload or result under a heading naming its format

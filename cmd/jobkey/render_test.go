@@ -133,6 +133,43 @@ func TestPrintJob(t *testing.T) {
 	require.NotContains(t, m, "lease_until")
 }
 
+// show prints a job's runs, oldest first, with how many were dropped, its
+// snoozes and its progress; -json carries them too.
+func TestPrintJobShowsHistoryAndProgress(t *testing.T) {
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	j := &jobkey.Job{
+		ID: "j1", Queue: "mail", Type: "welcome", State: jobkey.StatePending, Attempt: 1, MaxAttempts: 3, RunAt: t0,
+		Snoozes: 2, StartedAt: t0.Add(-time.Minute), Progress: []byte(`{"sent":40}`), HistoryDropped: 5,
+		History: []jobkey.AttemptRecord{
+			{Attempt: 1, Started: t0.Add(-time.Hour), Duration: 1500 * time.Millisecond, Worker: "host/1", Outcome: jobkey.OutcomeFailed, Error: "smtp\x1b[2J: 421"},
+			{Attempt: 1, Started: t0.Add(-time.Minute), Duration: 80 * time.Millisecond, Worker: "host/2", Outcome: jobkey.OutcomeSnoozed, Error: "jobkey: snoozed for 30s"},
+		},
+	}
+	var out bytes.Buffer
+	printJob(&out, j)
+	s := out.String()
+	require.Contains(t, s, "snoozes:      2\n")
+	require.Contains(t, s, "started at:   2025-03-01T11:59:00Z\n")
+	require.Contains(t, s, "history (2 runs; 5 older dropped):\n")
+	require.Contains(t, s, "  #1  2025-03-01T11:00:00Z  1.5s  failed     host/1  smtp\\x1b[2J: 421\n")
+	require.Contains(t, s, "  #1  2025-03-01T11:59:00Z  80ms  snoozed    host/2  jobkey: snoozed for 30s\n")
+	require.Less(t, strings.Index(s, "1.5s"), strings.Index(s, "80ms"), "oldest first")
+	require.Contains(t, s, "progress (json, 11 bytes):\n  {\n    \"sent\": 40\n  }\n")
+	require.NotContains(t, s, "\x1b")
+
+	b, err := json.Marshal(viewOf(j))
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.EqualValues(t, 2, m["snoozes"])
+	require.EqualValues(t, 5, m["history_dropped"])
+	require.Equal(t, map[string]any{"sent": float64(40)}, m["progress"])
+	h := m["history"].([]any)
+	require.Len(t, h, 2)
+	require.Equal(t, "snoozed", h[1].(map[string]any)["outcome"])
+	require.EqualValues(t, 1500, h[0].(map[string]any)["duration_ms"])
+}
+
 func TestParseInterleaved(t *testing.T) {
 	parse := func(args ...string) ([]string, bool, error) {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)

@@ -453,11 +453,15 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	var keyed atomic.Int64 // acknowledged jobs with a concurrency key
 
 	var ack acked
-	var successes sync.Map // job ID -> *atomic.Int64 of recorded successful completions
+	var successes sync.Map   // job ID -> *atomic.Int64 of recorded successful completions
+	var snoozed atomic.Int64 // runs recorded as snoozed
 	onRecorded := func(j *jobkey.Job, err error) {
 		if err == nil && j.State == jobkey.StateSucceeded && j.Type != uniqueType {
 			v, _ := successes.LoadOrStore(j.ID, new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
+		}
+		if h := j.History; err == nil && j.State == jobkey.StatePending && len(h) > 0 && h[len(h)-1].Outcome == jobkey.OutcomeSnoozed {
+			snoozed.Add(1)
 		}
 	}
 	var runs runLog
@@ -504,6 +508,10 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 				time.Sleep(canceledStop)
 			}
 			return nil, ctx.Err()
+		}
+		if j.Snoozes < 2 && rand.N(10) == 0 {
+			// A receiver said "not now": run again soon, the attempt spared.
+			return nil, jobkey.Snooze(time.Duration(rand.N(100)) * time.Millisecond)
 		}
 		return []byte(fmt.Sprintf("attempt %d by %s", j.Attempt, j.LeaseOwner)), nil
 	})
@@ -744,6 +752,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	r.faults["completion started late (1.5 leases)"] = slowCompletions.Load()
 	r.faults["worker shut down at a random moment"] = shutdowns.Load()
 	r.faults["jobs of a second queue run beside the chaos queue by a WorkQueues"] = sideRuns.Load()
+	r.faults["run snoozed (attempt given back)"] = snoozed.Load()
 	if prios {
 		r.faults["jobs enqueued above priority 0"] = prioritized.Load()
 	}
@@ -757,6 +766,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	require.Positive(t, r.uniqueIDs, "unique jobs were enqueued")
 	require.Zero(t, r.uniqueStuck, "unique jobs a fresh consumer could not drain")
 	require.Zero(t, r.faults[replaceEarly], "a replaced job was due before the canceled run's lease ended")
+	require.Positive(t, snoozed.Load(), "runs were snoozed")
 	for _, f := range []string{cancelRetry, cancelUpdate, cancelDelete, cancelReplace, whileStopping} {
 		require.Positive(t, r.faults[f], "%s: the fault never happened", f)
 	}
