@@ -181,7 +181,7 @@ func decodeSlots(s string) (slotValue, error) {
 	if err != nil {
 		return v, err
 	}
-	v.leases = make([]slotLease, 0, n)
+	v.leases = make([]slotLease, 0, min(n, 64)) // grown as read: n is only bounded by the bytes
 	for range n {
 		if m, err := d.ArrayLen("lease"); err != nil {
 			return v, err
@@ -204,7 +204,7 @@ func decodeSlots(s string) (slotValue, error) {
 	if err != nil {
 		return v, err
 	}
-	v.waiting = make([]slotWait, 0, n)
+	v.waiting = make([]slotWait, 0, min(n, 64))
 	for range n {
 		if m, err := d.ArrayLen("waiting job"); err != nil {
 			return v, err
@@ -494,8 +494,9 @@ func (b *slotBook) pull(e *slotEntry) {
 			p := *w
 			if b.rateFull(e) {
 				// The slot is free, the rate is not yet: the job comes
-				// due when the rate lets it start.
-				p.runAt = max(p.runAt, b.rateFreeAt(e))
+				// due when the rate lets it start (or is looked at again
+				// within rateRecheck).
+				p.runAt = max(p.runAt, min(b.rateFreeAt(e), b.now+rateRecheck.Milliseconds()))
 			}
 			e.pulls = append(e.pulls, p)
 			e.dirty = true
@@ -509,14 +510,15 @@ func (b *slotBook) pull(e *slotEntry) {
 // of the key's leases would run out, and no sooner than its rate limit
 // lets a job start. A job held back by the rate limit alone is not listed
 // (a freed slot would not let it start): its entry comes due when the
-// rate does.
+// rate does, or within rateRecheck, so that a rate an operator raised or
+// removed meanwhile holds no job back for longer.
 func (b *slotBook) park(e *slotEntry, cur *Job) int64 {
 	if e.err != nil {
 		return b.now + unreadableWait.Milliseconds()
 	}
 	rateAt := int64(0)
 	if b.rateFull(e) {
-		rateAt = b.rateFreeAt(e)
+		rateAt = min(b.rateFreeAt(e), b.now+rateRecheck.Milliseconds())
 	}
 	i := slices.IndexFunc(e.v.waiting, func(o slotWait) bool { return o.id == cur.ID })
 	if rateAt > 0 && b.turn(e, cur) {

@@ -195,13 +195,14 @@ func (m *model) recent(k string) int {
 
 func (m *model) rateFull(k string) bool { return m.key(k).rate > 0 && m.recent(k) >= m.key(k).rate }
 
-// rateAt is when k's rate lets a job start again; 0 when it does now.
+// rateAt is when k's rate lets a job start again, or rateRecheck from
+// now if that is sooner; 0 when it does now.
 func (m *model) rateAt(k string) int64 {
 	if !m.rateFull(k) {
 		return 0
 	}
 	kv := m.key(k)
-	return kv.starts[len(kv.starts)-kv.rate] + kv.period
+	return min(kv.starts[len(kv.starts)-kv.rate]+kv.period, m.ms()+rateRecheck.Milliseconds())
 }
 
 // setRate is SetRateLimit: the latest starts the new rate counts are kept.
@@ -1058,7 +1059,11 @@ func TestModel(t *testing.T) {
 				if n == 0 {
 					period = 0
 				}
+				changed := m.key(k).rate != n || m.key(k).period != period.Milliseconds()
 				m.setRate(k, n, period.Milliseconds())
+				if changed {
+					m.pull(k) // jobs waiting for a slot come due by the new rate
+				}
 			},
 			"complete": func(rt *rapid.T) {
 				if len(held) == 0 {

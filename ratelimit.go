@@ -33,9 +33,15 @@ import (
 // n is at most MaxRateLimit, period 1ms to MaxRatePeriod. One
 // compare-and-set.
 //
+// A job held back by the rate is looked at again when the rate lets it
+// start, or within a minute, so a rate raised or removed holds it back no
+// longer than that.
+//
 // Rollout: a key with a rate is written in the key value's format 2, which
-// builds before it cannot read (their claims leave the key's jobs
-// waiting and log it); upgrade every worker first.
+// builds before it cannot read: their claims leave the key's jobs waiting
+// and log it, and their running jobs of the key renew their own leases
+// but not the key's count of them, so the key may run one more job than
+// its limit beside them. Upgrade every worker first.
 func (q *Queue) SetRateLimit(ctx context.Context, key string, n int, period time.Duration) error {
 	if err := q.check(ctx, true); err != nil {
 		return err
@@ -69,10 +75,11 @@ func (q *Queue) SetRateLimit(ctx context.Context, key string, n int, period time
 		e.v.rate, e.v.period = n, period.Milliseconds()
 		if n == 0 {
 			e.v.starts = nil
-		} else if k := len(e.v.starts) - n; k > 0 {
-			e.v.starts = slices.Delete(e.v.starts, 0, k)
+		} else {
+			keepLatest(&e.v.starts, n)
 		}
 		e.dirty = true
+		b.pull(e) // jobs waiting for a slot come due by the new rate
 		plan := &casPlan{}
 		var ip indexPlan
 		b.finish(plan, &ip)
@@ -151,13 +158,27 @@ func (b *slotBook) rateFreeAt(e *slotEntry) int64 {
 }
 
 // started records a start at now in the key's recent starts, keeping the
-// latest rate of them.
+// latest rate of them in time order. A claim may commit after one that
+// read a later TIME (it read the key's value after that one's EXEC), so a
+// start is put in its place, and the oldest go, not the first recorded.
 func (b *slotBook) started(e *slotEntry) {
 	if e.v.rate == 0 {
 		return
 	}
-	e.v.starts = append(e.v.starts, b.now)
-	if k := len(e.v.starts) - e.v.rate; k > 0 {
-		e.v.starts = slices.Delete(e.v.starts, 0, k)
+	i, _ := slices.BinarySearch(e.v.starts, b.now)
+	e.v.starts = slices.Insert(e.v.starts, i, b.now)
+	keepLatest(&e.v.starts, e.v.rate)
+}
+
+// keepLatest sorts starts and keeps the latest n of them.
+func keepLatest(starts *[]int64, n int) {
+	slices.Sort(*starts)
+	if k := len(*starts) - n; k > 0 {
+		*starts = slices.Delete(*starts, 0, k)
 	}
 }
+
+// rateRecheck bounds how far ahead a job held back by its key's rate is
+// parked: it is looked at again at least this often, so that a rate an
+// operator raised or removed holds no parked job back for longer.
+const rateRecheck = time.Minute

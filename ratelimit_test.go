@@ -293,3 +293,43 @@ func TestSlotCodecKeepsARate(t *testing.T) {
 	_, err = decodeSlots("\x94\x03\x00\x90\x90")
 	require.ErrorIs(t, err, ErrUnsupportedFormat)
 }
+
+// A claim may commit after one that read a later TIME: the starts stay in
+// time order, and the window drops the oldest, not the first recorded, so
+// no window holds more starts than the rate. Decided without Redis.
+func TestRateLimitCountsStartsRecordedOutOfOrder(t *testing.T) {
+	t.Parallel()
+	d := testDecider(t)
+	e := &slotEntry{key: "k", v: slotValue{limit: 100, rate: 2, period: 1000}}
+	take := func(now int64) bool {
+		b := &slotBook{d: d, now: now}
+		return b.take(e, &Job{ID: fmt.Sprint(now), LeaseUntil: time.UnixMilli(now + 60000)})
+	}
+	require.True(t, take(500))
+	require.True(t, take(400), "read TIME before the 500 start committed")
+	require.True(t, take(1401), "400 left the window")
+	require.False(t, take(1450), "the window (450, 1450] holds 500 and 1401 already")
+	require.Equal(t, []int64{500, 1401}, e.v.starts)
+}
+
+// A job parked by a rate is looked at again within rateRecheck, so a rate
+// the operator removed or raised holds it back no longer than that.
+func TestRateLimitRemovedReleasesParkedJobsWithinARecheck(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{ClaimWindow: 1, Lease: time.Hour})
+	require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, "k", 10))
+	require.NoError(t, f.q.SetRateLimit(f.ctx, "k", 1, 24*time.Hour))
+	base := f.clock.Now().Add(-time.Minute)
+	var ids []string
+	for i := range 2 {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ConcurrencyKey: "k", RunAt: base.Add(time.Duration(i) * time.Millisecond)})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	require.Equal(t, ids[:1], claimAll(t, f))
+	_, score := f.indexOf(t, ids[1])
+	require.Equal(t, toMillis(f.clock.Now().Add(rateRecheck)), score, "parked for a recheck, not for a day")
+	require.NoError(t, f.q.SetRateLimit(f.ctx, "k", 0, 0))
+	f.clock.Advance(rateRecheck)
+	require.Equal(t, ids[1:], claimAll(t, f), "the rate is gone: the job starts at its recheck")
+}

@@ -411,6 +411,11 @@ func (w *worker) runner(ctx context.Context, name string) {
 			return // shutdown: the claim was cut short by it, not failed
 		default:
 			release()
+			if w.gate != nil {
+				// A queue whose claims fail holds no shared run while it
+				// backs off: its runners poll as an idle queue's do.
+				w.gate.SetIdle(w.gi, time.Now().Add(errDelay))
+			}
 			w.o.Logger.Error("jobkey: claim failed", "queue", w.q.name, "worker", name, "err", err)
 			w.idle(ctx, errDelay)
 			errDelay = min(2*errDelay, w.o.PollInterval)

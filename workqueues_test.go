@@ -2,6 +2,13 @@ package jobkey
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -270,4 +277,235 @@ func TestWorkQueuesRefusesWhatItCannotRun(t *testing.T) {
 		require.ErrorIs(t, WorkQueues(ctx, c.h, c.qs, c.opts), ErrInvalid, name)
 	}
 	require.NoError(t, WorkQueues(ctx, h, []WeightedQueue{{qs[0], 1}, {qs[1], 1}}, nil), "an ended ctx: returns at once")
+}
+
+// A webhook-delivery service, as people build it on asynq and River, run
+// through its life: three queues shared by weight in one WorkQueues, a
+// concurrency limit and a rate limit per customer, a receiver that fails
+// now and then and answers 429 with Retry-After, and the service shut
+// down and started again while it delivers. Every event is delivered; a
+// 429 spends no attempt (Snooze); no customer ever has more deliveries
+// under way than its limit, nor more starts in a window than its rate.
+func TestWebhookServiceDeliversEveryEventThroughRestarts(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	f.q.clock.Fake = nil
+	names := []string{"critical", "default", "low"}
+	weights := []int{6, 3, 1}
+	var queues []*Queue
+	for _, n := range names {
+		q, err := NewQueue(f.rdb, n, &Config{Prefix: f.q.cfg.Prefix, Lease: 5 * time.Second, Logger: quietLog(), MaxAttempts: 10,
+			Backoff: func(int) time.Duration { return 20 * time.Millisecond }})
+		require.NoError(t, err)
+		queues = append(queues, q)
+	}
+	const customers, limit = 8, 2
+	const rate, period = 4, 200 * time.Millisecond // for the rated customer, c0
+	for _, q := range queues {
+		for c := range customers {
+			require.NoError(t, q.SetConcurrencyLimit(f.ctx, fmt.Sprintf("c%d", c), limit))
+		}
+		require.NoError(t, q.SetRateLimit(f.ctx, "c0", rate, period))
+	}
+
+	// The receiver: the first request of every 5th event is a 429 with
+	// Retry-After; the first request past that of every 7th is a 500.
+	var rmu sync.Mutex
+	tries := map[string]int{}     // event -> requests
+	delivered := map[string]int{} // event -> 200s
+	var throttled atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ev := r.URL.Query().Get("event")
+		i, _ := strconv.Atoi(r.URL.Query().Get("i"))
+		rmu.Lock()
+		tries[ev]++
+		n := tries[ev]
+		rmu.Unlock()
+		switch {
+		case i%5 == 0 && n == 1:
+			throttled.Add(1)
+			w.Header().Set("Retry-After", "0.05")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		case i%7 == 0 && (n == 1 || i%5 == 0 && n == 2):
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		time.Sleep(time.Duration(rand.N(3)) * time.Millisecond)
+		rmu.Lock()
+		delivered[ev]++
+		rmu.Unlock()
+	}))
+	defer srv.Close()
+
+	// The service's handler, and what it sees: the deliveries under way per
+	// customer, and each start of the rated customer by Redis's clock. A
+	// concurrency key, its limit and its rate are a queue's: each queue
+	// has its own c0..c7.
+	var hmu sync.Mutex
+	inFlight, peak := map[string]int{}, map[string]int{}
+	rated := map[string][]int64{}
+	interrupted := map[string]bool{} // events with a run cut short by a shutdown, or whose outcome was not recorded
+	h := HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		key := j.Queue + "/" + j.ConcurrencyKey
+		hmu.Lock()
+		inFlight[key]++
+		peak[key] = max(peak[key], inFlight[key])
+		if j.ConcurrencyKey == "c0" {
+			rated[j.Queue] = append(rated[j.Queue], j.LeaseUntil.Add(-5*time.Second).UnixMilli())
+		}
+		hmu.Unlock()
+		defer func() {
+			hmu.Lock()
+			inFlight[key]--
+			if ctx.Err() != nil {
+				interrupted[j.ID] = true
+			}
+			hmu.Unlock()
+		}()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/hook?event="+j.ID+"&i="+string(j.Payload), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			d, err := time.ParseDuration(resp.Header.Get("Retry-After") + "s")
+			if err != nil {
+				return nil, err
+			}
+			return nil, Snooze(d)
+		case resp.StatusCode >= 300:
+			return nil, fmt.Errorf("receiver answered %d", resp.StatusCode)
+		}
+		return nil, nil
+	})
+
+	// The service runs, is shut down and starts again, while producers
+	// enqueue the events.
+	const events = 600
+	ctx, stop := context.WithCancel(f.ctx)
+	defer stop()
+	var svc sync.WaitGroup
+	var restarts atomic.Int64
+	svc.Go(func() {
+		wqs := []WeightedQueue{}
+		for i, q := range queues {
+			wqs = append(wqs, WeightedQueue{Queue: q, Weight: weights[i]})
+		}
+		for ctx.Err() == nil {
+			life, end := context.WithTimeout(ctx, time.Duration(300+rand.N(500))*time.Millisecond)
+			err := WorkQueues(life, h, wqs, &WorkQueuesOpts{WorkOpts: WorkOpts{Concurrency: 8, PollInterval: 50 * time.Millisecond,
+				ShutdownGrace: time.Duration(rand.N(100)) * time.Millisecond,
+				OnRecorded: func(j *Job, err error) {
+					if err != nil {
+						hmu.Lock()
+						interrupted[j.ID] = true
+						hmu.Unlock()
+					}
+				}}})
+			end()
+			if err != nil && !errors.Is(err, ErrHandlerStuck) {
+				t.Errorf("WorkQueues: %v", err)
+			}
+			restarts.Add(1)
+		}
+	})
+	ids := make([]string, events)
+	for i := range events {
+		q := queues[[]int{0, 1, 1, 2, 2, 2}[i%6]]
+		j, err := q.Enqueue(f.ctx, "webhook", []byte(strconv.Itoa(i)), &EnqueueOpts{ConcurrencyKey: fmt.Sprintf("c%d", i%customers)})
+		require.NoError(t, err)
+		ids[i] = j.ID
+		if i%50 == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		done := 0
+		for _, q := range queues {
+			st, err := q.Stats(f.ctx)
+			require.NoError(t, err)
+			done += int(st.Succeeded)
+			require.Zero(t, st.Failed, "queue %s: no event failed for good", q.Name())
+		}
+		if done == events {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d of %d events delivered after two minutes", done, events)
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	svc.Wait()
+
+	rmu.Lock()
+	defer rmu.Unlock()
+	hmu.Lock()
+	defer hmu.Unlock()
+	twice := 0
+	for i, id := range ids {
+		require.Positive(t, delivered[id], "event %d was delivered", i)
+		if delivered[id] > 1 {
+			twice++
+			require.True(t, interrupted[id], "event %d delivered twice, though no shutdown cut a run short and every outcome was recorded", i)
+		}
+	}
+	for c, n := range peak {
+		require.LessOrEqual(t, n, limit, "customer %s: deliveries under way at once", c)
+	}
+	most := 0
+	for _, starts := range rated {
+		slices.Sort(starts)
+		for i := range starts {
+			n := 0
+			for k := i; k < len(starts) && starts[k] < starts[i]+period.Milliseconds(); k++ {
+				n++
+			}
+			most = max(most, n)
+		}
+	}
+	require.LessOrEqual(t, most, rate, "the rated customer's starts in any %v", period)
+	// A 429 spends no attempt: an event that met only 429s, and no
+	// shutdown, succeeded on its first attempt.
+	snoozed := 0
+	for i, id := range ids {
+		j, err := getAny(queues, id)
+		require.NoError(t, err)
+		if i%5 == 0 && !interrupted[id] {
+			require.Positive(t, j.Snoozes, "event %d snoozed on its 429", i)
+			snoozed++
+			if i%7 != 0 {
+				require.Equal(t, 1, j.Attempt, "event %d: its 429 spent no attempt", i)
+			}
+		}
+	}
+	require.Positive(t, snoozed)
+	t.Logf("%d events over 3 queues through %d restarts: %d 429s, %d delivered twice (a shutdown cut their run short after the receiver took them), "+
+		"most deliveries of one customer at once %d (limit %d), most starts of the rated customer in %v %d (rate %d)",
+		events, restarts.Load(), throttled.Load(), twice, slices.Max(mapValues(peak)), limit, period, most, rate)
+}
+
+// getAny reads job id from whichever of queues holds it.
+func getAny(queues []*Queue, id string) (*Job, error) {
+	for _, q := range queues {
+		if j, err := q.Get(context.Background(), id); err == nil {
+			return j, nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: %s in no queue", ErrNotFound, id)
+}
+
+func mapValues(m map[string]int) []int {
+	var out []int
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
 }
