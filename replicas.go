@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/jobkey/jobkey/internal/cas"
 )
 
 // With Config.MinReplicas, every write waits for the replicas in its own
@@ -24,6 +26,9 @@ import (
 // unrun, and its place in jobs set to nil.
 func (q *Queue) confirmClaims(ctx context.Context, jobs []*Job, asked time.Time, unconfirmed error) {
 	var all sync.WaitGroup
+	// Each on its own connection: the caller's cache (a flush's) serves one
+	// goroutine at a time.
+	ctx = cas.WithoutConnCache(ctx)
 	for i, j := range jobs {
 		if j != nil {
 			all.Go(func() { jobs[i] = q.confirmClaim(ctx, j, asked, unconfirmed) })

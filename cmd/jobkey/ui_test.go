@@ -149,7 +149,8 @@ func TestUIReadOnly(t *testing.T) {
 func TestUIActionsWaitForTheReplicas(t *testing.T) {
 	f := newReplicatedFixture(t)
 	ids := []string{f.enqueue("t", nil).ID, f.enqueue("t", nil).ID}
-	base, _ := startUI(t, "-redis", f.url, "-prefix", f.prefix, "-min-replicas", "1", "-replica-timeout", "200ms")
+	// A second is a timeout a thawed replica keeps on a loaded machine.
+	base, _ := startUI(t, "-redis", f.url, "-prefix", f.prefix, "-min-replicas", "1", "-replica-timeout", "1s")
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -173,8 +174,13 @@ func TestUIActionsWaitForTheReplicas(t *testing.T) {
 	thaw := f.freeze()
 	resp, body := cancel(ids[0])
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
-	require.Contains(t, body, "Job "+ids[0]+" canceled on the master only: 0 of 1 replicas confirmed the write within 200ms")
+	require.Contains(t, body, "Job "+ids[0]+" canceled on the master only: 0 of 1 replicas confirmed the write within 1s")
 	thaw()
+	// The thawed replica catches up with the write it missed first.
+	require.Eventually(t, func() bool {
+		j := f.onReplica(ids[0])
+		return j != nil && j.State == jobkey.StateCanceled
+	}, 30*time.Second, 10*time.Millisecond)
 	resp, body = cancel(ids[1])
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
 	require.Equal(t, jobkey.StateCanceled, f.onReplica(ids[1]).State)

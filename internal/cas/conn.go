@@ -31,6 +31,16 @@ func WithConnCache(ctx context.Context) (context.Context, func()) {
 	}
 }
 
+// WithoutConnCache returns ctx without its cache of connections, for work
+// that goes on in goroutines of its own: a cache serves one goroutine at a
+// time, and a redis.Conn is not safe for concurrent use.
+func WithoutConnCache(ctx context.Context) context.Context {
+	if cacheOf(ctx) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, connCacheKey{}, (*connCache)(nil))
+}
+
 // cacheOf returns ctx's cache, or nil.
 func cacheOf(ctx context.Context) *connCache {
 	c, _ := ctx.Value(connCacheKey{}).(*connCache)
