@@ -310,16 +310,22 @@ func (m *model) park(k, id string) int64 {
 		return max(m.rateAt(k), m.ms()+1)
 	}
 	w := mwait{id: id, prio: j.prio, runAt: toMillis(j.runAt)}
-	kv.waiting = slices.DeleteFunc(kv.waiting, func(o mwait) bool { return o.id == id })
-	if len(kv.waiting) < maxWaiting {
+	i := slices.IndexFunc(kv.waiting, func(o mwait) bool { return o.id == id })
+	switch {
+	case i >= 0 && kv.waiting[i] == w:
+		// Listed already as it is (not pulled forward, the same priority
+		// and RunAt): it keeps its place, ahead of the jobs it ties with
+		// that were listed after it.
+	case i >= 0 || len(kv.waiting) < maxWaiting:
+		kv.waiting = slices.DeleteFunc(kv.waiting, func(o mwait) bool { return o.id == id })
 		// Highest priority first, then oldest RunAt; jobs pulled forward
 		// keep their place.
-		i := len(kv.waiting)
-		for i > 0 && kv.waiting[i-1].pulled == 0 && (kv.waiting[i-1].prio < w.prio ||
-			kv.waiting[i-1].prio == w.prio && kv.waiting[i-1].runAt > w.runAt) {
-			i--
+		at := len(kv.waiting)
+		for at > 0 && kv.waiting[at-1].pulled == 0 && (kv.waiting[at-1].prio < w.prio ||
+			kv.waiting[at-1].prio == w.prio && kv.waiting[at-1].runAt > w.runAt) {
+			at--
 		}
-		kv.waiting = slices.Insert(kv.waiting, i, w)
+		kv.waiting = slices.Insert(kv.waiting, at, w)
 	}
 	next := int64(math.MaxInt64)
 	for _, u := range kv.leases {
