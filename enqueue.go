@@ -463,6 +463,17 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 				}
 				plan.writes = append(plan.writes, casWrite{key: keys[k], job: j})
 				q.move(&ip, shards[k], j.ID, cur, j, "")
+				if cur.State == StatePending && cur.ConcurrencyKey != "" {
+					// A claim that found its key full moved its entry past
+					// its RunAt (park), which the stored value does not
+					// say: move writes nothing when the new job's entry
+					// equals the one the stored job derives (same RunAt
+					// and priority). Unlisted, the job is due at its RunAt,
+					// as a new one is; a claim lists it again if its key
+					// is still full.
+					to := q.entryOf(j)
+					ip.rescore(q.ks.index(shards[k], to.index), to.score, j.ID)
+				}
 			case cur != nil:
 				// Perhaps this very enqueue, retried: waited for as if just made.
 				errs[i] = &JobExistsError{Index: i, Job: cur}

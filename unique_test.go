@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -281,6 +282,44 @@ func TestEnqueueReplaceOfAWaitingKeyedJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []byte("b2"), got.Payload)
 	verifyClean(t, f, "after replacing a waiting keyed job")
+}
+
+// A claim that found a job's key full moved its entry past its RunAt
+// (park). A replace takes the job off the waiting list, so its entry goes
+// back to the new job's RunAt even when that RunAt is the one stored (a
+// fixed RunAt, or the same millisecond): the job is due then, and a claim
+// lists it again if its key is still full, or takes it when it has no key.
+func TestEnqueueReplaceOfAParkedJobIsDueAtItsRunAt(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{"", "k"} {
+		t.Run("key "+strconv.Quote(key), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, &Config{Lease: time.Minute, ClaimWindow: 1})
+			ca, b := claimWithWaiterBehind(t, f)
+			j, err := f.q.Enqueue(f.ctx, "t", []byte("b2"), &EnqueueOpts{ID: b.ID, RunAt: b.RunAt, ConcurrencyKey: key, IfExists: IfExistsReplace})
+			require.NoError(t, err)
+			require.Equal(t, b.RunAt, j.RunAt)
+			f.requireIndexed(t, j)
+			st, err := f.q.Stats(f.ctx)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, st.Due, "the replaced job is due at its RunAt")
+			got, err := f.q.Claim(f.ctx, "w")
+			if key == "" {
+				require.NoError(t, err, "with no key, nothing holds it back")
+				require.Equal(t, []byte("b2"), got.Payload)
+				_, err = f.q.Complete(f.ctx, got, nil)
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, ErrNoJob, "its key is still full")
+				info, err := f.q.Concurrency(f.ctx, key)
+				require.NoError(t, err)
+				require.Equal(t, 1, info.Waiting, "the claim listed it again")
+			}
+			_, err = f.q.Complete(f.ctx, ca, nil)
+			require.NoError(t, err)
+			verifyClean(t, f, "after replacing a parked job")
+		})
+	}
 }
 
 // UniqueBy derives the ID in the enqueue: once per period, from the
