@@ -404,7 +404,9 @@ func TestReplicaConfigIsValidated(t *testing.T) {
 // and on the fused one (the next job claimed with a completion).
 func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
 	t.Parallel()
-	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond, Lease: 10 * time.Second})
+	// A second is a timeout a loaded machine's replica keeps; the claims
+	// made while it is frozen wait out the freeze all the same.
+	r := setupReplicated(t, Config{MinReplicas: 1, ReplicaTimeout: time.Second, Lease: 10 * time.Second})
 	enqueue := func(id string) {
 		t.Helper()
 		// A loaded machine's replica may take longer than 100ms to confirm
@@ -432,7 +434,7 @@ func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
 	select {
 	case id := <-started:
 		t.Fatalf("handler of %s started on a claim no replica confirmed", id)
-	case <-time.After(700 * time.Millisecond):
+	case <-time.After(r.q.cfg.ReplicaTimeout + 500*time.Millisecond): // past the replica timeout: a claim left unconfirmed then never runs
 	}
 	thaw()
 	require.Equal(t, "first", <-started)
@@ -444,7 +446,7 @@ func TestHandlerWaitsForItsClaimToBeReplicated(t *testing.T) {
 	select {
 	case id := <-started:
 		t.Fatalf("handler of %s started on a claim no replica confirmed", id)
-	case <-time.After(700 * time.Millisecond):
+	case <-time.After(r.q.cfg.ReplicaTimeout + 500*time.Millisecond): // past the replica timeout: a claim left unconfirmed then never runs
 	}
 	thaw()
 	require.Equal(t, "second", <-started)
