@@ -161,13 +161,15 @@ func runFailover(t *testing.T, c failoverCase) failoverFigures {
 	l.promoted = promoted
 	l.mu.Unlock()
 	// The load goes on until every producer and the workers of the killed
-	// master's jobs are back, and a second more; 10 s at most.
+	// master's jobs are back, and a second more; 30 s at most (a loaded
+	// machine's replicas take their time to resync, and a producer under
+	// MinReplicas waits for them).
 	back := func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return len(l.firstAck) == failoverProducers && !l.workBack.IsZero()
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !back() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
