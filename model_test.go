@@ -987,6 +987,11 @@ func TestModel(t *testing.T) {
 				}
 				mj.state, mj.attempt, mj.max, mj.prio, mj.key, mj.lastErr = StatePending, 0, max, prio, key, ""
 				mj.runAt, mj.entry = runAt, toMillis(runAt)
+				// A new job: no snoozes, and no run of its own has ended. The
+				// old run's token stays (its lease is the last run's), but a
+				// Fail or snooze its holder sends again finds the new job, not
+				// its own write: ErrLeaseLost.
+				mj.snoozes, mj.endToken, mj.endMsg = 0, 0, ""
 				require.Equal(rt, runAt, j.RunAt)
 				m.tally.replaced++
 			}

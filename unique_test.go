@@ -531,3 +531,51 @@ func TestReplacingKeepsTheLastRunsLease(t *testing.T) {
 		require.Same(t, in.job, j, c.name)
 	}
 }
+
+// A replace keeps the old run's lease token (its lease is the last run's),
+// but the job is new: the old run's holder sending its Fail or snooze again
+// finds no write of its own there (no History, LastError or snooze of that
+// run) and gets ErrLeaseLost, writing nothing. Before the replace, the
+// same call is a retry after a lost reply and finds its own write.
+func TestReplacedJobRefusesTheOldRunsRepeatedFailAndSnooze(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		cause error
+	}{
+		{"fail", errors.New("x")},
+		{"snooze", Snooze(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, &Config{MaxSnoozes: 1})
+			_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "x", MaxAttempts: 3})
+			require.NoError(t, err)
+			c, err := f.q.Claim(f.ctx, "w")
+			require.NoError(t, err)
+			ended, err := f.q.Fail(f.ctx, c, tc.cause)
+			require.NoError(t, err)
+			require.Equal(t, StatePending, ended.State)
+			again, err := f.q.Fail(f.ctx, c, tc.cause)
+			require.NoError(t, err, "a retry after a lost reply finds its own write")
+			require.Equal(t, ended.Rev, again.Rev)
+
+			j, err := f.q.Enqueue(f.ctx, "t", []byte("new"), &EnqueueOpts{ID: "x", IfExists: IfExistsReplace})
+			require.NoError(t, err)
+			require.Equal(t, c.LeaseToken, j.LeaseToken, "the last run's lease is kept")
+			require.Zero(t, j.Snoozes)
+			require.Empty(t, j.History)
+			require.Empty(t, j.LastError)
+
+			_, err = f.q.Fail(f.ctx, c, tc.cause)
+			require.ErrorIs(t, err, ErrLeaseLost, "the old run's write is not the new job's")
+			got, err := f.q.Get(f.ctx, "x")
+			require.NoError(t, err)
+			require.Equal(t, j.Rev, got.Rev, "nothing written")
+			require.Equal(t, StatePending, got.State)
+			require.Zero(t, got.Snoozes)
+			require.Empty(t, got.History)
+			f.requireIndexed(t, got)
+		})
+	}
+}
