@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,10 @@ type run struct {
 
 	hints   atomic.Int64 // cancel hints not yet confirmed; a check runs while > 0
 	writing atomic.Bool  // an outcome write is in flight
+	// unknown is the error of a try of the outcome's write that was sent
+	// and not answered (ErrOutcomeUnknown): it may have landed. Set by the
+	// runner's goroutine only.
+	unknown error
 
 	// Under the renewer's mu: the run's place in its heap (-1 when out),
 	// the time it is keyed by, when the next renewal is due, whether one
@@ -136,7 +141,9 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 			w.recorded(r.job, stored, nil)
 			return nil
 		}
+		r.sent(err)
 		if final(err) || r.left() <= 0 {
+			err = r.notSent(err)
 			w.recorded(r.job, r.job, err)
 			return err
 		}
@@ -149,6 +156,35 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 		t.Stop()
 		delay = min(2*delay, w.q.cfg.Lease/10)
 	}
+}
+
+// sent notes err, a try of the run's outcome write, when it was sent
+// and not answered: that try may land yet.
+func (r *run) sent(err error) {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		r.unknown = err
+	}
+}
+
+// notSent names the error of the run's last try of its outcome's write
+// when the run's deadline (its lease end less the margin) stopped that try
+// before it was sent: a context error that is not ErrOutcomeUnknown (a try
+// in flight when its deadline ended says so). That try never reached
+// Redis. When an earlier try was sent and not answered, it may have
+// landed: the outcome is unknown (ErrOutcomeUnknown). Else nothing was
+// written, and the lease the write was fenced on may be over by now: the
+// run no longer holds the job (ErrLeaseLost). Either way the error still
+// matches the context's.
+func (r *run) notSent(err error) error {
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrLeaseLost) {
+		return err
+	}
+	if r.unknown != nil {
+		return fmt.Errorf("%w: job %q: the run's lease ran out, by this process's clock, before its last try could be sent, "+
+			"and an earlier one that was sent may have landed (%v): %w", ErrOutcomeUnknown, r.job.ID, r.unknown, err)
+	}
+	return fmt.Errorf("%w: job %q: the run's lease ran out, by this process's clock, before its write could be sent; nothing was written: %w",
+		ErrLeaseLost, r.job.ID, err)
 }
 
 // final reports a write error that trying again cannot fix.

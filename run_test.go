@@ -630,6 +630,7 @@ func TestWorkRunsAgainOnlyAfterLostCompletionsLease(t *testing.T) {
 	case <-time.After(10 * lease):
 		t.Fatal("the cut-off run never gave up its outcome")
 	}
+	t.Logf("the run gave up: %v", gaveUp.err)
 	require.Error(t, gaveUp.err, "the completion could not be recorded")
 	require.NotErrorIs(t, gaveUp.err, ErrLeaseLost, "nobody else took the job: the run gave up at its own deadline")
 	require.Equal(t, first.j.LeaseToken, gaveUp.j.LeaseToken)
@@ -710,4 +711,53 @@ func stopWorkPromptly(t *testing.T, stopWork context.CancelFunc, done <-chan err
 		t.Fatal(hung)
 	}
 	require.Less(t, time.Since(t0), 3*time.Second)
+}
+
+// A run's write that its deadline stopped before it was sent (the run's
+// lease ran out, by this process's clock, before the write could go, as a
+// stuck handler's late write does) gets a clear typed error that still
+// matches the context's, not a bare context.DeadlineExceeded: ErrLeaseLost
+// when nothing was written, and ErrOutcomeUnknown when an earlier try was
+// sent and may yet land.
+func TestWorkWriteStoppedBeforeSentIsLeaseLost(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: 2 * time.Second})
+	ctx := context.Background()
+	for _, earlierSent := range []bool{false, true} {
+		j, err := q.Enqueue(ctx, "t", nil, nil)
+		require.NoError(t, err)
+		c, err := q.Claim(ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, j.ID, c.ID)
+		var reported error
+		w := &worker{q: q, writes: ctx, o: WorkOpts{Logger: quiet, OnRecorded: func(_ *Job, err error) { reported = err }}}
+		r := &run{w: w, job: c, expired: make(chan struct{}), idx: -1, deadline: time.Now().Add(-time.Millisecond)}
+		tries := 0
+		if earlierSent {
+			r.deadline = time.Now().Add(100 * time.Millisecond)
+		}
+		err = w.record(r, func(ctx context.Context, j *Job) (*Job, error) {
+			tries++
+			if earlierSent && tries == 1 {
+				return nil, outcomeUnknown("complete", j.ID, context.DeadlineExceeded) // sent; its reply lost
+			}
+			<-ctx.Done() // the deadline ends before the write is sent
+			return q.Complete(ctx, j, nil)
+		})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorContains(t, err, j.ID)
+		require.Equal(t, err, reported, "OnRecorded gets the same error")
+		if earlierSent {
+			require.Equal(t, 2, tries)
+			require.ErrorIs(t, err, ErrOutcomeUnknown, "the first try may yet land")
+			require.NotErrorIs(t, err, ErrLeaseLost)
+		} else {
+			require.ErrorIs(t, err, ErrLeaseLost)
+			require.NotErrorIs(t, err, ErrOutcomeUnknown, "the write was never sent")
+		}
+		got, err := q.Get(ctx, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, StateActive, got.State, "nothing was written")
+		require.Equal(t, c.LeaseToken, got.LeaseToken)
+	}
 }
