@@ -132,6 +132,7 @@ func (r *run) left() time.Duration {
 func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error)) error {
 	delay := 10 * time.Millisecond
 	for {
+		late := r.left() <= 0 // the run's deadline passed before this try began
 		ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
 		r.writing.Store(true)
 		stored, err := write(ctx, r.current())
@@ -143,7 +144,7 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 		}
 		r.sent(err)
 		if final(err) || r.left() <= 0 {
-			err = r.notSent(err)
+			err = r.notSent(err, late)
 			w.recorded(r.job, r.job, err)
 			return err
 		}
@@ -167,24 +168,29 @@ func (r *run) sent(err error) {
 }
 
 // notSent names the error of the run's last try of its outcome's write
-// when the run's deadline (its lease end less the margin) stopped that try
-// before it was sent: a context error that is not ErrOutcomeUnknown (a try
-// in flight when its deadline ended says so). That try never reached
-// Redis. When an earlier try was sent and not answered, it may have
-// landed: the outcome is unknown (ErrOutcomeUnknown). Else nothing was
-// written, and the lease the write was fenced on may be over by now: the
-// run no longer holds the job (ErrLeaseLost). Either way the error still
-// matches the context's.
-func (r *run) notSent(err error) error {
+// when its deadline stopped that try before it was sent: a context error
+// that is not ErrOutcomeUnknown (a try in flight when its deadline ended
+// says so). That try never reached Redis. When an earlier try was sent and
+// not answered, it may have landed: the outcome is unknown
+// (ErrOutcomeUnknown). Else, when the try began after the run's deadline
+// (its lease end less the margin) had passed, as a stuck handler's late
+// write does, the run no longer held the job when it wrote, and nothing
+// was written (ErrLeaseLost). Either way the error still matches the
+// context's. A try that began within the deadline keeps its error: the
+// lease may still hold in Redis for the margin.
+func (r *run) notSent(err error, late bool) error {
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrLeaseLost) {
 		return err
 	}
-	if r.unknown != nil {
+	switch {
+	case r.unknown != nil:
 		return fmt.Errorf("%w: job %q: the run's lease ran out, by this process's clock, before its last try could be sent, "+
 			"and an earlier one that was sent may have landed (%v): %w", ErrOutcomeUnknown, r.job.ID, r.unknown, err)
+	case late:
+		return fmt.Errorf("%w: job %q: the run's lease had run out, by this process's clock, before its write was tried; nothing was written: %w",
+			ErrLeaseLost, r.job.ID, err)
 	}
-	return fmt.Errorf("%w: job %q: the run's lease ran out, by this process's clock, before its write could be sent; nothing was written: %w",
-		ErrLeaseLost, r.job.ID, err)
+	return err
 }
 
 // final reports a write error that trying again cannot fix.
