@@ -19,7 +19,9 @@ var (
 	ErrNoJob = errors.New("jobkey: no job due")
 	// ErrLeaseLost reports that the caller no longer holds the job's lease:
 	// it expired and the job was claimed again, or the job was canceled or
-	// finished. Nothing was written.
+	// finished; or, for a write of Work's (OnRecorded), the run's lease had
+	// run out by this process's clock before the write was tried, as a
+	// stuck handler's late write does. Nothing was written.
 	ErrLeaseLost = errors.New("jobkey: lease lost")
 	// ErrJobExists reports an enqueue with a caller ID that is already taken.
 	// The existing job is returned beside it; nothing was written.

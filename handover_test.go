@@ -275,9 +275,15 @@ func TestRideLeavesNoWatchOnPooledConnections(t *testing.T) {
 }
 
 // Through a link that resets connections and loses the replies to EXECs,
-// Work's slots drain the queue with rides on: no job runs twice, and
-// every one succeeds.
-func TestRideThroughLostRepliesAndResetsRunsEachJobOnce(t *testing.T) {
+// Work's slots drain the queue with rides on: no job runs twice at once,
+// and every one succeeds once, by its last run. A job runs again only as
+// leaseLog allows: its run's outcome could not be recorded before its
+// lease ran out (on a loaded machine, the completion's tries and the
+// renewals through this link can all fail for a whole lease), and the
+// rerun was claimed, for a later attempt, once that lease had ended. A
+// claim handed to two slots, or a job run again after its completion
+// landed, fails it.
+func TestRideThroughLostRepliesAndResetsFinishesEachJobOnce(t *testing.T) {
 	t.Parallel()
 	rdb, proxy := proxied(t)
 	// A claim whose reply was lost comes back when its lease runs out.
@@ -288,17 +294,23 @@ func TestRideThroughLostRepliesAndResetsRunsEachJobOnce(t *testing.T) {
 	for i := range specs {
 		specs[i] = JobSpec{Type: "t"}
 	}
-	_, err := q.EnqueueMany(ctx, specs)
+	jobs, err := q.EnqueueMany(ctx, specs)
 	require.NoError(t, err)
+	ids := make([]string, n)
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
 	proxy.Set(faultproxy.Faults{ExecCutProb: 0.05, ResetProb: 0.005})
+	log := newLeaseLog()
 	var mu sync.Mutex
-	runs, running := map[string]int{}, map[string]bool{}
-	var total atomic.Int64
+	running := map[string]bool{}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
 	go func() {
 		done <- q.Work(wctx, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+			end := log.begin(j)
+			defer end()
 			mu.Lock()
 			if running[j.ID] {
 				mu.Unlock()
@@ -306,15 +318,13 @@ func TestRideThroughLostRepliesAndResetsRunsEachJobOnce(t *testing.T) {
 				return nil, nil
 			}
 			running[j.ID] = true
-			runs[j.ID]++
 			mu.Unlock()
 			time.Sleep(time.Millisecond)
 			mu.Lock()
 			delete(running, j.ID)
 			mu.Unlock()
-			total.Add(1)
 			return nil, nil
-		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog()})
+		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog(), OnRecorded: log.onRecorded})
 	}()
 	waitForIn(t, 90*time.Second, "every job succeeded", func() bool {
 		st, err := q.Stats(ctx)
@@ -330,10 +340,11 @@ func TestRideThroughLostRepliesAndResetsRunsEachJobOnce(t *testing.T) {
 	}
 	m := q.Metrics()
 	t.Logf("%d rides; proxy %+v", m.Rides, proxy.Counts())
-	mu.Lock()
-	defer mu.Unlock()
-	for id, c := range runs {
-		require.Equal(t, 1, c, "job %s ran %d times", id, c)
+	// A job may run again when its run's outcome could not be recorded
+	// before its lease ran out (see leaseLog): never two runs at once, and
+	// each job finished once, by its last run.
+	if n := log.check(t, ctx, q, ids); n > 0 {
+		t.Logf("%d reruns after a lost outcome", n)
 	}
 }
 

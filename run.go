@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,10 @@ type run struct {
 
 	hints   atomic.Int64 // cancel hints not yet confirmed; a check runs while > 0
 	writing atomic.Bool  // an outcome write is in flight
+	// unknown is the error of a try of the outcome's write that was sent
+	// and not answered (ErrOutcomeUnknown): it may have landed. Set by the
+	// runner's goroutine only.
+	unknown error
 
 	// Under the renewer's mu: the run's place in its heap (-1 when out),
 	// the time it is keyed by, when the next renewal is due, whether one
@@ -127,6 +132,7 @@ func (r *run) left() time.Duration {
 func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error)) error {
 	delay := 10 * time.Millisecond
 	for {
+		late := r.left() <= 0 // the run's deadline passed before this try began
 		ctx, cancel := context.WithTimeout(w.writes, max(r.left(), time.Millisecond))
 		r.writing.Store(true)
 		stored, err := write(ctx, r.current())
@@ -136,7 +142,9 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 			w.recorded(r.job, stored, nil)
 			return nil
 		}
+		r.sent(err)
 		if final(err) || r.left() <= 0 {
+			err = r.notSent(err, late)
 			w.recorded(r.job, r.job, err)
 			return err
 		}
@@ -149,6 +157,40 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 		t.Stop()
 		delay = min(2*delay, w.q.cfg.Lease/10)
 	}
+}
+
+// sent notes err, a try of the run's outcome write, when it was sent
+// and not answered: that try may land yet.
+func (r *run) sent(err error) {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		r.unknown = err
+	}
+}
+
+// notSent names the error of the run's last try of its outcome's write
+// when its deadline stopped that try before it was sent: a context error
+// that is not ErrOutcomeUnknown (a try in flight when its deadline ended
+// says so). That try never reached Redis. When an earlier try was sent and
+// not answered, it may have landed: the outcome is unknown
+// (ErrOutcomeUnknown). Else, when the try began after the run's deadline
+// (its lease end less the margin) had passed, as a stuck handler's late
+// write does, the run no longer held the job when it wrote, and nothing
+// was written (ErrLeaseLost). Either way the error still matches the
+// context's. A try that began within the deadline keeps its error: the
+// lease may still hold in Redis for the margin.
+func (r *run) notSent(err error, late bool) error {
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrLeaseLost) {
+		return err
+	}
+	switch {
+	case r.unknown != nil:
+		return fmt.Errorf("%w: job %q: the run's lease ran out, by this process's clock, before its last try could be sent, "+
+			"and an earlier one that was sent may have landed (%v): %w", ErrOutcomeUnknown, r.job.ID, r.unknown, err)
+	case late:
+		return fmt.Errorf("%w: job %q: the run's lease had run out, by this process's clock, before its write was tried; nothing was written: %w",
+			ErrLeaseLost, r.job.ID, err)
+	}
+	return err
 }
 
 // final reports a write error that trying again cannot fix.

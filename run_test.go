@@ -630,6 +630,7 @@ func TestWorkRunsAgainOnlyAfterLostCompletionsLease(t *testing.T) {
 	case <-time.After(10 * lease):
 		t.Fatal("the cut-off run never gave up its outcome")
 	}
+	t.Logf("the run gave up: %v", gaveUp.err)
 	require.Error(t, gaveUp.err, "the completion could not be recorded")
 	require.NotErrorIs(t, gaveUp.err, ErrLeaseLost, "nobody else took the job: the run gave up at its own deadline")
 	require.Equal(t, first.j.LeaseToken, gaveUp.j.LeaseToken)
@@ -710,4 +711,66 @@ func stopWorkPromptly(t *testing.T, stopWork context.CancelFunc, done <-chan err
 		t.Fatal(hung)
 	}
 	require.Less(t, time.Since(t0), 3*time.Second)
+}
+
+// A run's write that its deadline stopped before it was sent gets a clear
+// typed error that still matches the context's, not a bare
+// context.DeadlineExceeded: ErrOutcomeUnknown when an earlier try was sent
+// and may yet land, and ErrLeaseLost when the try began after the run's
+// deadline (its lease, by this process's clock, had run out: a stuck
+// handler's late write) and nothing was written. A try that began within
+// the deadline is not ErrLeaseLost: the lease may still hold in Redis for
+// the margin, and no one else took the job.
+func TestWorkWriteStoppedBeforeSentIsLeaseLost(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: 2 * time.Second})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name        string
+		earlierSent bool          // the first try was sent and its reply lost
+		deadline    time.Duration // the run's deadline, from now
+		want        error         // nil: neither ErrLeaseLost nor ErrOutcomeUnknown
+	}{
+		{"begun past the deadline", false, -time.Millisecond, ErrLeaseLost},
+		{"an earlier try sent", true, 100 * time.Millisecond, ErrOutcomeUnknown},
+		{"begun within the deadline", false, 50 * time.Millisecond, nil},
+	} {
+		j, err := q.Enqueue(ctx, "t", nil, nil)
+		require.NoError(t, err)
+		c, err := q.Claim(ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, j.ID, c.ID)
+		var reported error
+		w := &worker{q: q, writes: ctx, o: WorkOpts{Logger: quiet, OnRecorded: func(_ *Job, err error) { reported = err }}}
+		r := &run{w: w, job: c, expired: make(chan struct{}), idx: -1, deadline: time.Now().Add(tc.deadline)}
+		tries := 0
+		err = w.record(r, func(ctx context.Context, j *Job) (*Job, error) {
+			tries++
+			if tc.earlierSent && tries == 1 {
+				return nil, outcomeUnknown("complete", j.ID, context.DeadlineExceeded) // sent; its reply lost
+			}
+			<-ctx.Done() // the deadline ends before the write is sent
+			return q.Complete(ctx, j, nil)
+		})
+		require.ErrorIs(t, err, context.DeadlineExceeded, tc.name)
+		require.Equal(t, err, reported, "%s: OnRecorded gets the same error", tc.name)
+		switch tc.want {
+		case ErrLeaseLost:
+			require.ErrorIs(t, err, ErrLeaseLost, tc.name)
+			require.NotErrorIs(t, err, ErrOutcomeUnknown, "%s: the write was never sent", tc.name)
+			require.ErrorContains(t, err, j.ID, tc.name)
+		case ErrOutcomeUnknown:
+			require.Equal(t, 2, tries, tc.name)
+			require.ErrorIs(t, err, ErrOutcomeUnknown, "%s: the first try may yet land", tc.name)
+			require.NotErrorIs(t, err, ErrLeaseLost, tc.name)
+			require.ErrorContains(t, err, j.ID, tc.name)
+		default:
+			require.NotErrorIs(t, err, ErrLeaseLost, "%s: the lease may still hold", tc.name)
+			require.NotErrorIs(t, err, ErrOutcomeUnknown, tc.name)
+		}
+		got, err := q.Get(ctx, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, StateActive, got.State, "%s: nothing was written", tc.name)
+		require.Equal(t, c.LeaseToken, got.LeaseToken, tc.name)
+	}
 }

@@ -584,6 +584,7 @@ func (w *worker) finish(r *run, result []byte, name string) (next, unsure *Job, 
 	r.writing.Store(true)
 	out, err := w.q.completeAndClaim(ctx, r.current(), result, name)
 	r.writing.Store(false)
+	r.sent(err)
 	switch {
 	case err == nil:
 		w.recorded(r.job, out.done, nil)
