@@ -89,14 +89,27 @@ func startCluster(tb testing.TB, masters, replicas int, extra []string) *Cluster
 	if _, err := exec.LookPath("redis-cli"); Binary() == "" || err != nil {
 		missing(tb)
 	}
-	c, err := newCluster(tb.TempDir(), masters, replicas, extra)
-	if c != nil {
-		tb.Cleanup(c.stop)
+	// A port picked free may be taken by a parallel test's server before
+	// a node binds it, and then the nodes never join: a cluster that does
+	// not form in time is stopped and started again on new ports.
+	var err error
+	for try := 1; ; try++ {
+		var c *Cluster
+		c, err = newCluster(tb.TempDir(), masters, replicas, extra)
+		if err == nil {
+			tb.Cleanup(c.stop)
+			return c
+		}
+		if c != nil {
+			c.stop()
+		}
+		if try == 3 {
+			break
+		}
+		tb.Logf("redistest: cluster did not form (try %d of 3), starting it again: %v", try, err)
 	}
-	if err != nil {
-		tb.Fatalf("redistest: %v", err)
-	}
-	return c
+	tb.Fatalf("redistest: %v", err)
+	return nil
 }
 
 // newCluster starts and joins the nodes of a cluster in directories under
@@ -130,7 +143,11 @@ func newCluster(dir string, masters, replicas int, extra []string) (*Cluster, er
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
-	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+	// redis-cli waits for the nodes to join for as long as it takes: a
+	// node that cannot reach another's bus would hold it for ever.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		return c, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	return c, c.WaitOK(30 * time.Second)
