@@ -315,8 +315,21 @@ func SharedCluster(tb testing.TB) *Cluster {
 	}
 	clusterOnce.Do(func() {
 		clusterDir, clusterErr = os.MkdirTemp("", "jobkey-redistest-cluster-")
-		if clusterErr == nil {
-			sharedCluster, clusterErr = newCluster(clusterDir, 3, 0, []string{"--cluster-node-timeout", "5000"})
+		// Started again on new ports when it does not form (startCluster
+		// says why).
+		for try := 0; clusterErr == nil && try < 3; try++ {
+			var c *Cluster
+			c, clusterErr = newCluster(filepath.Join(clusterDir, strconv.Itoa(try)), 3, 0, []string{"--cluster-node-timeout", "5000"})
+			if clusterErr == nil {
+				sharedCluster = c
+				break
+			}
+			if c != nil {
+				c.stop()
+			}
+			if try < 2 {
+				clusterErr = nil
+			}
 		}
 	})
 	if clusterErr != nil {
