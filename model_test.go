@@ -36,6 +36,9 @@ type mjob struct {
 	// last, and its error: the same write sent again finds its own.
 	endToken uint64
 	endMsg   string
+	// endRelease is the claim whose run a Release ended: a Release of it
+	// sent again finds its own write.
+	endRelease uint64
 }
 
 // mwait is a job listed as waiting for a slot of its key.
@@ -991,7 +994,7 @@ func TestModel(t *testing.T) {
 				// old run's token stays (its lease is the last run's), but a
 				// Fail or snooze its holder sends again finds the new job, not
 				// its own write: ErrLeaseLost.
-				mj.snoozes, mj.endToken, mj.endMsg = 0, 0, ""
+				mj.snoozes, mj.endToken, mj.endMsg, mj.endRelease = 0, 0, "", 0
 				require.Equal(rt, runAt, j.RunAt)
 				m.tally.replaced++
 			}
@@ -1197,7 +1200,7 @@ func TestModel(t *testing.T) {
 				j := pickHeld(rt)
 				_, err := q.Release(ctx, j)
 				mj, ok := fenced(j)
-				if mj.token == j.LeaseToken && mj.state == StatePending {
+				if mj.token == j.LeaseToken && mj.state == StatePending && mj.endRelease == j.LeaseToken {
 					require.NoError(rt, err, "a repeated Release finds its own write")
 					return
 				}
@@ -1207,6 +1210,7 @@ func TestModel(t *testing.T) {
 				}
 				require.NoError(rt, err)
 				mj.state, mj.attempt, mj.runAt, mj.leaseUntil = StatePending, max(0, mj.attempt-1), m.now, m.now
+				mj.endRelease = j.LeaseToken
 				mj.entry = toMillis(mj.runAt)
 				if mj.key != "" {
 					m.release(mj.key, j.ID)
