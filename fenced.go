@@ -388,11 +388,8 @@ func (q *Queue) ReleaseAfter(ctx context.Context, j *Job, d time.Duration) (*Job
 
 func (q *Queue) release(ctx context.Context, j *Job, d time.Duration) (*Job, error) {
 	// A Release retried after its reply was lost finds the job pending
-	// under this claim's token, with this run's release as its last record:
-	// released, and nobody claimed it since. The token alone would not do:
-	// a job replaced (IfExists) keeps its last run's token, so the old
-	// run's Release would be taken for done on a job it never wrote.
-	done := func(j, cur *Job) bool { return releasedBy(j, cur) }
+	// under this claim's token: released, and nobody claimed it since.
+	done := func(j, cur *Job) bool { return cur.LeaseToken == j.LeaseToken && cur.State == StatePending }
 	return q.fenced(ctx, j, []string{idxLeased, readyIndex(j.Priority)}, done, func(j, next *Job, now time.Time) *Job {
 		cur := cloneJob(next)
 		next.Progress = j.Progress
@@ -403,22 +400,6 @@ func (q *Queue) release(ctx context.Context, j *Job, d time.Duration) (*Job, err
 		recordRun(next, cur, now, OutcomeReleased, "")
 		return next
 	})
-}
-
-// releasedBy says whether cur is j's run released: pending under j's
-// token, its last history record that run's release. A value whose
-// records were all dropped to fit Config.MaxValueBytes cannot say, and is
-// taken as released, as before records were kept.
-func releasedBy(j, cur *Job) bool {
-	if cur.LeaseToken != j.LeaseToken || cur.State != StatePending {
-		return false
-	}
-	n := len(cur.History)
-	if n == 0 {
-		return cur.HistoryDropped > 0
-	}
-	r := cur.History[n-1]
-	return r.Outcome == OutcomeReleased && r.Attempt == j.Attempt && r.Started.Equal(j.StartedAt) && r.Worker == j.LeaseOwner
 }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.

@@ -252,34 +252,3 @@ func enqueueAndClaim(t *testing.T, f *fixture, worker string, payload []byte, op
 	require.Equal(t, j.ID, c.ID)
 	return c
 }
-
-// A Release sent again after its reply was lost finds its own write; the
-// old run's Release on a job replaced since (which keeps that run's token,
-// for the last-run rule) finds none, and writes nothing.
-func TestReleaseFindsOnlyItsOwnWrite(t *testing.T) {
-	t.Parallel()
-	f := setup(t, &Config{Lease: time.Minute})
-	_, err := f.q.Enqueue(f.ctx, "t", []byte("old"), &EnqueueOpts{ID: "r"})
-	require.NoError(t, err)
-	j, err := f.q.Claim(f.ctx, "w")
-	require.NoError(t, err)
-	first, err := f.q.Release(f.ctx, j)
-	require.NoError(t, err)
-	again, err := f.q.Release(f.ctx, j)
-	require.NoError(t, err, "the same Release, sent again, finds its own write")
-	require.Equal(t, first.Rev, again.Rev, "and writes nothing more")
-
-	j, err = f.q.Claim(f.ctx, "w")
-	require.NoError(t, err)
-	_, err = f.q.Cancel(f.ctx, "r")
-	require.NoError(t, err)
-	replaced, err := f.q.Enqueue(f.ctx, "t", []byte("new"), &EnqueueOpts{ID: "r", IfExists: IfExistsReplaceFinished})
-	require.NoError(t, err)
-	require.Equal(t, j.LeaseToken, replaced.LeaseToken, "the replaced job keeps the last run's token")
-	_, err = f.q.Release(f.ctx, j)
-	require.ErrorIs(t, err, ErrLeaseLost, "the old run's Release wrote nothing here")
-	cur, err := f.q.Get(f.ctx, "r")
-	require.NoError(t, err)
-	require.Equal(t, replaced.Rev, cur.Rev)
-	require.Equal(t, []byte("new"), cur.Payload)
-}
