@@ -646,17 +646,32 @@ func (d *decider) blocked(plan *casPlan, ip *indexPlan, b *slotBook, e *slotEntr
 // new claims wait until the key is under it. The limit is stored in Redis,
 // in the key's value, so it holds for every process; one compare-and-set.
 func (q *Queue) SetConcurrencyLimit(ctx context.Context, key string, n int) error {
+	if n < 0 || n > MaxConcurrencyLimit {
+		return fmt.Errorf("%w: concurrency limit is %d, want 0..%d", ErrInvalid, n, MaxConcurrencyLimit)
+	}
+	return q.changeSlotValue(ctx, "SetConcurrencyLimit", key, func(v *slotValue) bool {
+		if v.limit == n {
+			return false
+		}
+		v.limit = n // a higher limit frees slots now: changeSlotValue pulls
+		return true
+	})
+}
+
+// changeSlotValue applies change to the value of concurrency key key in
+// one compare-and-set: the operator's settings (its limit, its rate). A
+// change that returns false writes nothing; one that changes the value
+// pulls waiting jobs forward into the slots it may have freed, in the same
+// EXEC. A value that cannot be read is refused and kept as it is.
+func (q *Queue) changeSlotValue(ctx context.Context, call, key string, change func(v *slotValue) bool) error {
 	if err := q.check(ctx, true); err != nil {
 		return err
 	}
 	if key == "" {
-		return fmt.Errorf("%w: SetConcurrencyLimit of an empty key", ErrInvalid)
+		return fmt.Errorf("%w: %s of an empty key", ErrInvalid, call)
 	}
 	if err := validConcurrencyKey(key); err != nil {
 		return err
-	}
-	if n < 0 || n > MaxConcurrencyLimit {
-		return fmt.Errorf("%w: concurrency limit is %d, want 0..%d", ErrInvalid, n, MaxConcurrencyLimit)
 	}
 	shard := q.ks.shardOf(key)
 	probe := &Job{ConcurrencyKey: key}
@@ -666,12 +681,11 @@ func (q *Queue) SetConcurrencyLimit(ctx context.Context, key string, n int) erro
 		if e.err != nil {
 			return nil, e.err
 		}
-		if e.v.limit == n {
+		if !change(&e.v) {
 			return nil, nil
 		}
-		e.v.limit = n
 		e.dirty = true
-		b.pull(e) // a higher limit frees slots now
+		b.pull(e)
 		plan := &casPlan{}
 		var ip indexPlan
 		b.finish(plan, &ip)

@@ -43,50 +43,27 @@ import (
 // but not the key's count of them, so the key may run one more job than
 // its limit beside them. Upgrade every worker first.
 func (q *Queue) SetRateLimit(ctx context.Context, key string, n int, period time.Duration) error {
-	if err := q.check(ctx, true); err != nil {
-		return err
-	}
-	if key == "" {
-		return fmt.Errorf("%w: SetRateLimit of an empty key", ErrInvalid)
-	}
-	if err := validConcurrencyKey(key); err != nil {
-		return err
-	}
 	if n < 0 || n > MaxRateLimit {
 		return fmt.Errorf("%w: rate limit is %d, want 0..%d", ErrInvalid, n, MaxRateLimit)
 	}
 	if n > 0 && (period < time.Millisecond || period > MaxRatePeriod || period%time.Millisecond != 0) {
 		return fmt.Errorf("%w: rate period is %v, want whole milliseconds from 1ms to %v", ErrInvalid, period, MaxRatePeriod)
 	}
-	shard := q.ks.shardOf(key)
-	probe := &Job{ConcurrencyKey: key}
-	_, _, err := q.run(ctx, &casTxn{aux: []string{q.slotKeyOf(shard, probe)}, decide: func(r *casRead) (*casPlan, error) {
-		b := q.newSlotBook(r)
-		e := b.entry(shard, probe)
-		if e.err != nil {
-			return nil, e.err
+	if n == 0 {
+		period = 0
+	}
+	return q.changeSlotValue(ctx, "SetRateLimit", key, func(v *slotValue) bool {
+		if v.rate == n && v.period == period.Milliseconds() {
+			return false
 		}
+		v.rate, v.period = n, period.Milliseconds()
 		if n == 0 {
-			period = 0
-		}
-		if e.v.rate == n && e.v.period == period.Milliseconds() {
-			return nil, nil
-		}
-		e.v.rate, e.v.period = n, period.Milliseconds()
-		if n == 0 {
-			e.v.starts = nil
+			v.starts = nil
 		} else {
-			keepLatest(&e.v.starts, n)
+			keepLatest(&v.starts, n)
 		}
-		e.dirty = true
-		b.pull(e) // jobs waiting for a slot come due by the new rate
-		plan := &casPlan{}
-		var ip indexPlan
-		b.finish(plan, &ip)
-		plan.index(&ip)
-		return plan, nil
-	}})
-	return err
+		return true // jobs waiting for a slot come due by the new rate
+	})
 }
 
 // MaxRateLimit bounds a key's rate limit: the value keeps a start time per

@@ -251,14 +251,7 @@ func TestRateLimitHoldsUnderWork(t *testing.T) {
 	defer mu.Unlock()
 	require.Len(t, starts, hot, "each hot job started once")
 	slices.Sort(starts)
-	most := 0
-	for i := range starts {
-		n := 0
-		for k := i; k < len(starts) && starts[k] < starts[i]+period.Milliseconds(); k++ {
-			n++
-		}
-		most = max(most, n)
-	}
+	most := mostInWindow(starts, period)
 	t.Logf("most starts in any %v: %d (limit %d); span %d ms", period, most, rate, starts[len(starts)-1]-starts[0])
 	require.LessOrEqual(t, most, rate, "never more starts in a window than the rate")
 	require.GreaterOrEqual(t, starts[len(starts)-1]-starts[0], int64(hot/rate-1)*period.Milliseconds(),
@@ -332,4 +325,19 @@ func TestRateLimitRemovedReleasesParkedJobsWithinARecheck(t *testing.T) {
 	require.NoError(t, f.q.SetRateLimit(f.ctx, "k", 0, 0))
 	f.clock.Advance(rateRecheck)
 	require.Equal(t, ids[1:], claimAll(t, f), "the rate is gone: the job starts at its recheck")
+}
+
+// mostInWindow returns the most of starts (unix ms) within any window of
+// period, sorting them first.
+func mostInWindow(starts []int64, period time.Duration) int {
+	slices.Sort(starts)
+	most := 0
+	for i := range starts {
+		n := 0
+		for k := i; k < len(starts) && starts[k] < starts[i]+period.Milliseconds(); k++ {
+			n++
+		}
+		most = max(most, n)
+	}
+	return most
 }
