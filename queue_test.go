@@ -144,6 +144,10 @@ func TestRoundTripBudget(t *testing.T) {
 	measure("Cancel", 2, func() (err error) { _, err = f.q.Cancel(f.ctx, "mine"); return })
 	measure("Retry", 2, func() (err error) { _, err = f.q.Retry(f.ctx, "mine"); return })
 	measure("Stats", 1, func() (err error) { _, err = f.q.Stats(f.ctx); return })
+	measure("Throughput (an hour by minute)", 1, func() (err error) {
+		_, err = f.q.Throughput(f.ctx, f.clock.Now().Add(-time.Hour), f.clock.Now(), time.Minute)
+		return
+	})
 	measure("List (a page)", 2, func() (err error) { _, err = f.q.List(f.ctx, ListOpts{State: StatePending}); return })
 	measure("Pause", 1, func() error { return f.q.Pause(f.ctx) })
 	measure("Resume", 1, func() error { return f.q.Resume(f.ctx) })

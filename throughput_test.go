@@ -1,0 +1,143 @@
+package jobkey
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Each bucket counts exactly the jobs whose values say they finished in
+// it, by state, and the jobs scheduled in it ahead of now: counted from the
+// values read one by one, not from what Throughput read.
+func TestThroughputCountsEachBucketsFinishesAndSchedulesFromTheIndexes(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	start := f.clock.Now()
+	var ids []string
+	enqueue := func(o *EnqueueOpts) {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, o)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	// Minute by minute: k jobs succeed, one fails for good, one is canceled.
+	for minute := range 5 {
+		for range minute + 1 {
+			enqueue(&EnqueueOpts{MaxAttempts: 1})
+			j, err := f.q.Claim(f.ctx, "w")
+			require.NoError(t, err)
+			if minute%2 == 0 {
+				_, err = f.q.Complete(f.ctx, j, nil)
+			} else {
+				_, err = f.q.Fail(f.ctx, j, errors.New("boom"))
+			}
+			require.NoError(t, err)
+		}
+		enqueue(&EnqueueOpts{Delay: time.Hour})
+		_, err := f.q.Cancel(f.ctx, ids[len(ids)-1])
+		require.NoError(t, err)
+		f.clock.Advance(time.Minute)
+	}
+	// Scheduled ahead: 2 in 3 minutes, 3 in 7.
+	for range 2 {
+		enqueue(&EnqueueOpts{Delay: 3*time.Minute + time.Second})
+	}
+	for range 3 {
+		enqueue(&EnqueueOpts{Delay: 7*time.Minute + time.Second})
+	}
+
+	th, err := f.q.Throughput(f.ctx, start.Add(-2*time.Minute), f.clock.Now().Add(10*time.Minute), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, start.Add(-2*time.Minute), th.From)
+	require.Len(t, th.Buckets, 17)
+
+	want := make([]ThroughputBucket, len(th.Buckets))
+	for i := range want {
+		want[i].Start = th.From.Add(time.Duration(i) * time.Minute)
+	}
+	bucket := func(at time.Time) *ThroughputBucket {
+		i := int(at.Sub(th.From) / time.Minute)
+		require.True(t, i >= 0 && i < len(want), "%v outside %v..%v", at, th.From, th.To)
+		return &want[i]
+	}
+	for _, id := range ids {
+		j, err := f.q.Get(f.ctx, id)
+		require.NoError(t, err)
+		switch j.State {
+		case StateSucceeded:
+			bucket(j.UpdatedAt).Succeeded++
+		case StateFailed:
+			bucket(j.UpdatedAt).Failed++
+		case StateCanceled:
+			bucket(j.UpdatedAt).Canceled++
+		case StatePending:
+			bucket(j.RunAt).Scheduled++
+		default:
+			t.Fatalf("job %s is %s", id, j.State)
+		}
+	}
+	require.Equal(t, want, th.Buckets)
+	var total ThroughputBucket
+	for _, b := range th.Buckets {
+		total.Succeeded += b.Succeeded
+		total.Failed += b.Failed
+		total.Canceled += b.Canceled
+		total.Scheduled += b.Scheduled
+	}
+	require.Equal(t, ThroughputBucket{Succeeded: 1 + 3 + 5, Failed: 2 + 4, Canceled: 5, Scheduled: 5}, total)
+	require.Equal(t, th.Now.Add(-f.q.cfg.FailedRetention), th.FailedExactSince)
+}
+
+// A shard that cannot be read leaves the others' counts, and a
+// *ShardsError names it: the page of history does not fail whole.
+func TestThroughputOfTheReadableShardsWhenOneIsNot(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	var on [2]int
+	for i := range 8 {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("j%d", i)})
+		require.NoError(t, err)
+		_, s := f.q.ks.jobKeyOf(j.ID)
+		on[s]++
+		c, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		_, err = f.q.Complete(f.ctx, c, nil)
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.rdb.Del(f.ctx, f.q.ks.index(1, idxFailed)).Err())
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.index(1, idxFailed), "x", 0).Err())
+
+	now := f.clock.Now()
+	th, err := f.q.Throughput(f.ctx, now.Add(-time.Minute), now.Add(time.Minute), time.Minute)
+	var se *ShardsError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, []int{1}, se.Shards)
+	var wt *WrongTypeError
+	require.ErrorAs(t, se.Errs[0], &wt)
+	var ok int64
+	for _, b := range th.Buckets {
+		ok += b.Succeeded
+	}
+	require.EqualValues(t, on[0], ok, "shard 0's finishes, and none of shard 1's")
+}
+
+func TestThroughputRefusesABadRange(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	now := f.clock.Now()
+	for _, c := range []struct {
+		from, to time.Time
+		step     time.Duration
+	}{
+		{now, now.Add(time.Hour), 0},
+		{now, now.Add(time.Hour), time.Microsecond},
+		{now, now, time.Minute},
+		{now.Add(time.Hour), now, time.Minute},
+		{now, now.Add(MaxThroughputBuckets*time.Minute + time.Minute), time.Minute},
+	} {
+		_, err := f.q.Throughput(f.ctx, c.from, c.to, c.step)
+		require.ErrorIs(t, err, ErrInvalid, "%v..%v by %v", c.from, c.to, c.step)
+	}
+}
