@@ -70,7 +70,7 @@ const usage = `usage: jobkey <command> [flags]
 commands:
   bench   run the benchmark scenarios of both designs and write a report
   demo    reproduce the failing group of docs/design.md against both designs
-  stats   print a live queue's counts
+  stats   print a live queue's counts (-history: finishes per step)
   verify  report (and with -fix repair) index entries that disagree with job values
   ui      serve the web UI over a Redis's queues (127.0.0.1:8080 by default)
 

@@ -196,9 +196,19 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 var errPartial = errors.New("some shards could not be read: the figures above leave them out")
 
 func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	q, rdb, _, closeQ, err := openLive(ctx, "stats", args, stderr, nil, nil, func(operands []string) error {
+	var history bool
+	var since, ahead, step time.Duration
+	q, rdb, _, closeQ, err := openLive(ctx, "stats", args, stderr, nil, func(fs *flag.FlagSet) {
+		fs.BoolVar(&history, "history", false, "print the jobs finished per -step over the last -since, and those scheduled over the next -ahead, counted from the indexes")
+		fs.DurationVar(&since, "since", time.Hour, "with -history: how far back")
+		fs.DurationVar(&ahead, "ahead", 0, "with -history: how far ahead to count scheduled jobs")
+		fs.DurationVar(&step, "step", time.Minute, "with -history: the width of a row")
+	}, func(operands []string) error {
 		if len(operands) > 0 {
 			return fmt.Errorf("stats: unexpected arguments %q", operands)
+		}
+		if history && (since < 0 || ahead < 0 || since+ahead <= 0) {
+			return fmt.Errorf("stats: -since %v and -ahead %v: want a span after -history", since, ahead)
 		}
 		return nil
 	})
@@ -206,6 +216,9 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closeQ()
+	if history {
+		return printThroughput(ctx, q, since, ahead, step, stdout)
+	}
 	st, err := q.Stats(ctx)
 	var missing *jobkey.ShardsError
 	if err != nil && !errors.As(err, &missing) {
@@ -280,6 +293,29 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errPartial
 	case unfixed > 0:
 		return fmt.Errorf("%w: %d findings", errFindings, unfixed)
+	}
+	return nil
+}
+
+// printThroughput prints the queue's history (Queue.Throughput) as a table,
+// a row per step, and from when each finished count is exact.
+func printThroughput(ctx context.Context, q *jobkey.Queue, since, ahead, step time.Duration, stdout io.Writer) error {
+	now := time.Now()
+	th, err := q.Throughput(ctx, now.Add(-since), now.Add(ahead), step)
+	var missing *jobkey.ShardsError
+	if err != nil && !errors.As(err, &missing) {
+		return fmt.Errorf("stats: %w", err)
+	}
+	fmt.Fprintf(stdout, "| from (UTC) | succeeded | failed | canceled | scheduled |\n|---|---|---|---|---|\n")
+	for _, b := range th.Buckets {
+		fmt.Fprintf(stdout, "| %s | %d | %d | %d | %d |\n", b.Start.UTC().Format(time.DateTime), b.Succeeded, b.Failed, b.Canceled, b.Scheduled)
+	}
+	fmt.Fprintf(stdout, "\nexact since: succeeded and canceled %s, failed %s (their retention); "+
+		"deleted jobs, and jobs with a Retention of their own, are not counted where they finished\n",
+		th.SucceededExactSince.UTC().Format(time.DateTime), th.FailedExactSince.UTC().Format(time.DateTime))
+	if missing != nil {
+		fmt.Fprintf(stdout, "\n%v\n", missing)
+		return errPartial
 	}
 	return nil
 }
