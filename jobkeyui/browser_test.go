@@ -306,3 +306,64 @@ func saveScreenshot(t *testing.T, png []byte) {
 		t.Logf("screenshot written to %s", p)
 	}
 }
+
+// pointsJS sums, per series, the values the points of a chart's SVG show
+// in their tooltips ("succeeded: 2 jobs at minutes from now -1"), and
+// reports the drawn chart's size.
+const pointsJS = `(() => {
+	const svg = document.querySelector("#last-hour svg");
+	const sums = {};
+	for (const t of document.querySelectorAll("#last-hour svg .point title")) {
+		const m = t.textContent.match(/^(\w+): (\d+) jobs/);
+		if (m) sums[m[1]] = (sums[m[1]] || 0) + Number(m[2]);
+	}
+	const r = svg.getBoundingClientRect();
+	return {sums: sums, width: r.width, height: r.height};
+})()`
+
+// The history page's charts render in a browser, and the numbers their
+// points show are Queue.Throughput's.
+func TestBrowserHistoryChartsShowThroughput(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := browser(t)
+	dlg := watchDialogs(ctx)
+	do(t, ctx, chromedp.Navigate(f.srv.URL+"/queue?name=mails"), chromedp.WaitVisible(chromedp.CSS(`#history-link`)))
+	if _, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`#history-link`))); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, chromedp.WaitVisible(chromedp.CSS(`#last-hour svg`)))
+	type drawn struct {
+		Sums          map[string]int64 `json:"sums"`
+		Width, Height float64
+	}
+	got := run(t, ctx, chromedp.Evaluate[drawn](pointsJS))
+	now := time.Now()
+	th, err := f.q.Throughput(context.Background(), now.Add(-time.Hour), now, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{}
+	for _, b := range th.Buckets {
+		want["succeeded"] += b.Succeeded
+		want["failed"] += b.Failed
+		want["canceled"] += b.Canceled
+	}
+	if want["succeeded"] != 2 || want["failed"] != 3 || want["canceled"] != 1 {
+		t.Fatalf("Throughput counts %v, want the fixture's 2, 3 and 1", want)
+	}
+	for k, v := range want {
+		if got.Sums[k] != v {
+			t.Errorf("the chart's %s points add up to %d, Throughput's to %d", k, got.Sums[k], v)
+		}
+	}
+	if got.Width < 300 || got.Height < 150 {
+		t.Errorf("the chart is drawn %vx%v", got.Width, got.Height)
+	}
+	p := run(t, ctx, chromedp.Evaluate[probe](probeJS))
+	if p.Pwned != "" || p.Scripts != 0 || p.Handlers != 0 {
+		t.Errorf("the history page runs something: %+v", p)
+	}
+	if msgs := dlg.seen(); len(msgs) > 0 {
+		t.Errorf("dialogs opened: %q", msgs)
+	}
+}

@@ -1,0 +1,97 @@
+package jobkeyui
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// historyRows reads the numbers table of the chart with id from a history
+// page: one [succeeded, failed, canceled, scheduled] per row.
+func historyRows(t *testing.T, body, id string) [][4]int64 {
+	t.Helper()
+	i := strings.Index(body, `<figure class="chart" id="`+id+`">`)
+	require.GreaterOrEqual(t, i, 0, "chart %s on the page", id)
+	fig := body[i:]
+	fig = fig[:strings.Index(fig, "</figure>")]
+	require.Contains(t, fig, "<svg", "chart %s is drawn", id)
+	var rows [][4]int64
+	re := regexp.MustCompile(`<tr><td>[0-9-]+ [0-9:]+</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td></tr>`)
+	for _, m := range re.FindAllStringSubmatch(fig, -1) {
+		var r [4]int64
+		for k := range r {
+			r[k], _ = strconv.ParseInt(m[k+1], 10, 64)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func sumRows(rows [][4]int64) (s [4]int64) {
+	for _, r := range rows {
+		for k := range r {
+			s[k] += r[k]
+		}
+	}
+	return s
+}
+
+// The history page charts what Queue.Throughput counts: the fixture's
+// 2 succeeded, 3 failed and 1 canceled in the last hour, and over the
+// retention; its scheduled job in the next day.
+func TestHistoryPageChartsTheQueuesThroughput(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	resp, body := f.fetch(t, c, "/history?name=mails")
+	wantStatus(t, resp, body, http.StatusOK)
+
+	now := time.Now()
+	th, err := f.q.Throughput(context.Background(), now.Add(-time.Hour), now, time.Minute)
+	require.NoError(t, err)
+	var want [4]int64
+	for _, b := range th.Buckets {
+		want[0] += b.Succeeded
+		want[1] += b.Failed
+		want[2] += b.Canceled
+	}
+	require.Equal(t, [4]int64{2, 3, 1, 0}, want, "the fixture's finishes")
+	hour := historyRows(t, body, "last-hour")
+	require.True(t, len(hour) == 60 || len(hour) == 61, "a row per minute: %d", len(hour))
+	require.Equal(t, want, sumRows(hour))
+	require.Equal(t, want, sumRows(historyRows(t, body, "retention")))
+	ahead := sumRows(historyRows(t, body, "ahead"))
+	require.EqualValues(t, 2, ahead[3], "the job scheduled in an hour, and the corrupt value listed as pending in an hour is counted by its entry")
+	require.Contains(t, body, "exact from")
+	_, qbody := f.fetch(t, c, "/queue?name=mails")
+	require.Contains(t, qbody, `<a href="/history?name=mails" id="history-link">history</a>`)
+}
+
+// A shard that cannot be read leaves the others' charts, with a note that
+// names it: the page does not fail whole.
+func TestHistoryPageLeavesOutAShardItCannotRead(t *testing.T) {
+	f := newFixture(t, Options{Logger: discardLogger()})
+	brokenQueue(t, f)
+	c := f.client(t)
+	resp, body := f.fetch(t, c, "/history?name=wide")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `id="history-missing"`)
+	require.Contains(t, body, "leave out 1 of 4 shards")
+	require.Contains(t, body, "<svg")
+}
+
+// A hostile queue name is text in the page and in the charts.
+func TestHistoryPageEscapesTheQueueName(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	resp, body := f.fetch(t, c, "/history?name="+url.QueryEscape(hostileQueue))
+	wantStatus(t, resp, body, http.StatusOK)
+	require.NotContains(t, body, hostileQueue)
+	require.Contains(t, body, "&lt;b&gt;evil")
+}
