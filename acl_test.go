@@ -234,6 +234,12 @@ func runWork(t *testing.T, q, feed, admin *Queue, addrs []string) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the blocking job did not start")
 	}
+	// The worker's report, written as its user, lists the running job.
+	require.Eventually(t, func() bool {
+		ws, err := admin.Workers(ctx)
+		require.NoError(t, err)
+		return len(ws) == 1 && ws[0].Busy == 1 && len(ws[0].Running) == 1 && ws[0].Running[0].ID == "blocker"
+	}, 10*time.Second, 20*time.Millisecond, "the worker's report lists its run")
 	_, err = admin.Cancel(ctx, "blocker")
 	require.NoError(t, err)
 	select {
@@ -466,6 +472,10 @@ func TestLeastPrivilegeReader(t *testing.T) {
 	rep, err := q.Verify(ctx, &VerifyOpts{Keys: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Findings)
+	_, err = q.Workers(ctx)
+	require.NoError(t, err)
+	_, err = q.Throughput(ctx, time.Now().Add(-time.Hour), time.Now(), time.Minute)
+	require.NoError(t, err)
 	names, err := Queues(ctx, rdb, "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"q"}, names)

@@ -63,6 +63,8 @@ var readyIndexes = func() []string {
 //	<prefix>:{<queue>}:meta           the queue's shard count
 //	<prefix>:{<queue>}:wake           pub/sub hint that work arrived
 //	<prefix>:{<queue>}:cancel         pub/sub: a running job was canceled
+//	<prefix>:{<queue>}:workers        the Works that report themselves, by when each report lapses (workers.go)
+//	<prefix>:{<queue>}:worker:<name>  one Work's report, with a TTL
 //
 // The shard tag is "<queue>/<shard>", with ".<k>" appended where needed to
 // spread the shards' hash slots evenly (shardTag).
@@ -123,6 +125,15 @@ func (ks *keyspace) wakeChannel() string { return ks.prefix + ":" + hashTag(ks.q
 func (ks *keyspace) metaKey() string { return ks.prefix + ":" + hashTag(ks.queue) + ":meta" }
 
 func (ks *keyspace) cancelChannel() string { return ks.prefix + ":" + hashTag(ks.queue) + ":cancel" }
+
+// workersKey lists the Works of the queue that report themselves
+// (workers.go), each scored by when its report lapses unless renewed.
+func (ks *keyspace) workersKey() string { return ks.prefix + ":" + hashTag(ks.queue) + ":workers" }
+
+// workerKey is the report of Work name: a small value with a TTL.
+func (ks *keyspace) workerKey(name string) string {
+	return ks.prefix + ":" + hashTag(ks.queue) + ":worker:" + name
+}
 
 // jobKeyOf returns the key of id, with its shard.
 func (ks *keyspace) jobKeyOf(id string) (string, int) {

@@ -47,11 +47,13 @@ var keyBuilders = map[string]func(ks *keyspace, s int) []string{
 	"metaKey":       func(ks *keyspace, _ int) []string { return []string{ks.metaKey()} },
 	"wakeChannel":   func(ks *keyspace, _ int) []string { return []string{ks.wakeChannel()} },
 	"cancelChannel": func(ks *keyspace, _ int) []string { return []string{ks.cancelChannel()} },
+	"workersKey":    func(ks *keyspace, _ int) []string { return []string{ks.workersKey()} },
+	"workerKey":     func(ks *keyspace, _ int) []string { return []string{ks.workerKey("host-1-abc")} },
 }
 
 // queueWide are the builders of keys of the whole queue, under its name's
 // hash tag rather than a shard's.
-var queueWide = []string{"metaKey", "wakeChannel", "cancelChannel"}
+var queueWide = []string{"metaKey", "wakeChannel", "cancelChannel", "workersKey", "workerKey"}
 
 func TestEveryKeyBuilderIsEnumerated(t *testing.T) {
 	t.Parallel()

@@ -66,6 +66,7 @@ func (w *worker) start(j *Job, asked time.Time) *run {
 	w.mu.Lock()
 	w.running[r] = struct{}{}
 	w.mu.Unlock()
+	w.runsChanged()
 	w.renewer.add(r)
 	return r
 }
@@ -78,6 +79,7 @@ func (w *worker) stop(r *run) {
 	w.mu.Lock()
 	delete(w.running, r)
 	w.mu.Unlock()
+	w.runsChanged()
 }
 
 // leaseLeft is how long the lease of j lasts from the moment it was

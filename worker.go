@@ -125,15 +125,16 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 	if err != nil {
 		return err
 	}
-	return q.runWork(ctx, h, o, nil, 0)
+	return q.runWork(ctx, h, o, nil, 0, []string{q.name})
 }
 
 // runWork is Work with its options checked. gate, when set, shares the runs
-// with the other queues of a WorkQueues, where this one is queue gi.
-func (q *Queue) runWork(ctx context.Context, h Handler, o WorkOpts, gate *weighted.Gate, gi int) (err error) {
+// with the other queues of a WorkQueues, where this one is queue gi;
+// queues names them all (or this one), for the Work's report.
+func (q *Queue) runWork(ctx context.Context, h Handler, o WorkOpts, gate *weighted.Gate, gi int, queues []string) (err error) {
 	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[*run]struct{}{},
 		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{}), trail: &cas.Trail{},
-		gate: gate, gi: gi}
+		gate: gate, gi: gi, queues: queues, started: q.clock.Guess(), runsMoved: make(chan struct{}, 1)}
 	// Every call of this Work carries its trail: a claim given back for a
 	// runner that left its call is counted there until it is over.
 	ctx = cas.WithTrail(ctx, w.trail)
@@ -174,12 +175,18 @@ func (q *Queue) runWork(ctx context.Context, h Handler, o WorkOpts, gate *weight
 	if o.TrimInterval > 0 {
 		chores.Go(func() { w.trimmer(ctx) })
 	}
+	// The report outlives ctx: it lists the runs shutdown still waits for,
+	// and goes once Work returns.
+	reportCtx, endReport := context.WithCancel(context.WithoutCancel(ctx))
+	chores.Go(func() { w.reporter(reportCtx) })
 	for _, p := range o.Periodic {
 		chores.Go(func() { w.periodic(ctx, p) })
 	}
 	<-ctx.Done()
-	// Runners stop claiming by themselves (they watch ctx); so do the chores.
+	// Runners stop claiming by themselves (they watch ctx); so do the chores
+	// but the report, which ends when Work returns.
 	defer chores.Wait()
+	defer endReport()
 	finished := make(chan struct{})
 	go func() { runners.Wait(); close(finished) }()
 	err = w.drain(finished, stopRuns)
@@ -278,6 +285,14 @@ type worker struct {
 	// until its job's outcome is recorded. gi is this queue's index in it.
 	gate *weighted.Gate
 	gi   int
+	// queues and started are what this Work reports of itself
+	// (workers.go): the queues of its WorkQueues (or its own), and when it
+	// started.
+	queues  []string
+	started time.Time
+	// runsMoved is poked when a run starts or stops: the report follows
+	// within reportGap.
+	runsMoved chan struct{}
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations. Anyone

@@ -91,11 +91,15 @@ func WorkQueues(ctx context.Context, h Handler, queues []WeightedQueue, opts *Wo
 		checked[i], weights[i] = wo, wq.Weight
 	}
 	gate := weighted.New(checked[0].Concurrency, weights, o.StrictPriority)
+	names := make([]string, len(queues))
+	for i, wq := range queues {
+		names[i] = wq.Queue.name
+	}
 	errs := make([]error, len(queues))
 	var wg sync.WaitGroup
 	for i, wq := range queues {
 		wg.Go(func() {
-			if err := wq.Queue.runWork(ctx, h, checked[i], gate, i); err != nil {
+			if err := wq.Queue.runWork(ctx, h, checked[i], gate, i, names); err != nil {
 				errs[i] = fmt.Errorf("queue %q: %w", wq.Queue.name, err)
 			}
 		})
