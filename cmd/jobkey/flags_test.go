@@ -27,6 +27,8 @@ var commandArgs = map[string][]string{
 	"resume":           {"-queue", "q"},
 	"queues":           {},
 	"limit":            {"-queue", "q", "key"},
+	"workers":          {"-queue", "q"},
+	"schedules":        {"-queue", "q"},
 	"migrate-asynq":    {"-type", "t", "-to", "q"},
 	"migrate-to-asynq": {"-type", "t", "-from", "q"},
 }

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey"
+	"github.com/stretchr/testify/require"
+)
+
+// startWork runs Work on the fixture's queue until the test ends.
+func (f *fixture) startWork(h jobkey.Handler, o *jobkey.WorkOpts) {
+	f.t.Helper()
+	ctx, stop := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.q.Work(ctx, h, o) }()
+	f.t.Cleanup(func() {
+		stop()
+		require.NoError(f.t, <-done)
+	})
+}
+
+// workers and schedules print what the running Works report: their runs,
+// and each schedule with its next tick and its last tick's job and state.
+func TestWorkersAndSchedulesPrintTheRunningWorks(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 2)
+	release := make(chan struct{})
+	f.startWork(jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		if j.Type == "block" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil, nil
+	}), &jobkey.WorkOpts{Name: "evil|name\x1b[31m", Concurrency: 2, PollInterval: 20 * time.Millisecond,
+		Periodic: []jobkey.PeriodicJob{{Name: "hourly", Schedule: jobkey.Every(time.Hour), Type: "report", StartWithLatestTick: true}}})
+	t.Cleanup(func() { close(release) }) // before Work is stopped
+	j, err := f.q.Enqueue(f.ctx, "block", nil, nil)
+	require.NoError(t, err)
+
+	var out string
+	require.Eventually(t, func() bool {
+		out, err = f.run("workers")
+		require.NoError(t, err)
+		return strings.Contains(out, j.ID)
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Contains(t, out, `| evil\|name\x1b[31m |`, "the name is one cell, and inert")
+	require.NotContains(t, out, "\x1b")
+	require.Contains(t, out, "| 1/2 |")
+	require.Contains(t, out, j.ID+" (block, attempt 1, ")
+
+	last := time.Now().UTC().Truncate(time.Hour)
+	require.Eventually(t, func() bool {
+		out, err = f.run("schedules")
+		require.NoError(t, err)
+		return strings.Contains(out, "| succeeded |")
+	}, 10*time.Second, 20*time.Millisecond, "the latest tick's job ran")
+	require.Contains(t, out, "| hourly | every 1h0m0s | report | "+last.Add(time.Hour).Format(time.DateTime)+" | "+last.Format(time.DateTime)+" | periodic:hourly:")
+
+	out, err = f.run("schedules", "-json")
+	require.NoError(t, err)
+	var doc struct {
+		Schedules []scheduleView `json:"schedules"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	require.Len(t, doc.Schedules, 1)
+	require.Equal(t, []string{"evil|name\x1b[31m"}, doc.Schedules[0].KeptBy)
+	require.Equal(t, "succeeded", doc.Schedules[0].LastJobState)
+}
+
+func TestWorkersSaysWhenNoneReported(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	f.enqueue("t", nil) // the queue exists
+	out, err := f.run("workers")
+	require.NoError(t, err)
+	require.Contains(t, out, "no worker of queue \"mail\" has reported itself")
+	out, err = f.run("schedules")
+	require.NoError(t, err)
+	require.Contains(t, out, "no running worker")
+}
