@@ -22,11 +22,12 @@ var assets embed.FS
 // pages are the parsed templates, one set per page.
 type pages struct {
 	queues, queue, job, errPage *template.Template
-	history                     *template.Template
+	history, workers            *template.Template
 }
 
 var funcs = template.FuncMap{
 	"short": short,
+	"since": sinceNow,
 }
 
 func parsePages() (*pages, error) {
@@ -42,7 +43,7 @@ func parsePages() (*pages, error) {
 	for _, s := range []struct {
 		t    **template.Template
 		name string
-	}{{&p.queues, "queues.html"}, {&p.queue, "queue.html"}, {&p.job, "job.html"}, {&p.errPage, "error.html"}, {&p.history, "history.html"}} {
+	}{{&p.queues, "queues.html"}, {&p.queue, "queue.html"}, {&p.job, "job.html"}, {&p.errPage, "error.html"}, {&p.history, "history.html"}, {&p.workers, "workers.html"}} {
 		if *s.t, err = parse(s.name); err != nil {
 			return nil, err
 		}
@@ -431,10 +432,13 @@ type jobData struct {
 	Result    shown
 	Progress  shown
 	Acts      acts
-	Keys      jobkey.JobKeys
-	ReadErr   string // why the value cannot be read
-	Raw       *shown // the stored bytes of an unreadable value, when Redis gives them
-	RawErr    string // why they could not be read
+	// WorkerLink leads to the worker row of the Work that runs an active
+	// job, named by its lease owner.
+	WorkerLink string
+	Keys       jobkey.JobKeys
+	ReadErr    string // why the value cannot be read
+	Raw        *shown // the stored bytes of an unreadable value, when Redis gives them
+	RawErr     string // why they could not be read
 }
 
 func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
@@ -475,6 +479,9 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		d.Job, d.State = j, j.State.String()
 		d.StateLink = p.Link("queue", "name", name, "state", d.State)
 		d.Payload, d.Result, d.Progress, d.Acts = show(j.Payload), show(j.Result), show(j.Progress), actsOf(j.State)
+		if j.State == jobkey.StateActive && j.LeaseOwner != "" {
+			d.WorkerLink = p.Link("workers", "name", name) + "#" + workerAnchor(jobkey.WorkerOf(j.LeaseOwner))
+		}
 	}
 	p.Data = d
 	h.render(w, r, h.pages.job, http.StatusOK, p)

@@ -1,0 +1,117 @@
+package jobkeyui
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/stretchr/testify/require"
+)
+
+// workerEnv makes the test binary run a Work instead of the tests: the
+// browser test kills that process with SIGKILL, as a crash would. Its
+// value is "<redis URL> <prefix> <queue> <worker name>".
+const workerEnv = "JOBKEYUI_TEST_WORKER"
+
+// workerLease is the Lease of the queue the child works: its report lapses
+// this long after the child dies.
+const workerLease = 2 * time.Second
+
+func init() {
+	v := os.Getenv(workerEnv)
+	if v == "" {
+		return
+	}
+	f := strings.Fields(v)
+	o, err := redis.ParseURL(f[0])
+	if err != nil {
+		panic(err)
+	}
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	rdb := redis.NewClient(o)
+	q, err := jobkey.NewQueue(rdb, f[2], &jobkey.Config{Prefix: f[1], Lease: workerLease})
+	if err != nil {
+		panic(err)
+	}
+	err = q.Work(context.Background(), jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}), &jobkey.WorkOpts{Name: f[3], Concurrency: 2, PollInterval: 50 * time.Millisecond})
+	panic(err)
+}
+
+// startWorkerProcess runs a Work named name on queue in a child process,
+// and returns it to be killed.
+func startWorkerProcess(t *testing.T, f *fixture, queue, name string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), workerEnv+"="+redistest.RequireReal(t).URL+" "+f.prefix+" "+queue+" "+name)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// The workers page lists a running Work with the job it runs, linked; the
+// job's page links back to the worker's row.
+func TestWorkersPageListsRunningWorksAndLinksTheirJobs(t *testing.T) {
+	f := newFixture(t, Options{})
+	q, err := jobkey.NewQueue(f.rdb, "work", &jobkey.Config{Prefix: f.prefix, Lease: workerLease})
+	require.NoError(t, err)
+	ctx := context.Background()
+	j, err := q.Enqueue(ctx, "mail", nil, nil)
+	require.NoError(t, err)
+	startWorkerProcess(t, f, "work", "box<b>|1")
+	c := f.client(t)
+	var body string
+	require.Eventually(t, func() bool {
+		var resp *http.Response
+		resp, body = f.fetch(t, c, "/workers?name=work")
+		wantStatus(t, resp, body, http.StatusOK)
+		return strings.Contains(body, `data-run="`+j.ID+`"`)
+	}, 20*time.Second, 50*time.Millisecond, "the child's report lists its run")
+	require.Contains(t, body, `<tr id="worker-box_3cb_3e_7c1" data-worker="box&lt;b&gt;|1">`)
+	require.Contains(t, body, `data-busy="1">1 of 2</td>`)
+	require.NotContains(t, body, "<b>|1")
+
+	_, jbody := f.fetch(t, c, "/job?queue=work&id="+url.QueryEscape(j.ID))
+	require.Contains(t, jbody, `<a href="/workers?name=work#worker-box_3cb_3e_7c1" id="worker-link">box&lt;b&gt;|1/`)
+}
+
+// A killed worker disappears from the page within its report's TTL, in a
+// real browser; the page shows it until then.
+func TestBrowserWorkersPageDropsAKilledWorkerWithinItsLease(t *testing.T) {
+	f := newFixture(t, Options{})
+	q, err := jobkey.NewQueue(f.rdb, "work", &jobkey.Config{Prefix: f.prefix, Lease: workerLease})
+	require.NoError(t, err)
+	_, err = q.Enqueue(context.Background(), "mail", nil, nil)
+	require.NoError(t, err)
+	cmd := startWorkerProcess(t, f, "work", "doomed-1")
+	ctx := browser(t)
+	listed := func() bool {
+		do(t, ctx, chromedp.Navigate(f.srv.URL+"/workers?name=work"), chromedp.WaitReady("body"))
+		return run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('tr[data-worker="doomed-1"]').length`)) == 1
+	}
+	require.Eventually(t, listed, 20*time.Second, 100*time.Millisecond, "the worker is listed while it runs")
+	require.NoError(t, cmd.Process.Kill())
+	killed := time.Now()
+	_ = cmd.Wait()
+	for listed() {
+		require.Less(t, time.Since(killed), workerLease+2*time.Second, "still listed past its Lease")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Equal(t, 1, run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('#no-workers').length`)))
+	t.Logf("gone %v after the kill (Lease %v)", time.Since(killed).Round(10*time.Millisecond), workerLease)
+}
