@@ -150,6 +150,7 @@ func TestRoundTripBudget(t *testing.T) {
 	})
 	measure("List (a page)", 2, func() (err error) { _, err = f.q.List(f.ctx, ListOpts{State: StatePending}); return })
 	measure("Workers (none)", 1, func() (err error) { _, err = f.q.Workers(f.ctx); return })
+	measure("CountByType", 2, func() (err error) { _, err = f.q.CountByType(f.ctx, 0); return })
 	measure("Pause", 1, func() error { return f.q.Pause(f.ctx) })
 	measure("Resume", 1, func() error { return f.q.Resume(f.ctx) })
 	measure("Delete", 2, func() error { return f.q.Delete(f.ctx, "mine") })
