@@ -2,6 +2,7 @@ package jobkeyui
 
 import (
 	"context"
+	"html/template"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -94,4 +95,28 @@ func TestHistoryPageEscapesTheQueueName(t *testing.T) {
 	wantStatus(t, resp, body, http.StatusOK)
 	require.NotContains(t, body, hostileQueue)
 	require.Contains(t, body, "&lt;b&gt;evil")
+}
+
+// The queue page counts its jobs by type, each type linked to its filter,
+// and the type filter offers the types it knows.
+func TestQueuePageCountsJobsByType(t *testing.T) {
+	f := newFixture(t, Options{})
+	c := f.client(t)
+	resp, body := f.fetch(t, c, "/queue?name=mails")
+	wantStatus(t, resp, body, http.StatusOK)
+	tc, err := f.q.CountByType(context.Background(), 0)
+	require.NoError(t, err)
+	require.True(t, tc.Complete)
+	for _, typ := range tc.Types {
+		row := `<tr data-type="` + template.HTMLEscapeString(typ.Type) + `">`
+		require.Contains(t, body, row)
+		i := strings.Index(body, row)
+		cells := body[i : i+strings.Index(body[i:], "</tr>")]
+		want := "</a></td><td>" + strconv.FormatInt(typ.Pending, 10) + "</td><td>" + strconv.FormatInt(typ.Active, 10) +
+			"</td><td>" + strconv.FormatInt(typ.Succeeded, 10) + "</td><td>" + strconv.FormatInt(typ.Failed, 10) +
+			"</td><td>" + strconv.FormatInt(typ.Canceled, 10) + "</td>"
+		require.Contains(t, cells, want, typ.Type)
+	}
+	require.Contains(t, body, `<datalist id="known-types"><option value="welcome">`)
+	require.NotContains(t, body, hostileType, "the hostile type stays text")
 }

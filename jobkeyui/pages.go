@@ -281,6 +281,15 @@ type queueData struct {
 	// Stopped says the page stopped at its bound of entries read with
 	// fewer jobs than a page holds: it is not the last.
 	Stopped string
+	// Types counts the queue's jobs by type (Queue.CountByType), each
+	// linked to its filter; TypesNote says what the count left out.
+	Types     []typeRow
+	TypesNote string
+}
+
+type typeRow struct {
+	jobkey.TypeCount
+	Link string
 }
 
 type stateTab struct {
@@ -389,9 +398,29 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	if cursor != "" {
 		d.First = p.Link("queue", "name", name, "state", d.State, "type", typ)
 	}
+	tc, terr := q.CountByType(ctx, typeScan)
+	var tmissing *jobkey.ShardsError
+	switch {
+	case errors.As(terr, &tmissing):
+		d.TypesNote = fmt.Sprintf("Counted without %d of %d shards, which could not be read (%v).", len(tmissing.Shards), tmissing.Of, tmissing.Shards)
+	case terr != nil:
+		d.TypesNote = "Types could not be counted: " + oneLine(terr)
+	}
+	if terr == nil || tmissing != nil {
+		if !tc.Complete {
+			d.TypesNote += fmt.Sprintf(" Counted from the first %d entries of each state's index on each shard (%d jobs read): the queue holds more.", typeScan, tc.Read)
+		}
+		for _, t := range tc.Types {
+			d.Types = append(d.Types, typeRow{TypeCount: t, Link: p.Link("queue", "name", name, "state", d.State, "type", t.Type)})
+		}
+	}
 	p.Data = d
 	h.render(w, r, h.pages.queue, http.StatusOK, p)
 }
+
+// typeScan bounds the entries the queue page's per-type table reads of
+// each index of each shard.
+const typeScan = 500
 
 // corruptTab names the listing of the jobs claimers set aside because
 // their value could not be read.
