@@ -396,6 +396,12 @@ func (q *Queue) EnqueueTx(ctx context.Context, typ string, payload []byte, opts 
 	if err := q.sameSlot(side, id, keysOf[0]); err != nil {
 		return nil, err
 	}
+	if in.job.Priority > 0 {
+		// The shard's priority flag is set in the EXEC (indexPlan.flag):
+		// typed here, in round trip 1, rather than in a round trip of its
+		// own before MULTI.
+		checks = append(checks, typeCheck{Key: q.ks.index(shards[0], prioFlag), Want: "string"})
+	}
 	var stored *Job
 	_, _, err = q.run(ctx, &casTxn{keys: keysOf, checks: checks, watch: side.names, extra: side.read,
 		decide: func(r *casRead) (*casPlan, error) {
