@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -455,4 +456,74 @@ func TestTxUnderLostRepliesAndConcurrentWritersIsAllOrNothing(t *testing.T) {
 		confirmed, orders-confirmed, unknown.Load(), proxy.Counts().ExecCuts)
 	require.Positive(t, proxy.Counts().ExecCuts)
 	require.Positive(t, confirmed)
+}
+
+// On a cluster the caller's keys must share the job's hash slot: a key
+// that holds the job's hash tag does, and a job with no ID of the
+// caller's is drawn beside its keys; any other key is refused before
+// anything is sent, named, and nothing is written.
+func TestClusterTxRefusesACallersKeyOutsideTheJobsHashSlot(t *testing.T) {
+	t.Parallel()
+	cl := redistest.SharedCluster(t)
+	rdb := cl.Client(t, nil)
+	ctx := context.Background()
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Shards: 8})
+	shop := "shop-" + q.ks.prefix
+
+	tag, err := q.HashTag("confirm-1")
+	require.NoError(t, err)
+	beside := shop + ":order:" + tag + ":1"
+	stray := shop + ":order:1" // hashed whole: some other slot
+	for slices.ContainsFunc(q.ks.tags, func(t string) bool { return hashSlot(t) == hashSlot(stray) }) {
+		stray += "x" // in no shard's slot
+	}
+	set := func(key string) TxFunc {
+		return func(tx *Tx) error { tx.Set(key, "confirming"); return nil }
+	}
+	_, err = q.EnqueueTx(ctx, "t", nil, &EnqueueOpts{ID: "confirm-1"},
+		[]TxKey{{Key: beside, Type: KeyString}, {Key: stray, Type: KeyString}}, set(beside))
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, strconv.Quote(stray), "the key is named")
+	_, err = q.Get(ctx, "confirm-1")
+	require.ErrorIs(t, err, ErrNotFound)
+	require.Zero(t, rdb.Exists(ctx, beside).Val())
+
+	j, err := q.EnqueueTx(ctx, "t", nil, &EnqueueOpts{ID: "confirm-1"}, []TxKey{{Key: beside, Type: KeyString}}, set(beside))
+	require.NoError(t, err)
+	require.Equal(t, "confirming", rdb.Get(ctx, beside).Val())
+
+	// Completed with a stray key: refused, the job still active.
+	c, err := q.Claim(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, j.ID, c.ID)
+	_, err = q.CompleteTx(ctx, c, nil, []TxKey{{Key: stray, Type: KeyString}}, set(stray))
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, strconv.Quote(stray))
+	cur, err := q.Get(ctx, c.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateActive, cur.State)
+	_, err = q.CompleteTx(ctx, c, nil, []TxKey{{Key: beside, Type: KeyString}}, func(tx *Tx) error {
+		tx.Set(beside, "confirmed")
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "confirmed", rdb.Get(ctx, beside).Val())
+
+	// No ID of the caller's: drawn in the shard of the keys' tag, on
+	// whichever master holds it.
+	for n := range 16 {
+		tag, err := q.HashTag("order-" + strconv.Itoa(n))
+		require.NoError(t, err)
+		key := shop + ":cart:" + tag + ":" + strconv.Itoa(n)
+		j, err := q.EnqueueTx(ctx, "t", nil, nil, []TxKey{{Key: key, Type: KeySet}}, func(tx *Tx) error {
+			tx.SAdd(key, tx.Job().ID)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, []string{j.ID}, rdb.SMembers(ctx, key).Val())
+	}
+	// A key whose slot is no shard's cannot have a job beside it.
+	_, err = q.EnqueueTx(ctx, "t", nil, nil, []TxKey{{Key: stray, Type: KeySet}}, func(tx *Tx) error { return nil })
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, strconv.Quote(stray))
 }
