@@ -507,5 +507,6 @@ func (q *Queue) CompleteTx(ctx context.Context, j *Job, result []byte, keys []Tx
 	if err != nil {
 		return nil, err
 	}
+	completedOwn(ctx, j, out)
 	return out, nil
 }

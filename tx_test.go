@@ -527,3 +527,61 @@ func TestClusterTxRefusesACallersKeyOutsideTheJobsHashSlot(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	require.ErrorContains(t, err, strconv.Quote(stray))
 }
+
+// A Work handler may complete its own job in its own transaction: Work
+// then finds the job completed under the run's token, writes nothing
+// more, and records the run's success; a renewal that comes between does
+// not take the completion for a lost lease.
+func TestWorkRecordsAHandlersOwnCompleteTx(t *testing.T) {
+	t.Parallel()
+	for _, returns := range []error{nil, errors.New("returned after its own completion")} {
+		t.Run(fmt.Sprint(returns), func(t *testing.T) {
+			t.Parallel()
+			workRecordsOwnCompleteTx(t, returns)
+		})
+	}
+}
+
+func workRecordsOwnCompleteTx(t *testing.T, returns error) {
+	q := realQueue(t, &Config{Lease: 300 * time.Millisecond, Logger: quietLog()})
+	rdb := redistest.Client(t, nil)
+	ctx := context.Background()
+	o := newOrder(t, q, 1)
+	require.NoError(t, rdb.HSet(ctx, o.key, "status", "confirming").Err())
+	_, err := q.Enqueue(ctx, "confirm", nil, &EnqueueOpts{ID: "confirm-1"})
+	require.NoError(t, err)
+	type rec struct {
+		j   *Job
+		err error
+	}
+	recorded := make(chan rec, 4)
+	var handlerErr atomic.Value
+	h := HandlerFunc(func(hctx context.Context, j *Job) ([]byte, error) {
+		if _, err := q.CompleteTx(hctx, j, []byte("done"), o.keys(), o.confirmed); err != nil {
+			handlerErr.Store(err)
+			return nil, err
+		}
+		// Past a renewal (every Lease/3) before it returns.
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-hctx.Done():
+			handlerErr.Store(fmt.Errorf("the handler's context ended: %w", context.Cause(hctx)))
+		}
+		return []byte("ignored"), returns
+	})
+	stop := startWork(t, q, h, &WorkOpts{Concurrency: 1, OnRecorded: func(j *Job, err error) { recorded <- rec{j, err} }})
+	var got rec
+	select {
+	case got = <-recorded:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Work recorded no outcome")
+	}
+	stop()
+	require.Nil(t, handlerErr.Load())
+	require.NoError(t, got.err)
+	require.Equal(t, StateSucceeded, got.j.State)
+	require.Equal(t, []byte("done"), got.j.Result, "the handler's own completion stands")
+	require.Equal(t, "1", rdb.HGet(ctx, o.key, "completions").Val())
+	require.Equal(t, "confirmed", rdb.HGet(ctx, o.key, "status").Val())
+	require.Equal(t, int64(1), q.Metrics().Succeeded)
+}
