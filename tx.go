@@ -75,10 +75,11 @@ type TxFunc func(tx *Tx) error
 // checked are offered: a whole string value (Set), a key deleted (Del), and
 // members of a hash or a set (HSet, HDel, SAdd, SRem). A write that can
 // still fail while EXEC applies it (INCR of a value that is not a number,
-// HINCRBY past the integer range, a command the ACL denies at run time, a
-// Lua script) would leave the job written and the caller's step not, the
-// very half-applied group jobkey exists to avoid (docs/design.md, section
-// 1), so there is none. A counter is read and Set whole instead.
+// HINCRBY past the integer range, a Lua script) would leave the job
+// written and the caller's step not, the very half-applied group jobkey
+// exists to avoid (docs/design.md, section 1), so there is none. A
+// counter is read and Set whole instead. (A write the ACL denies is
+// refused as it is queued, and EXEC then aborts whole.)
 //
 // A read or write of a key the call did not declare, or of the wrong kind
 // for its declared type, refuses the call with ErrInvalid before MULTI.
