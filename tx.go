@@ -403,10 +403,10 @@ func (q *Queue) EnqueueTx(ctx context.Context, typ string, payload []byte, opts 
 		// own before MULTI.
 		checks = append(checks, typeCheck{Key: q.ks.index(shards[0], prioFlag), Want: "string"})
 	}
-	var stored *Job
+	var stored, written *Job
 	_, _, err = q.run(ctx, &casTxn{keys: keysOf, checks: checks, watch: side.names, extra: side.read,
 		decide: func(r *casRead) (*casPlan, error) {
-			stored = nil
+			stored, written = nil, nil
 			switch {
 			case r.errs[0] != nil:
 				return nil, wrapf(r.errs[0], "enqueue %q", id)
@@ -432,7 +432,7 @@ func (q *Queue) EnqueueTx(ctx context.Context, typ string, payload []byte, opts 
 			plan.index(&ip)
 			plan.steps = append(plan.steps, []any{"publish", q.ks.wakeChannel(), wakeHint(j.Priority)})
 			plan.steps = append(plan.steps, mine...)
-			in.job = j
+			written = j
 			return plan, nil
 		}})
 	switch {
@@ -441,7 +441,7 @@ func (q *Queue) EnqueueTx(ctx context.Context, typ string, payload []byte, opts 
 	case stored != nil:
 		return stored, &JobExistsError{Job: stored}
 	}
-	return in.job, nil
+	return written, nil
 }
 
 // CompleteTx completes a claimed job, as Complete does, and applies the
