@@ -98,6 +98,7 @@ type casTxn struct {
 	aux     []string
 	follow  func(r *casRead) []string
 	extra   func(ctx context.Context, p redis.Pipeliner) func(r *casRead) error
+	watch   []string // keys only extra reads, watched in round trip 1 (tx.go)
 }
 
 // run applies t through the engine. It returns the read and the plan of
@@ -137,6 +138,7 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 			}
 			return encodePlan(t.keys, jr, p)
 		}}
+	ct.Watch = t.watch
 	if t.follow != nil {
 		ct.Follow = func(r *cas.Read) []string { return t.follow(decoded(r)) }
 	}

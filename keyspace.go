@@ -189,6 +189,11 @@ func (ks *keyspace) pauseKey(s int) string { return ks.index(s, pauseFlag) }
 // of the job, so that the two share a hash slot.
 func (ks *keyspace) slotKey(shard int, name string) string { return ks.tags[shard] + ":ck:" + name }
 
+// ownsKey reports whether key is in the keyspace of jobkey's queues under
+// the prefix ("<prefix>:{..."): a caller's key there could be a job, an
+// index or a flag of some queue, which only jobkey may write (tx.go).
+func (ks *keyspace) ownsKey(key string) bool { return strings.HasPrefix(key, ks.prefix+":{") }
+
 // metaKeyPattern is a SCAN pattern that matches the meta key of every
 // queue under prefix (Queues).
 func metaKeyPattern(prefix string) string { return globEscape(prefix) + ":{*}:meta" }

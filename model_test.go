@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
+
+// errRefusedByCaller is what the caller's function of a transaction
+// returns when the model draws a refusal: nothing is written.
+var errRefusedByCaller = errors.New("refused by the caller's function")
 
 // mjob is the model's view of one job.
 type mjob struct {
@@ -1088,15 +1093,89 @@ func TestModel(t *testing.T) {
 			}
 		}
 
+		// The caller's own hash beside the queue (tx.go): EnqueueTx and
+		// CompleteTx count their writes in it, in the job's EXEC, and it
+		// must hold exactly the writes of the calls that wrote their job.
+		callerKey := "caller-" + q.ks.prefix
+		callerWant := map[string]string{}
+		callerTx := func(field string, refuse bool) TxFunc {
+			return func(tx *Tx) error {
+				if refuse {
+					return errRefusedByCaller
+				}
+				n, _ := strconv.Atoi(tx.HGetAll(callerKey)[field])
+				tx.HSet(callerKey, field, strconv.Itoa(n+1))
+				return nil
+			}
+		}
+		checkCaller := func(rt *rapid.T) {
+			got, err := rdb.HGetAll(ctx, callerKey).Result()
+			require.NoError(rt, err)
+			require.Equal(rt, callerWant, got, "the caller's writes are those of the calls that wrote their job, once each")
+		}
+		enqueueTx := func(rt *rapid.T) {
+			key := rapid.SampledFrom([]string{"", "a", "b"}).Draw(rt, "key")
+			id, err := q.IDFor(key, rapid.SampledFrom(bases).Draw(rt, "id"))
+			require.NoError(rt, err)
+			delay := rapid.SampledFrom([]time.Duration{0, 20 * time.Second}).Draw(rt, "delay")
+			max := rapid.IntRange(1, 3).Draw(rt, "max")
+			prio := rapid.IntRange(0, 2).Draw(rt, "priority")
+			refuse := rapid.IntRange(0, 3).Draw(rt, "refuse") == 0
+			_, err = q.EnqueueTx(ctx, "t", nil, &EnqueueOpts{ID: id, Delay: delay, MaxAttempts: max, Priority: prio, ConcurrencyKey: key},
+				[]TxKey{{Key: callerKey, Type: KeyHash}}, callerTx("e:"+id, refuse))
+			switch _, exists := m.jobs[id]; {
+			case exists:
+				require.ErrorIs(rt, err, ErrJobExists)
+			case refuse:
+				require.ErrorIs(rt, err, errRefusedByCaller)
+			default:
+				require.NoError(rt, err)
+				runAt := m.now.Add(delay)
+				m.jobs[id] = &mjob{state: StatePending, max: max, runAt: runAt, prio: prio, key: key, entry: toMillis(runAt)}
+				n, _ := strconv.Atoi(callerWant["e:"+id])
+				callerWant["e:"+id] = strconv.Itoa(n + 1)
+			}
+			checkCaller(rt)
+		}
+		completeTx := func(rt *rapid.T) {
+			if len(held) == 0 {
+				rt.Skip("nothing claimed")
+			}
+			j := pickHeld(rt)
+			refuse := rapid.IntRange(0, 3).Draw(rt, "refuse") == 0
+			_, err := q.CompleteTx(ctx, j, []byte("r"), []TxKey{{Key: callerKey, Type: KeyHash}}, callerTx("c:"+j.ID, refuse))
+			mj, ok := fenced(j)
+			switch {
+			case mj.state == StateSucceeded && mj.token == j.LeaseToken:
+				require.NoError(rt, err, "a repeated CompleteTx is a no-op success")
+			case !ok:
+				require.ErrorIs(rt, err, ErrLeaseLost)
+			case refuse:
+				require.ErrorIs(rt, err, errRefusedByCaller)
+			default:
+				require.NoError(rt, err)
+				mj.state, mj.leaseUntil = StateSucceeded, m.now
+				if mj.key != "" {
+					m.release(mj.key, j.ID)
+				}
+				runOf(j).ended = true
+				n, _ := strconv.Atoi(callerWant["c:"+j.ID])
+				callerWant["c:"+j.ID] = strconv.Itoa(n + 1)
+			}
+			checkCaller(rt)
+		}
+
 		// Enqueues and claims come twice as often as the other steps.
 		rt.Repeat(map[string]func(*rapid.T){
-			"enqueue":   enqueue,
-			"enqueue 2": enqueue,
-			"unique":    enqueueUnique,
-			"claim":     claimStep,
-			"claim 2":   claimStep,
-			"claim one": claimAhead,
-			"steal":     steal,
+			"enqueue tx":  enqueueTx,
+			"complete tx": completeTx,
+			"enqueue":     enqueue,
+			"enqueue 2":   enqueue,
+			"unique":      enqueueUnique,
+			"claim":       claimStep,
+			"claim 2":     claimStep,
+			"claim one":   claimAhead,
+			"steal":       steal,
 			"set limit": func(rt *rapid.T) {
 				k := rapid.SampledFrom(keys).Draw(rt, "key")
 				n := rapid.IntRange(0, 3).Draw(rt, "limit")

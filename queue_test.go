@@ -233,6 +233,25 @@ func TestRoundTripBudget(t *testing.T) {
 		_, err = f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{UniqueBy: &UniqueBy{Period: time.Hour}, IfExists: IfExistsKeep})
 		return
 	})
+
+	// The caller's own keys (tx.go): watched and read by their types in
+	// round trip 1, written in the job's EXEC.
+	callers := []TxKey{{Key: "shop-" + f.q.ks.prefix + ":s", Type: KeyString}, {Key: "shop-" + f.q.ks.prefix + ":h", Type: KeyHash},
+		{Key: "shop-" + f.q.ks.prefix + ":m", Type: KeySet}}
+	writeAll := func(tx *Tx) error {
+		v, _ := tx.Get(callers[0].Key)
+		tx.Set(callers[0].Key, v+"x")
+		tx.HSet(callers[1].Key, "f", "v")
+		tx.SAdd(callers[2].Key, tx.Job().ID)
+		return nil
+	}
+	var tj *Job
+	exact("EnqueueTx", 2, func() (err error) {
+		tj, err = f.q.EnqueueTx(f.ctx, "tx", nil, &EnqueueOpts{Priority: 9}, callers, writeAll)
+		return
+	})
+	exact("Claim (for CompleteTx)", 3, func() (err error) { tj, err = f.q.Claim(f.ctx, "w"); return })
+	exact("CompleteTx", 2, func() (err error) { _, err = f.q.CompleteTx(f.ctx, tj, nil, callers, writeAll); return })
 }
 
 // 1,000 jobs, 32 claimers on separate connections: every job is completed

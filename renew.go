@@ -152,6 +152,11 @@ func (s *renewer) renew(r *run) {
 	switch {
 	case err == nil:
 		r.confirm(asked, j)
+	case errors.As(err, &ll) && ownCompletion(r.job, ll.Now):
+		// The handler completed its own job (CompleteTx): its run is
+		// over, and its outcome is recorded once it returns.
+		r.own.CompareAndSwap(nil, ll.Now)
+		keep = false
 	case errors.As(err, &ll):
 		if ll.Now.State == StateCanceled && ll.Now.LeaseToken == r.job.LeaseToken {
 			r.cancel(ErrJobCanceled)

@@ -41,6 +41,9 @@ type run struct {
 
 	hints   atomic.Int64 // cancel hints not yet confirmed; a check runs while > 0
 	writing atomic.Bool  // an outcome write is in flight
+	// own is the job as the handler's own CompleteTx completed it: the
+	// run's outcome, recorded with no write of Work's (ownCompletion).
+	own atomic.Pointer[Job]
 	// unknown is the error of a try of the outcome's write that was sent
 	// and not answered (ErrOutcomeUnknown): it may have landed. Set by the
 	// runner's goroutine only.
@@ -145,6 +148,13 @@ func (w *worker) record(r *run, write func(context.Context, *Job) (*Job, error))
 			return nil
 		}
 		r.sent(err)
+		if ll := (*LeaseLostError)(nil); errors.As(err, &ll) && ownCompletion(r.job, ll.Now) {
+			// The handler completed its own job (CompleteTx) and then
+			// returned an error, or was stopped: the completion stands.
+			w.o.Logger.Warn("jobkey: the handler completed its job itself; its completion stands", "queue", w.q.name, "job", r.job.ID)
+			w.recorded(r.job, ll.Now, nil)
+			return nil
+		}
 		if final(err) || r.left() <= 0 {
 			err = r.notSent(err, late)
 			w.recorded(r.job, r.job, err)
@@ -235,10 +245,29 @@ func (r *run) checkCancel(w *worker) bool {
 		return false // unreadable now: the next renewal will tell
 	case cur.State == StateActive && cur.LeaseToken == r.job.LeaseToken:
 		return false // still ours: the hint was stale or forged
+	case ownCompletion(r.job, cur):
+		r.own.CompareAndSwap(nil, cur)
+		return false // the handler completed it (CompleteTx): recorded once it returns
 	case cur.State == StateCanceled && cur.LeaseToken == r.job.LeaseToken:
 		r.cancel(ErrJobCanceled)
 	default:
 		r.cancel(&LeaseLostError{ID: r.job.ID, Attempt: r.job.Attempt, Owner: r.job.LeaseOwner, Token: r.job.LeaseToken, Now: cur})
 	}
 	return true
+}
+
+// completedOwn tells the run of ctx, if any, that its handler completed
+// its job as out (CompleteTx of the job the run holds, by its token).
+func completedOwn(ctx context.Context, j, out *Job) {
+	if r, ok := ctx.Value(runKey{}).(*run); ok && r.job.ID == j.ID && r.job.LeaseToken == j.LeaseToken {
+		r.own.CompareAndSwap(nil, out)
+	}
+}
+
+// ownCompletion reports a stored job cur that the run of claimed completed
+// itself: a handler's CompleteTx of its own job. It is the run's success,
+// not a lost lease; Work's completion then finds it (completed) and
+// writes nothing more.
+func ownCompletion(claimed, cur *Job) bool {
+	return cur != nil && completed(claimed, cur)
 }

@@ -531,6 +531,16 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 	w.q.work.busy.Add(-1)
 	returned = true
 	watch.returned()
+	if own := r.own.Load(); own != nil {
+		// The handler completed its job itself (CompleteTx): that is the
+		// run's outcome, whatever it returned, and nothing is written.
+		if err != nil {
+			w.o.Logger.Warn("jobkey: the handler completed its job itself, then returned an error; its completion stands",
+				"queue", w.q.name, "job", j.ID, "err", err)
+		}
+		w.recorded(r.job, own, nil)
+		return nil, time.Time{}
+	}
 	cause := context.Cause(r.ctx)
 	timedOut := err != nil && cause == nil && errors.Is(context.Cause(hctx), ErrTimeout)
 	deadlined := err != nil && cause == nil && errors.Is(context.Cause(hctx), ErrDeadline)

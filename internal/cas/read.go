@@ -47,7 +47,7 @@ type readRound struct {
 }
 
 func (e *Engine) readRound(t *Txn) *readRound {
-	watch := make([]any, 0, 1+len(t.Keys)+len(t.Guards)+len(t.Aux))
+	watch := make([]any, 0, 1+len(t.Keys)+len(t.Guards)+len(t.Aux)+len(t.Watch))
 	watch = append(watch, "watch")
 	for _, k := range t.Keys {
 		watch = append(watch, k)
@@ -56,6 +56,9 @@ func (e *Engine) readRound(t *Txn) *readRound {
 		watch = append(watch, k)
 	}
 	for _, k := range t.Aux {
+		watch = append(watch, k)
+	}
+	for _, k := range t.Watch {
 		watch = append(watch, k)
 	}
 	return &readRound{e: e, t: t, watch: watch,

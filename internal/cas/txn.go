@@ -94,6 +94,10 @@ type Txn struct {
 	// of Keys on a cluster.
 	Aux    []string
 	Follow func(r *Read) []string
+	// Watch are keys watched beside the others in round trip 1 that only
+	// Extra's commands read (a caller's keys, of any type: EnqueueTx). All
+	// must share the hash slot of Keys on a cluster.
+	Watch []string
 	// Extra, when set, adds read-only commands to round trip 1 and returns
 	// what to do with their replies and the read, before Follow and Decide
 	// run. An error it returns refuses the transaction.

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -476,10 +477,18 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	// One consumer serves the chaos queue and a second one together, by
 	// weight (WorkQueues): the second's jobs only count their runs.
 	var sideRuns atomic.Int64
+	// Orders confirmed by jobs (EnqueueTx, CompleteTx): a producer enqueues
+	// each job with its order marked in the same EXEC, and the handler
+	// completes it with the order confirmed in the same EXEC.
+	txq := newQueue(e.client(), skews[1])
+	var txIDs acked
 	handler := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
 		if j.Queue == sideQueue {
 			sideRuns.Add(1)
 			return nil, nil
+		}
+		if j.Type == txType {
+			return nil, confirmOrder(ctx, txq, prefix, j)
 		}
 		starts.add(j, lease)
 		start := time.Now()
@@ -671,6 +680,23 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 			time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
 		}
 	})
+	// A producer of jobs with their orders: retried with the same ID until
+	// known, as the others are.
+	wg.Go(func() {
+		for n := 0; chaosCtx.Err() == nil; n++ {
+			id := fmt.Sprintf("tx%d", n)
+			keys := orderKeys(txq, prefix, id)
+			for chaosCtx.Err() == nil {
+				_, err := txq.EnqueueTx(ctx, txType, nil, &jobkey.EnqueueOpts{ID: id}, keys, orderStep(keys[0].Key, "confirming", "enqueues"))
+				if err == nil || errors.Is(err, jobkey.ErrJobExists) {
+					txIDs.add(id)
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
+		}
+	})
 	// Eviction, as a maxmemory policy other than noeviction would do it:
 	// now and then a pending or active job's key is deleted from outside.
 	// Those jobs are lost by design; the checker makes sure every one of
@@ -758,7 +784,11 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	}
 	r.check(t, check, &ack, &successes, &runs, evicted)
 	r.checkUnique(t, check, &uniq)
+	confirmed, partial := checkOrders(t, check, e.admin, prefix, txIDs.ids)
+	r.faults["jobs enqueued and completed with their order in one EXEC (EnqueueTx, CompleteTx)"] = int64(confirmed)
 	t.Logf("jobkey, %s: %v", t.Name(), r)
+	require.Positive(t, confirmed, "orders confirmed")
+	require.Zero(t, partial, "orders and jobs that disagree (a partial outcome)")
 	require.Positive(t, r.enqueued)
 	require.Positive(t, r.faults["EXEC sent, reply lost"]+r.faults["connection reset mid-stream"], "faults were injected")
 	require.Positive(t, partitions.Load(), "workers were cut off")
@@ -1324,4 +1354,65 @@ func TestChaosClusterDeadMaster(t *testing.T) {
 		down, r, ackedDuring, finishedDuringOutage.Load())
 	require.Positive(t, finishedDuringOutage.Load(), "the other masters' jobs kept flowing")
 	r.requireClean(t, 0)
+}
+
+// txType is the type of the jobs enqueued and completed with an order.
+const txType = "chaos-tx"
+
+// orderKeys declares the order of job id: a hash in the job's hash slot.
+func orderKeys(q *jobkey.Queue, prefix, id string) []jobkey.TxKey {
+	tag, err := q.HashTag(id)
+	if err != nil {
+		panic(err)
+	}
+	return []jobkey.TxKey{{Key: "orders-" + prefix + ":" + tag + ":" + id, Type: jobkey.KeyHash}}
+}
+
+// orderStep sets an order's status and adds one to its count field, read
+// and written whole: a step applied twice shows as 2.
+func orderStep(key, status, field string) jobkey.TxFunc {
+	return func(tx *jobkey.Tx) error {
+		n, _ := strconv.Atoi(tx.HGetAll(key)[field])
+		tx.HSet(key, "status", status)
+		tx.HSet(key, field, strconv.Itoa(n+1))
+		return nil
+	}
+}
+
+// confirmOrder is the handler of a txType job: it completes its own job
+// with its order confirmed, called again while the outcome is unknown.
+// An error left over fails the attempt; Work takes a completion that
+// landed meanwhile as the run's success.
+func confirmOrder(ctx context.Context, q *jobkey.Queue, prefix string, j *jobkey.Job) error {
+	keys := orderKeys(q, prefix, j.ID)
+	for {
+		_, err := q.CompleteTx(ctx, j, nil, keys, orderStep(keys[0].Key, "confirmed", "completions"))
+		if err == nil || ctx.Err() != nil || !errors.Is(err, jobkey.ErrOutcomeUnknown) && !errors.Is(err, jobkey.ErrUnreachable) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkOrders reads every order and its job once the queue is drained: a
+// job succeeded with its order confirmed, each step applied once, or no
+// job and an order never written. Anything else is a partial outcome.
+func checkOrders(t *testing.T, q *jobkey.Queue, admin *redis.Client, prefix string, ids []string) (confirmed, partial int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range ids {
+		j, err := q.Get(ctx, id)
+		h, herr := admin.HGetAll(ctx, orderKeys(q, prefix, id)[0].Key).Result()
+		require.NoError(t, herr)
+		switch {
+		case err == nil && j.State == jobkey.StateSucceeded &&
+			fmt.Sprint(h) == fmt.Sprint(map[string]string{"status": "confirmed", "enqueues": "1", "completions": "1"}):
+			confirmed++
+		case errors.Is(err, jobkey.ErrNotFound) && len(h) == 0:
+		default:
+			t.Logf("order of job %s: %v; job: %v (%v)", id, h, j, err)
+			partial++
+		}
+	}
+	return confirmed, partial
 }
