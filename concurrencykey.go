@@ -710,6 +710,9 @@ type ConcurrencyInfo struct {
 	// Started counts the key's starts within the RatePeriod before now
 	// (0 without a rate limit).
 	Started int
+	// Err, from ConcurrencyKeys, says the key's value could not be read
+	// (left as it is); the fields but Key are then empty.
+	Err error
 }
 
 // Concurrency reads where concurrency key key stands: its limit, its

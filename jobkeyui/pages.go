@@ -22,7 +22,7 @@ var assets embed.FS
 // pages are the parsed templates, one set per page.
 type pages struct {
 	queues, queue, job, errPage *template.Template
-	history, workers            *template.Template
+	history, workers, keys      *template.Template
 }
 
 var funcs = template.FuncMap{
@@ -43,7 +43,7 @@ func parsePages() (*pages, error) {
 	for _, s := range []struct {
 		t    **template.Template
 		name string
-	}{{&p.queues, "queues.html"}, {&p.queue, "queue.html"}, {&p.job, "job.html"}, {&p.errPage, "error.html"}, {&p.history, "history.html"}, {&p.workers, "workers.html"}} {
+	}{{&p.queues, "queues.html"}, {&p.queue, "queue.html"}, {&p.job, "job.html"}, {&p.errPage, "error.html"}, {&p.history, "history.html"}, {&p.workers, "workers.html"}, {&p.keys, "keys.html"}} {
 		if *s.t, err = parse(s.name); err != nil {
 			return nil, err
 		}

@@ -1093,7 +1093,7 @@ func TestReadOnlyACLUserSeesEveryPage(t *testing.T) {
 	t.Cleanup(s.Close)
 	for _, p := range []string{"/", "/queue?name=mails", "/queue?name=mails&state=failed", "/queue?name=mails&state=active",
 		"/queue?name=mails&state=succeeded", "/queue?name=mails&state=canceled", "/queue?name=mails&state=corrupt",
-		"/job?queue=mails&id=p1", "/history?name=mails", "/workers?name=mails", "/job?queue=mails&id=" + j.ID} {
+		"/job?queue=mails&id=p1", "/history?name=mails", "/workers?name=mails", "/keys?name=mails", "/job?queue=mails&id=" + j.ID} {
 		resp, err := http.Get(s.URL + p)
 		require.NoError(t, err)
 		b, _ := io.ReadAll(resp.Body)

@@ -115,3 +115,22 @@ func TestBrowserWorkersPageDropsAKilledWorkerWithinItsLease(t *testing.T) {
 	require.Equal(t, 1, run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('#no-workers').length`)))
 	t.Logf("gone %v after the kill (Lease %v)", time.Since(killed).Round(10*time.Millisecond), workerLease)
 }
+
+// The keys page shows each concurrency key's limit, use and rate, as
+// Queue.Concurrency reads them; a hostile key name stays text.
+func TestKeysPageShowsEachKeysLimitUseAndRate(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	require.NoError(t, f.q.SetConcurrencyLimit(ctx, "tenant-a", 3))
+	require.NoError(t, f.q.SetRateLimit(ctx, `<i>x</i>`, 7, time.Minute))
+	c := f.client(t)
+	resp, body := f.fetch(t, c, "/keys?name=mails")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `<tr data-key="tenant-a">`)
+	require.Contains(t, body, `<td data-limit>3</td><td data-active>0</td><td data-waiting>0</td>`)
+	require.Contains(t, body, `<td>7 per 1m0s</td><td>0</td>`)
+	require.Contains(t, body, `&lt;i&gt;x&lt;/i&gt;`)
+	require.NotContains(t, body, `<i>x</i>`)
+	_, qbody := f.fetch(t, c, "/queue?name=mails")
+	require.Contains(t, qbody, `<a href="/keys?name=mails" id="keys-link">`)
+}

@@ -348,6 +348,11 @@ func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.StringVar(&rateArg, "rate", "", fmt.Sprintf("set the key's rate limit: N/PERIOD, at most N starts within any PERIOD (3/1s, 100/1m; N up to %d), or 0 for none", jobkey.MaxRateLimit))
 	}, func(ops []string) error {
 		switch len(ops) {
+		case 0:
+			if rateArg != "" {
+				return errors.New("limit: -rate needs a key: limit -queue Q KEY -rate N/PERIOD")
+			}
+			return nil
 		case 1:
 			return nil
 		case 2:
@@ -359,12 +364,15 @@ func limitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			set = n
 			return nil
 		}
-		return errors.New("limit: want a concurrency key, and optionally its new limit: limit -queue Q KEY [N]")
+		return errors.New("limit: want no key (every key), or a concurrency key and optionally its new limit: limit -queue Q [KEY [N]]")
 	})
 	if err != nil {
 		return err
 	}
 	defer closeQ()
+	if len(ops) == 0 {
+		return listLimits(ctx, q, asJSON, stdout)
+	}
 	rate, period, err := parseRate(rateArg)
 	if err != nil {
 		return err
@@ -504,3 +512,62 @@ type named struct {
 func (e *named) Error() string { return e.name + ": " + strings.TrimPrefix(e.err.Error(), "jobkey: ") }
 
 func (e *named) Unwrap() error { return e.err }
+
+// listLimits prints every concurrency key of q that Redis holds a value
+// for (Queue.ConcurrencyKeys).
+func listLimits(ctx context.Context, q *jobkey.Queue, asJSON bool, stdout io.Writer) error {
+	keys, more, err := q.ConcurrencyKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("limit: %w", err)
+	}
+	if asJSON {
+		type keyJSON struct {
+			Key     string    `json:"key"`
+			Limit   *int      `json:"limit"` // null: none of its own
+			Active  int       `json:"active"`
+			Waiting int       `json:"waiting"`
+			Rate    *rateJSON `json:"rate,omitempty"`
+			Error   string    `json:"error,omitempty"`
+		}
+		out := make([]keyJSON, 0, len(keys))
+		for _, k := range keys {
+			v := keyJSON{Key: k.Key, Active: k.Active, Waiting: k.Waiting, Rate: rateOf(k)}
+			if k.Own {
+				v.Limit = &k.Limit
+			}
+			if k.Err != nil {
+				v.Error = k.Err.Error()
+			}
+			out = append(out, v)
+		}
+		return writeJSON(stdout, struct {
+			Queue string    `json:"queue"`
+			Keys  []keyJSON `json:"keys"`
+			More  bool      `json:"more"`
+		}{q.Name(), out, more})
+	}
+	if len(keys) == 0 {
+		fmt.Fprintf(stdout, "no concurrency key of queue %q has a value in Redis\n", q.Name())
+		return nil
+	}
+	fmt.Fprintln(stdout, "| key | limit | active | waiting | rate | started in period |")
+	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
+	for _, k := range keys {
+		if k.Err != nil {
+			fmt.Fprintf(stdout, "| %s | unreadable: %s | | | | |\n", cell(k.Key, 0), cell(k.Err.Error(), 0))
+			continue
+		}
+		limit, rate, started := "workers' default", "-", "-"
+		if k.Own {
+			limit = strconv.Itoa(k.Limit)
+		}
+		if k.Rate > 0 {
+			rate, started = fmt.Sprintf("%d per %v", k.Rate, k.RatePeriod), strconv.Itoa(k.Started)
+		}
+		fmt.Fprintf(stdout, "| %s | %s | %d | %d | %s | %s |\n", cell(k.Key, 0), limit, k.Active, k.Waiting, rate, started)
+	}
+	if more {
+		fmt.Fprintf(stdout, "\nthe first %d keys, by name: the queue has more\n", jobkey.MaxConcurrencyKeysListed)
+	}
+	return nil
+}

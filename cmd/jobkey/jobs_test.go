@@ -510,10 +510,30 @@ func TestLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"queue":"mail","key":"acme","limit":null,"default":true,"active":2,"waiting":0}`, out)
 
-	for _, bad := range [][]string{{}, {"acme", "-1"}, {"acme", "x"}, {"a", "1", "2"}, {"a{b}"}} {
+	for _, bad := range [][]string{{"-rate", "3/1s"}, {"acme", "-1"}, {"acme", "x"}, {"a", "1", "2"}, {"a{b}"}} {
 		_, err := f.run("limit", bad...)
 		require.Error(t, err, "%q", bad)
 	}
+}
+
+// limit with no key lists every key that has a value in Redis, with its
+// limit, use and rate.
+func TestLimitWithNoKeyListsEveryKey(t *testing.T) {
+	f := newFixture(t, 3)
+	require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, "acme", 4))
+	require.NoError(t, f.q.SetRateLimit(f.ctx, "glob|ex", 5, time.Second))
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &jobkey.EnqueueOpts{ConcurrencyKey: "acme"})
+	require.NoError(t, err)
+	_, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	out, err := f.run("limit")
+	require.NoError(t, err)
+	require.Contains(t, out, "| acme | 4 | 1 | 0 | - | - |")
+	require.Contains(t, out, `| glob\|ex | workers' default | 0 | 0 | 5 per 1s | 0 |`)
+	out, err = f.run("limit", "-json")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queue":"mail","more":false,"keys":[{"key":"acme","limit":4,"active":1,"waiting":0},`+
+		`{"key":"glob|ex","limit":null,"active":0,"waiting":0,"rate":{"n":5,"period":"1s","started":0}}]}`, out)
 }
 
 // The command never shows its own Config.ConcurrencyLimit as the workers':

@@ -83,7 +83,7 @@ jobs of a live queue (-redis or REDIS_URL required; -json for JSON):
   pause   stop workers taking new jobs of a queue: pause -queue Q
   resume  let them take jobs again: resume -queue Q
   queues  list every queue under a prefix with its counts: queues [-prefix P]
-  limit   print a concurrency key's limit and use, or set it: limit -queue Q KEY [N]
+  limit   print a concurrency key's limit and use, or set it: limit -queue Q KEY [N]; every key: limit -queue Q
   workers    list the Works running on a queue, with their runs: workers -queue Q
   schedules  list the periodic schedules running Works keep, next and last ticks: schedules -queue Q
 

@@ -1,0 +1,112 @@
+package jobkey
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/reply"
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxConcurrencyKeysListed bounds the keys ConcurrencyKeys returns.
+const MaxConcurrencyKeysListed = 1000
+
+// ConcurrencyKeys lists the concurrency keys of the queue that Redis holds
+// a value for: a key with a limit or a rate of its own, or with leases or
+// waiting jobs now. Each is read as Concurrency reads it. It finds them
+// with SCAN on every master (the operator's ACL lines allow it; the
+// worker's and producer's do not), so it costs a walk of the keyspace:
+// an operator's call, not a hot path's. At most MaxConcurrencyKeysListed
+// keys are returned, by name; more says the walk found more.
+func (q *Queue) ConcurrencyKeys(ctx context.Context) (keys []ConcurrencyInfo, more bool, err error) {
+	if err := q.check(ctx, false); err != nil {
+		return nil, false, err
+	}
+	pattern := globEscape(q.ks.prefix) + ":{" + globEscape(q.ks.queue) + "/*}:ck:*"
+	var mu sync.Mutex
+	var names []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		var found []string
+		for it.Next(ctx) {
+			k := it.Val()
+			i := strings.Index(k, "}:ck:")
+			if i < 0 {
+				continue
+			}
+			name := k[i+len("}:ck:"):]
+			// The value of a key lives in its name's shard; a key of the
+			// pattern in another shard is not one of ours.
+			if validConcurrencyKey(name) != nil || q.ks.slotKey(q.ks.shardOf(name), name) != k {
+				continue
+			}
+			found = append(found, name)
+		}
+		if err := it.Err(); err != nil {
+			return cmp.Or(unreachable(c, err), fmt.Errorf("jobkey: scan %s: %w", pattern, err))
+		}
+		mu.Lock()
+		names = append(names, found...)
+		mu.Unlock()
+		return nil
+	}
+	switch c := q.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		return nil, false, fmt.Errorf("%w: ConcurrencyKeys needs a *redis.Client or a *redis.ClusterClient, got %T", ErrInvalid, q.rdb)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) > MaxConcurrencyKeysListed {
+		names, more = names[:MaxConcurrencyKeysListed], true
+	}
+	if len(names) == 0 {
+		return nil, more, nil
+	}
+	now, err := q.clock.Now(ctx, q.rdb)
+	if err != nil {
+		return nil, false, err
+	}
+	gets := make([]*redis.StringCmd, len(names))
+	cmds, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range names {
+			gets[i] = p.Get(ctx, q.ks.slotKey(q.ks.shardOf(n), n))
+		}
+		return nil
+	})
+	if err := reply.Unanswered(cmds, err); err != nil {
+		return nil, false, fmt.Errorf("jobkey: concurrency keys of %q: %w", q.name, err)
+	}
+	aux := make(map[string]rawRead, len(names))
+	for i, n := range names {
+		aux[q.ks.slotKey(q.ks.shardOf(n), n)] = reply.FromGet(gets[i])
+	}
+	b := q.newSlotBook(&casRead{now: now, aux: aux})
+	for _, n := range names {
+		shard := q.ks.shardOf(n)
+		e := b.entry(shard, &Job{ConcurrencyKey: n})
+		info := ConcurrencyInfo{Key: n}
+		if e.err != nil {
+			info.Err = e.err
+			keys = append(keys, info)
+			continue
+		}
+		info.Limit, info.Own, info.Active, info.Waiting = b.limit(e), e.v.limit > 0, b.live(e), len(e.v.waiting)
+		if e.v.rate > 0 {
+			info.Rate, info.RatePeriod, info.Started = e.v.rate, time.Duration(e.v.period)*time.Millisecond, b.recent(e)
+		}
+		keys = append(keys, info)
+	}
+	return keys, more, nil
+}
