@@ -128,14 +128,24 @@ func printPage(stdout io.Writer, queue string, page *jobkey.JobPage, state jobke
 		fmt.Fprintf(stdout, "no %s jobs%s on this page of queue %q\n%s\nnext: %s\n", label, of, queue, stopped, page.Next)
 		return
 	}
-	fmt.Fprintf(stdout, "| id | type | state | attempt | %s | %s |\n", stateTimeHeader(state), errorHeader(state))
-	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
+	// Running jobs show what their handlers last reported (SetProgress).
+	active := state == jobkey.StateActive && stateName != "corrupt"
+	head, rule, tail := "", "", ""
+	if active {
+		head, rule, tail = " progress |", "---|", " - |"
+	}
+	fmt.Fprintf(stdout, "| id | type | state | attempt | %s | %s |%s\n", stateTimeHeader(state), errorHeader(state), head)
+	fmt.Fprintln(stdout, "|---|---|---|---|---|---|"+rule)
 	for _, j := range page.Jobs {
-		fmt.Fprintf(stdout, "| %s | %s | %s | %d/%d | %s | %s |\n", cell(j.ID, 0), cell(j.Type, 0), j.State,
-			j.Attempt, j.MaxAttempts, when(stateTime(j)), cell(j.LastError, lastErrorWidth))
+		progress := ""
+		if active {
+			progress = " " + progressCell(j.Progress) + " |"
+		}
+		fmt.Fprintf(stdout, "| %s | %s | %s | %d/%d | %s | %s |%s\n", cell(j.ID, 0), cell(j.Type, 0), j.State,
+			j.Attempt, j.MaxAttempts, when(stateTime(j)), cell(j.LastError, lastErrorWidth), progress)
 	}
 	for _, u := range page.Unreadable {
-		fmt.Fprintf(stdout, "| %s | (unreadable) | %s | - | - | %s |\n", cell(u.ID, 0), label, cell(errText(u.Err), 0))
+		fmt.Fprintf(stdout, "| %s | (unreadable) | %s | - | - | %s |%s\n", cell(u.ID, 0), label, cell(errText(u.Err), 0), tail)
 	}
 	if stopped != "" {
 		fmt.Fprintf(stdout, "\n%s", stopped)
@@ -304,3 +314,18 @@ func yesNo(b bool) string {
 	}
 	return "no"
 }
+
+// progressCell is a running job's progress in ls's table: its text when
+// printable, cut to a cell, else its size.
+func progressCell(p []byte) string {
+	switch {
+	case len(p) == 0:
+		return "-"
+	case printable(string(p), false):
+		return cell(string(p), progressWidth)
+	}
+	return fmt.Sprintf("(%d bytes)", len(p))
+}
+
+// progressWidth bounds ls's progress column, in runes.
+const progressWidth = 40

@@ -970,3 +970,19 @@ func TestWritesWaitForTheReplicas(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, `queue "mail" resumed`)
 }
+
+// ls of active jobs shows what each handler last reported.
+func TestLsShowsTheProgressOfRunningJobs(t *testing.T) {
+	f := newFixture(t, 1)
+	j := f.claimed("import", nil)
+	j.Progress = []byte(`{"rows":120,"of":400}`)
+	_, err := f.q.Extend(f.ctx, j)
+	require.NoError(t, err)
+	out, err := f.run("ls", "-state", "active")
+	require.NoError(t, err)
+	require.Contains(t, out, "| id | type | state | attempt | lease until | last error | progress |")
+	require.Contains(t, out, `| {"rows":120,"of":400} |`)
+	out, err = f.run("ls", "-state", "pending")
+	require.NoError(t, err)
+	require.NotContains(t, out, "progress")
+}
