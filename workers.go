@@ -36,7 +36,8 @@ type WorkerInfo struct {
 	Schedules []ScheduleInfo `json:"schedules,omitempty"`
 	StartedAt time.Time      `json:"started_at"`
 	// Version is the jobkey module's version the process was built with
-	// ("(devel)" for a build of jobkey itself).
+	// ("(devel)" for a build of jobkey itself or from a workspace holding
+	// it; "unknown" when the binary carries no build information).
 	Version string `json:"version"`
 	// SeenAt is when the report was written, by Redis's clock; LapsesAt,
 	// when it lapses unless renewed.
@@ -98,7 +99,8 @@ var jobkeyVersion = func() string {
 			return d.Version
 		}
 	}
-	return "unknown"
+	// Built from a go.work workspace that holds jobkey: no version.
+	return "(devel)"
 }()
 
 // maxReportedRuns bounds the runs a report lists: the report stays small

@@ -20,10 +20,10 @@ import (
 	"github.com/jobkey/jobkey/internal/redistest"
 )
 
-// EnvScreenshot names a file the browser test writes its screenshot to,
-// besides the test's temporary directory: docs/ui/screenshot.png is made
-// with JOBKEY_UI_SCREENSHOT=$PWD/docs/ui/screenshot.png.
-const EnvScreenshot = "JOBKEY_UI_SCREENSHOT"
+// EnvScreenshots names a directory the browser tests write their
+// screenshots to, besides each test's temporary directory: docs/ui's are
+// made with JOBKEY_UI_SCREENSHOTS=$PWD/docs/ui.
+const EnvScreenshots = "JOBKEY_UI_SCREENSHOTS"
 
 // chromium returns the path of a headless-capable Chromium. Without one
 // the test skips, or fails in CI, where .ci/run installs Debian's.
@@ -184,7 +184,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("failed listing shows %q, want %q", ids, f.failed)
 	}
 	shot := run(t, ctx, chromedp.CaptureScreenshot())
-	saveScreenshot(t, shot)
+	saveScreenshot(t, "screenshot.png", shot)
 
 	// Click retry on f1: the browser lands on f1's page, which says
 	// pending, and so does Redis.
@@ -287,19 +287,20 @@ func waitDialogs(d *dialogs, n int) []string {
 }
 
 // saveScreenshot keeps the screenshot with the test's files, and writes it
-// where EnvScreenshot says when it is set.
-func saveScreenshot(t *testing.T, png []byte) {
+// under name in the directory EnvScreenshots names when it is set.
+func saveScreenshot(t *testing.T, name string, png []byte) {
 	t.Helper()
 	if len(png) < 8 || string(png[1:4]) != "PNG" {
 		t.Fatalf("screenshot is not a PNG (%d bytes)", len(png))
 	}
-	if err := os.WriteFile(filepath.Join(t.TempDir(), "screenshot.png"), png, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(t.TempDir(), name), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if p := os.Getenv(EnvScreenshot); p != "" {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if dir := os.Getenv(EnvScreenshots); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, png, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -359,6 +360,7 @@ func TestBrowserHistoryChartsShowThroughput(t *testing.T) {
 	if got.Width < 300 || got.Height < 150 {
 		t.Errorf("the chart is drawn %vx%v", got.Width, got.Height)
 	}
+	saveScreenshot(t, "history.png", run(t, ctx, chromedp.CaptureScreenshot()))
 	p := run(t, ctx, chromedp.Evaluate[probe](probeJS))
 	if p.Pwned != "" || p.Scripts != 0 || p.Handlers != 0 {
 		t.Errorf("the history page runs something: %+v", p)

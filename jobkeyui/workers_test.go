@@ -105,6 +105,7 @@ func TestBrowserWorkersPageDropsAKilledWorkerWithinItsLease(t *testing.T) {
 		return run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('tr[data-worker="doomed-1"]').length`)) == 1
 	}
 	require.Eventually(t, listed, 20*time.Second, 100*time.Millisecond, "the worker is listed while it runs")
+	saveScreenshot(t, "workers.png", run(t, ctx, chromedp.CaptureScreenshot()))
 	require.NoError(t, cmd.Process.Kill())
 	killed := time.Now()
 	_ = cmd.Wait()
