@@ -1,11 +1,13 @@
 package jobkey_test
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"testing"
 
 	"github.com/jobkey/jobkey/internal/benchscenario"
+	"github.com/jobkey/jobkey/internal/redistest"
 )
 
 // The single-key design against the multi-key one (internal/multikey), on
@@ -99,6 +101,36 @@ func BenchmarkBoundedRate(b *testing.B) {
 		b.Run("design="+design, func(b *testing.B) {
 			benchscenario.BenchWork(b, design, benchscenario.WorkParams{Scenario: benchscenario.BoundedRate, Payload: 1 << 10,
 				Slots: 8, Producers: 8, Rate: *benchRate}, benchscenario.NewWorkerDesign)
+		})
+	}
+}
+
+// BenchmarkFloor: the burn-down's commands with no hand-offs, one
+// goroutine per pinned connection on 8 slots, at 1, 4, 16 and 64 jobs per
+// transaction (internal/benchscenario/floor.go). It is the floor jobkey's
+// client is measured against: BenchmarkBurnDown's client CPU per job less
+// this one's is jobkey's own overhead.
+func BenchmarkFloor(b *testing.B) {
+	for _, n := range []int{1, 4, 16, 64} {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			rdb := redistest.Client(b, nil)
+			ctx := context.Background()
+			f, err := benchscenario.NewFloor(ctx, rdb, benchscenario.FloorParams{Batch: n, Slots: 8, Payload: 1 << 10,
+				Prefix: redistest.Prefix(b)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			cpu, took, err := f.Run(ctx, b.N)
+			if err != nil {
+				b.Fatal(err)
+			}
+			jobs := int64(b.N)
+			clientUs, redisUs, allocs, _ := cpu.PerJob(jobs)
+			b.ReportMetric(float64(jobs)/took.Seconds(), "jobs/s")
+			b.ReportMetric(clientUs, "client-µs/job")
+			b.ReportMetric(redisUs, "redis-µs/job")
+			b.ReportMetric(allocs, "allocs/job")
 		})
 	}
 }
