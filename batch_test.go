@@ -1,0 +1,314 @@
+package jobkey
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jobkey/jobkey/internal/faultproxy"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/stretchr/testify/require"
+)
+
+// specs returns n job specs of type typ.
+func specs(typ string, n int) []JobSpec {
+	out := make([]JobSpec, n)
+	for i := range out {
+		out[i] = JobSpec{Type: typ, Payload: []byte(fmt.Sprint(i))}
+	}
+	return out
+}
+
+// callbackState returns the callback job of batch id, or nil if none was
+// written.
+func callbackOf(t *testing.T, f *fixture, id string) *Job {
+	t.Helper()
+	j, err := f.q.Get(f.ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	require.NoError(t, err)
+	return j
+}
+
+// claimJobs claims every due job of the queue.
+func claimJobs(t *testing.T, f *fixture) []*Job {
+	t.Helper()
+	var out []*Job
+	for {
+		j, err := f.q.Claim(f.ctx, "w")
+		if errors.Is(err, ErrNoJob) {
+			return out
+		}
+		require.NoError(t, err)
+		out = append(out, j)
+	}
+}
+
+func TestBatchCallbackIsEnqueuedByTheLastJobsOutcome(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	b, err := f.q.EnqueueBatch(f.ctx, specs("child", 3), JobSpec{Type: "done", Payload: []byte("cb")}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, b.Pending)
+	jobs := claimJobs(t, f)
+	require.Len(t, jobs, 3)
+	for _, j := range jobs {
+		require.Equal(t, b.ID, j.Batch)
+		require.Equal(t, f.q.ks.shardOf(b.ID), f.q.ks.shardOf(j.ID), "a batch's jobs live in its shard")
+	}
+	_, err = f.q.Complete(f.ctx, jobs[0], nil)
+	require.NoError(t, err)
+	_, err = f.q.Fail(f.ctx, jobs[1], ErrSkipRetry)
+	require.NoError(t, err)
+	require.Nil(t, callbackOf(t, f, b.ID), "not before the last job finishes")
+	got, err := f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{1, 1, 1, 0}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled})
+	require.Equal(t, BatchNotFired, got.Fired)
+
+	_, err = f.q.Complete(f.ctx, jobs[2], nil)
+	require.NoError(t, err)
+	cb := callbackOf(t, f, b.ID)
+	require.NotNil(t, cb, "the last outcome enqueues the callback")
+	require.Equal(t, StatePending, cb.State)
+	require.Equal(t, "done", cb.Type)
+	require.Equal(t, []byte("cb"), cb.Payload)
+	got, err = f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{0, 2, 1, 0}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled})
+	require.Equal(t, BatchFiredEnqueued, got.Fired)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, b.ID, c.ID, "the callback is claimable")
+	verifyClean(t, f, "a batch's counts agree with its jobs")
+}
+
+func TestBatchCountsRetriesSnoozesCancelsAndDeletes(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{MaxAttempts: 2})
+	b, err := f.q.EnqueueBatch(f.ctx, specs("child", 4), JobSpec{Type: "done"}, nil)
+	require.NoError(t, err)
+	jobs := claimJobs(t, f)
+	require.Len(t, jobs, 4)
+	// A retryable failure and a snooze leave the job pending: nothing counts.
+	_, err = f.q.Fail(f.ctx, jobs[0], errors.New("again"))
+	require.NoError(t, err)
+	_, err = f.q.Fail(f.ctx, jobs[1], Snooze(time.Second))
+	require.NoError(t, err)
+	got, err := f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, 4, got.Pending)
+	// A cancel counts as canceled; a delete of a pending job too.
+	_, err = f.q.Cancel(f.ctx, jobs[2].ID)
+	require.NoError(t, err)
+	_, err = f.q.Release(f.ctx, jobs[3])
+	require.NoError(t, err)
+	require.NoError(t, f.q.Delete(f.ctx, jobs[3].ID))
+	got, err = f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{2, 0, 0, 2}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled})
+	// The failed one runs out of attempts; Retry takes it back to pending.
+	f.clock.Advance(time.Hour)
+	again := claimJobs(t, f)
+	require.Len(t, again, 2)
+	for _, j := range again {
+		_, err = f.q.Fail(f.ctx, j, ErrSkipRetry)
+		require.NoError(t, err)
+	}
+	got, err = f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{0, 0, 2, 2}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled})
+	require.Equal(t, BatchFiredEnqueued, got.Fired)
+	cb := callbackOf(t, f, b.ID)
+	require.NotNil(t, cb)
+	// A job retried after the batch fired is counted pending again, and
+	// its outcome counted once more; the callback is never written again.
+	_, err = f.q.Retry(f.ctx, again[0].ID)
+	require.NoError(t, err)
+	got, err = f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{1, 0, 1, 2}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled})
+	var r *Job
+	for _, j := range claimJobs(t, f) {
+		if j.ID == again[0].ID {
+			r = j
+		}
+	}
+	require.NotNil(t, r)
+	_, err = f.q.Complete(f.ctx, r, nil)
+	require.NoError(t, err)
+	got, err = f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{0, 1, 1, 2}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled})
+	again2 := callbackOf(t, f, b.ID)
+	require.Equal(t, StateActive, again2.State, "claimed above, never written again by the batch")
+	require.Equal(t, cb.CreatedAt, again2.CreatedAt)
+	require.Equal(t, BatchFiredEnqueued, got.Fired)
+}
+
+func TestBatchAllSucceededCancelsItsCallbackWhenAJobFails(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	b, err := f.q.EnqueueBatch(f.ctx, specs("child", 2), JobSpec{Type: "done"}, &BatchOpts{Condition: BatchAllSucceeded})
+	require.NoError(t, err)
+	jobs := claimJobs(t, f)
+	_, err = f.q.Complete(f.ctx, jobs[0], nil)
+	require.NoError(t, err)
+	_, err = f.q.Fail(f.ctx, jobs[1], ErrSkipRetry)
+	require.NoError(t, err)
+	cb := callbackOf(t, f, b.ID)
+	require.NotNil(t, cb)
+	require.Equal(t, StateCanceled, cb.State)
+	require.Contains(t, cb.LastError, "1 failed")
+	got, err := f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, BatchFiredCanceled, got.Fired)
+}
+
+func TestBatchCallbackFiresOnceWhenTheLastReplyIsLost(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	q := queueOn(t, cut, redistest.Prefix(t), Config{})
+	ctx := t.Context()
+	b, err := q.EnqueueBatch(ctx, specs("child", 2), JobSpec{Type: "done"}, &BatchOpts{ID: "b1"})
+	require.NoError(t, err)
+	var jobs []*Job
+	for range 2 {
+		j, err := q.Claim(ctx, "w")
+		require.NoError(t, err)
+		jobs = append(jobs, j)
+	}
+	_, err = q.Complete(ctx, jobs[0], nil)
+	require.NoError(t, err)
+	proxy.Set(faultproxy.Faults{ExecCutProb: 1})
+	_, err = q.Complete(ctx, jobs[1], nil)
+	proxy.Set(faultproxy.Faults{})
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "the EXEC ran; its reply was lost")
+	done, err := q.Complete(ctx, jobs[1], nil)
+	require.NoError(t, err, "the retried completion finds its own write")
+	require.Equal(t, StateSucceeded, done.State)
+	got, err := q.Batch(ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{0, 2, 0, 0}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled}, "counted once")
+	cb, err := q.Get(ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), cb.Rev, "the callback was written once")
+
+	// The batch itself, made again after a lost reply, is found.
+	proxy.Set(faultproxy.Faults{ExecCutProb: 1})
+	_, err = q.EnqueueBatch(ctx, specs("child", 1), JobSpec{Type: "done"}, &BatchOpts{ID: "b2"})
+	proxy.Set(faultproxy.Faults{})
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	again, err := q.EnqueueBatch(ctx, specs("child", 1), JobSpec{Type: "done"}, &BatchOpts{ID: "b2"})
+	require.ErrorIs(t, err, ErrBatchExists)
+	require.Equal(t, 1, again.Total)
+}
+
+func TestBatchCountsAJobWhoseWorkerDied(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{MaxAttempts: 1, Lease: time.Second})
+	b, err := f.q.EnqueueBatch(f.ctx, specs("child", 1), JobSpec{Type: "done"}, nil)
+	require.NoError(t, err)
+	_, err = f.q.Claim(f.ctx, "dies")
+	require.NoError(t, err)
+	f.clock.Advance(2 * time.Second)
+	// The next claimer finds the lease expired with no attempt left: the
+	// job fails for good in its EXEC, and the batch fires there.
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, b.ID, c.ID, "the callback, written by the claim that failed the dead worker's job")
+	got, err := f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{0, 0, 1, 0}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled})
+}
+
+func TestEnqueueBatchIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{ID: "taken"})
+	require.NoError(t, err)
+	jobs := []JobSpec{{Type: "c", Opts: &EnqueueOpts{ID: "free"}}, {Type: "c", Opts: &EnqueueOpts{ID: "taken"}}}
+	_, err = f.q.EnqueueBatch(f.ctx, jobs, JobSpec{Type: "done"}, &BatchOpts{ID: "b"})
+	require.ErrorIs(t, err, ErrJobExists)
+	_, err = f.q.Get(f.ctx, "free")
+	require.ErrorIs(t, err, ErrNotFound, "nothing of the batch was written")
+	_, err = f.q.Batch(f.ctx, "b")
+	require.ErrorIs(t, err, ErrBatchNotFound)
+	_, err = f.q.EnqueueBatch(f.ctx, specs("c", f.q.cfg.MaxBatch+1), JobSpec{Type: "done"}, nil)
+	require.ErrorIs(t, err, ErrInvalid, "over Config.MaxBatch")
+}
+
+func TestChainRunsEachStepAfterTheOneBefore(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	ids, err := f.q.EnqueueChain(f.ctx, specs("step", 4), nil)
+	require.NoError(t, err)
+	require.Len(t, ids, 4)
+	for i, id := range ids {
+		require.Equal(t, f.q.ks.shardOf(ids[0]), f.q.ks.shardOf(id), "a chain lives in one shard")
+		j, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err, "step %d", i)
+		require.Equal(t, id, j.ID, "step %d runs only after step %d", i, i-1)
+		_, err = f.q.Claim(f.ctx, "w")
+		require.ErrorIs(t, err, ErrNoJob, "nothing else is due while step %d runs", i)
+		_, err = f.q.Complete(f.ctx, j, nil)
+		require.NoError(t, err)
+	}
+	for _, id := range ids[1:] {
+		b, err := f.q.Batch(f.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, BatchFiredEnqueued, b.Fired)
+		require.Equal(t, [4]int{0, 1, 0, 0}, [4]int{b.Pending, b.Succeeded, b.Failed, b.Canceled})
+	}
+	verifyClean(t, f, "a finished chain")
+}
+
+// A 4-step chain whose first step fails: the EXEC that fails it ends
+// every later step, canceled, each counted in the batch of the next, so
+// the chain never hangs.
+func TestChainWhoseFirstStepFailsEndsWhole(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ids, err := f.q.EnqueueChain(f.ctx, specs("step", 4), nil)
+	require.NoError(t, err)
+	j, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, ids[0], j.ID)
+	_, err = f.q.Fail(f.ctx, j, ErrSkipRetry)
+	require.NoError(t, err)
+	for i, id := range ids[1:] {
+		step, err := f.q.Get(f.ctx, id)
+		require.NoError(t, err, "step %d was written", i+1)
+		require.Equal(t, StateCanceled, step.State, "step %d", i+1)
+		require.Contains(t, step.LastError, "did not all succeed")
+		b, err := f.q.Batch(f.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, BatchFiredCanceled, b.Fired)
+		want := [4]int{0, 0, 0, 1}
+		if i == 0 {
+			want = [4]int{0, 0, 1, 0}
+		}
+		require.Equal(t, want, [4]int{b.Pending, b.Succeeded, b.Failed, b.Canceled}, "step %d's batch", i+1)
+	}
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob)
+	verifyClean(t, f, "a chain ended by its first step")
+}
+
+// Under BatchAllFinished a step runs once the one before it finished,
+// however.
+func TestChainOnFinishedRunsPastAFailure(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ids, err := f.q.EnqueueChain(f.ctx, specs("step", 2), &ChainOpts{Condition: BatchAllFinished})
+	require.NoError(t, err)
+	j, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	_, err = f.q.Fail(f.ctx, j, ErrSkipRetry)
+	require.NoError(t, err)
+	j, err = f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, ids[1], j.ID)
+}
