@@ -1,8 +1,10 @@
 package jobkey
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,4 +313,154 @@ func TestChainOnFinishedRunsPastAFailure(t *testing.T) {
 	j, err = f.q.Claim(f.ctx, "w")
 	require.NoError(t, err)
 	require.Equal(t, ids[1], j.ID)
+}
+
+// On a cluster a batch's jobs, its value and its callback share one hash
+// slot, so each of their transactions is one EXEC on one master; Work
+// drains the batch there and the callback runs once.
+func TestBatchOnAClusterLivesInOneSlot(t *testing.T) {
+	t.Parallel()
+	cl := redistest.SharedCluster(t)
+	rdb := cl.Client(t, nil)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second})
+	ctx := t.Context()
+	b, err := q.EnqueueBatch(ctx, specs("child", 50), JobSpec{Type: "cb"}, nil)
+	require.NoError(t, err)
+	ids, err := q.EnqueueChain(ctx, specs("step", 3), nil)
+	require.NoError(t, err)
+	slot := hashSlot(q.ks.batchKey(q.ks.shardOf(b.ID), b.ID))
+	var mu sync.Mutex
+	runs := map[string]int{}
+	elsewhere := 0
+	drainWithWork(t, q, func(j *Job, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			runs[j.ID]++
+			if j.Batch == b.ID && hashSlot(q.ks.jobKey(q.ks.shardOf(j.ID), j.ID)) != slot {
+				elsewhere++
+			}
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Zero(t, elsewhere, "every job of the batch is in its value's hash slot")
+	require.Equal(t, 51, len(runs)-len(ids))
+	require.Equal(t, 1, runs[b.ID], "the callback ran once")
+	for _, id := range ids {
+		require.Equal(t, 1, runs[id], "each step ran once")
+	}
+	got, err := q.Batch(ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{0, 50, 0, 0}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled})
+}
+
+// Through a link that loses EXEC replies and resets connections, with a
+// worker that died holding some jobs, and jobs that fail for good, are
+// retried, snooze and are canceled, Work drains a batch: its callback is
+// written once (no attempt of it runs twice), and runs only once every
+// job of the batch has finished.
+func TestBatchCallbackFiresOnceUnderLostRepliesAndDeadWorkers(t *testing.T) {
+	t.Parallel()
+	rdb, proxy := proxied(t)
+	prefix := redistest.Prefix(t)
+	cfg := Config{Logger: quietLog(), Lease: time.Second, MaxAttempts: 3}
+	q := queueOn(t, rdb, prefix, cfg)
+	clean := queueOn(t, redistest.Client(t, nil), prefix, cfg)
+	ctx := t.Context()
+	const n = 40
+	jobs := make([]JobSpec, n)
+	for i := range jobs {
+		jobs[i] = JobSpec{Type: "child", Payload: []byte{byte(i % 5)}}
+	}
+	b, err := clean.EnqueueBatch(ctx, jobs, JobSpec{Type: "cb"}, nil)
+	require.NoError(t, err)
+	// A worker takes three jobs and dies: their leases run out, and Work
+	// takes them again.
+	for range 3 {
+		_, err := clean.Claim(ctx, "dead")
+		require.NoError(t, err)
+	}
+	proxy.Set(faultproxy.Faults{ExecCutProb: 0.05, ResetProb: 0.005})
+	var mu sync.Mutex
+	attempts := map[int]int{} // runs of the callback by attempt
+	var early int
+	cbDone := false
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(wctx, HandlerFunc(func(hctx context.Context, j *Job) ([]byte, error) {
+			if j.Type == "cb" {
+				got, err := clean.Batch(hctx, b.ID)
+				mu.Lock()
+				defer mu.Unlock()
+				attempts[j.Attempt]++
+				if err != nil || got.Pending != 0 {
+					early++
+				}
+				cbDone = true
+				return nil, nil
+			}
+			switch j.Payload[0] {
+			case 1: // fails for good
+				return nil, ErrSkipRetry
+			case 2: // fails once, then succeeds
+				if j.Attempt == 1 {
+					return nil, errors.New("flaky")
+				}
+			case 3: // snoozes once
+				if j.Snoozes == 0 {
+					return nil, Snooze(10 * time.Millisecond)
+				}
+			}
+			time.Sleep(time.Millisecond)
+			return nil, nil
+		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog(), PollInterval: 20 * time.Millisecond})
+	}()
+	// Meanwhile three jobs that would succeed at once are canceled, while
+	// still pending.
+	canceled := 0
+	for i := 0; canceled < 3 && i < 100; i++ {
+		ls, err := clean.List(ctx, ListOpts{State: StatePending})
+		require.NoError(t, err)
+		for _, j := range ls.Jobs {
+			if j.Batch == b.ID && j.Payload[0] == 4 && canceled < 3 {
+				if _, err := clean.Cancel(ctx, j.ID); err == nil {
+					canceled++
+				}
+			}
+		}
+	}
+	waitForIn(t, 90*time.Second, "the callback ran", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return cbDone
+	})
+	proxy.Set(faultproxy.Faults{})
+	waitForIn(t, 30*time.Second, "the callback succeeded", func() bool {
+		cb, err := clean.Get(ctx, b.ID)
+		return err == nil && cb.State == StateSucceeded
+	})
+	stop()
+	require.NoError(t, <-done)
+	mu.Lock()
+	defer mu.Unlock()
+	// A callback written twice would be a new job, run from attempt 1
+	// again; one whose claim's reply was lost runs first at a later one.
+	for a, runs := range attempts {
+		require.Equal(t, 1, runs, "the callback ran its attempt %d %d times: it was written more than once", a, runs)
+	}
+	cb, err := clean.Get(ctx, b.ID)
+	require.NoError(t, err)
+	require.Zero(t, early, "the callback ran only once every job had finished")
+	got, err := clean.Batch(ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, 0, got.Pending)
+	require.Equal(t, BatchFiredEnqueued, got.Fired)
+	require.Equal(t, got.FiredAt, cb.CreatedAt, "the callback is the one the batch wrote")
+	require.Equal(t, n, got.Succeeded+got.Failed+got.Canceled)
+	require.Equal(t, canceled, got.Canceled)
+	require.Equal(t, n/5, got.Failed, "the jobs that fail for good")
+	t.Logf("proxy %+v; %d canceled", proxy.Counts(), canceled)
 }
