@@ -464,3 +464,49 @@ func TestBatchCallbackFiresOnceUnderLostRepliesAndDeadWorkers(t *testing.T) {
 	require.Equal(t, n/5, got.Failed, "the jobs that fail for good")
 	t.Logf("proxy %+v; %d canceled", proxy.Counts(), canceled)
 }
+
+// Verify checks a batch's counts against its jobs: exactly for the jobs
+// not finished, at least as many for those finished (they expire), and
+// reports a count changed outside jobkey.
+func TestVerifyChecksABatchsCountsAgainstItsJobs(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	b, err := f.q.EnqueueBatch(f.ctx, specs("child", 3), JobSpec{Type: "done"}, nil)
+	require.NoError(t, err)
+	ids, err := f.q.EnqueueChain(f.ctx, specs("step", 3), nil)
+	require.NoError(t, err)
+	j, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	_, err = f.q.Complete(f.ctx, j, nil)
+	require.NoError(t, err)
+	rep, err := f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings, "a batch under way, and a chain whose later jobs are still to be written")
+	require.Equal(t, 1+len(ids)-1, rep.Batches)
+
+	// A finished job that expired stays counted: no finding.
+	require.NoError(t, f.rdb.Del(f.ctx, f.q.ks.jobKey(f.q.ks.shardOf(j.ID), j.ID)).Err())
+	rep, err = f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Findings)
+
+	// A count edited outside jobkey is found.
+	key := f.q.ks.batchKey(f.q.ks.shardOf(b.ID), b.ID)
+	got, err := f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	got.Pending, got.Succeeded = got.Pending-1, got.Succeeded+1
+	v, err := encodeBatch(got)
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, key, v, 0).Err())
+	rep, err = f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, rep.Findings, 1)
+	require.Equal(t, Finding{ID: b.ID, Kind: "batch-counts", Detail: rep.Findings[0].Detail}, rep.Findings[0])
+	require.Contains(t, rep.Findings[0].Detail, "pending")
+
+	require.NoError(t, f.rdb.Set(f.ctx, key, "garbage", 0).Err())
+	rep, err = f.q.Verify(f.ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, rep.Findings, 1)
+	require.Equal(t, "batch-unreadable", rep.Findings[0].Kind)
+}

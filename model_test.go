@@ -1406,18 +1406,6 @@ func (m *model) batchCounts(b *mbatch) [4]int {
 	return c
 }
 
-func bucketIndex(s State) int {
-	switch s {
-	case StateSucceeded:
-		return 1
-	case StateFailed:
-		return 2
-	case StateCanceled:
-		return 3
-	}
-	return 0
-}
-
 // leaveBatch takes job id out of its batch, counted canceled if it had not
 // finished (a replaced job).
 func (m *model) leaveBatch(id string) {
