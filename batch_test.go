@@ -510,3 +510,29 @@ func TestVerifyChecksABatchsCountsAgainstItsJobs(t *testing.T) {
 	require.Len(t, rep.Findings, 1)
 	require.Equal(t, "batch-unreadable", rep.Findings[0].Kind)
 }
+
+func TestBatchesListsTheNewestFirst(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 3})
+	var made []string
+	for range 4 {
+		b, err := f.q.EnqueueBatch(f.ctx, specs("c", 2), JobSpec{Type: "done"}, nil)
+		require.NoError(t, err)
+		made = append(made, b.ID)
+		f.clock.Advance(time.Second)
+	}
+	got, err := f.q.Batches(f.ctx, 3)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	for i, b := range got {
+		require.Equal(t, made[3-i], b.ID)
+		require.Equal(t, 2, b.Pending)
+	}
+	_, err = f.q.Batches(f.ctx, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+	// An unreadable value is reported, and the others listed.
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.batchKey(f.q.ks.shardOf(made[0]), made[0]), "x", 0).Err())
+	got, err = f.q.Batches(f.ctx, 10)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Len(t, got, 3)
+}

@@ -247,6 +247,8 @@ func TestRoundTripBudget(t *testing.T) {
 		return
 	})
 	bexact("Batch", 1, func() (err error) { _, err = bf.q.Batch(bf.ctx, bb.ID); return })
+	// Per shard: the IDs, then the values.
+	bexact("Batches", 2, func() (err error) { _, err = bf.q.Batches(bf.ctx, 10); return })
 	jobs := make([]*Job, 100)
 	for i := range jobs {
 		bexact("Claim (batch job)", 3, func() (err error) { jobs[i], err = bf.q.Claim(bf.ctx, "w"); return })
