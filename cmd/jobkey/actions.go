@@ -27,8 +27,10 @@ var jobCommands = map[string]func(ctx context.Context, args []string, stdout, st
 	"resume": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return pauseCmd(ctx, "resume", args, stdout, stderr)
 	},
-	"queues": queuesCmd,
-	"limit":  limitCmd,
+	"queues":  queuesCmd,
+	"limit":   limitCmd,
+	"batches": batchesCmd,
+	"batch":   batchCmd,
 }
 
 // action is one of the commands that change jobs: by ID, or in bulk with
