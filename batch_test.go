@@ -536,3 +536,20 @@ func TestBatchesListsTheNewestFirst(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.Len(t, got, 3)
 }
+
+// Update may not move a job out of its batch, or into another: the batch
+// counts it, and it lives in the batch's shard.
+func TestUpdateMayNotChangeAJobsBatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	b, err := f.q.EnqueueBatch(f.ctx, []JobSpec{{Type: "c", Opts: &EnqueueOpts{ID: "c1"}}}, JobSpec{Type: "done"}, nil)
+	require.NoError(t, err)
+	_, err = f.q.Update(f.ctx, "c1", func(j *Job) error { j.Batch = ""; return nil })
+	require.ErrorIs(t, err, ErrInvalid)
+	got, err := f.q.Batch(f.ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, got.Pending)
+	j, err := f.q.Get(f.ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, b.ID, j.Batch)
+}
