@@ -2,6 +2,7 @@ package jobkey
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/jobkey/jobkey/internal/cas"
 )
@@ -199,4 +200,28 @@ func (q *Queue) fire(b *Batch, r *casRead, cbKey string) (*Job, bool) {
 		cb.LastError = fmt.Sprintf("batch %q did not all succeed: %d succeeded, %d failed, %d canceled", b.ID, b.Succeeded, b.Failed, b.Canceled)
 	}
 	return cb, true
+}
+
+// batchPredict names, for writes that finish jobs for sure (predict holds
+// idxSucceeded: Complete, and Work's completions), the batch values and
+// callback keys the callers' copies name, to be read in round trip 1
+// rather than in one more: a fenced write knows its job's batch before it
+// reads the job, as it knows its concurrency key. A copy whose batch is
+// not in its own shard names nothing (a stored job's batch always is); the
+// stored value decides all the same.
+func (q *Queue) batchPredict(jobs []*Job, predict []string) []string {
+	if !slices.Contains(predict, idxSucceeded) {
+		return nil
+	}
+	var out []string
+	for _, j := range jobs {
+		if j == nil || j.Batch == "" || validID(j.Batch) != nil || q.ks.shardOf(j.Batch) != q.ks.shardOf(j.ID) {
+			continue
+		}
+		s := q.ks.shardOf(j.Batch)
+		if k := q.ks.batchKey(s, j.Batch); !slices.Contains(out, k) {
+			out = append(out, k, q.ks.jobKey(s, j.Batch))
+		}
+	}
+	return out
 }
