@@ -127,9 +127,13 @@ var ErrBatchNotFound = errors.New("jobkey: batch not found")
 //
 // callback is enqueued under the batch's ID: its Opts.ID must be empty or
 // that ID; UniqueBy, IfExists, RunAt and Delay are refused. At most
-// Config.MaxBatch jobs; a taken job ID refuses the whole batch with a
-// *JobExistsError naming it.
-func (q *Queue) EnqueueBatch(ctx context.Context, jobs []JobSpec, callback JobSpec, opts *BatchOpts) (*Batch, error) {
+// Config.MaxBatch jobs; a taken job ID, or the batch's own taken by a job,
+// refuses the whole batch with a *JobExistsError naming it.
+//
+// It returns the batch as written and its jobs' IDs, jobs[i]'s at i. A
+// batch whose ID is taken returns the stored batch with ErrBatchExists and
+// no IDs: the stored batch's jobs may not be these.
+func (q *Queue) EnqueueBatch(ctx context.Context, jobs []JobSpec, callback JobSpec, opts *BatchOpts) (*Batch, []string, error) {
 	o := BatchOpts{}
 	if opts != nil {
 		o = *opts
@@ -139,14 +143,14 @@ func (q *Queue) EnqueueBatch(ctx context.Context, jobs []JobSpec, callback JobSp
 		o.Condition = BatchAllFinished
 	case BatchAllFinished, BatchAllSucceeded:
 	default:
-		return nil, fmt.Errorf("%w: batch Condition is %d", ErrInvalid, o.Condition)
+		return nil, nil, fmt.Errorf("%w: batch Condition is %d", ErrInvalid, o.Condition)
 	}
 	if len(jobs) == 0 || len(jobs) > q.cfg.MaxBatch {
-		return nil, fmt.Errorf("%w: a batch of %d jobs, want 1..%d (Config.MaxBatch)", ErrInvalid, len(jobs), q.cfg.MaxBatch)
+		return nil, nil, fmt.Errorf("%w: a batch of %d jobs, want 1..%d (Config.MaxBatch)", ErrInvalid, len(jobs), q.cfg.MaxBatch)
 	}
 	cb, err := q.newCallback(ctx, callback, o.ID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	shard := q.ks.shardOf(cb.ID)
 	ins := make([]*enqueueIn, len(jobs))
@@ -154,16 +158,24 @@ func (q *Queue) EnqueueBatch(ctx context.Context, jobs []JobSpec, callback JobSp
 	for i, spec := range jobs {
 		in, err := q.newBatchJob(ctx, spec, shard, cb.ID)
 		if err != nil {
-			return nil, wrapf(err, "batch job %d", i)
+			return nil, nil, wrapf(err, "batch job %d", i)
 		}
 		if seen[in.job.ID] {
-			return nil, fmt.Errorf("%w: batch job %d: ID %q is repeated in the batch, or is the batch's", ErrInvalid, i, in.job.ID)
+			return nil, nil, fmt.Errorf("%w: batch job %d: ID %q is repeated in the batch, or is the batch's", ErrInvalid, i, in.job.ID)
 		}
 		seen[in.job.ID] = true
 		ins[i] = in
 	}
 	b := &Batch{ID: cb.ID, Queue: q.name, Total: len(jobs), Pending: len(jobs), Condition: o.Condition, Callback: cb}
-	return q.createBatches(ctx, shard, ins, []*Batch{b})
+	out, err := q.createBatches(ctx, shard, ins, []*Batch{b})
+	if err != nil {
+		return out, nil, err
+	}
+	ids := make([]string, len(ins))
+	for i, in := range ins {
+		ids[i] = in.job.ID
+	}
+	return out, ids, nil
 }
 
 // newCallback validates a batch's callback, with the batch's ID (id, or a

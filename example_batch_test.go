@@ -20,7 +20,7 @@ func ExampleQueue_EnqueueBatch() {
 		panic(err)
 	}
 	jobs := []jobkey.JobSpec{{Type: "resize", Payload: []byte("a.png")}, {Type: "resize", Payload: []byte("b.png")}, {Type: "resize", Payload: []byte("c.png")}}
-	b, err := q.EnqueueBatch(ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-7"})
+	b, _, err := q.EnqueueBatch(ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-7"})
 	if err != nil {
 		panic(err)
 	}

@@ -818,10 +818,15 @@ func TestModel(t *testing.T) {
 				require.NoError(rt, err)
 				taken = j.ID
 			}
-			if taken != "" {
+			// A batch's callback that an earlier round of this very claim
+			// wrote (it ended the batch's last job) is not in m: the
+			// outcome that took it holds it.
+			_, known := m.jobs[taken]
+			born := taken != "" && !known && slices.Contains(batchIDs, taken)
+			if taken != "" && !born {
 				require.Contains(rt, m.jobs, taken)
 			}
-			if taken != "" {
+			if taken != "" && !born {
 				mj := m.jobs[taken]
 				require.Equal(rt, mj.prio, j.Priority)
 				require.Equal(rt, mj.key, j.ConcurrencyKey)
@@ -863,7 +868,11 @@ func TestModel(t *testing.T) {
 				return k != "" && (m.pulledBy(match, k, except) ||
 					taken != "" && m.jobs[taken].key == k && slices.ContainsFunc(m.key(k).waiting, func(w mwait) bool { return w.id == taken }))
 			}
-			if taken == "" {
+			if born {
+				// Rounds go on only while none of the jobs due when the
+				// claim began could be taken.
+				require.Empty(rt, takeable, "claimed %s, written by the claim, while %v could be taken", taken, takeable)
+			} else if taken == "" {
 				for id := range takeable {
 					require.True(rt, moved(m.jobs[id].key, id), "ErrNoJob while %v could be taken, and no job waiting for %s's key took or holds its slot", takeable, id)
 				}
@@ -1301,7 +1310,7 @@ func TestModel(t *testing.T) {
 				for i := range jobs {
 					jobs[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: free[i], MaxAttempts: max}}
 				}
-				_, err := q.EnqueueBatch(ctx, jobs, JobSpec{Type: "cb"}, &BatchOpts{ID: bid, Condition: cond})
+				_, _, err := q.EnqueueBatch(ctx, jobs, JobSpec{Type: "cb"}, &BatchOpts{ID: bid, Condition: cond})
 				require.NoError(rt, err)
 				b := &mbatch{id: bid, cond: cond, children: free[:n]}
 				for _, id := range b.children {

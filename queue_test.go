@@ -244,7 +244,7 @@ func TestRoundTripBudget(t *testing.T) {
 	}
 	var bb *Batch
 	bexact("EnqueueBatch(100)", 2, func() (err error) {
-		bb, err = bf.q.EnqueueBatch(bf.ctx, specs("t", 100), JobSpec{Type: "cb"}, &BatchOpts{Condition: BatchAllSucceeded})
+		bb, _, err = bf.q.EnqueueBatch(bf.ctx, specs("t", 100), JobSpec{Type: "cb"}, &BatchOpts{Condition: BatchAllSucceeded})
 		return
 	})
 	bexact("Batch", 1, func() (err error) { _, err = bf.q.Batch(bf.ctx, bb.ID); return })

@@ -17,7 +17,7 @@ func TestBatchesPageShowsProgress(t *testing.T) {
 	f := newFixture(t, Options{})
 	ctx := context.Background()
 	jobs := []jobkey.JobSpec{{Type: "resize"}, {Type: "resize"}}
-	if _, err := f.q.EnqueueBatch(ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-<7>"}); err != nil {
+	if _, _, err := f.q.EnqueueBatch(ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-<7>"}); err != nil {
 		t.Fatal(err)
 	}
 	c := f.client(t)
@@ -78,7 +78,7 @@ func TestBrowserBatchesPage(t *testing.T) {
 	f := newFixture(t, Options{})
 	bg := context.Background()
 	jobs := []jobkey.JobSpec{{Type: "resize"}, {Type: "resize"}, {Type: "resize"}}
-	if _, err := f.q.EnqueueBatch(bg, jobs, jobkey.JobSpec{Type: hostileType}, &jobkey.BatchOpts{ID: hostileID + "-batch"}); err != nil {
+	if _, _, err := f.q.EnqueueBatch(bg, jobs, jobkey.JobSpec{Type: hostileType}, &jobkey.BatchOpts{ID: hostileID + "-batch"}); err != nil {
 		t.Fatal(err)
 	}
 	for {

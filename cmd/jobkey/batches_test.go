@@ -15,7 +15,7 @@ func TestBatchesAndBatchShowProgress(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "no batches\n", out)
 	jobs := []jobkey.JobSpec{{Type: "resize"}, {Type: "resize"}, {Type: "resize"}}
-	b, err := f.q.EnqueueBatch(f.ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-7", Condition: jobkey.BatchAllSucceeded})
+	b, _, err := f.q.EnqueueBatch(f.ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-7", Condition: jobkey.BatchAllSucceeded})
 	require.NoError(t, err)
 	j, err := f.q.Claim(f.ctx, "w")
 	require.NoError(t, err)

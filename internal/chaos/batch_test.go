@@ -45,7 +45,7 @@ func (l *batchLog) produce(ctx context.Context, q *jobkey.Queue) {
 			cond = jobkey.BatchAllSucceeded
 		}
 		for ctx.Err() == nil {
-			_, err := q.EnqueueBatch(context.Background(), jobs, jobkey.JobSpec{Type: batchCallbackType}, &jobkey.BatchOpts{ID: id, Condition: cond})
+			_, _, err := q.EnqueueBatch(context.Background(), jobs, jobkey.JobSpec{Type: batchCallbackType}, &jobkey.BatchOpts{ID: id, Condition: cond})
 			if err == nil || errors.Is(err, jobkey.ErrBatchExists) {
 				l.mu.Lock()
 				l.ids = append(l.ids, id)
