@@ -27,6 +27,8 @@ var commandArgs = map[string][]string{
 	"resume":           {"-queue", "q"},
 	"queues":           {},
 	"limit":            {"-queue", "q", "key"},
+	"batches":          {"-queue", "q"},
+	"batch":            {"-queue", "q", "id"},
 	"migrate-asynq":    {"-type", "t", "-to", "q"},
 	"migrate-to-asynq": {"-type", "t", "-from", "q"},
 }
