@@ -83,6 +83,8 @@ func (q *Queue) editable(before, after *Job) error {
 		// Set at enqueue, in its shard: a job's slot is counted in its key's
 		// value by the claim that took it, and given back there.
 		{"ConcurrencyKey", before.ConcurrencyKey == after.ConcurrencyKey},
+		// Set at enqueue, in its batch's shard, and counted there.
+		{"Batch", before.Batch == after.Batch},
 		// A job's record of its runs, written by the runs' outcomes alone.
 		{"Snoozes", before.Snoozes == after.Snoozes}, {"StartedAt", before.StartedAt.Equal(after.StartedAt)},
 		{"History", slices.EqualFunc(before.History, after.History, sameRecord)}, {"HistoryDropped", before.HistoryDropped == after.HistoryDropped},

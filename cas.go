@@ -60,11 +60,15 @@ type casPlan struct {
 	// newer lists the jobs of a newer format a claim found: claimers
 	// look past them for a while (Queue.newerFormat).
 	newerFormat []string
+	// batch lists the moves of batch jobs the plan makes that change their
+	// batch's counts: q.run counts them (batch.go).
+	batch []batchMove
 }
 
 // index takes ip's index writes, and what they say, into the plan.
 func (p *casPlan) index(ip *indexPlan) {
 	p.steps, p.checks, p.raised = ip.steps(), ip.checks, ip.raised
+	p.batch = append(p.batch, ip.batch...)
 }
 
 func (p *casPlan) empty() bool {
@@ -122,6 +126,17 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 		Decide: func(r *cas.Read) (*cas.Plan, error) {
 			jr := decoded(r)
 			p, err := t.decide(jr)
+			if err == nil && p != nil && len(p.batch) > 0 {
+				// Batch jobs that end (or start again) are counted in
+				// their batch's value in this EXEC; it may need to read
+				// that value first (cas.NeedKeys).
+				err = q.countBatches(jr, p)
+				if _, more := err.(*cas.NeedKeys); more {
+					// Decided again on what it reads then: decide may have
+					// edited the jobs it read in place.
+					src = nil
+				}
+			}
 			plan = p
 			if err != nil || p == nil {
 				return nil, err
@@ -227,13 +242,16 @@ func encodePlan(keys []string, read *casRead, plan *casPlan) (*cas.Plan, error) 
 	}
 	total := 0
 	for _, w := range plan.writes {
-		idx := slices.Index(keys, w.key)
-		if idx < 0 {
-			return nil, fmt.Errorf("jobkey: internal error: write to unwatched key %q", w.key)
-		}
 		var prevRev uint64
-		if prev := read.jobs[idx]; prev != nil {
-			prevRev = prev.Rev // read first: decide may have edited prev in place
+		idx := slices.Index(keys, w.key)
+		switch raw, ok := read.aux[w.key]; {
+		case idx < 0 && ok && raw.Missing:
+			// A job made where an auxiliary key was read missing: a
+			// batch's callback (batch.go).
+		case idx < 0:
+			return nil, fmt.Errorf("jobkey: internal error: write to unwatched key %q", w.key)
+		case read.jobs[idx] != nil:
+			prevRev = read.jobs[idx].Rev // read first: decide may have edited prev in place
 		}
 		w.job.Rev = prevRev + 1
 		n, err := marshalSize(w.job)

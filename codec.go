@@ -35,9 +35,10 @@ const MaxValueBytes = 64 << 20
 //	     each an array of 6 (Attempt, Started, Duration in milliseconds,
 //	     Worker, Outcome, Error; history.go); HistoryDropped, a uint; and
 //	     Progress, a bin
+//	1.8  30 elements: Batch appended, a string ("": none)
 const (
 	formatMajor = 1
-	formatMinor = 7
+	formatMinor = 8
 )
 
 // v1Fields is the number of array elements of a v1.0 value, including the
@@ -46,12 +47,13 @@ const (
 // come from a newer minor version, whose extra fields are skipped.
 const (
 	v1Fields    = 17
-	knownFields = v1Fields + 12
+	knownFields = v1Fields + 13
 )
 
 // minorFields[n] is the number of array elements minor version n writes:
-// one more per version up to 1.5, two more in 1.6, five more in 1.7.
-var minorFields = [formatMinor + 1]int{v1Fields, v1Fields + 1, v1Fields + 2, v1Fields + 3, v1Fields + 4, v1Fields + 5, v1Fields + 7, knownFields}
+// one more per version up to 1.5, two more in 1.6, five more in 1.7, one
+// more in 1.8.
+var minorFields = [formatMinor + 1]int{v1Fields, v1Fields + 1, v1Fields + 2, v1Fields + 3, v1Fields + 4, v1Fields + 5, v1Fields + 7, v1Fields + 12, knownFields}
 
 // minorOf is the minor version of a build that knows the first known
 // fields: the newest whose fields it knows all of.
@@ -124,6 +126,9 @@ func marshalSize(j *Job) (int, error) {
 	}
 	if err := validHistory(j.History); err != nil {
 		return 0, fmt.Errorf("marshal job %q: %w", j.ID, err)
+	}
+	if j.Batch != "" && validID(j.Batch) != nil {
+		return 0, fmt.Errorf("%w: marshal job %q: Batch %q is not a valid job ID", ErrInvalid, j.ID, j.Batch)
 	}
 	if len(j.Progress) > MaxProgressBytes {
 		return 0, fmt.Errorf("%w: marshal job %q: Progress is %d bytes, limit %d", ErrInvalid, j.ID, len(j.Progress), MaxProgressBytes)
@@ -384,6 +389,17 @@ func decodeV17(d *msgpk.Decoder, out *Job, has func(int) bool) error {
 			return d.ErrorAt(at, "Progress", fmt.Sprintf("%d bytes, limit %d", len(p), MaxProgressBytes))
 		}
 		out.Progress = p
+	}
+	if has(v1Fields + 12) { // 1.8
+		at := d.Off
+		b, err := d.Str("Batch")
+		if err != nil {
+			return err
+		}
+		if b != "" && validID(b) != nil {
+			return d.ErrorAt(at, "Batch", "not a valid job ID")
+		}
+		out.Batch = b
 	}
 	return nil
 }

@@ -89,6 +89,13 @@ func fullJobHistory() *Job {
 	return j
 }
 
+// fullJobBatch is fullJobHistory, a job of a batch (format 1.8).
+func fullJobBatch() *Job {
+	j := fullJobHistory()
+	j.Batch = "01JDQ4ZBATCH0000000000000"
+	return j
+}
+
 // bigHistoryJob has a History at both limits: MaxHistoryEntries records,
 // MaxHistoryBytes of text, errors at MaxHistoryErrorLen.
 func bigHistoryJob() *Job {
@@ -167,8 +174,8 @@ func TestCodecEmptyBytesDecodeNil(t *testing.T) {
 	require.Nil(t, out.Meta)
 	require.Nil(t, out.History)
 	require.Nil(t, out.Progress)
-	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0, 0x00, 0x00, 0x00, 0x00, 0x90, 0x00, 0xc4, 0x00}, b[len(b)-12:],
-		"an empty Meta is one byte, an empty fixmap; then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention, no Deadline, no snoozes or start, an empty History, none dropped and an empty Progress")
+	require.Equal(t, []byte{0x80, 0x00, 0x00, 0xa0, 0x00, 0x00, 0x00, 0x00, 0x90, 0x00, 0xc4, 0x00, 0xa0}, b[len(b)-13:],
+		"an empty Meta is one byte, an empty fixmap; then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention, no Deadline, no snoozes or start, an empty History, none dropped, an empty Progress and no Batch")
 	nilMeta, err := Marshal(&Job{State: StatePending})
 	require.NoError(t, err)
 	require.Equal(t, b, nilMeta, "nil and empty Meta encode alike")
@@ -294,21 +301,30 @@ func TestCodecGoldenV1(t *testing.T) {
 	require.Equal(t, v15[5:], v16[5:len(v16)-len(tail)], "1.6 appends two elements to 1.5: Retention and Deadline")
 	require.Equal(t, tail, v16[len(v16)-len(tail):])
 
-	golden := goldenV17(t)
+	v17 := goldenV17(t)
 	got = Job{}
-	require.NoError(t, Unmarshal(golden, &got))
-	require.Equal(t, *fullJobHistory(), got)
-	// The current encoder writes v1.7 byte for byte.
-	b, err := Marshal(fullJobHistory())
-	require.NoError(t, err)
-	require.Equal(t, golden, b)
-	require.Equal(t, []byte{0xdc, 0, 29, 1, 7}, golden[:5], "array16 of 29, version 1.7")
+	require.NoError(t, Unmarshal(v17, &got))
+	require.Equal(t, *fullJobHistory(), got, "a v1.7 value has no batch")
+	require.Equal(t, []byte{0xdc, 0, 29, 1, 7}, v17[:5], "array16 of 29, version 1.7")
 	h := fullJobHistory()
 	tail = msgpk.AppendUint(nil, uint64(h.Snoozes))
 	tail = msgpk.AppendInt(tail, toMillis(h.StartedAt))
 	tail = appendHistory(tail, h.History)
 	tail = msgpk.AppendBin(msgpk.AppendUint(tail, uint64(h.HistoryDropped)), h.Progress)
-	require.Equal(t, v16[5:], golden[5:len(golden)-len(tail)], "1.7 appends five elements to 1.6: Snoozes, StartedAt, History, HistoryDropped, Progress")
+	require.Equal(t, v16[5:], v17[5:len(v17)-len(tail)], "1.7 appends five elements to 1.6: Snoozes, StartedAt, History, HistoryDropped, Progress")
+	require.Equal(t, tail, v17[len(v17)-len(tail):])
+
+	golden := goldenV18(t)
+	got = Job{}
+	require.NoError(t, Unmarshal(golden, &got))
+	require.Equal(t, *fullJobBatch(), got)
+	// The current encoder writes v1.8 byte for byte.
+	b, err := Marshal(fullJobBatch())
+	require.NoError(t, err)
+	require.Equal(t, golden, b)
+	require.Equal(t, []byte{0xdc, 0, 30, 1, 8}, golden[:5], "array16 of 30, version 1.8")
+	tail = msgpk.AppendStr(nil, fullJobBatch().Batch)
+	require.Equal(t, v17[5:], golden[5:len(golden)-len(tail)], "1.8 appends one element to 1.7: Batch")
 	require.Equal(t, tail, golden[len(golden)-len(tail):])
 }
 
@@ -357,13 +373,21 @@ func goldenV16(t *testing.T) []byte {
 	return b
 }
 
-// goldenV17 is the value this build writes for fullJobHistory, checked
-// in.
+// goldenV17 is the value 1.7 wrote for fullJobHistory, checked in; never
+// written again.
 func goldenV17(t *testing.T) []byte {
 	t.Helper()
-	path := filepath.Join("testdata", "job-v1.7.msgpack")
+	b, err := os.ReadFile(filepath.Join("testdata", "job-v1.7.msgpack"))
+	require.NoError(t, err)
+	return b
+}
+
+// goldenV18 is the value this build writes for fullJobBatch, checked in.
+func goldenV18(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", "job-v1.8.msgpack")
 	if *updateGolden {
-		b, err := Marshal(fullJobHistory())
+		b, err := Marshal(fullJobBatch())
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}
@@ -556,7 +580,7 @@ func futureGolden(t *testing.T) []byte {
 	t.Helper()
 	path := filepath.Join("testdata", "job-future-minor.msgpack")
 	if *updateGolden {
-		j := fullJobHistory()
+		j := fullJobBatch()
 		j.State, j.Attempt, j.LeaseOwner, j.LeaseUntil, j.LeaseToken = StatePending, 0, "", time.Time{}, 0
 		b := appendFields(t, j, 9, "priority-class: gold", map[string]any{"trace": "00-4bf92f3577b34da6-01"})
 		require.NoError(t, os.WriteFile(path, b, 0o644))
@@ -580,6 +604,7 @@ func TestCodecGoldenFutureMinor(t *testing.T) {
 	require.Equal(t, fullJobRetention().Deadline, j.Deadline)
 	require.Equal(t, fullJobHistory().History, j.History)
 	require.Equal(t, fullJobHistory().Progress, j.Progress)
+	require.Equal(t, fullJobBatch().Batch, j.Batch)
 	require.Equal(t, 2, j.future.n)
 	again, err := Marshal(&j)
 	require.NoError(t, err)
@@ -615,13 +640,15 @@ func TestCodecCorrupt(t *testing.T) {
 		"noVersion":         {[]byte{0x91, 0x01}, "value"},
 		"tooFewFields":      {[]byte{0x92, 0x01, 0x00}, "value"},
 		"trailing":          {append(bytes.Clone(good), 0x00), "value"},
-		"truncated":         {good[:len(good)-23], "UpdatedAt"},
-		"truncatedToken":    {good[:len(good)-14], "LeaseToken"},
+		"truncated":         {good[:len(good)-24], "UpdatedAt"},
+		"truncatedToken":    {good[:len(good)-15], "LeaseToken"},
 		"idNotString":       {set(5, 0x05), "ID"},
 		"badState":          {stateAt(t, good, 9), "State"},
 		"versionString":     {[]byte{0x92, 0xa1, 'x', 0x00}, "format major version"},
 		"negativeAttempt":   {replaceField(t, 7, int64(-1)), "Attempt"},
-		"badAppendedField":  {badAppended(t), "appended field 29"},
+		"badAppendedField":  {badAppended(t), "appended field 30"},
+		"batchNotString":    {replaceField(t, 29, int64(5)), "Batch"},
+		"batchBraced":       {replaceField(t, 29, "b{1}"), "Batch"},
 		"badToken":          {replaceField(t, 17, "not a number"), "LeaseToken"},
 		"metaNotMap":        {replaceField(t, 18, "not a map"), "Meta"},
 		"metaNil":           {replaceField(t, 18, nil), "Meta"},
@@ -705,7 +732,7 @@ func fullJobElems() []any {
 	return []any{uint64(1), uint64(0), j.ID, j.Queue, j.Type, j.Payload, uint64(j.State), j.Attempt, j.MaxAttempts,
 		toMillis(j.RunAt), j.LeaseOwner, toMillis(j.LeaseUntil), j.LastError, j.Result,
 		toMillis(j.CreatedAt), toMillis(j.UpdatedAt), j.Rev, j.LeaseToken, map[string]string{}, int64(0), uint64(0), "", int64(0), int64(0),
-		uint64(0), int64(0), []any{}, uint64(0), []byte{}}
+		uint64(0), int64(0), []any{}, uint64(0), []byte{}, ""}
 }
 
 // truncatedAfter is replaceField(t, i, v) cut short by cut bytes of
@@ -728,9 +755,9 @@ func metaRaw(t testing.TB, hdr byte, strs ...string) []byte {
 	t.Helper()
 	b, err := Marshal(fullJob())
 	require.NoError(t, err)
-	tail := []byte{0x00, 0x00, 0xa0, 0x00, 0x00, 0x00, 0x00, 0x90, 0x00, 0xc4, 0x00}
-	require.Equal(t, append([]byte{0x80}, tail...), b[len(b)-12:], "an empty Meta, then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention, no Deadline, no snoozes, start, history or progress")
-	b = append(b[:len(b)-12], hdr)
+	tail := []byte{0x00, 0x00, 0xa0, 0x00, 0x00, 0x00, 0x00, 0x90, 0x00, 0xc4, 0x00, 0xa0}
+	require.Equal(t, append([]byte{0x80}, tail...), b[len(b)-13:], "an empty Meta, then the zero Timeout and Priority, no ConcurrencyKey, the zero Retention, no Deadline, no snoozes, start, history or progress, no batch")
+	b = append(b[:len(b)-13], hdr)
 	for _, s := range strs {
 		b = msgpk.AppendStr(b, s)
 	}
@@ -921,7 +948,7 @@ func TestOlderWriterKeepsNewerFields(t *testing.T) {
 // a caller that modifies its Payload or Result changes no other field.
 func TestReplyDecodeRewritesByteForByte(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(filepath.Join("testdata", "*.msgpack"))
+	files, err := filepath.Glob(filepath.Join("testdata", "job-*.msgpack"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	values := map[string][]byte{}
@@ -930,7 +957,7 @@ func TestReplyDecodeRewritesByteForByte(t *testing.T) {
 		require.NoError(t, err)
 		values[filepath.Base(f)] = b
 	}
-	for name, j := range map[string]*Job{"full": fullJob(), "retention": fullJobRetention(), "history": fullJobHistory(),
+	for name, j := range map[string]*Job{"full": fullJob(), "retention": fullJobRetention(), "history": fullJobHistory(), "batch": fullJobBatch(),
 		"large": {ID: "big", State: StatePending, Payload: bytes.Repeat([]byte{0xab}, 70000), Result: []byte{1}}} {
 		b, err := Marshal(j)
 		require.NoError(t, err)
@@ -949,7 +976,7 @@ func TestReplyDecodeRewritesByteForByte(t *testing.T) {
 			gotBytes, err := Marshal(&got)
 			require.NoError(t, err)
 			require.Equal(t, wantBytes, gotBytes)
-			if name == "job-v1.7.msgpack" || name == "job-future-minor.msgpack" {
+			if name == "job-v1.8.msgpack" || name == "job-future-minor.msgpack" {
 				require.Equal(t, b, gotBytes, "a value of this build's format or newer is written back as it was read")
 			}
 			for i := range got.Payload {

@@ -238,7 +238,7 @@ func (q *Queue) planFinish(batch []*cas.Call[finishIn, finishOut], set []int) *f
 	checks = q.pullChecks(checks, mine, shards, []string{idxLeased, idxSucceeded})
 	checks = fs.ahead.typing(q.ks, checks)
 	fs.txn = &casTxn{keys: keys, checks: checks, extra: read, guards: flags.keys,
-		aux: q.slotPredict(mine, shards), follow: q.slotFollow(all),
+		aux: append(q.slotPredict(mine, shards), q.batchPredict(mine, []string{idxSucceeded})...), follow: q.slotFollow(all),
 		decide: func(r *casRead) (*casPlan, error) {
 			p := q.decideFinish(fs, r)
 			p.checks = fs.ahead.untyped(p.checks)

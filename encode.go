@@ -44,6 +44,9 @@ func encodedSizeAs(j *Job, known int) int {
 		n += msgpk.UintSize(uint64(j.Snoozes)) + msgpk.IntSize(toMillis(j.StartedAt)) + historySize(j.History) +
 			msgpk.UintSize(uint64(j.HistoryDropped)) + msgpk.BinSize(len(j.Progress))
 	}
+	if known > v1Fields+12 {
+		n += msgpk.StrSize(j.Batch)
+	}
 	return n
 }
 
@@ -98,6 +101,9 @@ func appendJobAs(b []byte, j *Job, known int) []byte {
 		b = appendHistory(b, j.History)
 		b = msgpk.AppendUint(b, uint64(j.HistoryDropped))
 		b = msgpk.AppendBin(b, j.Progress)
+	}
+	if known > v1Fields+12 {
+		b = msgpk.AppendStr(b, j.Batch) // 1.8
 	}
 	return append(b, j.future.raw...)
 }

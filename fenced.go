@@ -83,7 +83,8 @@ func (q *Queue) fencedTxn(ctx context.Context, jobs []*Job, set []int, predict [
 		mine[k] = jobs[i]
 	}
 	checks = q.pullChecks(checks, mine, shards, predict)
-	_, _, err := q.run(ctx, &casTxn{keys: keys, checks: checks, aux: q.slotPredict(mine, shards), follow: q.slotFollow(shards),
+	aux := append(q.slotPredict(mine, shards), q.batchPredict(mine, predict)...)
+	_, _, err := q.run(ctx, &casTxn{keys: keys, checks: checks, aux: aux, follow: q.slotFollow(shards),
 		decide: func(r *casRead) (*casPlan, error) {
 			plan := &casPlan{}
 			var ip indexPlan

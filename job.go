@@ -146,6 +146,13 @@ type Job struct {
 	// the job until a later run reports again (format 1.7; a value written
 	// before decodes with none).
 	Progress []byte
+	// Batch is the ID of the batch the job belongs to (EnqueueBatch,
+	// EnqueueChain): its final outcome is counted in the batch's value in
+	// the EXEC that writes it, and the last one enqueues the batch's
+	// callback there too (batch.go). Empty means none. It is set at
+	// enqueue and never changes (format 1.8; a value written before
+	// decodes with none).
+	Batch string
 
 	// future holds the fields a newer minor version appended, as read, so
 	// that writing the job back keeps them: an older worker's claim or

@@ -32,6 +32,9 @@ const (
 	// per run ("<lease token>:<id>"), scored by when the report lapses
 	// unless renewed. Stats counts those not lapsed.
 	seenStuck = "stuck"
+	// idxBatches lists the shard's batches by ID, scored by when each was
+	// made (batch.go): a hint for listing, as the job indexes are.
+	idxBatches = "batches"
 )
 
 // readyIndex is the ready index of priority p: "ready" for priority 0 (the
@@ -58,6 +61,7 @@ var readyIndexes = func() []string {
 //	<prefix>:{<shard tag>}:job:<id>   the job value, the only truth
 //	<prefix>:{<shard tag>}:<index>    derived sorted sets of job IDs
 //	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrencykey.go)
+//	<prefix>:{<shard tag>}:batch:<id> a batch's counts and callback (batch.go)
 //	<prefix>:{<shard tag>}:paused     exists while the shard is paused (pause.go)
 //	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued; in the name's shard, also the record that the schedule exists (periodicmarker.go)
 //	<prefix>:{<queue>}:meta           the queue's shard count
@@ -112,6 +116,10 @@ func (ks *keyspace) jobKey(shard int, id string) string { return ks.tags[shard] 
 func (ks *keyspace) periodicKey(shard int, name string) string {
 	return ks.tags[shard] + ":periodic:" + name
 }
+
+// batchKey is the value of batch id in shard: its counts and its
+// callback (batch.go). Its jobs, and its callback, live in the same shard.
+func (ks *keyspace) batchKey(shard int, id string) string { return ks.tags[shard] + ":batch:" + id }
 
 func (ks *keyspace) index(shard int, name string) string {
 	if k, ok := ks.indexes[shard][name]; ok {

@@ -20,6 +20,7 @@ import (
 var keyBuilders = map[string]func(ks *keyspace, s int) []string{
 	"jobKey":      func(ks *keyspace, s int) []string { return []string{ks.jobKey(s, "id-1")} },
 	"periodicKey": func(ks *keyspace, s int) []string { return []string{ks.periodicKey(s, "nightly")} },
+	"batchKey":    func(ks *keyspace, s int) []string { return []string{ks.batchKey(s, "b-1")} },
 	"slotKey":     func(ks *keyspace, s int) []string { return []string{ks.slotKey(s, "cust-7")} },
 	"pauseKey":    func(ks *keyspace, s int) []string { return []string{ks.pauseKey(s)} },
 	// The key a confirm writes before its WAIT, beside the key it confirms.

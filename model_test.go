@@ -70,6 +70,8 @@ type model struct {
 	backoff  func(int) time.Duration
 	defLimit int // Config.ConcurrencyLimit
 	tally    tally
+	batches  []*mbatch // batch.go
+	cbMax    int       // a callback's MaxAttempts: Config.MaxAttempts
 }
 
 // tally counts what the model saw happen, to show what a run exercised.
@@ -80,6 +82,7 @@ type tally struct {
 	snoozed, snoozeLimit       int // snoozes, and snoozes past the limit that failed their job
 	overRate                   int // claims that met a job held back by its key's rate
 	replaced                   int // jobs an enqueue replaced (IfExists)
+	batches, fired, doomed     int // batches made; callbacks written, and written canceled
 }
 
 // ownFailure says whether a Fail (or snooze) with error msg of the run
@@ -113,6 +116,11 @@ func (m *model) clone() *model {
 	for k, v := range m.keys {
 		c.keys[k] = &mkey{limit: v.limit, leases: maps.Clone(v.leases), waiting: slices.Clone(v.waiting),
 			rate: v.rate, period: v.period, starts: slices.Clone(v.starts)}
+	}
+	c.batches = make([]*mbatch, len(m.batches))
+	for i, b := range m.batches {
+		cb := *b
+		c.batches[i] = &cb
 	}
 	return &c
 }
@@ -494,6 +502,9 @@ func (m *model) claimOutcomes(worker string) []claimOutcome {
 			groups = groups[1:]
 		}
 		if len(groups) == 0 {
+			// A job a round ended may end its batch: the round's EXEC
+			// writes the callback, which the next round may take.
+			m.settleBatches()
 			next := m.candidates()
 			if len(next) == 0 || round+1 >= maxClearRounds {
 				outs = append(outs, claimOutcome{m: m})
@@ -509,6 +520,7 @@ func (m *model) claimOutcomes(worker string) []claimOutcome {
 		for i, id := range groups[0] {
 			mm := m.clone()
 			if mm.meet(id, worker) {
+				mm.settleBatches()
 				outs = append(outs, claimOutcome{m: mm, taken: id})
 				continue
 			}
@@ -738,7 +750,7 @@ func TestModel(t *testing.T) {
 		q.clock.Fake = clock.Now
 		f := &fixture{q: q, rdb: rdb, clock: clock, ctx: ctx}
 		m := &model{jobs: map[string]*mjob{}, keys: map[string]*mkey{}, now: clock.Now(), lease: q.cfg.Lease,
-			backoff: backoff, defLimit: q.cfg.ConcurrencyLimit}
+			backoff: backoff, defLimit: q.cfg.ConcurrencyLimit, cbMax: q.cfg.MaxAttempts}
 		// Every ID a job may have: a keyed job lives in its key's shard.
 		var ids []string
 		for _, b := range bases {
@@ -750,6 +762,8 @@ func TestModel(t *testing.T) {
 				}
 			}
 		}
+		batchIDs := []string{"x1", "x2"} // batches' IDs, and their callbacks'
+		ids = append(ids, batchIDs...)
 		var held []*Job  // every copy a claim handed out, stale ones included
 		var runs []*mrun // every lease a claim handed out
 		liveRuns := func(k string) int {
@@ -809,10 +823,15 @@ func TestModel(t *testing.T) {
 				require.NoError(rt, err)
 				taken = j.ID
 			}
-			if taken != "" {
+			// A batch's callback that an earlier round of this very claim
+			// wrote (it ended the batch's last job) is not in m: the
+			// outcome that took it holds it.
+			_, known := m.jobs[taken]
+			born := taken != "" && !known && slices.Contains(batchIDs, taken)
+			if taken != "" && !born {
 				require.Contains(rt, m.jobs, taken)
 			}
-			if taken != "" {
+			if taken != "" && !born {
 				mj := m.jobs[taken]
 				require.Equal(rt, mj.prio, j.Priority)
 				require.Equal(rt, mj.key, j.ConcurrencyKey)
@@ -854,7 +873,11 @@ func TestModel(t *testing.T) {
 				return k != "" && (m.pulledBy(match, k, except) ||
 					taken != "" && m.jobs[taken].key == k && slices.ContainsFunc(m.key(k).waiting, func(w mwait) bool { return w.id == taken }))
 			}
-			if taken == "" {
+			if born {
+				// Rounds go on only while none of the jobs due when the
+				// claim began could be taken.
+				require.Empty(rt, takeable, "claimed %s, written by the claim, while %v could be taken", taken, takeable)
+			} else if taken == "" {
 				for id := range takeable {
 					require.True(rt, moved(m.jobs[id].key, id), "ErrNoJob while %v could be taken, and no job waiting for %s's key took or holds its slot", takeable, id)
 				}
@@ -907,6 +930,14 @@ func TestModel(t *testing.T) {
 			runOf(j).ended = true
 		}
 		check := func(rt *rapid.T) {
+			m.settleBatches()
+			for _, b := range m.batches {
+				got, err := q.Batch(ctx, b.id)
+				require.NoError(rt, err)
+				want := m.batchCounts(b)
+				require.Equal(rt, want, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled}, "batch %s's counts", b.id)
+				require.Equal(rt, b.fired, got.Fired, "batch %s", b.id)
+			}
 			st, err := q.Stats(ctx)
 			require.NoError(rt, err)
 			require.Equal(rt, m.stats(), st)
@@ -978,6 +1009,7 @@ func TestModel(t *testing.T) {
 					m.jobs[id] = &mjob{state: StatePending, max: max, runAt: runAt, prio: prio, key: key, entry: toMillis(runAt)}
 					break
 				}
+				m.leaveBatch(id) // a job of no batch takes its place
 				if mj.state == StatePending && mj.key != "" {
 					// Its listing as waiting goes, and frees what it held back.
 					kv := m.key(mj.key)
@@ -1334,6 +1366,38 @@ func TestModel(t *testing.T) {
 					require.ErrorAs(rt, err, &se)
 				}
 			},
+			// A batch of fresh jobs in its ID's shard, whose callback the
+			// model writes when its last job finishes (settleBatches).
+			"batch": func(rt *rapid.T) {
+				bid := rapid.SampledFrom(batchIDs).Draw(rt, "batch")
+				if m.jobs[bid] != nil || slices.ContainsFunc(m.batches, func(b *mbatch) bool { return b.id == bid }) {
+					rt.Skip("batch made")
+				}
+				var free []string
+				for _, b := range bases {
+					if m.jobs[b] == nil && q.ks.shardOf(b) == q.ks.shardOf(bid) {
+						free = append(free, b)
+					}
+				}
+				if len(free) == 0 {
+					rt.Skip("no free ID in the batch's shard")
+				}
+				n := rapid.IntRange(1, min(3, len(free))).Draw(rt, "jobs")
+				cond := rapid.SampledFrom([]BatchCondition{BatchAllFinished, BatchAllSucceeded}).Draw(rt, "condition")
+				max := rapid.IntRange(1, 3).Draw(rt, "max")
+				jobs := make([]JobSpec, n)
+				for i := range jobs {
+					jobs[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: free[i], MaxAttempts: max}}
+				}
+				_, _, err := q.EnqueueBatch(ctx, jobs, JobSpec{Type: "cb"}, &BatchOpts{ID: bid, Condition: cond})
+				require.NoError(rt, err)
+				b := &mbatch{id: bid, cond: cond, children: free[:n]}
+				for _, id := range b.children {
+					m.jobs[id] = &mjob{state: StatePending, max: max, runAt: m.now, entry: toMillis(m.now)}
+				}
+				m.batches = append(m.batches, b)
+				m.tally.batches++
+			},
 			"verify": func(rt *rapid.T) {
 				rep, err := q.Verify(ctx, nil)
 				require.NoError(rt, err)
@@ -1411,6 +1475,62 @@ func TestModel(t *testing.T) {
 	t.Logf("model: %+v", total)
 }
 
+// mbatch is the model's batch: its jobs, and whether and how it fired.
+type mbatch struct {
+	id       string
+	cond     BatchCondition
+	children []string
+	left     [4]int // counts of jobs that left it (replaced), by bucket
+	fired    BatchFired
+}
+
+// batchCounts is what b's value must count: each of its jobs by where it
+// stands, and the jobs that left it as they were counted then.
+func (m *model) batchCounts(b *mbatch) [4]int {
+	c := b.left
+	for _, id := range b.children {
+		c[bucketIndex(bucket(m.jobs[id].state))]++
+	}
+	return c
+}
+
+// leaveBatch takes job id out of its batch, counted canceled if it had not
+// finished (a replaced job).
+func (m *model) leaveBatch(id string) {
+	for _, b := range m.batches {
+		if i := slices.Index(b.children, id); i >= 0 {
+			s := bucket(m.jobs[id].state)
+			if s == StatePending {
+				s = StateCanceled
+			}
+			b.left[bucketIndex(s)]++
+			b.children = slices.Delete(slices.Clone(b.children), i, i+1)
+		}
+	}
+}
+
+// settleBatches writes the callback of every batch whose jobs have all
+// finished and that has not fired: pending and due now, or canceled when
+// it waits for success and a job did not succeed.
+func (m *model) settleBatches() {
+	for _, b := range m.batches {
+		c := m.batchCounts(b)
+		if b.fired != BatchNotFired || c[0] > 0 {
+			continue
+		}
+		if b.cond == BatchAllSucceeded && c[2]+c[3] > 0 {
+			b.fired = BatchFiredCanceled
+			m.jobs[b.id] = &mjob{state: StateCanceled, max: m.cbMax, runAt: m.now,
+				lastErr: fmt.Sprintf("batch %q did not all succeed: %d succeeded, %d failed, %d canceled", b.id, c[1], c[2], c[3])}
+			m.tally.doomed++
+			continue
+		}
+		b.fired = BatchFiredEnqueued
+		m.jobs[b.id] = &mjob{state: StatePending, max: m.cbMax, runAt: m.now, entry: toMillis(m.now)}
+		m.tally.fired++
+	}
+}
+
 func (t *tally) add(o tally) {
 	t.claims += o.claims
 	t.outcomes += o.outcomes
@@ -1424,4 +1544,7 @@ func (t *tally) add(o tally) {
 	t.snoozeLimit += o.snoozeLimit
 	t.overRate += o.overRate
 	t.replaced += o.replaced
+	t.batches += o.batches
+	t.fired += o.fired
+	t.doomed += o.doomed
 }

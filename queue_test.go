@@ -252,6 +252,45 @@ func TestRoundTripBudget(t *testing.T) {
 	})
 	exact("Claim (for CompleteTx)", 3, func() (err error) { tj, err = f.q.Claim(f.ctx, "w"); return })
 	exact("CompleteTx", 2, func() (err error) { _, err = f.q.CompleteTx(f.ctx, tj, nil, callers, writeAll); return })
+	// Batches (batch.go), on a queue of their own so claims find only
+	// theirs. A write that ends a batch job reads the batch's value and
+	// its callback's key once it has read the job: one round trip more;
+	// a Complete reads them in round trip 1, named by the caller's copy.
+	// Claims of its jobs, and writes that keep them pending or active, do
+	// not.
+	bf := setup(t, nil)
+	bexact := func(name string, want int64, op func() error) {
+		t.Helper()
+		bf.hook.Reset()
+		require.NoError(t, op(), name)
+		t.Logf("%-22s %d round trips, %d commands", name, bf.hook.RTT.Load(), bf.hook.Cmds.Load())
+		require.Equal(t, want, bf.hook.RTT.Load(), name)
+	}
+	var bb *Batch
+	bexact("EnqueueBatch(100)", 2, func() (err error) {
+		bb, _, err = bf.q.EnqueueBatch(bf.ctx, specs("t", 100), JobSpec{Type: "cb"}, &BatchOpts{Condition: BatchAllSucceeded})
+		return
+	})
+	bexact("Batch", 1, func() (err error) { _, err = bf.q.Batch(bf.ctx, bb.ID); return })
+	// Per shard: the IDs, then the values.
+	bexact("Batches", 2, func() (err error) { _, err = bf.q.Batches(bf.ctx, 10); return })
+	jobs := make([]*Job, 100)
+	for i := range jobs {
+		bexact("Claim (batch job)", 3, func() (err error) { jobs[i], err = bf.q.Claim(bf.ctx, "w"); return })
+	}
+	bexact("Extend (batch job)", 2, func() (err error) { jobs[0], err = bf.q.Extend(bf.ctx, jobs[0]); return })
+	for i := range 98 {
+		bexact("Complete (batch job)", 2, func() (err error) { _, err = bf.q.Complete(bf.ctx, jobs[i], nil); return })
+	}
+	bexact("Cancel (batch job)", 3, func() (err error) { _, err = bf.q.Cancel(bf.ctx, jobs[98].ID); return })
+	// The last also writes the callback (canceled: one job was), and
+	// types its index.
+	bexact("Complete (batch job, last)", 3, func() (err error) { _, err = bf.q.Complete(bf.ctx, jobs[99], nil); return })
+	bexact("Retry (batch job)", 3, func() (err error) { _, err = bf.q.Retry(bf.ctx, jobs[98].ID); return })
+	bexact("EnqueueChain(4)", 2, func() (err error) {
+		_, err = bf.q.EnqueueChain(bf.ctx, specs("step", 4), nil)
+		return
+	})
 }
 
 // 1,000 jobs, 32 claimers on separate connections: every job is completed

@@ -15,8 +15,8 @@ import (
 
 // Finding is one disagreement between a job's value and the indexes.
 type Finding struct {
-	ID     string // the job ID
-	Kind   string // "missing-entry", "wrong-entry", "stray-entry"
+	ID     string // the job ID (a batch's ID for the batch kinds)
+	Kind   string // "missing-entry", "wrong-entry", "stray-entry"; "batch-counts", "batch-unreadable" (batchverify.go)
 	Detail string // what was found against what the value says
 	Fixed  bool   // set by Verify with Fix, when the repair was written
 }
@@ -26,6 +26,7 @@ type VerifyReport struct {
 	Jobs     int // job values read
 	Entries  int // index entries read
 	Newer    int // values in a newer major format: not this build's to judge
+	Batches  int // batch values read (batchverify.go)
 	Findings []Finding
 }
 
@@ -134,7 +135,8 @@ func (q *Queue) scanNode(ctx context.Context, shard int) (redis.Cmdable, error) 
 // which follows a hash slot that moved; only the keyspace scan needs the node.
 func (q *Queue) verifyShard(ctx context.Context, shard int, o VerifyOpts, now time.Time, rep *VerifyReport) error {
 	suspects := map[string]bool{}
-	if err := q.walkIndexes(ctx, q.rdb, shard, now, rep, suspects); err != nil {
+	seen := batchSeen{}
+	if err := q.walkIndexes(ctx, q.rdb, shard, now, rep, suspects, seen); err != nil {
 		return err
 	}
 	if o.Keys {
@@ -173,12 +175,12 @@ func (q *Queue) verifyShard(ctx context.Context, shard int, o VerifyOpts, now ti
 			rep.Findings = append(rep.Findings, f)
 		}
 	}
-	return nil
+	return q.verifyBatches(ctx, shard, seen, rep)
 }
 
 // walkIndexes reads every index of a shard a page at a time, with the
 // values its entries point at, and notes the IDs whose entry disagrees.
-func (q *Queue) walkIndexes(ctx context.Context, node redis.Cmdable, shard int, now time.Time, rep *VerifyReport, suspects map[string]bool) error {
+func (q *Queue) walkIndexes(ctx context.Context, node redis.Cmdable, shard int, now time.Time, rep *VerifyReport, suspects map[string]bool, seen batchSeen) error {
 	for _, idx := range allIndexes {
 		key := q.ks.index(shard, idx)
 		// Pages go by score, from the last score read (with an offset past
@@ -210,6 +212,7 @@ func (q *Queue) walkIndexes(ctx context.Context, node redis.Cmdable, shard int, 
 					rep.Jobs++
 				default:
 					rep.Jobs++
+					seen.note(v.job)
 				}
 				if _, bad := q.judge(ids[i], v, []placed{{idx, int64(z.Score)}}, now); bad {
 					suspects[ids[i]] = true

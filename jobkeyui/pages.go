@@ -23,6 +23,7 @@ var assets embed.FS
 type pages struct {
 	queues, queue, job, errPage *template.Template
 	history, workers, keys      *template.Template
+	batches                     *template.Template // batches.go
 }
 
 var funcs = template.FuncMap{
@@ -43,7 +44,8 @@ func parsePages() (*pages, error) {
 	for _, s := range []struct {
 		t    **template.Template
 		name string
-	}{{&p.queues, "queues.html"}, {&p.queue, "queue.html"}, {&p.job, "job.html"}, {&p.errPage, "error.html"}, {&p.history, "history.html"}, {&p.workers, "workers.html"}, {&p.keys, "keys.html"}} {
+	}{{&p.queues, "queues.html"}, {&p.queue, "queue.html"}, {&p.job, "job.html"}, {&p.errPage, "error.html"}, {&p.history, "history.html"},
+		{&p.workers, "workers.html"}, {&p.keys, "keys.html"}, {&p.batches, "batches.html"}} {
 		if *s.t, err = parse(s.name); err != nil {
 			return nil, err
 		}

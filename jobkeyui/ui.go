@@ -155,6 +155,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("/history", h.historyPage)
 	m.HandleFunc("/workers", h.workersPage)
 	m.HandleFunc("/keys", h.keysPage)
+	m.HandleFunc("/batches", h.batchesPage)
 	m.HandleFunc("/static/", h.static)
 	for path, a := range h.actions() {
 		m.Handle("/action/"+path, a)

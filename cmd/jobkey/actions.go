@@ -31,6 +31,8 @@ var jobCommands = map[string]func(ctx context.Context, args []string, stdout, st
 	"limit":     limitCmd,
 	"workers":   workersCmd,
 	"schedules": schedulesCmd,
+	"batches":   batchesCmd,
+	"batch":     batchCmd,
 }
 
 // action is one of the commands that change jobs: by ID, or in bulk with

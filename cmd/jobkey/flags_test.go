@@ -29,6 +29,8 @@ var commandArgs = map[string][]string{
 	"limit":            {"-queue", "q", "key"},
 	"workers":          {"-queue", "q"},
 	"schedules":        {"-queue", "q"},
+	"batches":          {"-queue", "q"},
+	"batch":            {"-queue", "q", "id"},
 	"migrate-asynq":    {"-type", "t", "-to", "q"},
 	"migrate-to-asynq": {"-type", "t", "-from", "q"},
 }

@@ -86,6 +86,8 @@ jobs of a live queue (-redis or REDIS_URL required; -json for JSON):
   limit   print a concurrency key's limit and use, or set it: limit -queue Q KEY [N]; every key: limit -queue Q
   workers    list the Works running on a queue, with their runs: workers -queue Q
   schedules  list the periodic schedules running Works keep, next and last ticks: schedules -queue Q
+  batches list the newest batches with their progress: batches -queue Q [-limit N]
+  batch   print one batch's counts and callback: batch -queue Q ID
 
 adopting jobkey beside asynq (docs/adopting.md):
   migrate-asynq     move a type's waiting asynq tasks into a jobkey queue

@@ -197,7 +197,11 @@ func (e *Engine) attempt(ctx context.Context, t *Txn) (_ *Read, _ *Plan, err err
 			return nil, nil, err
 		}
 	}
-	plan, err := t.Decide(read)
+	plan, err := e.decide(ctx, conn, t, read)
+	if rf, ok := err.(*readFailed); ok {
+		sick = true
+		return nil, nil, rf.err
+	}
 	if err == nil && plan != nil && plan.Confirm && plan.Empty() && e.waits() {
 		armed = false // confirm's round trip starts with UNWATCH
 		healthy, err := e.confirm(ctx, conn, t.Route)
@@ -344,5 +348,50 @@ func pause(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// MaxMoreRounds bounds how many times one attempt's decision may ask for
+// more keys (NeedKeys): each costs a round trip, so a chain of decisions
+// that each name the next key stays bounded.
+const MaxMoreRounds = 32
+
+// NeedKeys is what a decision returns when it needs auxiliary keys it has
+// not read: the engine watches and reads them (one round trip, still
+// before MULTI) and runs the decision again on the larger read. A decision
+// that names no key it has not read yet is an internal error.
+type NeedKeys struct{ Keys []string }
+
+func (n *NeedKeys) Error() string {
+	return fmt.Sprintf("jobkey: internal error: decision needs %d more keys", len(n.Keys))
+}
+
+// readFailed marks an error of the reads decide made for a NeedKeys: the
+// connection may be out of step.
+type readFailed struct{ err error }
+
+func (r *readFailed) Error() string { return r.err.Error() }
+
+// decide runs t.Decide, reading what it asks for more (NeedKeys) and
+// running it again, at most MaxMoreRounds times.
+func (e *Engine) decide(ctx context.Context, conn *redis.Conn, t *Txn, read *Read) (*Plan, error) {
+	for round := 0; ; round++ {
+		plan, err := t.Decide(read)
+		var need *NeedKeys
+		if !errors.As(err, &need) {
+			return plan, err
+		}
+		fresh := false
+		for _, k := range need.Keys {
+			if _, ok := read.Aux[k]; !ok {
+				fresh = true
+			}
+		}
+		if !fresh || round >= MaxMoreRounds {
+			return nil, fmt.Errorf("jobkey: internal error: a decision asked for keys it had read, or for more than %d rounds of them", MaxMoreRounds)
+		}
+		if err := e.readAux(ctx, conn, read, need.Keys); err != nil {
+			return nil, &readFailed{err: err}
+		}
 	}
 }

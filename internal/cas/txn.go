@@ -86,6 +86,9 @@ type Txn struct {
 	// (holding a value) or not (Read.Guarded). They ride in round trip 1,
 	// all in one MGET, and a guard set before EXEC aborts it.
 	Guards []string
+	// Decide may return a *NeedKeys: the keys are watched and read as
+	// auxiliary keys (one round trip) and Decide runs again on the larger
+	// read, at most MaxMoreRounds times per attempt.
 	Decide func(r *Read) (*Plan, error)
 	// Aux are keys of values the decision reads and may rewrite whole:
 	// watched and read (GET) in round trip 1. Follow, when set, names more

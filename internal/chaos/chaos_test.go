@@ -200,6 +200,9 @@ type result struct {
 	// unfinished after the drain.
 	uniqueIDs, uniqueWritten, uniqueKept, uniqueRefused, uniqueStuck int
 	uniqueAmbiguous                                                  int64
+	// Batches: how many were acknowledged, and those whose callback was
+	// never written, written twice, or ran before every job finished.
+	batches, batchMissed, batchDoubled, batchEarly int
 }
 
 func (r result) String() string {
@@ -222,6 +225,9 @@ func (r result) String() string {
 	}
 	for k, rl := range chaosRates {
 		s += fmt.Sprintf("; most starts of %s in any %v: %d (rate %d)", k, rl.period, r.mostStarts[k], rl.n)
+	}
+	if r.batches > 0 {
+		s += fmt.Sprintf("; batches %d: callbacks missed %d, doubled %d, early %d", r.batches, r.batchMissed, r.batchDoubled, r.batchEarly)
 	}
 	if r.uniqueIDs > 0 {
 		s += fmt.Sprintf("; unique IDs %d: enqueues that wrote %d, kept %d, refused (active) %d, ambiguous retried %d; unfinished %d",
@@ -482,6 +488,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	// completes it with the order confirmed in the same EXEC.
 	txq := newQueue(e.client(), skews[1])
 	var txIDs acked
+	var bl batchLog
 	handler := jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
 		if j.Queue == sideQueue {
 			sideRuns.Add(1)
@@ -489,6 +496,9 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 		}
 		if j.Type == txType {
 			return nil, confirmOrder(ctx, txq, prefix, j)
+		}
+		if j.Batch != "" || j.Type == batchCallbackType {
+			return bl.run(ctx, admin, j)
 		}
 		starts.add(j, lease)
 		start := time.Now()
@@ -697,6 +707,10 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 			time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
 		}
 	})
+	// A producer of batches, whose callbacks must each be written once,
+	// once all of its jobs have finished (batchLog).
+	bq := newQueue(e.client(), skews[3])
+	wg.Go(func() { bl.produce(chaosCtx, bq) })
 	// Eviction, as a maxmemory policy other than noeviction would do it:
 	// now and then a pending or active job's key is deleted from outside.
 	// Those jobs are lost by design; the checker makes sure every one of
@@ -783,6 +797,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 		r.faults["jobs enqueued above priority 0"] = prioritized.Load()
 	}
 	r.check(t, check, &ack, &successes, &runs, evicted)
+	r.checkBatches(t, check, &bl)
 	r.checkUnique(t, check, &uniq)
 	confirmed, partial := checkOrders(t, check, e.admin, prefix, txIDs.ids)
 	r.faults["jobs enqueued and completed with their order in one EXEC (EnqueueTx, CompleteTx)"] = int64(confirmed)
@@ -804,6 +819,10 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 		require.Positive(t, prioritized.Load(), "jobs above priority 0")
 	}
 	r.requireClean(t, len(evicted))
+	require.Positive(t, r.batches, "batches were made")
+	require.Zero(t, r.batchMissed, "batches whose callback was never written")
+	require.Zero(t, r.batchDoubled, "batches whose callback was written twice")
+	require.Zero(t, r.batchEarly, "callbacks that ran before their batch's jobs all finished")
 	// Concurrency keys: never more runs of a key at once than its limit,
 	// and no slot left taken once the queue is drained, by the dying
 	// workers' claims or by anyone.
