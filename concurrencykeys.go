@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,22 +26,17 @@ func (q *Queue) ConcurrencyKeys(ctx context.Context) (keys []ConcurrencyInfo, mo
 	if err := q.check(ctx, false); err != nil {
 		return nil, false, err
 	}
-	pattern := globEscape(q.ks.prefix) + ":{" + globEscape(q.ks.queue) + "/*}:ck:*"
+	pattern := slotKeyPattern(q.ks)
 	var mu sync.Mutex
 	var names []string
 	scan := func(ctx context.Context, c *redis.Client) error {
 		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		var found []string
 		for it.Next(ctx) {
-			k := it.Val()
-			i := strings.Index(k, "}:ck:")
-			if i < 0 {
-				continue
-			}
-			name := k[i+len("}:ck:"):]
 			// The value of a key lives in its name's shard; a key of the
 			// pattern in another shard is not one of ours.
-			if validConcurrencyKey(name) != nil || q.ks.slotKey(q.ks.shardOf(name), name) != k {
+			name, ok := slotKeyName(q.ks, it.Val())
+			if !ok || validConcurrencyKey(name) != nil {
 				continue
 			}
 			found = append(found, name)

@@ -202,6 +202,23 @@ func (ks *keyspace) slotKey(shard int, name string) string { return ks.tags[shar
 // index or a flag of some queue, which only jobkey may write (tx.go).
 func (ks *keyspace) ownsKey(key string) bool { return strings.HasPrefix(key, ks.prefix+":{") }
 
+// slotKeyPattern is a SCAN pattern that matches the concurrency values of
+// every shard of ks's queue (ConcurrencyKeys).
+func slotKeyPattern(ks *keyspace) string {
+	return globEscape(ks.prefix) + ":{" + globEscape(ks.queue) + "/*}:ck:*"
+}
+
+// slotKeyName returns the concurrency key whose value key is, or false
+// when key is not the value of one of ks's keys in its own shard.
+func slotKeyName(ks *keyspace, key string) (string, bool) {
+	i := strings.Index(key, "}:ck:")
+	if i < 0 {
+		return "", false
+	}
+	name := key[i+len("}:ck:"):]
+	return name, name != "" && ks.slotKey(ks.shardOf(name), name) == key
+}
+
 // metaKeyPattern is a SCAN pattern that matches the meta key of every
 // queue under prefix (Queues).
 func metaKeyPattern(prefix string) string { return globEscape(prefix) + ":{*}:meta" }
