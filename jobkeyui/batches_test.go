@@ -17,10 +17,15 @@ func TestBatchesPageShowsProgress(t *testing.T) {
 	f := newFixture(t, Options{})
 	ctx := context.Background()
 	jobs := []jobkey.JobSpec{{Type: "resize"}, {Type: "resize"}}
-	if _, _, err := f.q.EnqueueBatch(ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-<7>"}); err != nil {
+	_, ids, err := f.q.EnqueueBatch(ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-<7>"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	c := f.client(t)
+	_, jbody := f.fetch(t, c, "/job?queue=mails&id="+ids[0])
+	if want := `<dd id="batch"><a href="/batches?queue=mails">album-&lt;7&gt;</a></dd>`; !strings.Contains(jbody, want) {
+		t.Errorf("a batch job's page lacks %q", want)
+	}
 	resp, body := f.fetch(t, c, "/batches?queue=mails")
 	wantStatus(t, resp, body, http.StatusOK)
 	for _, want := range []string{

@@ -15,8 +15,14 @@ func TestBatchesAndBatchShowProgress(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "no batches\n", out)
 	jobs := []jobkey.JobSpec{{Type: "resize"}, {Type: "resize"}, {Type: "resize"}}
-	b, _, err := f.q.EnqueueBatch(f.ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-7", Condition: jobkey.BatchAllSucceeded})
+	b, ids, err := f.q.EnqueueBatch(f.ctx, jobs, jobkey.JobSpec{Type: "album"}, &jobkey.BatchOpts{ID: "album-7", Condition: jobkey.BatchAllSucceeded})
 	require.NoError(t, err)
+	out, err = f.run("show", ids[0])
+	require.NoError(t, err)
+	require.Contains(t, out, "batch:        album-7 (jobkey batch -queue mail album-7)\n", "a job's page names its batch")
+	out, err = f.run("show", ids[0], "-json")
+	require.NoError(t, err)
+	require.Contains(t, out, `"batch": "album-7"`)
 	j, err := f.q.Claim(f.ctx, "w")
 	require.NoError(t, err)
 	if j.Type == "other" {

@@ -182,6 +182,7 @@ type jobView struct {
 	ProgressBase64 string            `json:"progress_base64,omitempty"`
 	History        []attemptView     `json:"history,omitempty"`
 	HistoryDropped int               `json:"history_dropped,omitempty"`
+	Batch          string            `json:"batch,omitempty"`
 }
 
 // attemptView is one record of a job's History as -json prints it.
@@ -209,6 +210,7 @@ func viewOf(j *jobkey.Job) jobView {
 	v.Snoozes, v.StartedAt, v.HistoryDropped = j.Snoozes, timePtr(j.StartedAt), j.HistoryDropped
 	v.ProgressFormat, v.Progress, _ = bytesJSON(j.Progress)
 	v.ProgressBase64 = base64Of(j.Progress)
+	v.Batch = j.Batch
 	for _, r := range j.History {
 		v.History = append(v.History, attemptView{Attempt: r.Attempt, Started: timePtr(r.Started), DurationMS: r.Duration.Milliseconds(),
 			Worker: r.Worker, Outcome: r.Outcome.String(), Error: r.Error})
@@ -246,6 +248,9 @@ func printJob(w io.Writer, j *jobkey.Job) {
 	field("priority", strconv.Itoa(j.Priority))
 	if j.ConcurrencyKey != "" {
 		field("concurrency", line(j.ConcurrencyKey))
+	}
+	if j.Batch != "" {
+		field("batch", line(j.Batch)+" (jobkey batch -queue "+line(j.Queue)+" "+line(j.Batch)+")")
 	}
 	if j.Timeout > 0 {
 		field("timeout", j.Timeout.String())
