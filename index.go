@@ -42,7 +42,10 @@ type indexPlan struct {
 	// raised is the highest priority above 0 of a job the plan makes
 	// pending (0: none).
 	raised int
-	score  struct { // the last score boxed: a batch's jobs share "now"
+	// moves lists the transitions the plan makes, for the event stream
+	// (events.go): every move that changes a job's state, or starts a run.
+	moves []stateChange
+	score struct { // the last score boxed: a batch's jobs share "now"
 		v   int64
 		box any
 	}
@@ -209,6 +212,9 @@ func (p *indexPlan) steps() [][]any {
 // not where old says, the index was changed outside jobkey, so the hint is
 // removed and the right entry written whatever old said (rule 3).
 func (d *decider) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
+	if t, ok := stateChangeOf(shard, id, old, new); ok {
+		p.moves = append(p.moves, t)
+	}
 	var from, to entry
 	if old != nil {
 		from = d.entryOf(old)
