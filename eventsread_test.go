@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
@@ -253,4 +254,80 @@ func FuzzParseEvent(f *testing.F) {
 			t.Fatal("a malformed entry says what is wrong")
 		}
 	})
+}
+
+// A follower across a failover that lost the newest entries (and their
+// writes): it neither hangs nor skips. It is told the stream rewound, reads
+// the new master's stream from its start, and gets every event written
+// after the promotion.
+func TestFollowEventsAcrossAFailoverMissesNothingNew(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t, 1)
+	rdb := s.Client(t, func(o *redis.FailoverOptions) { o.DialTimeout = 300 * time.Millisecond })
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog()})
+	ctx := context.Background()
+	require.NoError(t, q.EnableEvents(ctx))
+	for i := range 5 {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("a", i)})
+		require.NoError(t, err)
+	}
+	require.NoError(t, rdb.Wait(ctx, 1, 5*time.Second).Err())
+
+	var mu sync.Mutex
+	var seen []Event
+	seenJob := func(id string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(seen, func(e Event) bool { return e.Job == id })
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() {
+		_, err := q.FollowEvents(fctx, "", func(p EventPage) error {
+			mu.Lock()
+			seen = append(seen, p.Events...)
+			mu.Unlock()
+			return nil
+		})
+		followed <- err
+	}()
+	defer func() {
+		cancel()
+		require.ErrorIs(t, <-followed, context.Canceled)
+	}()
+	require.Eventually(t, func() bool { return seenJob("a4") }, 10*time.Second, 10*time.Millisecond)
+
+	// Writes the replica never gets: the follower reads them, then the
+	// master dies with them.
+	resumed, err := s.Replicas[0].Stall(replicaStall)
+	require.NoError(t, err)
+	t.Cleanup(func() { <-resumed })
+	require.NoError(t, s.Master.DropReplicas(ctx))
+	for i := range 3 {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("lost", i)})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return seenJob("lost2") }, 10*time.Second, 10*time.Millisecond)
+	s.Master.Crash()
+	_, _, err = s.WaitPromoted(ctx, s.Master, 20*time.Second)
+	require.NoError(t, err)
+
+	for i := range 5 {
+		id := fmt.Sprint("b", i)
+		require.Eventually(t, func() bool {
+			_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id})
+			return err == nil || errors.Is(err, ErrJobExists)
+		}, 20*time.Second, 50*time.Millisecond, "enqueue %s on the new master", id)
+	}
+	for i := range 5 {
+		require.Eventually(t, func() bool { return seenJob(fmt.Sprint("b", i)) }, 20*time.Second, 10*time.Millisecond, "b%d followed", i)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	rewound := slices.IndexFunc(seen, func(e Event) bool { return e.Kind == EventRewound })
+	require.GreaterOrEqual(t, rewound, 0, "the follower was told the stream went back")
+	require.Greater(t, rewound, slices.IndexFunc(seen, func(e Event) bool { return e.Job == "lost2" }))
+	for _, e := range seen[rewound:] {
+		require.NotContains(t, []string{"lost0", "lost1", "lost2"}, e.Job, "lost with the master, as their jobs")
+	}
 }
