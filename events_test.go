@@ -15,7 +15,7 @@ import (
 )
 
 // readEvents reads every event of q after cursor, page by page.
-func readEvents(t *testing.T, q *Queue, cursor string) ([]Event, string) {
+func readEvents(t eventsT, q *Queue, cursor string) ([]Event, string) {
 	t.Helper()
 	var all []Event
 	for {
@@ -266,17 +266,27 @@ func TestEventsToggledUnderWritersNeverDisagreeWithJobs(t *testing.T) {
 	require.Greater(t, transitions.Load(), int64(100), "the writers ran")
 
 	evs, _ := readEvents(t, q, "")
-	checkEventChains(t, q, evs)
+	checkEventChains(t, q, evs, false)
+}
+
+// eventsT is what checkEventChains needs of a test: a *testing.T or a
+// *rapid.T.
+type eventsT interface {
+	require.TestingT
+	Helper()
 }
 
 // checkEventChains holds what the events of q must say: none while a
 // shard's events are off; while on, each job's events chain up from state
-// to state, and the last says the state the job is in.
-func checkEventChains(t *testing.T, q *Queue, evs []Event) {
+// to state, and the last says the state the job is in (missing: deleted).
+// always says the events were on from before the first job: then every
+// run a job's History records has the event that started it.
+func checkEventChains(t eventsT, q *Queue, evs []Event, always bool) {
 	t.Helper()
 	ctx := context.Background()
 	on := map[int]bool{}
 	known := map[string]State{} // the job's state after its last event, while its shard stayed on
+	starts := map[string][]step{}
 	for _, e := range evs {
 		switch e.Kind {
 		case EventEnabled, EventDisabled:
@@ -290,19 +300,34 @@ func checkEventChains(t *testing.T, q *Queue, evs []Event) {
 			require.True(t, on[e.Shard], "event %s of %s while shard %d was off", e.ID, e.Job, e.Shard)
 			if was, ok := known[e.Job]; ok {
 				require.Equal(t, was, e.From, "event %s of %s: a transition in between has no event", e.ID, e.Job)
+			} else if always {
+				require.Zero(t, e.From, "event %s of %s: the first is its enqueue", e.ID, e.Job)
 			}
 			known[e.Job] = e.To
+			if e.To == StateActive {
+				starts[e.Job] = append(starts[e.Job], step{attempt: e.Attempt, worker: e.Worker})
+			}
 		default:
-			t.Fatalf("unexpected event %+v", e)
+			require.Fail(t, "unexpected event", "%+v", e)
 		}
 	}
 	for id, s := range known {
+		j, err := q.Get(ctx, id)
 		if s == 0 {
+			require.ErrorIs(t, err, ErrNotFound, "%s: its last event says it was deleted", id)
 			continue
 		}
-		j, err := q.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, s, j.State, "%s: its last event says where it is", id)
+		if !always {
+			continue
+		}
+		for _, r := range j.History {
+			require.Contains(t, starts[id], step{attempt: r.Attempt, worker: r.Worker}, "%s: the run of attempt %d has the event that started it", id, r.Attempt)
+		}
+		if j.State == StateActive {
+			require.Contains(t, starts[id], step{attempt: j.Attempt, worker: j.LeaseOwner}, "%s: its run has its event", id)
+		}
 	}
 }
 
