@@ -29,6 +29,7 @@ var jobCommands = map[string]func(ctx context.Context, args []string, stdout, st
 	},
 	"queues": queuesCmd,
 	"limit":  limitCmd,
+	"events": eventsCmd,
 }
 
 // action is one of the commands that change jobs: by ID, or in bulk with

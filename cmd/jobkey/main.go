@@ -84,6 +84,7 @@ jobs of a live queue (-redis or REDIS_URL required; -json for JSON):
   resume  let them take jobs again: resume -queue Q
   queues  list every queue under a prefix with its counts: queues [-prefix P]
   limit   print a concurrency key's limit and use, or set it: limit -queue Q KEY [N]
+  events  print a queue's transitions: events -queue Q [-follow] [-from CURSOR|start|now] [-enable|-disable]
 
 adopting jobkey beside asynq (docs/adopting.md):
   migrate-asynq     move a type's waiting asynq tasks into a jobkey queue
