@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/faultproxy"
+	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -362,4 +363,51 @@ func TestEventsOfLostRepliesAreWrittenOnce(t *testing.T) {
 		{EventTransition, "x", StatePending, StateActive, 1, "w"},
 		{EventTransition, "x", StateActive, StateSucceeded, 1, "w"},
 	}, steps(evs))
+}
+
+// With events on, the lines that write need +xadd, and the reader's
+// +xinfo|stream +xrange +xread +multi +exec (README). A line without
+// +xadd has its transitions refused whole: no write lands without its
+// event.
+func TestLeastPrivilegeWithEvents(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	cfg := &Config{Backoff: func(int) time.Duration { return 0 }}
+	root, err := NewQueue(redistest.ClientFor(t, srv.URL(), nil), "q", cfg)
+	require.NoError(t, err)
+	for _, line := range []string{aclProducer, aclWorker, aclAdmin} {
+		createUser(t, line, aclEvents, srv.Addr)
+	}
+	createUser(t, aclReader, aclEventsReader, srv.Addr)
+	admin, err := NewQueue(asUser(t, srv.URL(), aclAdmin), "q", cfg)
+	require.NoError(t, err)
+	produce(t, root, "first") // the queue exists before the admin's EnableEvents
+	require.NoError(t, admin.EnableEvents(ctx))
+	producer, err := NewQueue(asUser(t, srv.URL(), aclProducer), "q", cfg)
+	require.NoError(t, err)
+	produce(t, producer, "p")
+	worker, err := NewQueue(asUser(t, srv.URL(), aclWorker), "q", cfg)
+	require.NoError(t, err)
+	work(t, worker)
+	_, err = admin.CancelPending(ctx, "")
+	require.NoError(t, err)
+	reader, err := NewQueue(asUser(t, srv.URL(), aclReader), "q", cfg)
+	require.NoError(t, err)
+	evs, cursor := readEvents(t, reader, "")
+	require.Greater(t, len(evs), 5)
+	fctx, cancel := context.WithTimeout(ctx, 2*followBlock)
+	defer cancel()
+	_, err = reader.FollowEvents(fctx, cursor, func(EventPage) error { return nil })
+	require.ErrorIs(t, err, context.DeadlineExceeded, "XREAD BLOCK, then nothing")
+	requireNothingRefused(t, srv.Addr)
+
+	// Without +xadd the enqueue is refused whole: nothing written.
+	createUser(t, aclProducer, "", srv.Addr)
+	bare, err := NewQueue(asUser(t, srv.URL(), aclProducer), "q", cfg)
+	require.NoError(t, err)
+	_, err = bare.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "bare"})
+	require.ErrorContains(t, err, "NOPERM")
+	_, err = root.Get(ctx, "bare")
+	require.ErrorIs(t, err, ErrNotFound, "no write without its event")
 }

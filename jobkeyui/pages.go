@@ -22,6 +22,7 @@ var assets embed.FS
 // pages are the parsed templates, one set per page.
 type pages struct {
 	queues, queue, job, errPage *template.Template
+	events                      *template.Template // eventspage.go
 }
 
 var funcs = template.FuncMap{
@@ -41,7 +42,7 @@ func parsePages() (*pages, error) {
 	for _, s := range []struct {
 		t    **template.Template
 		name string
-	}{{&p.queues, "queues.html"}, {&p.queue, "queue.html"}, {&p.job, "job.html"}, {&p.errPage, "error.html"}} {
+	}{{&p.queues, "queues.html"}, {&p.queue, "queue.html"}, {&p.job, "job.html"}, {&p.errPage, "error.html"}, {&p.events, "events.html"}} {
 		if *s.t, err = parse(s.name); err != nil {
 			return nil, err
 		}

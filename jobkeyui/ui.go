@@ -152,6 +152,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("/{$}", h.queuesPage)
 	m.HandleFunc("/queue", h.queuePage)
 	m.HandleFunc("/job", h.jobPage)
+	m.HandleFunc("/events", h.eventsPage)
 	m.HandleFunc("/static/", h.static)
 	for path, a := range h.actions() {
 		m.Handle("/action/"+path, a)
