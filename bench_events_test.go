@@ -9,10 +9,11 @@ import (
 
 // BenchmarkEventStream is what the event stream costs a transition: one
 // client runs a job's three transitions (Enqueue, Claim, Complete) per
-// op, 1 KiB payloads, on a queue with its events off, then on. The two
-// run in turn within each -count, so a noisy machine slows both:
+// op, 1 KiB payloads, on a queue with its events off, then on. Run it
+// with -count 1 in a loop, so that off and on take turns and a noisy
+// machine slows both (-count 10 would run off ten times, then on):
 //
-//	go test -run '^$' -bench BenchmarkEventStream -count 10 . | tee events.txt
+//	for i in $(seq 10); do go test -run '^$' -bench BenchmarkEventStream -count 1 .; done | tee events.txt
 //	benchstat -col /events events.txt
 //
 // Beside ns/op it reports µs/transition, commands/transition and, with

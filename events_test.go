@@ -12,6 +12,7 @@ import (
 
 	"github.com/jobkey/jobkey/internal/faultproxy"
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -410,4 +411,29 @@ func TestLeastPrivilegeWithEvents(t *testing.T) {
 	require.ErrorContains(t, err, "NOPERM")
 	_, err = root.Get(ctx, "bare")
 	require.ErrorIs(t, err, ErrNotFound, "no write without its event")
+}
+
+// A stream whose IDs a hostile client exhausted (an entry with the
+// largest ID) makes the XADD fail in EXEC: the one way a transition can
+// land without its event. It is reported, with every command's result,
+// never silent; deleting the stream mends it.
+func TestEventsOnAnExhaustedStreamAreReported(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := f.ctx
+	stream := f.q.ks.streamKey(0)
+	require.NoError(t, f.q.EnableEvents(ctx))
+	require.NoError(t, f.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "18446744073709551615-18446744073709551615", Values: []any{"x", "y"}}).Err())
+	_, err := f.q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "e"})
+	var se *StepError
+	require.ErrorAs(t, err, &se)
+	require.ErrorIs(t, err, ErrStep)
+	require.ErrorContains(t, err, "xadd")
+	require.ErrorContains(t, err, "exhausted")
+
+	require.NoError(t, f.rdb.Del(ctx, stream).Err())
+	_, err = f.q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "f"})
+	require.NoError(t, err)
+	evs, _ := readEvents(t, f.q, "")
+	require.Equal(t, []step{{EventTransition, "f", 0, StatePending, 0, ""}}, steps(evs))
 }
