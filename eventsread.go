@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,8 +109,10 @@ const (
 // by any process (a reader that restarts passes the last one it kept),
 // and valid for the queue's shard count.
 //
-// It costs one round trip per node: each shard's XINFO STREAM and XRANGE
-// in a MULTI of their own, so what the first says of the second holds.
+// It costs one round trip: each shard's XINFO STREAM and XRANGE in a
+// MULTI of their own, so what the first says of the second holds (on a
+// cluster a MULTI stays in one hash slot: one round trip per shard, the
+// shards at once).
 // Entries trimmed or deleted before the reader got to them are reported
 // as an EventGap, and a stream that lost entries the reader had read (a
 // failover) as an EventRewound, never skipped in silence. Shards that
@@ -132,18 +135,35 @@ func (q *Queue) Events(ctx context.Context, cursor string, limit int) (*EventPag
 	infos := make([]*redis.XInfoStreamCmd, q.ks.shards)
 	ranges := make([]*redis.XMessageSliceCmd, q.ks.shards)
 	// Every command's own reply says how its shard went.
-	_, _ = q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for s := range q.ks.shards {
-			key := q.ks.streamKey(s)
-			infos[s] = p.XInfoStream(ctx, key)
-			start := cur[s].String()
-			if cur[s].isZero() {
-				start = "-"
-			}
-			ranges[s] = p.XRangeN(ctx, key, start, "+", int64(limit+1))
+	read := func(p redis.Pipeliner, s int) {
+		key := q.ks.streamKey(s)
+		infos[s] = p.XInfoStream(ctx, key)
+		start := cur[s].String()
+		if cur[s].isZero() {
+			start = "-"
 		}
-		return nil
-	})
+		ranges[s] = p.XRangeN(ctx, key, start, "+", int64(limit+1))
+	}
+	if !q.cluster() {
+		_, _ = q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for s := range q.ks.shards {
+				read(p, s)
+			}
+			return nil
+		})
+	} else {
+		// A MULTI stays in one hash slot: one per shard, all at once.
+		var wg sync.WaitGroup
+		for s := range q.ks.shards {
+			wg.Go(func() {
+				_, _ = q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					read(p, s)
+					return nil
+				})
+			})
+		}
+		wg.Wait()
+	}
 	failed := &ShardsError{Of: q.ks.shards}
 	type item struct {
 		ev  Event

@@ -331,3 +331,47 @@ func TestFollowEventsAcrossAFailoverMissesNothingNew(t *testing.T) {
 		require.NotContains(t, []string{"lost0", "lost1", "lost2"}, e.Job, "lost with the master, as their jobs")
 	}
 }
+
+// On a cluster each shard's stream lives in its own hash slot: events are
+// written beside their jobs, read across the nodes in one Events, and
+// FollowEvents blocks on every shard at once.
+func TestEventsOnACluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.SharedCluster(t)
+	rdb := cl.Client(t, nil)
+	ctx := context.Background()
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{})
+	require.NoError(t, q.EnableEvents(ctx))
+	batch := make([]JobSpec, 100)
+	for i := range batch {
+		batch[i] = JobSpec{Type: "t", Opts: &EnqueueOpts{ID: fmt.Sprint("c", i)}}
+	}
+	_, err := q.EnqueueMany(ctx, batch)
+	require.NoError(t, err)
+	for range 10 {
+		c, err := q.Claim(ctx, "w")
+		require.NoError(t, err)
+		_, err = q.Complete(ctx, c, nil)
+		require.NoError(t, err)
+	}
+	evs, cursor := readEvents(t, q, "")
+	require.Len(t, evs, q.cfg.Shards+100+20)
+	checkEventChains(t, q, evs, true)
+
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "late"})
+		require.NoError(t, err)
+	}()
+	var got []Event
+	_, err = q.FollowEvents(fctx, cursor, func(p EventPage) error {
+		got = append(got, p.Events...)
+		cancel()
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Len(t, got, 1)
+	require.Equal(t, "late", got[0].Job)
+}
