@@ -124,7 +124,7 @@ func (q *Queue) addEvents(p *casPlan, now time.Time, ev *eventShards, on []bool)
 		return nil
 	}
 	at := toMillis(now)
-	checked := 0 // shards whose stream p.checks holds already, as a bit set of positions in ev.shards (first 64)
+	var checked []bool // per position in ev.shards: its stream's check is in p.checks
 	for _, m := range p.moves {
 		i := -1
 		if ev != nil {
@@ -137,8 +137,11 @@ func (q *Queue) addEvents(p *casPlan, now time.Time, ev *eventShards, on []bool)
 			continue
 		}
 		stream := q.ks.streamKey(m.shard)
-		if i >= 64 || checked&(1<<i) == 0 {
-			checked |= 1 << min(i, 63)
+		if checked == nil {
+			checked = make([]bool, len(ev.shards))
+		}
+		if !checked[i] {
+			checked[i] = true
 			p.checks = append(p.checks, typeCheck{Key: stream, Want: "stream"})
 		}
 		p.steps = append(p.steps, []any{"xadd", stream, "maxlen", "~", q.cfg.EventsMaxLen, "*",

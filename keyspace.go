@@ -168,6 +168,7 @@ type JobKeys struct {
 	Failed    string // failed jobs by finish time
 	Canceled  string // canceled jobs by finish time
 	Corrupt   string // jobs whose value could not be read
+	Events    string // the shard's event stream (Queue.EnableEvents)
 }
 
 // pauseFlag is the name, under each shard's hash tag, of the key whose

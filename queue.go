@@ -274,7 +274,7 @@ func (q *Queue) Keys(id string) JobKeys {
 	return JobKeys{
 		Job: key, Ready: q.ks.index(s, idxReady), Leased: q.ks.index(s, idxLeased),
 		Succeeded: q.ks.index(s, idxSucceeded), Failed: q.ks.index(s, idxFailed), Canceled: q.ks.index(s, idxCanceled),
-		Corrupt: q.ks.index(s, idxCorrupt),
+		Corrupt: q.ks.index(s, idxCorrupt), Events: q.ks.streamKey(s),
 	}
 }
 

@@ -232,9 +232,7 @@ func TestBrowser(t *testing.T) {
 	tctx, cancelTail := context.WithTimeout(ctx, 10*time.Second)
 	do(t, tctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-kind="transition"] a[href*="tail-1"]`)))
 	cancelTail()
-	stream := f.q.Keys("tail-1").Job
-	stream = stream[:strings.LastIndex(stream, "}")+1] + ":events"
-	if err := f.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream,
+	if err := f.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: f.q.Keys("tail-1").Events,
 		Values: []any{"job", hostileID, "type", hostileType, "worker", hostileError, "at", "1"}}).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -38,9 +38,7 @@ func TestEventsPageTailsTransitionsSinceItOpened(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.q.Claim(ctx, "worker-9") // p1..p3 are due first
 	require.NoError(t, err)
-	stream := f.q.Keys(j.ID).Job // the job's shard tag names its stream
-	stream = stream[:strings.LastIndex(stream, "}")+1] + ":events"
-	require.NoError(t, f.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"job", hostileID, "at", "1"}}).Err())
+	require.NoError(t, f.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.q.Keys(j.ID).Events, Values: []any{"job", hostileID, "at", "1"}}).Err())
 
 	resp, body = f.fetch(t, c, live)
 	wantStatus(t, resp, body, http.StatusOK)
