@@ -27,6 +27,7 @@ var commandArgs = map[string][]string{
 	"resume":           {"-queue", "q"},
 	"queues":           {},
 	"limit":            {"-queue", "q", "key"},
+	"events":           {"-queue", "q"},
 	"migrate-asynq":    {"-type", "t", "-to", "q"},
 	"migrate-to-asynq": {"-type", "t", "-from", "q"},
 }

@@ -955,7 +955,8 @@ func TestWritesWaitForTheReplicas(t *testing.T) {
 // to resume from, and follows what comes next until interrupted.
 func TestEventsCommand(t *testing.T) {
 	f := newFixture(t, 2)
-	f.enqueue("before", nil) // the queue exists; its events are off
+	_, err := f.q.Enqueue(f.ctx, "before", nil, &jobkey.EnqueueOpts{Delay: time.Hour}) // the queue exists; its events are off
+	require.NoError(t, err)
 	out, err := f.run("events", "-enable")
 	require.NoError(t, err)
 	require.Contains(t, out, `queue "mail": events on`)
