@@ -91,7 +91,7 @@ adopting jobkey beside asynq (docs/adopting.md):
   migrate-to-asynq  move a type's pending jobkey jobs back into asynq
 
 Commands that write (retry, cancel, delete, limit, verify -fix, pause,
-resume, ui, migrate-*) wait for replicas with -min-replicas N and
+resume, events -enable/-disable, ui, migrate-*) wait for replicas with -min-replicas N and
 -replica-timeout D, else the URL's min_replicas=N&replica_timeout=D, else
 $JOBKEY_MIN_REPLICAS and $JOBKEY_REPLICA_TIMEOUT: a write they did not
 confirm is reported as applied on the master only, and exits 1.
