@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -436,4 +437,43 @@ func TestEventsOnAnExhaustedStreamAreReported(t *testing.T) {
 	require.NoError(t, err)
 	evs, _ := readEvents(t, f.q, "")
 	require.Equal(t, []step{{EventTransition, "f", 0, StatePending, 0, ""}}, steps(evs))
+}
+
+// Work's paths write their events too: a periodic job's tick, a run that
+// fails and is retried, and the completion fused with the next claim
+// (group commit). Every job's events chain up to its state, and each run
+// in its History has the event that started it.
+func TestEventsOfWorkChainUpToEveryJob(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()})
+	ctx := context.Background()
+	require.NoError(t, q.EnableEvents(ctx))
+	const jobs = 60
+	for i := range jobs {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("w", i)})
+		require.NoError(t, err)
+	}
+	var runs atomic.Int64
+	stop := startWork(t, q, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		if runs.Add(1)%3 == 0 && j.Attempt == 1 {
+			return nil, errors.New("once more")
+		}
+		return nil, nil
+	}), &WorkOpts{Concurrency: 4, PollInterval: 20 * time.Millisecond,
+		Periodic: []PeriodicJob{{Name: "tick", Schedule: Every(100 * time.Millisecond), Type: "t"}}})
+	waitFor(t, "every job done", func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.Succeeded >= jobs+2 && st.Pending == 0 && st.Active == 0
+	})
+	stop()
+	evs, _ := readEvents(t, q, "")
+	checkEventChains(t, q, evs, true)
+	ticks := 0
+	for _, e := range evs {
+		if e.Kind == EventTransition && e.From == 0 && !strings.HasPrefix(e.Job, "w") {
+			ticks++
+		}
+	}
+	require.GreaterOrEqual(t, ticks, 2, "the periodic ticks' enqueues")
 }
