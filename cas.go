@@ -135,7 +135,7 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 			if err != nil || p == nil {
 				return nil, err
 			}
-			if err := q.addEvents(p, jr.now, ev, r.Guarded[len(t.guards):]); err != nil {
+			if err := q.addEvents(p, t.keys, jr, ev, r.Guarded[len(t.guards):]); err != nil {
 				return nil, err
 			}
 			for _, id := range p.newerFormat {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 )
 
 // The event stream, written side. Once a shard's events are on (its flag,
@@ -110,20 +109,27 @@ func (ev *eventShards) extend(guards []string, checks []typeCheck) ([]string, []
 }
 
 // addEvents appends to p an XADD per transition of p whose shard's events
-// flag on says is set, with its stream's type check. now is the
-// transaction's time.
-func (q *Queue) addEvents(p *casPlan, now time.Time, ev *eventShards, on []bool) error {
+// flag on says is set, with its stream's type check. r is what the
+// transaction read, keys its keys.
+func (q *Queue) addEvents(p *casPlan, keys []string, r *casRead, ev *eventShards, on []bool) error {
+	anyOn := false
 	if ev != nil {
 		for i, s := range ev.shards {
 			if i < len(on) && q.eventsSeen[s].Load() != on[i] {
 				q.eventsSeen[s].Store(on[i])
 			}
+			anyOn = anyOn || i < len(on) && on[i]
+		}
+	}
+	if anyOn {
+		if err := unplanned(keys, r, p); err != nil {
+			return err
 		}
 	}
 	if len(p.moves) == 0 {
 		return nil
 	}
-	at := toMillis(now)
+	at := toMillis(r.now)
 	var checked []bool // per position in ev.shards: its stream's check is in p.checks
 	for _, m := range p.moves {
 		i := -1
@@ -243,4 +249,35 @@ func (q *Queue) setShardEvents(ctx context.Context, key, stream string, on bool)
 		return plan, nil
 	}})
 	return err
+}
+
+// unplanned refuses a plan that writes a job's new state without the
+// transition decider.move records: the write would land without its
+// event. Every path that writes a job plans its index writes through
+// move, so this holds unless a new path forgets it; the refusal says so
+// instead of writing in silence.
+func unplanned(keys []string, r *casRead, p *casPlan) error {
+	if len(p.writes) == 0 {
+		return nil
+	}
+	var moved map[string]bool
+	for _, w := range p.writes {
+		i := slices.Index(keys, w.key)
+		if i < 0 || i >= len(r.jobs) {
+			continue // encodePlan refuses it
+		}
+		if _, ok := stateChangeOf(0, w.job.ID, r.jobs[i], w.job); !ok {
+			continue
+		}
+		if moved == nil {
+			moved = make(map[string]bool, len(p.moves))
+			for _, m := range p.moves {
+				moved[m.id] = true
+			}
+		}
+		if !moved[w.job.ID] {
+			return fmt.Errorf("jobkey: internal error: a write of %q changes its state without the transition its event needs (decider.move)", w.job.ID)
+		}
+	}
+	return nil
 }

@@ -477,3 +477,22 @@ func TestEventsOfWorkChainUpToEveryJob(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, ticks, 2, "the periodic ticks' enqueues")
 }
+
+// A plan that writes a job's new state without the transition
+// decider.move records is refused while events are on: it would land
+// without its event.
+func TestEventsRefuseAWriteWithoutItsTransition(t *testing.T) {
+	t.Parallel()
+	cur := &Job{ID: "x", Type: "t", State: StatePending}
+	next := &Job{ID: "x", Type: "t", State: StateCanceled}
+	keys := []string{"k"}
+	r := &casRead{jobs: []*Job{cur}}
+	p := &casPlan{writes: []casWrite{{key: "k", job: next}}}
+	require.ErrorContains(t, unplanned(keys, r, p), "without the transition")
+	var ip indexPlan
+	(&decider{ks: newKeyspace("p", "q", 1)}).move(&ip, 0, "x", cur, next, "")
+	p.index(&ip)
+	require.NoError(t, unplanned(keys, r, p))
+	same := &Job{ID: "x", Type: "t", State: StatePending, Meta: map[string]string{"a": "b"}}
+	require.NoError(t, unplanned(keys, r, &casPlan{writes: []casWrite{{key: "k", job: same}}}), "no transition: nothing to plan")
+}
