@@ -59,6 +59,13 @@ const (
 	// recognises first writes a key of the queue's with SET, which every
 	// line that writes already grants.
 	aclReplicas = "+wait"
+	// Appended to every line that writes when the queue's events are on
+	// (Queue.EnableEvents): each transition's EXEC appends its event. A
+	// line without it has every transition refused whole (EXECABORT).
+	aclEvents = "+xadd"
+	// Appended to the reader's line to read the events (Queue.Events,
+	// FollowEvents): each shard's XINFO STREAM and XRANGE in a MULTI.
+	aclEventsReader = "+xinfo|stream +xrange +xread +multi +exec"
 )
 
 // aclPassword is the password of every line.

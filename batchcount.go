@@ -171,6 +171,9 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 	p.steps = append(p.steps, ip.steps()...)
 	p.checks = append(p.checks, ip.checks...)
 	p.raised = max(p.raised, ip.raised)
+	// The callbacks written are transitions too: each has its event
+	// (events.go) in this EXEC when its shard's events are on.
+	p.moves = append(p.moves, ip.moves...)
 	if top >= 0 {
 		p.steps = append(p.steps, []any{"publish", q.ks.wakeChannel(), wakeHint(top)})
 	}

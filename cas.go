@@ -63,12 +63,17 @@ type casPlan struct {
 	// batch lists the moves of batch jobs the plan makes that change their
 	// batch's counts: q.run counts them (batch.go).
 	batch []batchMove
+	// moves lists the plan's transitions (indexPlan.moves): each is an
+	// event in its shard's stream, in the same EXEC, when the shard's
+	// events are on (events.go).
+	moves []stateChange
 }
 
 // index takes ip's index writes, and what they say, into the plan.
 func (p *casPlan) index(ip *indexPlan) {
 	p.steps, p.checks, p.raised = ip.steps(), ip.checks, ip.raised
 	p.batch = append(p.batch, ip.batch...)
+	p.moves = append(p.moves, ip.moves...)
 }
 
 func (p *casPlan) empty() bool {
@@ -117,12 +122,17 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 	decoded := func(r *cas.Read) *casRead {
 		if r != src {
 			src, cur = r, decodeRead(t.keys, r)
+			cur.guarded = cur.guarded[:min(len(t.guards), len(cur.guarded))] // the events flags are q.run's
 		}
 		cur.aux = r.Aux // follow may have read more since
 		return cur
 	}
 	var plan *casPlan
-	ct := &cas.Txn{Route: t.route, Keys: t.keys, Checks: t.checks, NoRetry: t.noRetry, Guards: t.guards, Aux: t.aux,
+	// Every job transaction watches and reads its shards' events flags
+	// beside its own guards, in round trip 1 (events.go).
+	ev := q.eventGuards(t.keys)
+	guards, checks := ev.extend(t.guards, t.checks)
+	ct := &cas.Txn{Route: t.route, Keys: t.keys, Checks: checks, NoRetry: t.noRetry, Guards: guards, Aux: t.aux,
 		Decide: func(r *cas.Read) (*cas.Plan, error) {
 			jr := decoded(r)
 			p, err := t.decide(jr)
@@ -139,6 +149,9 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 			}
 			plan = p
 			if err != nil || p == nil {
+				return nil, err
+			}
+			if err := q.addEvents(p, t.keys, jr, ev, r.Guarded[len(t.guards):]); err != nil {
 				return nil, err
 			}
 			for _, id := range p.newerFormat {

@@ -46,6 +46,10 @@ type Config struct {
 	// ErrTooLarge, before anything is written (default: 1 MiB; at most
 	// MaxValueBytes, 64 MiB).
 	MaxValueBytes int
+	// EventsMaxLen bounds each shard's event stream, once
+	// Queue.EnableEvents turned it on: every event's XADD trims it to about
+	// this many entries (MAXLEN ~; default: 10000; at most 1<<30).
+	EventsMaxLen int
 	// ClaimWindow is how many due jobs a claimer picks among at random, so
 	// concurrent claimers rarely race for the same job (default: 8).
 	ClaimWindow int
@@ -119,7 +123,8 @@ func DefaultBackoff(attempt int) time.Duration {
 const (
 	defaultClusterShards = 16
 	maxShards            = 1024
-	maxReplicas          = 64 // Config.MinReplicas
+	maxReplicas          = 64      // Config.MinReplicas
+	maxEventsLen         = 1 << 30 // Config.EventsMaxLen
 )
 
 func (c *Config) withDefaults(cluster bool) Config {
@@ -141,6 +146,7 @@ func (c *Config) withDefaults(cluster bool) Config {
 	out.Retention = cmp.Or(out.Retention, 24*time.Hour)
 	out.FailedRetention = cmp.Or(out.FailedRetention, 7*24*time.Hour)
 	out.MaxValueBytes = cmp.Or(out.MaxValueBytes, 1<<20)
+	out.EventsMaxLen = cmp.Or(out.EventsMaxLen, 10000)
 	out.ClaimWindow = cmp.Or(out.ClaimWindow, 8)
 	out.CASAttempts = cmp.Or(out.CASAttempts, 32)
 	out.CASBackoff = cmp.Or(out.CASBackoff, time.Millisecond)
@@ -182,6 +188,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxValueBytes < 256 || c.MaxValueBytes > MaxValueBytes {
 		bad("MaxValueBytes is %d, want 256..%d", c.MaxValueBytes, MaxValueBytes)
+	}
+	if c.EventsMaxLen < 1 || c.EventsMaxLen > maxEventsLen {
+		bad("EventsMaxLen is %d, want 1..%d", c.EventsMaxLen, maxEventsLen)
 	}
 	if c.ClaimWindow < 1 || c.ClaimWindow > 1000 {
 		bad("ClaimWindow is %d, want 1..1000", c.ClaimWindow)

@@ -45,6 +45,9 @@ type indexPlan struct {
 	// batch lists the moves of batch jobs that change their batch's
 	// counts (batchMoveOf), for the transaction to count (batch.go).
 	batch []batchMove
+	// moves lists the transitions the plan makes, for the event stream
+	// (events.go): every move that changes a job's state, or starts a run.
+	moves []stateChange
 	score struct { // the last score boxed: a batch's jobs share "now"
 		v   int64
 		box any
@@ -214,6 +217,9 @@ func (p *indexPlan) steps() [][]any {
 func (d *decider) move(p *indexPlan, shard int, id string, old, new *Job, hint string) {
 	if m, ok := batchMoveOf(shard, old, new); ok {
 		p.batch = append(p.batch, m)
+	}
+	if t, ok := stateChangeOf(shard, id, old, new); ok {
+		p.moves = append(p.moves, t)
 	}
 	var from, to entry
 	if old != nil {

@@ -63,6 +63,8 @@ var readyIndexes = func() []string {
 //	<prefix>:{<shard tag>}:ck:<key>   a concurrency key's value (concurrencykey.go)
 //	<prefix>:{<shard tag>}:batch:<id> a batch's counts and callback (batch.go)
 //	<prefix>:{<shard tag>}:paused     exists while the shard is paused (pause.go)
+//	<prefix>:{<shard tag>}:events-on  exists while the shard's transitions write events (events.go)
+//	<prefix>:{<shard tag>}:events     the shard's event stream (events.go)
 //	<prefix>:{<shard tag>}:periodic:<name>  the latest tick of a periodic job enqueued; in the name's shard, also the record that the schedule exists (periodicmarker.go)
 //	<prefix>:{<queue>}:meta           the queue's shard count
 //	<prefix>:{<queue>}:wake           pub/sub hint that work arrived
@@ -83,19 +85,22 @@ type keyspace struct {
 	// indexes holds every shard's index key names, built once: the hot
 	// paths name several per job. Read-only after newKeyspace.
 	indexes []map[string]string
+	// shardOfTag maps tags back to their shard (shardOfJobKey).
+	shardOfTag map[string]int
 }
 
 // indexNames are the names whose keys newKeyspace builds ahead.
 // The shards' pause and priority flags are among them: the hot paths name
 // those too.
 var indexNames = append([]string{idxLeased, idxSucceeded, idxFailed, idxCanceled, idxCorrupt,
-	seenNewerFormat, seenLost, seenStuck, pauseFlag, prioFlag}, readyIndexes...)
+	seenNewerFormat, seenLost, seenStuck, pauseFlag, prioFlag, eventsFlag}, readyIndexes...)
 
 func newKeyspace(prefix, queue string, shards int) *keyspace {
 	ks := &keyspace{prefix: prefix, queue: queue, shards: shards, tags: make([]string, shards),
-		indexes: make([]map[string]string, shards)}
+		indexes: make([]map[string]string, shards), shardOfTag: make(map[string]int, shards)}
 	for i := range shards {
 		ks.tags[i] = prefix + ":" + hashTag(shardTag(queue, i, shards))
+		ks.shardOfTag[ks.tags[i]] = i
 		ks.indexes[i] = make(map[string]string, len(indexNames))
 		for _, name := range indexNames {
 			ks.indexes[i][name] = ks.tags[i] + ":" + name
@@ -182,6 +187,7 @@ type JobKeys struct {
 	Failed    string // failed jobs by finish time
 	Canceled  string // canceled jobs by finish time
 	Corrupt   string // jobs whose value could not be read
+	Events    string // the shard's event stream (Queue.EnableEvents)
 }
 
 // pauseFlag is the name, under each shard's hash tag, of the key whose
@@ -192,6 +198,31 @@ const pauseFlag = "paused"
 
 // pauseKey is shard s's pause flag (pause.go).
 func (ks *keyspace) pauseKey(s int) string { return ks.index(s, pauseFlag) }
+
+// eventsFlag names, under each shard's hash tag, the key whose existence
+// makes every transition of the shard's jobs append an event to the
+// shard's stream, eventsStream, in its own EXEC (events.go). Like the
+// pause flag, it lives in the shard's hash slot, so every job transaction
+// watches it beside its jobs.
+const (
+	eventsFlag   = "events-on"
+	eventsStream = "events"
+)
+
+// eventsKey is shard s's events flag; streamKey its event stream.
+func (ks *keyspace) eventsKey(s int) string { return ks.index(s, eventsFlag) }
+func (ks *keyspace) streamKey(s int) string { return ks.tags[s] + ":" + eventsStream }
+
+// shardOfJobKey returns the shard of a job key of this queue, or false
+// when key is not one.
+func (ks *keyspace) shardOfJobKey(key string) (int, bool) {
+	end := strings.LastIndexByte(key, '}')
+	if end < 0 || !strings.HasPrefix(key[end+1:], ":job:") {
+		return 0, false
+	}
+	s, ok := ks.shardOfTag[key[:end+1]]
+	return s, ok
+}
 
 // slotKey is the key of concurrency key name's value (concurrencykey.go) in shard: the shard
 // of the job, so that the two share a hash slot.

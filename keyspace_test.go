@@ -23,6 +23,8 @@ var keyBuilders = map[string]func(ks *keyspace, s int) []string{
 	"batchKey":    func(ks *keyspace, s int) []string { return []string{ks.batchKey(s, "b-1")} },
 	"slotKey":     func(ks *keyspace, s int) []string { return []string{ks.slotKey(s, "cust-7")} },
 	"pauseKey":    func(ks *keyspace, s int) []string { return []string{ks.pauseKey(s)} },
+	"eventsKey":   func(ks *keyspace, s int) []string { return []string{ks.eventsKey(s)} },
+	"streamKey":   func(ks *keyspace, s int) []string { return []string{ks.streamKey(s)} },
 	// The key a confirm writes before its WAIT, beside the key it confirms.
 	"syncKey": func(ks *keyspace, s int) []string { return []string{syncKey(ks.jobKey(s, "id-1"))} },
 	"index": func(ks *keyspace, s int) []string {
@@ -195,4 +197,21 @@ func TestHotKeysAreNotBuiltPerUse(t *testing.T) {
 		require.Zero(t, testing.AllocsPerRun(10, func() { keep = append(keep, ks.index(2, name)) }), name)
 	}
 	require.Zero(t, testing.AllocsPerRun(10, func() { keep = append(keep, ks.pauseKey(1)) }))
+}
+
+// shardOfJobKey reads back the shard of every job key of the queue, and
+// nothing else.
+func TestShardOfJobKeyReadsWhatJobKeyBuilds(t *testing.T) {
+	t.Parallel()
+	ks := newKeyspace("pfx:a", "emails", 5)
+	other := newKeyspace("pfx:a", "sms", 5)
+	for s := range 5 {
+		got, ok := ks.shardOfJobKey(ks.jobKey(s, "id-1"))
+		require.True(t, ok)
+		require.Equal(t, s, got)
+		for _, k := range []string{other.jobKey(s, "id-1"), ks.pauseKey(s), ks.streamKey(s), ks.slotKey(s, "k"), "junk"} {
+			_, ok := ks.shardOfJobKey(k)
+			require.False(t, ok, k)
+		}
+	}
 }

@@ -748,6 +748,10 @@ func TestModel(t *testing.T) {
 		})
 		require.NoError(rt, err)
 		q.clock.Fake = clock.Now
+		events := rapid.Bool().Draw(rt, "events")
+		if events {
+			require.NoError(rt, q.EnableEvents(ctx)) // checked at the end (checkEventChains)
+		}
 		f := &fixture{q: q, rdb: rdb, clock: clock, ctx: ctx}
 		m := &model{jobs: map[string]*mjob{}, keys: map[string]*mkey{}, now: clock.Now(), lease: q.cfg.Lease,
 			backoff: backoff, defLimit: q.cfg.ConcurrencyLimit, cbMax: q.cfg.MaxAttempts}
@@ -1469,6 +1473,10 @@ func TestModel(t *testing.T) {
 		check(rt)
 		for _, k := range keys {
 			require.Zero(rt, m.live(k, ""))
+		}
+		if events {
+			evs, _ := readEvents(rt, q, "")
+			checkEventChains(rt, q, evs, true)
 		}
 		total.add(m.tally)
 	})

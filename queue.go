@@ -41,6 +41,9 @@ type Queue struct {
 	// paused says that the last read of due entries found every shard it
 	// read paused: idle workers then ignore enqueues' wake-up hints.
 	paused atomic.Bool
+	// eventsSeen says, per shard, that the last transaction of the shard
+	// found its events on (events.go).
+	eventsSeen []atomic.Bool
 
 	// Group commit of concurrent calls; nil when Config.DisableGroupCommit.
 	claims    *cas.Group[string, *Job]
@@ -71,7 +74,7 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 	}
 	clock := &redisclock.Clock{Local: c.Now}
 	q := &Queue{decider: decider{name: name, cfg: c, ks: newKeyspace(c.Prefix, name, c.Shards)}, rdb: rdb, clock: clock,
-		newerFormat: &expiring.Set[string]{TTL: skipFor, Max: maxSkip}}
+		newerFormat: &expiring.Set[string]{TTL: skipFor, Max: maxSkip}, eventsSeen: make([]atomic.Bool, c.Shards)}
 	engine, err := cas.New(rdb, cas.Options{Attempts: c.CASAttempts, BaseBackoff: c.CASBackoff, MaxBackoff: c.CASMaxBackoff,
 		Clock: clock, MinReplicas: c.MinReplicas, ReplicaTimeout: c.ReplicaTimeout, SyncKey: syncKey,
 		Check: func(ctx context.Context) error { return q.check(ctx, true) },
@@ -271,7 +274,7 @@ func (q *Queue) Keys(id string) JobKeys {
 	return JobKeys{
 		Job: key, Ready: q.ks.index(s, idxReady), Leased: q.ks.index(s, idxLeased),
 		Succeeded: q.ks.index(s, idxSucceeded), Failed: q.ks.index(s, idxFailed), Canceled: q.ks.index(s, idxCanceled),
-		Corrupt: q.ks.index(s, idxCorrupt),
+		Corrupt: q.ks.index(s, idxCorrupt), Events: q.ks.streamKey(s),
 	}
 }
 

@@ -291,6 +291,15 @@ func TestRoundTripBudget(t *testing.T) {
 		_, err = bf.q.EnqueueChain(bf.ctx, specs("step", 4), nil)
 		return
 	})
+	// The event stream (events.go): a shard's flag is a compare-and-set of
+	// its own (the shards at once); a transition's events ride in its own
+	// EXEC, and the flag in its round trip 1 (TestEventsAddNoRoundTrip).
+	exact("EnableEvents", 2, func() error { return f.q.EnableEvents(f.ctx) })
+	exact("Enqueue (events on)", 2, func() (err error) { _, err = f.q.Enqueue(f.ctx, "t", nil, nil); return })
+	exact("EnqueueMany(100) (events on)", 2, func() (err error) { _, err = f.q.EnqueueMany(f.ctx, batch); return })
+	exact("Events (a page)", 1, func() (err error) { _, err = f.q.Events(f.ctx, "", 0); return })
+	exact("EventsCursorNow", 1, func() (err error) { _, err = f.q.EventsCursorNow(f.ctx); return })
+	exact("DisableEvents", 2, func() error { return f.q.DisableEvents(f.ctx) })
 }
 
 // 1,000 jobs, 32 claimers on separate connections: every job is completed

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jobkey/jobkey"
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // EnvScreenshots names a directory the browser tests write their
@@ -218,6 +219,24 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("failed listing after retry: %q", ids)
 	}
 
+	// The events page tails the stream by reloading itself: a job
+	// enqueued after it opened shows up without a click. A forged entry
+	// of hostile strings joins the hostile pages below.
+	if err := f.q.EnableEvents(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, chromedp.Navigate(base+"/events?queue=mails&refresh=1"), chromedp.WaitVisible(chromedp.CSS("#events-empty")))
+	if _, err := f.q.Enqueue(context.Background(), "welcome", nil, &jobkey.EnqueueOpts{ID: "tail-1"}); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancelTail := context.WithTimeout(ctx, 10*time.Second)
+	do(t, tctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-kind="transition"] a[href*="tail-1"]`)))
+	cancelTail()
+	if err := f.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: f.q.Keys("tail-1").Events,
+		Values: []any{"job", hostileID, "type", hostileType, "worker", hostileError, "at", "1"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+
 	// Hostile jobs: every page that shows them, served first without the
 	// CSP (the escaping alone must hold), then as shipped.
 	bare := httptest.NewServer(dropCSP(f.h))
@@ -229,6 +248,7 @@ func TestBrowser(t *testing.T) {
 		"/queue?name=" + url.QueryEscape(hostileQueue) + "&state=pending",
 		"/job?queue=" + url.QueryEscape(hostileQueue) + "&id=" + url.QueryEscape(hostileID),
 		"/job?queue=mails&id=" + url.QueryEscape(`<script>window.__pwned="404";alert(5)</script>`),
+		"/events?queue=mails&from=",
 	}
 	for _, srv := range []string{bare.URL, base} {
 		for _, p := range hostilePages {

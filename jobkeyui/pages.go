@@ -24,6 +24,7 @@ type pages struct {
 	queues, queue, job, errPage *template.Template
 	history, workers, keys      *template.Template
 	batches                     *template.Template // batches.go
+	events                      *template.Template // eventspage.go
 }
 
 var funcs = template.FuncMap{
@@ -45,7 +46,7 @@ func parsePages() (*pages, error) {
 		t    **template.Template
 		name string
 	}{{&p.queues, "queues.html"}, {&p.queue, "queue.html"}, {&p.job, "job.html"}, {&p.errPage, "error.html"}, {&p.history, "history.html"},
-		{&p.workers, "workers.html"}, {&p.keys, "keys.html"}, {&p.batches, "batches.html"}} {
+		{&p.workers, "workers.html"}, {&p.keys, "keys.html"}, {&p.batches, "batches.html"}, {&p.events, "events.html"}} {
 		if *s.t, err = parse(s.name); err != nil {
 			return nil, err
 		}

@@ -156,6 +156,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("/workers", h.workersPage)
 	m.HandleFunc("/keys", h.keysPage)
 	m.HandleFunc("/batches", h.batchesPage)
+	m.HandleFunc("/events", h.eventsPage)
 	m.HandleFunc("/static/", h.static)
 	for path, a := range h.actions() {
 		m.Handle("/action/"+path, a)

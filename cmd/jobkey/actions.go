@@ -33,6 +33,7 @@ var jobCommands = map[string]func(ctx context.Context, args []string, stdout, st
 	"schedules": schedulesCmd,
 	"batches":   batchesCmd,
 	"batch":     batchCmd,
+	"events":    eventsCmd,
 }
 
 // action is one of the commands that change jobs: by ID, or in bulk with

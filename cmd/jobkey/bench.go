@@ -38,7 +38,8 @@ type benchFlags struct {
 	workerJobs int
 	workerRate float64 // jobs/s of the bounded-rate worker runs
 	replicas   int
-	onlyJobkey bool // -min-replicas was given: the other designs have nothing like it
+	events     bool
+	onlyJobkey bool // -min-replicas or -events was given: the other designs have nothing like it
 }
 
 // run is one planned measurement.
@@ -66,6 +67,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&f.workers, "workers", false, "also run each design's own worker (jobkey Work, the multi-key worker loop, asynq's Server): burn-down, produce-and-work and bounded-rate")
 	fs.IntVar(&f.workerJobs, "worker-jobs", 20000, "jobs per worker run (-workers)")
 	fs.Float64Var(&f.workerRate, "worker-rate", defaultWorkerRate, "total enqueue rate in jobs/s of the bounded-rate worker runs (-workers): keep it below every design's burn-down rate, or the latencies measure a backlog")
+	fs.BoolVar(&f.events, "events", false, "jobkey's events on (Queue.EnableEvents): every transition appends its event; when given (false too), only jobkey runs, so runs with and without it compare (not with -workers)")
 	fs.IntVar(&f.replicas, "min-replicas", 0, "jobkey's Config.MinReplicas: every jobkey write waits for this many replicas of the -redis master; when given (0 too), only jobkey runs, so runs with and without it compare")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -74,7 +76,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		switch fl.Name {
 		case "scenarios", "payloads", "contention":
 			f.matrix = true
-		case "min-replicas":
+		case "min-replicas", "events":
 			f.onlyJobkey = true
 		}
 	})
@@ -115,12 +117,16 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for i := range specs {
 		specs[i].params.Cluster = f.cluster
 		specs[i].params.MinReplicas = f.replicas
+		specs[i].params.Events = f.events
 	}
 
 	var works []workSpec
 	if f.workers {
 		if f.cluster {
 			return fmt.Errorf("-workers runs on a single Redis; drop -cluster")
+		}
+		if f.events {
+			return fmt.Errorf("-events runs the scenarios only; drop -workers")
 		}
 		works = workPlan(f)
 		if f.onlyJobkey {

@@ -31,6 +31,7 @@ var commandArgs = map[string][]string{
 	"schedules":        {"-queue", "q"},
 	"batches":          {"-queue", "q"},
 	"batch":            {"-queue", "q", "id"},
+	"events":           {"-queue", "q"},
 	"migrate-asynq":    {"-type", "t", "-to", "q"},
 	"migrate-to-asynq": {"-type", "t", "-from", "q"},
 }

@@ -986,3 +986,57 @@ func TestLsShowsTheProgressOfRunningJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, out, "progress")
 }
+
+// events turns a queue's stream on, prints its transitions with a cursor
+// to resume from, and follows what comes next until interrupted.
+func TestEventsCommand(t *testing.T) {
+	f := newFixture(t, 2)
+	_, err := f.q.Enqueue(f.ctx, "before", nil, &jobkey.EnqueueOpts{Delay: time.Hour}) // the queue exists; its events are off
+	require.NoError(t, err)
+	out, err := f.run("events", "-enable")
+	require.NoError(t, err)
+	require.Contains(t, out, `queue "mail": events on`)
+	j := f.claimed("send", nil)
+
+	out, err = f.run("events")
+	require.NoError(t, err)
+	require.Contains(t, out, "events on")
+	require.Contains(t, out, "send "+j.ID+": none -> pending, attempt 0")
+	require.Contains(t, out, "send "+j.ID+": pending -> active, attempt 1, worker w")
+	require.NotContains(t, out, "before", "written while the events were off")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	require.True(t, strings.HasPrefix(last, "# cursor e1:"), last)
+	cursor := strings.TrimPrefix(last, "# cursor ")
+
+	_, err = f.q.Complete(f.ctx, j, nil)
+	require.NoError(t, err)
+	out, err = f.run("events", "-from", cursor, "-json")
+	require.NoError(t, err)
+	rows := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, rows, 2, "the completion, then the cursor")
+	require.Contains(t, rows[0], `"kind":"transition"`)
+	require.Contains(t, rows[0], `"from":"active","to":"succeeded"`)
+	require.Contains(t, rows[1], `"cursor":"e1:`)
+
+	ctx, cancel := context.WithCancel(f.ctx)
+	var buf syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"events", "-redis", f.url, "-queue", "mail", "-prefix", f.prefix, "-follow"}, &buf, &buf)
+	}()
+	time.Sleep(200 * time.Millisecond) // from now on
+	k := f.enqueue("later", nil)
+	require.Eventually(t, func() bool { return strings.Contains(buf.String(), "later "+k.ID+": none -> pending") }, 10*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.NotContains(t, buf.String(), j.ID, "-follow starts now")
+
+	_, err = f.run("events", "-from", "junk")
+	require.ErrorIs(t, err, jobkey.ErrInvalid)
+	_, err = f.run("events", "-follow", "-limit", "3")
+	require.ErrorContains(t, err, "-limit with -follow")
+	out, err = f.run("events", "-disable")
+	require.NoError(t, err)
+	require.Contains(t, out, "events off")
+}

@@ -88,13 +88,14 @@ jobs of a live queue (-redis or REDIS_URL required; -json for JSON):
   schedules  list the periodic schedules running Works keep, next and last ticks: schedules -queue Q
   batches list the newest batches with their progress: batches -queue Q [-limit N]
   batch   print one batch's counts and callback: batch -queue Q ID
+  events  print a queue's transitions: events -queue Q [-follow] [-from CURSOR|start|now] [-enable|-disable]
 
 adopting jobkey beside asynq (docs/adopting.md):
   migrate-asynq     move a type's waiting asynq tasks into a jobkey queue
   migrate-to-asynq  move a type's pending jobkey jobs back into asynq
 
 Commands that write (retry, cancel, delete, limit, verify -fix, pause,
-resume, ui, migrate-*) wait for replicas with -min-replicas N and
+resume, events -enable/-disable, ui, migrate-*) wait for replicas with -min-replicas N and
 -replica-timeout D, else the URL's min_replicas=N&replica_timeout=D, else
 $JOBKEY_MIN_REPLICAS and $JOBKEY_REPLICA_TIMEOUT: a write they did not
 confirm is reported as applied on the master only, and exits 1.

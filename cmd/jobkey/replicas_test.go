@@ -74,7 +74,7 @@ func TestReplicaSettingPrecedence(t *testing.T) {
 // those that only read do not.
 func TestWritingCommandsTakeTheReplicaFlags(t *testing.T) {
 	writes := map[string]bool{"verify": true, "ui": true, "retry": true, "cancel": true, "delete": true,
-		"pause": true, "resume": true, "limit": true, "migrate-asynq": true, "migrate-to-asynq": true}
+		"pause": true, "resume": true, "limit": true, "migrate-asynq": true, "migrate-to-asynq": true, "events": true}
 	for cmd, args := range commandArgs {
 		if cmd == "bench" {
 			continue // its own -min-replicas, for the benchmark's queues

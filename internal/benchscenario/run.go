@@ -47,6 +47,10 @@ type Params struct {
 	// MinReplicas is jobkey's Config.MinReplicas: every write waits for
 	// that many replicas (default 0; other designs ignore it).
 	MinReplicas int
+	// Events turns jobkey's event stream on (Queue.EnableEvents): every
+	// transition appends its event in its own EXEC (other designs ignore
+	// it).
+	Events bool
 	// Cluster treats the URL as a seed node of a Redis Cluster, and reports
 	// each master's share of keys and commands.
 	Cluster bool
@@ -142,6 +146,11 @@ func RunWith(ctx context.Context, url, design string, p Params, newDesign Factor
 	}
 	if c, ok := d.(interface{ Close() }); ok {
 		defer c.Close()
+	}
+	if jk, ok := d.(*Jobkey); ok && p.Events {
+		if err := jk.Q.EnableEvents(ctx); err != nil {
+			return Result{}, fmt.Errorf("benchscenario: events on: %w", err)
+		}
 	}
 	op, err := setup(ctx, d, p)
 	if err != nil {

@@ -203,6 +203,9 @@ type result struct {
 	// Batches: how many were acknowledged, and those whose callback was
 	// never written, written twice, or ran before every job finished.
 	batches, batchMissed, batchDoubled, batchEarly int
+	// The event stream (checkEvents): the events read, and those missing
+	// or extra by what the jobs say.
+	events, eventsMissing, eventsExtra int
 }
 
 func (r result) String() string {
@@ -228,6 +231,9 @@ func (r result) String() string {
 	}
 	if r.batches > 0 {
 		s += fmt.Sprintf("; batches %d: callbacks missed %d, doubled %d, early %d", r.batches, r.batchMissed, r.batchDoubled, r.batchEarly)
+	}
+	if r.events > 0 {
+		s += fmt.Sprintf("; events %d: missing %d, extra %d", r.events, r.eventsMissing, r.eventsExtra)
 	}
 	if r.uniqueIDs > 0 {
 		s += fmt.Sprintf("; unique IDs %d: enqueues that wrote %d, kept %d, refused (active) %d, ambiguous retried %d; unfinished %d",
@@ -443,13 +449,14 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	prefix := redistest.Prefix(t)
 	newQueue := func(rdb *redis.Client, skew time.Duration) *jobkey.Queue {
 		q, err := jobkey.NewQueue(rdb, "chaos", &jobkey.Config{Prefix: prefix, Lease: lease, Logger: quiet, Shards: shards,
-			Now: func() time.Time { return time.Now().Add(skew) }})
+			Now: func() time.Time { return time.Now().Add(skew) }, EventsMaxLen: 1 << 22})
 		require.NoError(t, err)
 		return q
 	}
 
 	// A share of the jobs have a concurrency key, of limits set in Redis.
 	admin := newQueue(e.admin, 0)
+	require.NoError(t, admin.EnableEvents(ctx)) // every transition's event, checked against the jobs (checkEvents)
 	for k, n := range chaosKeys {
 		require.NoError(t, admin.SetConcurrencyLimit(ctx, k, n))
 	}
@@ -798,6 +805,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	}
 	r.check(t, check, &ack, &successes, &runs, evicted)
 	r.checkBatches(t, check, &bl)
+	r.checkEvents(t, check, &ack, evicted)
 	r.checkUnique(t, check, &uniq)
 	confirmed, partial := checkOrders(t, check, e.admin, prefix, txIDs.ids)
 	r.faults["jobs enqueued and completed with their order in one EXEC (EnqueueTx, CompleteTx)"] = int64(confirmed)
@@ -810,6 +818,9 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	require.Positive(t, shutdowns.Load(), "workers were shut down mid-work")
 	require.Positive(t, r.uniqueIDs, "unique jobs were enqueued")
 	require.Zero(t, r.uniqueStuck, "unique jobs a fresh consumer could not drain")
+	require.Positive(t, r.events, "events were written")
+	require.Zero(t, r.eventsMissing, "transitions without their event")
+	require.Zero(t, r.eventsExtra, "events without their write")
 	require.Zero(t, r.faults[replaceEarly], "a replaced job was due before the canceled run's lease ended")
 	require.Positive(t, snoozed.Load(), "runs were snoozed")
 	for _, f := range []string{cancelRetry, cancelUpdate, cancelDelete, cancelReplace, whileStopping} {
@@ -1031,6 +1042,86 @@ func (r *result) check(t *testing.T, q *jobkey.Queue, ack *acked, successes *syn
 	r.hintMismatches = len(rep.Findings)
 	for _, f := range rep.Findings {
 		t.Logf("finding: %+v", f)
+	}
+}
+
+// checkEvents reads the queue's event stream, on since before the first
+// job, and counts against the jobs the events missing and extra: each
+// job's events must chain up from its enqueue, state to state, to the
+// state it is in (an event of a write that did not land breaks the chain
+// as a missing one does, and is counted extra when it says a state the
+// next event does not start from), every acknowledged job must have its
+// events, and every run its History records the event that started it.
+// Jobs evicted from outside are left out: their deletion has no event.
+func (r *result) checkEvents(t *testing.T, q *jobkey.Queue, ack *acked, evicted map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
+	var evs []jobkey.Event
+	for cursor := ""; ; {
+		page, err := q.Events(ctx, cursor, 5000)
+		require.NoError(t, err)
+		if len(page.Events) == 0 {
+			break
+		}
+		evs, cursor = append(evs, page.Events...), page.Cursor
+	}
+	type start struct {
+		attempt int
+		worker  string
+	}
+	known := map[string]jobkey.State{}
+	starts := map[string]map[start]bool{}
+	for _, e := range evs {
+		switch {
+		case e.Kind == jobkey.EventEnabled:
+			continue
+		case e.Kind != jobkey.EventTransition:
+			t.Fatalf("unexpected event %+v", e)
+		case evicted[e.Job]:
+			continue
+		}
+		r.events++
+		if was := known[e.Job]; was != e.From {
+			r.eventsMissing++ // a transition from was has no event, or this one's write never landed
+			t.Logf("event %s of %s: from %v, but its last event said %v", e.ID, e.Job, e.From, was)
+		}
+		known[e.Job] = e.To
+		if e.To == jobkey.StateActive {
+			if starts[e.Job] == nil {
+				starts[e.Job] = map[start]bool{}
+			}
+			starts[e.Job][start{e.Attempt, e.Worker}] = true
+		}
+	}
+	for _, id := range ack.ids {
+		if _, ok := known[id]; !ok && !evicted[id] {
+			r.eventsMissing++
+			t.Logf("acknowledged job %s has no event", id)
+		}
+	}
+	for id, s := range known {
+		j, err := q.Get(ctx, id)
+		switch {
+		case s == 0:
+			if !errors.Is(err, jobkey.ErrNotFound) {
+				r.eventsExtra++
+				t.Logf("job %s: its last event says deleted, Get says %v", id, err)
+			}
+			continue
+		case err != nil:
+			r.eventsMissing++
+			t.Logf("job %s: its last event says %v, Get says %v", id, s, err)
+			continue
+		case j.State != s:
+			r.eventsMissing++
+			t.Logf("job %s: its last event says %v, the job is %v", id, s, j.State)
+		}
+		for _, h := range j.History {
+			if !starts[id][start{h.Attempt, h.Worker}] {
+				r.eventsMissing++
+				t.Logf("job %s: the run of attempt %d by %s has no event", id, h.Attempt, h.Worker)
+			}
+		}
 	}
 }
 
