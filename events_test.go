@@ -496,3 +496,64 @@ func TestEventsRefuseAWriteWithoutItsTransition(t *testing.T) {
 	same := &Job{ID: "x", Type: "t", State: StatePending, Meta: map[string]string{"a": "b"}}
 	require.NoError(t, unplanned(keys, r, &casPlan{writes: []casWrite{{key: "k", job: same}}}), "no transition: nothing to plan")
 }
+
+// The writes of a batch and of the caller's own transaction are
+// transitions like any: a batch's jobs, its callback written in the last
+// job's EXEC, a chain's step ended by a failed one, and a job enqueued
+// and completed with the caller's keys each have their event.
+func TestEventsOfBatchesChainsAndCallersTransactions(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	_, ids, err := f.q.EnqueueBatch(ctx, []JobSpec{{Type: "part"}, {Type: "part"}}, JobSpec{Type: "whole"}, &BatchOpts{ID: "b1"})
+	require.NoError(t, err)
+	for range ids {
+		c, err := f.q.Claim(ctx, "w")
+		require.NoError(t, err)
+		_, err = f.q.Complete(ctx, c, nil)
+		require.NoError(t, err)
+	}
+	steps3, err := f.q.EnqueueChain(ctx, []JobSpec{{Type: "s1", Opts: &EnqueueOpts{MaxAttempts: 1}}, {Type: "s2"}, {Type: "s3"}}, nil)
+	require.NoError(t, err)
+	c, err := f.q.Claim(ctx, "w")
+	require.NoError(t, err)
+	if c.ID == "b1" { // the callback, due first
+		_, err = f.q.Complete(ctx, c, nil)
+		require.NoError(t, err)
+		c, err = f.q.Claim(ctx, "w")
+		require.NoError(t, err)
+	}
+	require.Equal(t, steps3[0], c.ID)
+	_, err = f.q.Fail(ctx, c, errors.New("boom"))
+	require.NoError(t, err)
+	key := TxKey{Key: "orders-" + f.q.ks.prefix, Type: KeyHash}
+	tj, err := f.q.EnqueueTx(ctx, "confirm", nil, &EnqueueOpts{ID: "tx1"}, []TxKey{key}, func(tx *Tx) error {
+		tx.HSet(key.Key, "o1", "confirming")
+		return nil
+	})
+	require.NoError(t, err)
+
+	evs, _ := readEvents(t, f.q, "")
+	got := map[string][]step{}
+	for _, e := range evs[1:] {
+		got[e.Job] = append(got[e.Job], step{e.Kind, e.Job, e.From, e.To, e.Attempt, e.Worker})
+	}
+	for _, id := range ids {
+		require.Equal(t, []State{0, StatePending, StateActive}, fromStates(got[id]), id)
+	}
+	require.Equal(t, step{EventTransition, "b1", 0, StatePending, 0, ""}, got["b1"][0], "the callback, written by the last job's EXEC")
+	require.Equal(t, step{EventTransition, steps3[0], StateActive, StateFailed, 1, "w"}, got[steps3[0]][2])
+	for _, id := range steps3[1:] {
+		require.Equal(t, []step{{EventTransition, id, 0, StateCanceled, 0, ""}}, got[id], "a step ended by the failed one, in its EXEC")
+	}
+	require.Equal(t, []step{{EventTransition, tj.ID, 0, StatePending, 0, ""}}, got[tj.ID])
+}
+
+func fromStates(s []step) []State {
+	out := make([]State, len(s))
+	for i, x := range s {
+		out[i] = x.from
+	}
+	return out
+}
