@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -101,8 +102,13 @@ type txVal struct {
 
 // Job returns a copy of the job as this attempt writes it: for EnqueueTx
 // the new pending job (its ID, and its times by Redis's clock), for
-// CompleteTx the job as completed.
-func (tx *Tx) Job() *Job { return cloneJob(tx.job) }
+// CompleteTx the job as completed. The copy is deep (Payload, Result and
+// Meta included): what the function changes in it is never written.
+func (tx *Tx) Job() *Job {
+	c := cloneJob(tx.job)
+	c.Payload, c.Result, c.Meta = bytes.Clone(c.Payload), bytes.Clone(c.Result), cloneMeta(c.Meta)
+	return c
+}
 
 // Exists reports whether key existed when it was read.
 func (tx *Tx) Exists(key string) bool {

@@ -585,3 +585,49 @@ func workRecordsOwnCompleteTx(t *testing.T, returns error) {
 	require.Equal(t, "confirmed", rdb.HGet(ctx, o.key, "status").Val())
 	require.Equal(t, int64(1), q.Metrics().Succeeded)
 }
+
+// Tx.Job is the function's own copy: what it changes there, Meta, Payload
+// or Result, is never written, neither by EnqueueTx nor by CompleteTx.
+func TestTxFunctionChangingItsJobCopyChangesNothingWritten(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	key := "shop-" + f.q.ks.prefix + ":order"
+	keys := []TxKey{{Key: key, Type: KeyString}}
+	scribble := func(tx *Tx) error {
+		c := tx.Job()
+		if c.Meta != nil {
+			c.Meta["m"] = "changed"
+			c.Meta["added"] = "by the function"
+		}
+		if len(c.Payload) > 0 {
+			c.Payload[0] = 'X'
+		}
+		if len(c.Result) > 0 {
+			c.Result[0] = 'X'
+		}
+		tx.Set(key, c.ID)
+		return nil
+	}
+	payload, result := []byte("abc"), []byte("def")
+	j, err := f.q.EnqueueTx(f.ctx, "t", payload, &EnqueueOpts{ID: "a", Meta: map[string]string{"m": "1"}}, keys, scribble)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"m": "1"}, j.Meta)
+	got, err := f.q.Get(f.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"m": "1"}, got.Meta)
+	require.Equal(t, []byte("abc"), got.Payload)
+	require.Equal(t, []byte("abc"), payload, "the caller's payload")
+
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	done, err := f.q.CompleteTx(f.ctx, c, result, keys, scribble)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"m": "1"}, done.Meta)
+	got, err = f.q.Get(f.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, got.State)
+	require.Equal(t, map[string]string{"m": "1"}, got.Meta)
+	require.Equal(t, []byte("def"), got.Result)
+	require.Equal(t, []byte("abc"), got.Payload)
+	require.Equal(t, []byte("def"), result, "the caller's result")
+}
