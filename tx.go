@@ -102,11 +102,13 @@ type txVal struct {
 
 // Job returns a copy of the job as this attempt writes it: for EnqueueTx
 // the new pending job (its ID, and its times by Redis's clock), for
-// CompleteTx the job as completed. The copy is deep (Payload, Result and
-// Meta included): what the function changes in it is never written.
+// CompleteTx the job as completed. The copy is deep (Payload, Result,
+// Progress, Meta and History included): what the function changes in it
+// is never written.
 func (tx *Tx) Job() *Job {
 	c := cloneJob(tx.job)
-	c.Payload, c.Result, c.Meta = bytes.Clone(c.Payload), bytes.Clone(c.Result), cloneMeta(c.Meta)
+	c.Payload, c.Result, c.Progress = bytes.Clone(c.Payload), bytes.Clone(c.Result), bytes.Clone(c.Progress)
+	c.Meta, c.History = cloneMeta(c.Meta), slices.Clone(c.History)
 	return c
 }
 
@@ -342,9 +344,14 @@ func (s *txSide) read(ctx context.Context, p redis.Pipeliner) func(*casRead) err
 }
 
 // apply runs the caller's function on this attempt's read, beside job
-// (the job as the attempt writes it), and returns the caller's writes.
-func (s *txSide) apply(job *Job) ([][]any, error) {
-	tx := &Tx{job: job, decl: s.decl, vals: s.vals}
+// (the job as the attempt writes it, over a stored value of revision
+// prev, 0 for none), and returns the caller's writes.
+func (s *txSide) apply(job *Job, prev uint64) ([][]any, error) {
+	// The function sees the revision the write will carry (encodePlan
+	// bumps it once the decision is made).
+	view := cloneJob(job)
+	view.Rev = prev + 1
+	tx := &Tx{job: view, decl: s.decl, vals: s.vals}
 	if err := s.fn(tx); err != nil {
 		return nil, wrapf(err, "transaction of job %q: the caller's function refused", job.ID)
 	}
@@ -427,7 +434,7 @@ func (q *Queue) EnqueueTx(ctx context.Context, typ string, payload []byte, opts 
 			if !in.fixed {
 				j.RunAt = r.now.Add(in.delay)
 			}
-			mine, err := side.apply(j)
+			mine, err := side.apply(j, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -502,7 +509,7 @@ func (q *Queue) CompleteTx(ctx context.Context, j *Job, result []byte, keys []Tx
 			if len(plan.writes) == 0 {
 				return plan, nil // its own completion, found: written before, with its writes
 			}
-			mine, err := side.apply(out)
+			mine, err := side.apply(out, r.jobs[0].Rev)
 			if err != nil {
 				return nil, err
 			}

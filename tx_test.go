@@ -605,6 +605,12 @@ func TestTxFunctionChangingItsJobCopyChangesNothingWritten(t *testing.T) {
 		if len(c.Result) > 0 {
 			c.Result[0] = 'X'
 		}
+		if len(c.History) > 0 {
+			c.History[0].Worker = "the function"
+		}
+		if len(c.Progress) > 0 {
+			c.Progress[0] = 'X'
+		}
 		tx.Set(key, c.ID)
 		return nil
 	}
@@ -620,9 +626,11 @@ func TestTxFunctionChangingItsJobCopyChangesNothingWritten(t *testing.T) {
 
 	c, err := f.q.Claim(f.ctx, "w")
 	require.NoError(t, err)
+	c.Progress = []byte("half")
 	done, err := f.q.CompleteTx(f.ctx, c, result, keys, scribble)
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"m": "1"}, done.Meta)
+	require.Equal(t, "w", done.History[0].Worker)
 	got, err = f.q.Get(f.ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, StateSucceeded, got.State)
@@ -630,4 +638,39 @@ func TestTxFunctionChangingItsJobCopyChangesNothingWritten(t *testing.T) {
 	require.Equal(t, []byte("def"), got.Result)
 	require.Equal(t, []byte("abc"), got.Payload)
 	require.Equal(t, []byte("def"), result, "the caller's result")
+	require.Equal(t, "w", got.History[0].Worker)
+	require.Equal(t, []byte("half"), got.Progress)
+}
+
+// Tx.Job is the job exactly as the attempt writes it, its revision
+// included: a function may keep what it sees (the job's Rev, beside an
+// order) and find it stored.
+func TestTxFunctionSeesTheJobAsWritten(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	key := "shop-" + f.q.ks.prefix + ":order"
+	keys := []TxKey{{Key: key, Type: KeyString}}
+	var seen *Job
+	look := func(tx *Tx) error {
+		seen = tx.Job()
+		tx.Set(key, strconv.FormatUint(seen.Rev, 10))
+		return nil
+	}
+	j, err := f.q.EnqueueTx(f.ctx, "t", []byte("p"), &EnqueueOpts{ID: "a"}, keys, look)
+	require.NoError(t, err)
+	got, err := f.q.Get(f.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, got, seen, "enqueued")
+	require.Equal(t, j.Rev, seen.Rev)
+	require.Equal(t, strconv.FormatUint(got.Rev, 10), f.rdb.Get(f.ctx, key).Val())
+
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	done, err := f.q.CompleteTx(f.ctx, c, []byte("r"), keys, look)
+	require.NoError(t, err)
+	got, err = f.q.Get(f.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, got, seen, "completed")
+	require.Equal(t, done.Rev, seen.Rev)
+	require.Equal(t, strconv.FormatUint(got.Rev, 10), f.rdb.Get(f.ctx, key).Val())
 }
