@@ -104,8 +104,11 @@ type txVal struct {
 // the new pending job (its ID, and its times by Redis's clock), for
 // CompleteTx the job as completed. The copy is deep (Payload, Result,
 // Progress, Meta and History included): what the function changes in it
-// is never written.
+// is never written. A Tx that no call made (the zero Tx) has no job: nil.
 func (tx *Tx) Job() *Job {
+	if tx.job == nil {
+		return nil
+	}
 	c := cloneJob(tx.job)
 	c.Payload, c.Result, c.Progress = bytes.Clone(c.Payload), bytes.Clone(c.Result), bytes.Clone(c.Progress)
 	c.Meta, c.History = cloneMeta(c.Meta), slices.Clone(c.History)

@@ -674,3 +674,25 @@ func TestTxFunctionSeesTheJobAsWritten(t *testing.T) {
 	require.Equal(t, done.Rev, seen.Rev)
 	require.Equal(t, strconv.FormatUint(got.Rev, 10), f.rdb.Get(f.ctx, key).Val())
 }
+
+// A Tx that no call made (the zero Tx, which a caller can build) panics
+// nowhere: its reads and writes are misuses it keeps, and it has no job.
+func TestZeroTxPanicsNowhere(t *testing.T) {
+	t.Parallel()
+	var tx Tx
+	require.False(t, tx.Exists("k"))
+	_, ok := tx.Get("k")
+	require.False(t, ok)
+	require.Empty(t, tx.HGetAll("k"))
+	require.Empty(t, tx.SMembers("k"))
+	require.False(t, tx.SIsMember("k", "m"))
+	tx.Set("k", "v")
+	tx.Del("k")
+	tx.HSet("k", "f", "v")
+	tx.HDel("k", "f")
+	tx.SAdd("k", "m")
+	tx.SRem("k", "m")
+	require.Nil(t, tx.Job())
+	require.ErrorIs(t, tx.err, ErrInvalid)
+	require.Empty(t, tx.steps)
+}
