@@ -472,10 +472,11 @@ func (q *Queue) EnqueueTx(ctx context.Context, typ string, payload []byte, opts 
 // writes went with that completion, and go no second time. A job
 // completed under the token by a plain Complete is taken the same way.
 //
-// A Work handler may call it for its own job (the job it was given):
-// Work then finds the job completed under the run's token and records the
-// run's success without writing again; the handler should return a nil
-// error after it.
+// A Work handler may call it for its own job (the job it was given), with
+// the ctx Work gave it: the progress it reported (SetProgress) is written
+// with the completion, and Work then finds the job completed under the
+// run's token and records the run's success without writing again; the
+// handler should return a nil error after it.
 //
 // On a cluster every key must share the job's hash slot (HashTag), or the
 // call is refused, naming the key.
@@ -489,6 +490,11 @@ func (q *Queue) CompleteTx(ctx context.Context, j *Job, result []byte, keys []Tx
 	}
 	if err := q.resultFits(j, result); err != nil {
 		return nil, err
+	}
+	if r := ownRun(ctx, q, j); r != nil {
+		// A Work handler's own job: the progress it reported rides this
+		// completion, as it rides the one Work writes.
+		j = r.withProgress(j)
 	}
 	predict := []string{idxLeased, idxSucceeded}
 	keysOf, shards, checks := q.txnKeys([]string{j.ID}, predict...)
@@ -524,6 +530,6 @@ func (q *Queue) CompleteTx(ctx context.Context, j *Job, result []byte, keys []Tx
 	if err != nil {
 		return nil, err
 	}
-	completedOwn(ctx, j, out)
+	completedOwn(ctx, q, j, out)
 	return out, nil
 }

@@ -696,3 +696,40 @@ func TestZeroTxPanicsNowhere(t *testing.T) {
 	require.ErrorIs(t, tx.err, ErrInvalid)
 	require.Empty(t, tx.steps)
 }
+
+// A handler's progress (SetProgress) rides its own CompleteTx, as it
+// rides the completion Work writes: it is not lost, nor turned back to
+// what the handler's copy held at its claim.
+func TestCompleteTxFromAHandlerWritesItsProgress(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: time.Minute, Logger: quietLog()})
+	rdb := redistest.Client(t, nil)
+	ctx := context.Background()
+	o := newOrder(t, q, 1)
+	_, err := q.Enqueue(ctx, "confirm", nil, &EnqueueOpts{ID: "confirm-1"})
+	require.NoError(t, err)
+	recorded := make(chan *Job, 4)
+	h := HandlerFunc(func(hctx context.Context, j *Job) ([]byte, error) {
+		if err := SetProgress(hctx, []byte("all 3 items packed")); err != nil {
+			return nil, err
+		}
+		_, err := q.CompleteTx(hctx, j, []byte("done"), o.keys(), o.confirmed)
+		return nil, err
+	})
+	stop := startWork(t, q, h, &WorkOpts{Concurrency: 1, OnRecorded: func(j *Job, err error) {
+		if err == nil {
+			recorded <- j
+		}
+	}})
+	select {
+	case <-recorded:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Work recorded no success")
+	}
+	stop()
+	got, err := q.Get(ctx, "confirm-1")
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, got.State)
+	require.Equal(t, []byte("all 3 items packed"), got.Progress)
+	require.Equal(t, "confirmed", rdb.HGet(ctx, o.key, "status").Val())
+}
