@@ -733,3 +733,104 @@ func TestCompleteTxFromAHandlerWritesItsProgress(t *testing.T) {
 	require.Equal(t, []byte("all 3 items packed"), got.Progress)
 	require.Equal(t, "confirmed", rdb.HGet(ctx, o.key, "status").Val())
 }
+
+// A caller's key whose type another client changes between the read and
+// the EXEC (a list pushed where a set was read absent; a set deleted and
+// made a hash) aborts the EXEC under the WATCH, and the attempt made again
+// finds the type in its read, before MULTI: nothing is written.
+func TestTxOfACallerKeyWhoseTypeChangesBeforeExecWritesNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	other := redistest.Client(t, nil)
+	absent := "shop-" + f.q.ks.prefix + ":absent"
+	set := "shop-" + f.q.ks.prefix + ":set"
+	require.NoError(t, f.rdb.SAdd(f.ctx, set, "a").Err())
+	for _, c := range []struct {
+		key    string
+		change func()
+		want   string
+	}{
+		{absent, func() { require.NoError(t, other.LPush(f.ctx, absent, "x").Err()) }, "list"},
+		{set, func() {
+			require.NoError(t, other.Del(f.ctx, set).Err())
+			require.NoError(t, other.HSet(f.ctx, set, "f", "v").Err())
+		}, "hash"},
+	} {
+		runs := 0
+		id := "job-" + c.want
+		_, err := f.q.EnqueueTx(f.ctx, "t", nil, &EnqueueOpts{ID: id}, []TxKey{{Key: c.key, Type: KeySet}}, func(tx *Tx) error {
+			runs++
+			if runs == 1 {
+				c.change() // between this attempt's read and its EXEC
+			}
+			tx.SAdd(c.key, "m")
+			return nil
+		})
+		require.ErrorIs(t, err, ErrWrongType, c.want)
+		require.ErrorContains(t, err, c.key)
+		require.Equal(t, 1, runs, "the second attempt refused at its read")
+		_, err = f.q.Get(f.ctx, id)
+		require.ErrorIs(t, err, ErrNotFound)
+		require.Equal(t, c.want, f.rdb.Type(f.ctx, c.key).Val())
+	}
+}
+
+// A handler's CompleteTx whose EXEC reply is lost (it landed) and that
+// then returns the error, nil, or panics: Work finds the job completed
+// under the run's token and records the success once, with the caller's
+// writes applied once and the job run once.
+func TestWorkRecordsAHandlersCompleteTxWhoseReplyWasLost(t *testing.T) {
+	t.Parallel()
+	for _, then := range []string{"returns the error", "returns nil", "panics"} {
+		t.Run(then, func(t *testing.T) {
+			t.Parallel()
+			cut, proxy := proxied(t)
+			q := queueOn(t, cut, redistest.Prefix(t), Config{Lease: 2 * time.Second, DisableGroupCommit: true, Logger: quietLog()})
+			direct := redistest.Client(t, nil)
+			ctx := context.Background()
+			o := newOrder(t, q, 1)
+			_, err := q.Enqueue(ctx, "confirm", nil, &EnqueueOpts{ID: "confirm-1"})
+			require.NoError(t, err)
+			type rec struct {
+				j   *Job
+				err error
+			}
+			recorded := make(chan rec, 4)
+			var runs atomic.Int64
+			var handlerErr atomic.Value
+			h := HandlerFunc(func(hctx context.Context, j *Job) ([]byte, error) {
+				runs.Add(1)
+				proxy.Set(faultproxy.Faults{ExecCutProb: 1})
+				_, err := q.CompleteTx(hctx, j, []byte("done"), o.keys(), o.confirmed)
+				proxy.Set(faultproxy.Faults{})
+				handlerErr.Store(fmt.Sprint(err))
+				switch then {
+				case "returns the error":
+					return nil, err
+				case "panics":
+					panic(err)
+				}
+				return []byte("returned"), nil
+			})
+			stop := startWork(t, q, h, &WorkOpts{Concurrency: 1, OnRecorded: func(j *Job, err error) { recorded <- rec{j, err} }})
+			var got rec
+			select {
+			case got = <-recorded:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Work recorded no outcome")
+			}
+			stop()
+			require.Contains(t, handlerErr.Load(), ErrOutcomeUnknown.Error(), "the reply was lost")
+			require.NoError(t, got.err)
+			require.Equal(t, StateSucceeded, got.j.State)
+			j, err := q.Get(ctx, "confirm-1")
+			require.NoError(t, err)
+			require.Equal(t, StateSucceeded, j.State)
+			require.Equal(t, []byte("done"), j.Result)
+			require.Equal(t, "1", direct.HGet(ctx, o.key, "completions").Val())
+			require.Equal(t, int64(1), runs.Load())
+			require.Equal(t, int64(1), q.Metrics().Succeeded)
+			require.Len(t, recorded, 0, "recorded once")
+		})
+	}
+}
