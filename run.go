@@ -256,10 +256,34 @@ func (r *run) checkCancel(w *worker) bool {
 	return true
 }
 
+// ownRun returns the Work run of ctx when it holds j in q: a handler's
+// own job, by its ID and lease token; else nil.
+func ownRun(ctx context.Context, q *Queue, j *Job) *run {
+	r, ok := ctx.Value(runKey{}).(*run)
+	if !ok || r.w.q.name != q.name || r.w.q.ks.prefix != q.ks.prefix || r.job.ID != j.ID || r.job.LeaseToken != j.LeaseToken {
+		return nil
+	}
+	return r
+}
+
+// withProgress is j with the progress its handler reported last
+// (SetProgress), when it reported any: a handler's own CompleteTx writes
+// it, as Work's outcome would (current).
+func (r *run) withProgress(j *Job) *Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.progressSet {
+		return j
+	}
+	c := cloneJob(j)
+	c.Progress = r.progress
+	return c
+}
+
 // completedOwn tells the run of ctx, if any, that its handler completed
 // its job as out (CompleteTx of the job the run holds, by its token).
-func completedOwn(ctx context.Context, j, out *Job) {
-	if r, ok := ctx.Value(runKey{}).(*run); ok && r.job.ID == j.ID && r.job.LeaseToken == j.LeaseToken {
+func completedOwn(ctx context.Context, q *Queue, j, out *Job) {
+	if r := ownRun(ctx, q, j); r != nil {
 		r.own.CompareAndSwap(nil, out)
 	}
 }

@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -101,8 +102,18 @@ type txVal struct {
 
 // Job returns a copy of the job as this attempt writes it: for EnqueueTx
 // the new pending job (its ID, and its times by Redis's clock), for
-// CompleteTx the job as completed.
-func (tx *Tx) Job() *Job { return cloneJob(tx.job) }
+// CompleteTx the job as completed. The copy is deep (Payload, Result,
+// Progress, Meta and History included): what the function changes in it
+// is never written. A Tx that no call made (the zero Tx) has no job: nil.
+func (tx *Tx) Job() *Job {
+	if tx.job == nil {
+		return nil
+	}
+	c := cloneJob(tx.job)
+	c.Payload, c.Result, c.Progress = bytes.Clone(c.Payload), bytes.Clone(c.Result), bytes.Clone(c.Progress)
+	c.Meta, c.History = cloneMeta(c.Meta), slices.Clone(c.History)
+	return c
+}
 
 // Exists reports whether key existed when it was read.
 func (tx *Tx) Exists(key string) bool {
@@ -336,9 +347,14 @@ func (s *txSide) read(ctx context.Context, p redis.Pipeliner) func(*casRead) err
 }
 
 // apply runs the caller's function on this attempt's read, beside job
-// (the job as the attempt writes it), and returns the caller's writes.
-func (s *txSide) apply(job *Job) ([][]any, error) {
-	tx := &Tx{job: job, decl: s.decl, vals: s.vals}
+// (the job as the attempt writes it, over a stored value of revision
+// prev, 0 for none), and returns the caller's writes.
+func (s *txSide) apply(job *Job, prev uint64) ([][]any, error) {
+	// The function sees the revision the write will carry (encodePlan
+	// bumps it once the decision is made).
+	view := cloneJob(job)
+	view.Rev = prev + 1
+	tx := &Tx{job: view, decl: s.decl, vals: s.vals}
 	if err := s.fn(tx); err != nil {
 		return nil, wrapf(err, "transaction of job %q: the caller's function refused", job.ID)
 	}
@@ -421,7 +437,7 @@ func (q *Queue) EnqueueTx(ctx context.Context, typ string, payload []byte, opts 
 			if !in.fixed {
 				j.RunAt = r.now.Add(in.delay)
 			}
-			mine, err := side.apply(j)
+			mine, err := side.apply(j, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -456,10 +472,11 @@ func (q *Queue) EnqueueTx(ctx context.Context, typ string, payload []byte, opts 
 // writes went with that completion, and go no second time. A job
 // completed under the token by a plain Complete is taken the same way.
 //
-// A Work handler may call it for its own job (the job it was given):
-// Work then finds the job completed under the run's token and records the
-// run's success without writing again; the handler should return a nil
-// error after it.
+// A Work handler may call it for its own job (the job it was given), with
+// the ctx Work gave it: the progress it reported (SetProgress) is written
+// with the completion, and Work then finds the job completed under the
+// run's token and records the run's success without writing again; the
+// handler should return a nil error after it.
 //
 // On a cluster every key must share the job's hash slot (HashTag), or the
 // call is refused, naming the key.
@@ -473,6 +490,11 @@ func (q *Queue) CompleteTx(ctx context.Context, j *Job, result []byte, keys []Tx
 	}
 	if err := q.resultFits(j, result); err != nil {
 		return nil, err
+	}
+	if r := ownRun(ctx, q, j); r != nil {
+		// A Work handler's own job: the progress it reported rides this
+		// completion, as it rides the one Work writes.
+		j = r.withProgress(j)
 	}
 	predict := []string{idxLeased, idxSucceeded}
 	keysOf, shards, checks := q.txnKeys([]string{j.ID}, predict...)
@@ -496,7 +518,7 @@ func (q *Queue) CompleteTx(ctx context.Context, j *Job, result []byte, keys []Tx
 			if len(plan.writes) == 0 {
 				return plan, nil // its own completion, found: written before, with its writes
 			}
-			mine, err := side.apply(out)
+			mine, err := side.apply(out, r.jobs[0].Rev)
 			if err != nil {
 				return nil, err
 			}
@@ -508,6 +530,6 @@ func (q *Queue) CompleteTx(ctx context.Context, j *Job, result []byte, keys []Tx
 	if err != nil {
 		return nil, err
 	}
-	completedOwn(ctx, j, out)
+	completedOwn(ctx, q, j, out)
 	return out, nil
 }

@@ -585,3 +585,252 @@ func workRecordsOwnCompleteTx(t *testing.T, returns error) {
 	require.Equal(t, "confirmed", rdb.HGet(ctx, o.key, "status").Val())
 	require.Equal(t, int64(1), q.Metrics().Succeeded)
 }
+
+// Tx.Job is the function's own copy: what it changes there, Meta, Payload
+// or Result, is never written, neither by EnqueueTx nor by CompleteTx.
+func TestTxFunctionChangingItsJobCopyChangesNothingWritten(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	key := "shop-" + f.q.ks.prefix + ":order"
+	keys := []TxKey{{Key: key, Type: KeyString}}
+	scribble := func(tx *Tx) error {
+		c := tx.Job()
+		if c.Meta != nil {
+			c.Meta["m"] = "changed"
+			c.Meta["added"] = "by the function"
+		}
+		if len(c.Payload) > 0 {
+			c.Payload[0] = 'X'
+		}
+		if len(c.Result) > 0 {
+			c.Result[0] = 'X'
+		}
+		if len(c.History) > 0 {
+			c.History[0].Worker = "the function"
+		}
+		if len(c.Progress) > 0 {
+			c.Progress[0] = 'X'
+		}
+		tx.Set(key, c.ID)
+		return nil
+	}
+	payload, result := []byte("abc"), []byte("def")
+	j, err := f.q.EnqueueTx(f.ctx, "t", payload, &EnqueueOpts{ID: "a", Meta: map[string]string{"m": "1"}}, keys, scribble)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"m": "1"}, j.Meta)
+	got, err := f.q.Get(f.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"m": "1"}, got.Meta)
+	require.Equal(t, []byte("abc"), got.Payload)
+	require.Equal(t, []byte("abc"), payload, "the caller's payload")
+
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	c.Progress = []byte("half")
+	done, err := f.q.CompleteTx(f.ctx, c, result, keys, scribble)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"m": "1"}, done.Meta)
+	require.Equal(t, "w", done.History[0].Worker)
+	got, err = f.q.Get(f.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, got.State)
+	require.Equal(t, map[string]string{"m": "1"}, got.Meta)
+	require.Equal(t, []byte("def"), got.Result)
+	require.Equal(t, []byte("abc"), got.Payload)
+	require.Equal(t, []byte("def"), result, "the caller's result")
+	require.Equal(t, "w", got.History[0].Worker)
+	require.Equal(t, []byte("half"), got.Progress)
+}
+
+// Tx.Job is the job exactly as the attempt writes it, its revision
+// included: a function may keep what it sees (the job's Rev, beside an
+// order) and find it stored.
+func TestTxFunctionSeesTheJobAsWritten(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	key := "shop-" + f.q.ks.prefix + ":order"
+	keys := []TxKey{{Key: key, Type: KeyString}}
+	var seen *Job
+	look := func(tx *Tx) error {
+		seen = tx.Job()
+		tx.Set(key, strconv.FormatUint(seen.Rev, 10))
+		return nil
+	}
+	j, err := f.q.EnqueueTx(f.ctx, "t", []byte("p"), &EnqueueOpts{ID: "a"}, keys, look)
+	require.NoError(t, err)
+	got, err := f.q.Get(f.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, got, seen, "enqueued")
+	require.Equal(t, j.Rev, seen.Rev)
+	require.Equal(t, strconv.FormatUint(got.Rev, 10), f.rdb.Get(f.ctx, key).Val())
+
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	done, err := f.q.CompleteTx(f.ctx, c, []byte("r"), keys, look)
+	require.NoError(t, err)
+	got, err = f.q.Get(f.ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, got, seen, "completed")
+	require.Equal(t, done.Rev, seen.Rev)
+	require.Equal(t, strconv.FormatUint(got.Rev, 10), f.rdb.Get(f.ctx, key).Val())
+}
+
+// A Tx that no call made (the zero Tx, which a caller can build) panics
+// nowhere: its reads and writes are misuses it keeps, and it has no job.
+func TestZeroTxPanicsNowhere(t *testing.T) {
+	t.Parallel()
+	var tx Tx
+	require.False(t, tx.Exists("k"))
+	_, ok := tx.Get("k")
+	require.False(t, ok)
+	require.Empty(t, tx.HGetAll("k"))
+	require.Empty(t, tx.SMembers("k"))
+	require.False(t, tx.SIsMember("k", "m"))
+	tx.Set("k", "v")
+	tx.Del("k")
+	tx.HSet("k", "f", "v")
+	tx.HDel("k", "f")
+	tx.SAdd("k", "m")
+	tx.SRem("k", "m")
+	require.Nil(t, tx.Job())
+	require.ErrorIs(t, tx.err, ErrInvalid)
+	require.Empty(t, tx.steps)
+}
+
+// A handler's progress (SetProgress) rides its own CompleteTx, as it
+// rides the completion Work writes: it is not lost, nor turned back to
+// what the handler's copy held at its claim.
+func TestCompleteTxFromAHandlerWritesItsProgress(t *testing.T) {
+	t.Parallel()
+	q := realQueue(t, &Config{Lease: time.Minute, Logger: quietLog()})
+	rdb := redistest.Client(t, nil)
+	ctx := context.Background()
+	o := newOrder(t, q, 1)
+	_, err := q.Enqueue(ctx, "confirm", nil, &EnqueueOpts{ID: "confirm-1"})
+	require.NoError(t, err)
+	recorded := make(chan *Job, 4)
+	h := HandlerFunc(func(hctx context.Context, j *Job) ([]byte, error) {
+		if err := SetProgress(hctx, []byte("all 3 items packed")); err != nil {
+			return nil, err
+		}
+		_, err := q.CompleteTx(hctx, j, []byte("done"), o.keys(), o.confirmed)
+		return nil, err
+	})
+	stop := startWork(t, q, h, &WorkOpts{Concurrency: 1, OnRecorded: func(j *Job, err error) {
+		if err == nil {
+			recorded <- j
+		}
+	}})
+	select {
+	case <-recorded:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Work recorded no success")
+	}
+	stop()
+	got, err := q.Get(ctx, "confirm-1")
+	require.NoError(t, err)
+	require.Equal(t, StateSucceeded, got.State)
+	require.Equal(t, []byte("all 3 items packed"), got.Progress)
+	require.Equal(t, "confirmed", rdb.HGet(ctx, o.key, "status").Val())
+}
+
+// A caller's key whose type another client changes between the read and
+// the EXEC (a list pushed where a set was read absent; a set deleted and
+// made a hash) aborts the EXEC under the WATCH, and the attempt made again
+// finds the type in its read, before MULTI: nothing is written.
+func TestTxOfACallerKeyWhoseTypeChangesBeforeExecWritesNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	other := redistest.Client(t, nil)
+	absent := "shop-" + f.q.ks.prefix + ":absent"
+	set := "shop-" + f.q.ks.prefix + ":set"
+	require.NoError(t, f.rdb.SAdd(f.ctx, set, "a").Err())
+	for _, c := range []struct {
+		key    string
+		change func()
+		want   string
+	}{
+		{absent, func() { require.NoError(t, other.LPush(f.ctx, absent, "x").Err()) }, "list"},
+		{set, func() {
+			require.NoError(t, other.Del(f.ctx, set).Err())
+			require.NoError(t, other.HSet(f.ctx, set, "f", "v").Err())
+		}, "hash"},
+	} {
+		runs := 0
+		id := "job-" + c.want
+		_, err := f.q.EnqueueTx(f.ctx, "t", nil, &EnqueueOpts{ID: id}, []TxKey{{Key: c.key, Type: KeySet}}, func(tx *Tx) error {
+			runs++
+			if runs == 1 {
+				c.change() // between this attempt's read and its EXEC
+			}
+			tx.SAdd(c.key, "m")
+			return nil
+		})
+		require.ErrorIs(t, err, ErrWrongType, c.want)
+		require.ErrorContains(t, err, c.key)
+		require.Equal(t, 1, runs, "the second attempt refused at its read")
+		_, err = f.q.Get(f.ctx, id)
+		require.ErrorIs(t, err, ErrNotFound)
+		require.Equal(t, c.want, f.rdb.Type(f.ctx, c.key).Val())
+	}
+}
+
+// A handler's CompleteTx whose EXEC reply is lost (it landed) and that
+// then returns the error, nil, or panics: Work finds the job completed
+// under the run's token and records the success once, with the caller's
+// writes applied once and the job run once.
+func TestWorkRecordsAHandlersCompleteTxWhoseReplyWasLost(t *testing.T) {
+	t.Parallel()
+	for _, then := range []string{"returns the error", "returns nil", "panics"} {
+		t.Run(then, func(t *testing.T) {
+			t.Parallel()
+			cut, proxy := proxied(t)
+			q := queueOn(t, cut, redistest.Prefix(t), Config{Lease: 2 * time.Second, DisableGroupCommit: true, Logger: quietLog()})
+			direct := redistest.Client(t, nil)
+			ctx := context.Background()
+			o := newOrder(t, q, 1)
+			_, err := q.Enqueue(ctx, "confirm", nil, &EnqueueOpts{ID: "confirm-1"})
+			require.NoError(t, err)
+			type rec struct {
+				j   *Job
+				err error
+			}
+			recorded := make(chan rec, 4)
+			var runs atomic.Int64
+			var handlerErr atomic.Value
+			h := HandlerFunc(func(hctx context.Context, j *Job) ([]byte, error) {
+				runs.Add(1)
+				proxy.Set(faultproxy.Faults{ExecCutProb: 1})
+				_, err := q.CompleteTx(hctx, j, []byte("done"), o.keys(), o.confirmed)
+				proxy.Set(faultproxy.Faults{})
+				handlerErr.Store(fmt.Sprint(err))
+				switch then {
+				case "returns the error":
+					return nil, err
+				case "panics":
+					panic(err)
+				}
+				return []byte("returned"), nil
+			})
+			stop := startWork(t, q, h, &WorkOpts{Concurrency: 1, OnRecorded: func(j *Job, err error) { recorded <- rec{j, err} }})
+			var got rec
+			select {
+			case got = <-recorded:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Work recorded no outcome")
+			}
+			stop()
+			require.Contains(t, handlerErr.Load(), ErrOutcomeUnknown.Error(), "the reply was lost")
+			require.NoError(t, got.err)
+			require.Equal(t, StateSucceeded, got.j.State)
+			j, err := q.Get(ctx, "confirm-1")
+			require.NoError(t, err)
+			require.Equal(t, StateSucceeded, j.State)
+			require.Equal(t, []byte("done"), j.Result)
+			require.Equal(t, "1", direct.HGet(ctx, o.key, "completions").Val())
+			require.Equal(t, int64(1), runs.Load())
+			require.Equal(t, int64(1), q.Metrics().Succeeded)
+			require.Len(t, recorded, 0, "recorded once")
+		})
+	}
+}
