@@ -180,6 +180,13 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 		}
 	}
 	r, cp, err := q.cas.Run(ctx, ct)
+	if err != nil && !errors.Is(err, ErrOutcomeUnknown) {
+		// A connection that broke before the EXEC was sent wrote nothing:
+		// the caller is told Redis could not be reached, not a bare EOF.
+		if ue := unreachable(q.rdb, err); ue != nil {
+			err = ue
+		}
+	}
 	var jr *casRead
 	if r != nil {
 		jr = decoded(r)

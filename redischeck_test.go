@@ -3,11 +3,14 @@ package jobkey
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/faultproxy"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -239,4 +242,32 @@ func TestUnreachableRedisIsNamed(t *testing.T) {
 	_, err = q.Get(gone, "a")
 	require.ErrorIs(t, err, context.Canceled)
 	require.NotErrorIs(t, err, ErrUnreachable)
+}
+
+// A connection that breaks in a compare-and-set's round trip 1 wrote
+// nothing, and says so with a typed error: ErrUnreachable, never a bare
+// EOF. One that breaks once the EXEC is sent is ErrOutcomeUnknown.
+func TestBrokenConnectionsBeforeExecAreUnreachableNotBareEOF(t *testing.T) {
+	t.Parallel()
+	rdb, p := proxied(t)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{})
+	ctx := context.Background()
+	_, err := q.Enqueue(ctx, "t", nil, nil) // the one-time checks, before the faults
+	require.NoError(t, err)
+	p.Set(faultproxy.Faults{ResetProb: 0.05})
+	var unreachableN, unknownN int
+	for i := range 100 {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("e%d", i)})
+		switch {
+		case err == nil, errors.Is(err, ErrConflict):
+		case errors.Is(err, ErrUnreachable):
+			unreachableN++
+		case errors.Is(err, ErrOutcomeUnknown):
+			unknownN++
+		default:
+			t.Fatalf("enqueue %d: an untyped error: %v", i, err)
+		}
+	}
+	t.Logf("unreachable %d, outcome unknown %d, resets %d", unreachableN, unknownN, p.Counts().Resets)
+	require.Positive(t, p.Counts().Resets, "the proxy reset connections")
 }
