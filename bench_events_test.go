@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jobkey/jobkey/internal/cpumeter"
 	"github.com/jobkey/jobkey/internal/redistest"
 )
 
@@ -16,7 +17,8 @@ import (
 //	for i in $(seq 10); do go test -run '^$' -bench BenchmarkEventStream -count 1 .; done | tee events.txt
 //	benchstat -col /events events.txt
 //
-// Beside ns/op it reports µs/transition, commands/transition and, with
+// Beside ns/op it reports µs/transition (wall), the client's and Redis's
+// CPU per transition (getrusage, INFO cpu), commands/transition and, with
 // events on, stream-bytes/event: the stream's MEMORY USAGE over its
 // length once the run is over.
 func BenchmarkEventStream(b *testing.B) {
@@ -47,6 +49,7 @@ func BenchmarkEventStream(b *testing.B) {
 			}
 			hook.Reset()
 			b.ReportAllocs()
+			client0, redis0 := cpumeter.Process(), cpumeter.Redis(ctx, rdb)
 			b.ResetTimer()
 			for range b.N {
 				if _, err := q.Enqueue(ctx, "t", payload, nil); err != nil {
@@ -61,7 +64,10 @@ func BenchmarkEventStream(b *testing.B) {
 				}
 			}
 			b.StopTimer()
+			client, redisCPU := cpumeter.Process()-client0, cpumeter.Redis(ctx, rdb)-redis0
 			const transitions = 3
+			b.ReportMetric(float64(client.Microseconds())/float64(b.N*transitions), "client-µs/transition")
+			b.ReportMetric(float64(redisCPU.Microseconds())/float64(b.N*transitions), "redis-µs/transition")
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*transitions), "µs/transition")
 			b.ReportMetric(float64(hook.Cmds.Load())/float64(b.N*transitions), "cmds/transition")
 			b.ReportMetric(float64(hook.RTT.Load())/float64(b.N), "rtt/op")

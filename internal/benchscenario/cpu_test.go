@@ -3,18 +3,10 @@ package benchscenario
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
-
-func TestParseCPUAddsSystemAndUserTime(t *testing.T) {
-	t.Parallel()
-	info := "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:0.750000\r\nused_cpu_sys_children:9.000000\r\n"
-	require.Equal(t, 2*time.Second, parseCPU(info))
-	require.Zero(t, parseCPU("used_cpu_sys:bogus\r\n"))
-}
 
 // A run measures the CPU the client and Redis spent and what the client
 // allocated over its timed phase.

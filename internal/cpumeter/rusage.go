@@ -1,14 +1,14 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd
 
-package benchscenario
+package cpumeter
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the user plus system CPU time this process has used.
-func processCPU() time.Duration {
+// Process is the user plus system CPU time this process has used.
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
