@@ -103,6 +103,14 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 	for i := 0; i < len(moves); i++ {
 		m := moves[i]
 		shard := q.ks.shardOf(m.batch)
+		if shard != m.shard {
+			// A stored job's batch is in its own shard: this value was
+			// written outside jobkey. Counting it would change a batch
+			// that does not hold it (on a cluster, in another slot).
+			q.cfg.Logger.Error("jobkey: a job names a batch outside its shard: its outcome is not counted",
+				"queue", q.name, "batch", m.batch, "job", m.id)
+			continue
+		}
 		key, cbKey := q.ks.batchKey(shard, m.batch), q.ks.jobKey(shard, m.batch)
 		bk, ok := open[key]
 		if !ok {

@@ -1,0 +1,52 @@
+package jobkey
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// countsOf returns batch id's counts: pending, succeeded, failed, canceled.
+func countsOf(t *testing.T, f *fixture, id string) [4]int {
+	t.Helper()
+	b, err := f.q.Batch(f.ctx, id)
+	require.NoError(t, err)
+	return [4]int{b.Pending, b.Succeeded, b.Failed, b.Canceled}
+}
+
+// forgeBatchOf rewrites job id's stored value, outside jobkey, to name
+// batch.
+func forgeBatchOf(t *testing.T, f *fixture, id, batch string) {
+	t.Helper()
+	key := f.q.ks.jobKey(f.q.ks.shardOf(id), id)
+	raw, err := f.rdb.Get(f.ctx, key).Bytes()
+	require.NoError(t, err)
+	var j Job
+	require.NoError(t, Unmarshal(raw, &j))
+	j.Batch = batch
+	v, err := Marshal(&j)
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, key, v, 0).Err())
+}
+
+// A job value written outside jobkey that names a batch of another shard
+// is not counted there: the batch does not hold it (and on a cluster its
+// value is in another hash slot).
+func TestBatchDoesNotCountAJobOfAnotherShardThatNamesIt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	b, _, err := f.q.EnqueueBatch(f.ctx, specs("child", 2), JobSpec{Type: "done"}, &BatchOpts{ID: "b"})
+	require.NoError(t, err)
+	other := ""
+	for i := 0; other == "" || f.q.ks.shardOf(other) == f.q.ks.shardOf(b.ID); i++ {
+		other = "x" + string(rune('a'+i))
+	}
+	_, err = f.q.Enqueue(f.ctx, "forged", nil, &EnqueueOpts{ID: other})
+	require.NoError(t, err)
+	forgeBatchOf(t, f, other, b.ID)
+	j, err := f.q.Cancel(f.ctx, other)
+	require.NoError(t, err, "the forged job's own transition goes ahead")
+	require.Equal(t, StateCanceled, j.State)
+	require.Equal(t, [4]int{2, 0, 0, 0}, countsOf(t, f, b.ID), "the batch counts only its own jobs")
+	verifyClean(t, f, "the batch's counts agree with its jobs")
+}
