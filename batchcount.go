@@ -142,7 +142,7 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 		if b.Fired != BatchNotFired || b.Pending > 0 {
 			continue
 		}
-		cb, ok := q.fire(b, r, cbKey)
+		cb, ok := q.fire(b, r, p, cbKey)
 		if !ok {
 			continue
 		}
@@ -187,11 +187,12 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 
 // fire marks b fired at r.now and returns its callback as written at
 // cbKey: pending, or canceled when b's condition failed. A key that holds
-// anything already is left alone (BatchFiredTaken): a job key is never
-// overwritten.
-func (q *Queue) fire(b *Batch, r *casRead, cbKey string) (*Job, bool) {
+// anything already, or that p writes a job to (an enqueue under the
+// batch's ID in the EXEC that ends its last job), is left alone
+// (BatchFiredTaken): a job key is never overwritten.
+func (q *Queue) fire(b *Batch, r *casRead, p *casPlan, cbKey string) (*Job, bool) {
 	b.FiredAt = r.now
-	if raw := r.aux[cbKey]; !raw.Missing {
+	if raw := r.aux[cbKey]; !raw.Missing || slices.ContainsFunc(p.writes, func(w casWrite) bool { return w.key == cbKey }) {
 		b.Fired = BatchFiredTaken
 		q.cfg.Logger.Warn("jobkey: a batch's callback ID is taken: the callback was not enqueued",
 			"queue", q.name, "batch", b.ID)

@@ -50,3 +50,27 @@ func TestBatchDoesNotCountAJobOfAnotherShardThatNamesIt(t *testing.T) {
 	require.Equal(t, [4]int{2, 0, 0, 0}, countsOf(t, f, b.ID), "the batch counts only its own jobs")
 	verifyClean(t, f, "the batch's counts agree with its jobs")
 }
+
+// An enqueue under a batch's ID in the EXEC that ends the batch's last job
+// (EnqueueMany replacing that job) keeps the caller's job: the callback
+// does not overwrite it, and the batch says its ID was taken.
+func TestBatchCallbackDoesNotOverwriteAJobEnqueuedUnderItsIDInTheSameEXEC(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, _, err := f.q.EnqueueBatch(f.ctx, []JobSpec{{Type: "c", Opts: &EnqueueOpts{ID: "c1"}}}, JobSpec{Type: "done"}, &BatchOpts{ID: "b"})
+	require.NoError(t, err)
+	_, err = f.q.EnqueueMany(f.ctx, []JobSpec{
+		{Type: "mine", Payload: []byte("mine"), Opts: &EnqueueOpts{ID: "b"}},
+		{Type: "c2", Opts: &EnqueueOpts{ID: "c1", IfExists: IfExistsReplace}},
+	})
+	require.NoError(t, err)
+	j, err := f.q.Get(f.ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, "mine", j.Type, "the caller's job, as enqueued")
+	require.Equal(t, []byte("mine"), j.Payload)
+	got, err := f.q.Batch(f.ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, [4]int{0, 0, 0, 1}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled}, "the replaced job counts as canceled")
+	require.Equal(t, BatchFiredTaken, got.Fired)
+	verifyClean(t, f, "the batch's counts agree with its jobs")
+}
