@@ -564,3 +564,27 @@ func TestUpdateMayNotChangeAJobsBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b.ID, j.Batch)
 }
+
+// The IDs a caller gives a chain's steps, and a batch's callback, are the
+// IDs they are stored under.
+func TestChainAndBatchKeepTheIDsTheCallerGave(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	steps := []JobSpec{{Type: "a", Opts: &EnqueueOpts{ID: "s0"}}, {Type: "a", Opts: &EnqueueOpts{ID: "s1"}}, {Type: "a", Opts: &EnqueueOpts{ID: "s2"}}}
+	ids, err := f.q.EnqueueChain(f.ctx, steps, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"s0", "s1", "s2"}, ids)
+	for _, id := range ids[1:] {
+		b, err := f.q.Batch(f.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, id, b.Callback.ID)
+	}
+	_, err = f.q.EnqueueChain(f.ctx, []JobSpec{{Type: "a", Opts: &EnqueueOpts{ID: "d"}}, {Type: "a", Opts: &EnqueueOpts{ID: "d"}}}, nil)
+	require.ErrorIs(t, err, ErrInvalid, "an ID repeated in the chain")
+
+	b, _, err := f.q.EnqueueBatch(f.ctx, specs("c", 1), JobSpec{Type: "done", Opts: &EnqueueOpts{ID: "cb"}}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "cb", b.ID, "the callback's ID is the batch's")
+	_, _, err = f.q.EnqueueBatch(f.ctx, specs("c", 1), JobSpec{Type: "done", Opts: &EnqueueOpts{ID: "cb2"}}, &BatchOpts{ID: "other"})
+	require.ErrorIs(t, err, ErrInvalid, "a callback ID that is not the batch's")
+}
