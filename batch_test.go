@@ -588,3 +588,45 @@ func TestChainAndBatchKeepTheIDsTheCallerGave(t *testing.T) {
 	_, _, err = f.q.EnqueueBatch(f.ctx, specs("c", 1), JobSpec{Type: "done", Opts: &EnqueueOpts{ID: "cb2"}}, &BatchOpts{ID: "other"})
 	require.ErrorIs(t, err, ErrInvalid, "a callback ID that is not the batch's")
 }
+
+// A chain's step whose ID a job outside the chain took before the step
+// was written is never written: the step after counts it canceled, so the
+// chain still ends (all succeeded: canceled; all finished: it runs on).
+func TestChainWhoseStepIDIsTakenStillEnds(t *testing.T) {
+	t.Parallel()
+	for _, cond := range []BatchCondition{BatchAllSucceeded, BatchAllFinished} {
+		f := setup(t, nil)
+		ids, err := f.q.EnqueueChain(f.ctx, specs("s", 3), &ChainOpts{Condition: cond})
+		require.NoError(t, err)
+		_, err = f.q.Enqueue(f.ctx, "other", nil, &EnqueueOpts{ID: ids[1]})
+		require.NoError(t, err)
+		done := false
+		for _, j := range claimJobs(t, f) {
+			if j.ID == ids[0] {
+				_, err = f.q.Complete(f.ctx, j, nil)
+				require.NoError(t, err)
+				done = true
+			}
+		}
+		require.True(t, done)
+		b1, err := f.q.Batch(f.ctx, ids[1])
+		require.NoError(t, err)
+		require.Equal(t, BatchFiredTaken, b1.Fired)
+		other, err := f.q.Get(f.ctx, ids[1])
+		require.NoError(t, err)
+		require.Equal(t, "other", other.Type, "the job that took the ID is left alone")
+		b2, err := f.q.Batch(f.ctx, ids[2])
+		require.NoError(t, err)
+		require.Equal(t, [4]int{0, 0, 0, 1}, [4]int{b2.Pending, b2.Succeeded, b2.Failed, b2.Canceled}, "the step never written counts canceled")
+		last := callbackOf(t, f, ids[2])
+		require.NotNil(t, last, "the chain does not wait for ever")
+		if cond == BatchAllSucceeded {
+			require.Equal(t, BatchFiredCanceled, b2.Fired)
+			require.Equal(t, StateCanceled, last.State)
+		} else {
+			require.Equal(t, BatchFiredEnqueued, b2.Fired)
+			require.Equal(t, StatePending, last.State)
+		}
+		verifyClean(t, f, "the chain's counts agree with its jobs")
+	}
+}

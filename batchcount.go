@@ -144,6 +144,13 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 		}
 		cb, ok := q.fire(b, r, p, cbKey)
 		if !ok {
+			if next := b.Callback.Batch; next != "" {
+				// A chain's next step whose ID a job outside the chain
+				// took: it will never be written, so the batch after
+				// counts it canceled now, or the chain would wait for it
+				// for ever.
+				moves = append(moves, batchMove{shard: shard, batch: next, id: b.ID, from: StatePending, to: StateCanceled})
+			}
 			continue
 		}
 		p.writes = append(p.writes, q.write(cbKey, cb))
