@@ -27,6 +27,9 @@ type batchMove struct {
 	batch    string
 	id       string
 	from, to State
+	// depth counts the chain steps ended before this move in the same
+	// EXEC, each written canceled by the batch before it (countBatches).
+	depth int
 }
 
 // bucket is the count a job in state s is in.
@@ -103,6 +106,14 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 	for i := 0; i < len(moves); i++ {
 		m := moves[i]
 		shard := q.ks.shardOf(m.batch)
+		if m.depth >= MaxChainSteps {
+			// No chain of EnqueueChain ends this many steps: these batch
+			// values were written outside jobkey, perhaps in a ring. The
+			// job's own transition goes ahead; this step is not counted.
+			q.cfg.Logger.Error("jobkey: a chain ends more steps in one transaction than MaxChainSteps: this one is not counted",
+				"queue", q.name, "batch", m.batch, "job", m.id)
+			continue
+		}
 		if shard != m.shard {
 			// A stored job's batch is in its own shard: this value was
 			// written outside jobkey. Counting it would change a batch
@@ -149,7 +160,7 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 				// took: it will never be written, so the batch after
 				// counts it canceled now, or the chain would wait for it
 				// for ever.
-				moves = append(moves, batchMove{shard: shard, batch: next, id: b.ID, from: StatePending, to: StateCanceled})
+				moves = append(moves, batchMove{shard: shard, batch: next, id: b.ID, from: StatePending, to: StateCanceled, depth: m.depth + 1})
 			}
 			continue
 		}
@@ -161,7 +172,7 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 		if cb.Batch != "" && cb.State.Finished() {
 			// A chain's next step, ended before it was written: its own
 			// batch counts it now.
-			moves = append(moves, batchMove{shard: shard, batch: cb.Batch, id: cb.ID, from: StatePending, to: cb.State})
+			moves = append(moves, batchMove{shard: shard, batch: cb.Batch, id: cb.ID, from: StatePending, to: cb.State, depth: m.depth + 1})
 		}
 	}
 	if len(need) > 0 {

@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -73,4 +74,38 @@ func TestBatchCallbackDoesNotOverwriteAJobEnqueuedUnderItsIDInTheSameEXEC(t *tes
 	require.Equal(t, [4]int{0, 0, 0, 1}, [4]int{got.Pending, got.Succeeded, got.Failed, got.Canceled}, "the replaced job counts as canceled")
 	require.Equal(t, BatchFiredTaken, got.Fired)
 	verifyClean(t, f, "the batch's counts agree with its jobs")
+}
+
+// Batch values written outside jobkey whose callbacks chain further than
+// any EnqueueChain (here 40 batches, each the callback's batch of the one
+// before) do not block the transition of a job that names the first: it
+// goes ahead, and the steps past MaxChainSteps are not counted.
+func TestBatchValuesChainedPastMaxChainStepsDoNotBlockAJob(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	_, err := f.q.Enqueue(f.ctx, "c", nil, &EnqueueOpts{ID: "c"})
+	require.NoError(t, err)
+	const n = 40
+	for i := range n {
+		id := fmt.Sprintf("b%02d", i)
+		cb := &Job{ID: id, Queue: "q", Type: "x", MaxAttempts: 1, State: StatePending}
+		if i+1 < n {
+			cb.Batch = fmt.Sprintf("b%02d", i+1)
+		}
+		v, err := encodeBatch(&Batch{ID: id, Queue: "q", Total: 1, Pending: 1, Condition: BatchAllSucceeded, Callback: cb, Rev: 1})
+		require.NoError(t, err)
+		require.NoError(t, f.rdb.Set(f.ctx, f.q.ks.batchKey(f.q.ks.shardOf(id), id), v, 0).Err())
+	}
+	forgeBatchOf(t, f, "c", "b00")
+	j, err := f.q.Cancel(f.ctx, "c")
+	require.NoError(t, err, "the job's own transition goes ahead")
+	require.Equal(t, StateCanceled, j.State)
+	for i := range n {
+		id := fmt.Sprintf("b%02d", i)
+		want := [4]int{0, 0, 0, 1}
+		if i >= MaxChainSteps {
+			want = [4]int{1, 0, 0, 0}
+		}
+		require.Equal(t, want, countsOf(t, f, id), id)
+	}
 }
