@@ -304,6 +304,9 @@ func (q *Queue) createBatches(ctx context.Context, shard int, ins []*enqueueIn, 
 			if err != nil {
 				return nil, err
 			}
+			if err := q.fitsValues(b, r.now); err != nil {
+				return nil, err
+			}
 			plan.aux = append(plan.aux, auxWrite{key: aux[i], val: v})
 			ip.zadd(q.ks.index(shard, idxBatches), toMillis(r.now), b.ID)
 		}

@@ -630,3 +630,25 @@ func TestChainWhoseStepIDIsTakenStillEnds(t *testing.T) {
 		verifyClean(t, f, "the chain's counts agree with its jobs")
 	}
 }
+
+// A batch whose callback is as large as Config.MaxValueBytes allows a job
+// (here the hard ceiling, MaxValueBytes) is refused: its value, the
+// callback and a few counts, could not be read again, and its jobs'
+// outcomes would never be counted, nor its callback written.
+func TestEnqueueBatchRefusesABatchThatCouldGrowPastTheValueLimit(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{MaxValueBytes: MaxValueBytes})
+	probe, err := f.q.newCallback(f.ctx, JobSpec{Type: "done", Payload: make([]byte, 1<<20)}, "b")
+	require.NoError(t, err)
+	// The largest callback newCallback takes: its times are counted once
+	// set (8 bytes more each than the zero times of the probe).
+	size := 1<<20 + MaxValueBytes - encodedSize(probe) - 24
+	_, err = f.q.newCallback(f.ctx, JobSpec{Type: "done", Payload: make([]byte, size)}, "b")
+	require.NoError(t, err, "a callback a job of its size may be")
+	_, _, err = f.q.EnqueueBatch(f.ctx, []JobSpec{{Type: "c", Opts: &EnqueueOpts{ID: "c"}}}, JobSpec{Type: "done", Payload: make([]byte, size)}, &BatchOpts{ID: "b"})
+	require.ErrorIs(t, err, ErrTooLarge)
+	_, err = f.q.Batch(f.ctx, "b")
+	require.ErrorIs(t, err, ErrBatchNotFound, "nothing was written")
+	_, err = f.q.Get(f.ctx, "c")
+	require.ErrorIs(t, err, ErrNotFound)
+}

@@ -2,7 +2,9 @@ package jobkey
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
 )
@@ -216,17 +218,49 @@ func (q *Queue) fire(b *Batch, r *casRead, p *casPlan, cbKey string) (*Job, bool
 			"queue", q.name, "batch", b.ID)
 		return nil, false
 	}
+	b.Fired = BatchFiredEnqueued
+	canceled := b.Condition == BatchAllSucceeded && b.Failed+b.Canceled > 0
+	if canceled {
+		b.Fired = BatchFiredCanceled
+	}
+	return q.firedCallback(b, r.now, canceled), true
+}
+
+// firedCallback returns b's callback as b writes it when it fires at now:
+// pending, or canceled with a LastError that names b's counts.
+func (q *Queue) firedCallback(b *Batch, now time.Time, canceled bool) *Job {
 	cb := cloneJob(b.Callback)
 	cb.ID, cb.Queue, cb.State = b.ID, q.name, StatePending
-	cb.CreatedAt, cb.UpdatedAt, cb.RunAt = r.now, r.now, r.now
+	cb.CreatedAt, cb.UpdatedAt, cb.RunAt = now, now, now
 	cb.Rev = 0
-	b.Fired = BatchFiredEnqueued
-	if b.Condition == BatchAllSucceeded && b.Failed+b.Canceled > 0 {
-		b.Fired = BatchFiredCanceled
+	if canceled {
 		cb.State = StateCanceled
 		cb.LastError = fmt.Sprintf("batch %q did not all succeed: %d succeeded, %d failed, %d canceled", b.ID, b.Succeeded, b.Failed, b.Canceled)
 	}
-	return cb, true
+	return cb
+}
+
+// fitsValues refuses, with ErrTooLarge, a batch whose value or whose
+// callback as it fires could grow past MaxValueBytes as its jobs are
+// counted (each count at its largest, Total; its revision too; fired, and
+// the callback canceled with a LastError naming the counts): the value
+// could not be read again, or the callback not written by the EXEC that
+// ends the batch's last job, which would then fail for ever.
+func (q *Queue) fitsValues(b *Batch, now time.Time) error {
+	worst := *b
+	worst.Pending, worst.Succeeded, worst.Failed, worst.Canceled = b.Total, b.Total, b.Total, b.Total
+	worst.Rev, worst.FiredAt, worst.Fired = math.MaxUint64, now, BatchFiredCanceled
+	v, err := encodeBatch(&worst)
+	if err != nil {
+		return err
+	}
+	if len(v) > MaxValueBytes {
+		return fmt.Errorf("%w: batch %q could grow to %d bytes, limit %d", ErrTooLarge, b.ID, len(v), MaxValueBytes)
+	}
+	if n := encodedSize(q.firedCallback(&worst, now, true)); n > MaxValueBytes {
+		return fmt.Errorf("%w: batch %q: its callback would be %d bytes once it fires, limit %d", ErrTooLarge, b.ID, n, MaxValueBytes)
+	}
+	return nil
 }
 
 // batchPredict names, for writes that finish jobs for sure (predict holds
