@@ -77,7 +77,9 @@ type Batch struct {
 	Condition                            BatchCondition
 	// Callback is the job enqueued under the batch's ID when the batch
 	// fires: its type, payload and options (State, times and Rev are set
-	// then).
+	// then). Until then its RunAt, when set, is the latest end of the
+	// lease of a run of a job counted finished while that run may have
+	// gone on (canceled while it ran): the callback is not due before it.
 	Callback *Job
 	Fired    BatchFired
 	FiredAt  time.Time // when it fired, by Redis's clock

@@ -652,3 +652,60 @@ func TestEnqueueBatchRefusesABatchThatCouldGrowPastTheValueLimit(t *testing.T) {
 	_, err = f.q.Get(f.ctx, "c")
 	require.ErrorIs(t, err, ErrNotFound)
 }
+
+// A batch whose last job is canceled while it runs writes its callback
+// due once that run's lease ends: the handler may still be stopping, and
+// the callback runs only once every job of the batch has finished.
+func TestBatchCallbackOfAJobCanceledWhileItRanIsDueAfterItsLease(t *testing.T) {
+	t.Parallel()
+	for _, chain := range []bool{false, true} {
+		f := setup(t, &Config{Lease: time.Minute})
+		var id string
+		if chain {
+			ids, err := f.q.EnqueueChain(f.ctx, specs("s", 2), &ChainOpts{Condition: BatchAllFinished})
+			require.NoError(t, err)
+			id = ids[1]
+		} else {
+			b, _, err := f.q.EnqueueBatch(f.ctx, specs("c", 1), JobSpec{Type: "done"}, nil)
+			require.NoError(t, err)
+			id = b.ID
+		}
+		j, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		_, err = f.q.Cancel(f.ctx, j.ID)
+		require.NoError(t, err)
+		cb := callbackOf(t, f, id)
+		require.NotNil(t, cb, "written by the cancel")
+		require.Equal(t, StatePending, cb.State)
+		_, err = f.q.Claim(f.ctx, "w")
+		require.ErrorIs(t, err, ErrNoJob, "not while the canceled run's lease may be in force")
+		f.clock.Advance(time.Minute + time.Millisecond)
+		c, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, id, c.ID)
+	}
+}
+
+// The same holds for a job canceled while it ran before the batch's last
+// job finished: the batch keeps that run's lease end until it fires.
+func TestBatchCallbackIsDueAfterTheLeaseOfAnyJobCanceledWhileItRan(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute})
+	b, _, err := f.q.EnqueueBatch(f.ctx, specs("c", 2), JobSpec{Type: "done"}, nil)
+	require.NoError(t, err)
+	jobs := claimJobs(t, f)
+	require.Len(t, jobs, 2)
+	_, err = f.q.Cancel(f.ctx, jobs[0].ID)
+	require.NoError(t, err)
+	f.clock.Advance(30 * time.Second)
+	_, err = f.q.Complete(f.ctx, jobs[1], nil)
+	require.NoError(t, err)
+	require.NotNil(t, callbackOf(t, f, b.ID))
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "not while the canceled run's lease may be in force")
+	f.clock.Advance(30*time.Second + time.Millisecond)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, b.ID, c.ID)
+	verifyClean(t, f, "the batch's counts agree with its jobs")
+}

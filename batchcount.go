@@ -32,6 +32,10 @@ type batchMove struct {
 	// depth counts the chain steps ended before this move in the same
 	// EXEC, each written canceled by the batch before it (countBatches).
 	depth int
+	// until is the end of the lease of the job's last run, as the job is
+	// written (lastrun.go): past the moment its handler returned for a
+	// job canceled while it ran.
+	until time.Time
 }
 
 // bucket is the count a job in state s is in.
@@ -63,7 +67,11 @@ func batchMoveOf(shard int, old, new *Job) (batchMove, bool) {
 	if from == to {
 		return batchMove{}, false
 	}
-	return batchMove{shard: shard, batch: old.Batch, id: old.ID, from: from, to: to}, true
+	last := old
+	if new != nil {
+		last = new
+	}
+	return batchMove{shard: shard, batch: old.Batch, id: old.ID, from: from, to: to, until: last.LeaseUntil}, true
 }
 
 // batchBook is a batch's value within one decision.
@@ -152,6 +160,12 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 		b.count(m.from, -1)
 		b.count(m.to, 1)
 		bk.dirty = true
+		if m.until.After(r.now) && m.until.After(b.Callback.RunAt) {
+			// A run of a job it counts finished may go on until then (it
+			// was canceled while it ran): the callback is not due before,
+			// kept in its RunAt until the batch fires.
+			b.Callback.RunAt = m.until
+		}
 		if b.Fired != BatchNotFired || b.Pending > 0 {
 			continue
 		}
@@ -227,11 +241,13 @@ func (q *Queue) fire(b *Batch, r *casRead, p *casPlan, cbKey string) (*Job, bool
 }
 
 // firedCallback returns b's callback as b writes it when it fires at now:
-// pending, or canceled with a LastError that names b's counts.
+// pending, due at now or once the last run of a job it counted may have
+// ended (its RunAt until then), or canceled with a LastError that names
+// b's counts.
 func (q *Queue) firedCallback(b *Batch, now time.Time, canceled bool) *Job {
 	cb := cloneJob(b.Callback)
 	cb.ID, cb.Queue, cb.State = b.ID, q.name, StatePending
-	cb.CreatedAt, cb.UpdatedAt, cb.RunAt = now, now, now
+	cb.CreatedAt, cb.UpdatedAt, cb.RunAt = now, now, maxTime(now, b.Callback.RunAt)
 	cb.Rev = 0
 	if canceled {
 		cb.State = StateCanceled
@@ -248,6 +264,8 @@ func (q *Queue) firedCallback(b *Batch, now time.Time, canceled bool) *Job {
 // ends the batch's last job, which would then fail for ever.
 func (q *Queue) fitsValues(b *Batch, now time.Time) error {
 	worst := *b
+	worst.Callback = cloneJob(b.Callback)
+	worst.Callback.RunAt = now
 	worst.Pending, worst.Succeeded, worst.Failed, worst.Canceled = b.Total, b.Total, b.Total, b.Total
 	worst.Rev, worst.FiredAt, worst.Fired = math.MaxUint64, now, BatchFiredCanceled
 	v, err := encodeBatch(&worst)
