@@ -709,3 +709,93 @@ func TestBatchCallbackIsDueAfterTheLeaseOfAnyJobCanceledWhileItRan(t *testing.T)
 	require.Equal(t, b.ID, c.ID)
 	verifyClean(t, f, "the batch's counts agree with its jobs")
 }
+
+// The bulk operations count each job they move once: RetryFailed back to
+// pending, CancelPending as canceled, DeleteFinished not at all.
+func TestBatchCountsTheBulkOperations(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{MaxAttempts: 1})
+	b, _, err := f.q.EnqueueBatch(f.ctx, specs("c", 6), JobSpec{Type: "done"}, nil)
+	require.NoError(t, err)
+	jobs := claimJobs(t, f)
+	require.Len(t, jobs, 6)
+	_, err = f.q.Fail(f.ctx, jobs[0], ErrSkipRetry)
+	require.NoError(t, err)
+	_, err = f.q.Fail(f.ctx, jobs[1], ErrSkipRetry)
+	require.NoError(t, err)
+	_, err = f.q.Complete(f.ctx, jobs[2], nil)
+	require.NoError(t, err)
+	_, err = f.q.Release(f.ctx, jobs[3])
+	require.NoError(t, err)
+	_, err = f.q.Release(f.ctx, jobs[4])
+	require.NoError(t, err)
+	verifyClean(t, f, "a failure, a success, two released")
+	_, err = f.q.RetryFailed(f.ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, [4]int{5, 1, 0, 0}, countsOf(t, f, b.ID))
+	verifyClean(t, f, "the failed jobs retried")
+	_, err = f.q.CancelPending(f.ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, [4]int{1, 1, 0, 4}, countsOf(t, f, b.ID))
+	verifyClean(t, f, "the pending jobs canceled")
+	_, err = f.q.DeleteFinished(f.ctx, StateCanceled, "c")
+	require.NoError(t, err)
+	require.Equal(t, [4]int{1, 1, 0, 4}, countsOf(t, f, b.ID))
+	verifyClean(t, f, "the canceled jobs deleted")
+	_, err = f.q.Cancel(f.ctx, jobs[5].ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{0, 1, 0, 5}, countsOf(t, f, b.ID))
+	require.NotNil(t, callbackOf(t, f, b.ID))
+	verifyClean(t, f, "the last one canceled")
+}
+
+// Whatever path ends a batch's last job, a call made again after its EXEC
+// reply was lost counts the job once and writes the callback once.
+func TestBatchCountsOnceWhenTheReplyOfAnyLastOutcomeIsLost(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	q := queueOn(t, cut, redistest.Prefix(t), Config{MaxAttempts: 1})
+	ctx := t.Context()
+	ops := map[string]func(j *Job) error{
+		"cancel":       func(j *Job) error { _, err := q.Cancel(ctx, j.ID); return err },
+		"fail":         func(j *Job) error { _, err := q.Fail(ctx, j, ErrSkipRetry); return err },
+		"delete":       func(j *Job) error { return q.Delete(ctx, j.ID) }, // released first
+		"completemany": func(j *Job) error { _, err := q.CompleteMany(ctx, []*Job{j}, nil); return err },
+	}
+	for name, do := range ops {
+		bid := "b-" + name
+		_, _, err := q.EnqueueBatch(ctx, specs("c", 2), JobSpec{Type: "done"}, &BatchOpts{ID: bid})
+		require.NoError(t, err)
+		var jobs []*Job
+		for range 2 {
+			j, err := q.Claim(ctx, "w")
+			require.NoError(t, err)
+			jobs = append(jobs, j)
+		}
+		_, err = q.Complete(ctx, jobs[0], nil)
+		require.NoError(t, err)
+		if name == "delete" {
+			_, err = q.Release(ctx, jobs[1])
+			require.NoError(t, err)
+		}
+		proxy.Set(faultproxy.Faults{ExecCutProb: 1})
+		err = do(jobs[1])
+		proxy.Set(faultproxy.Faults{})
+		require.ErrorIs(t, err, ErrOutcomeUnknown, name)
+		err = do(jobs[1])
+		if name == "delete" {
+			require.ErrorIs(t, err, ErrNotFound, "deleted by the call whose reply was lost")
+		} else {
+			require.NoError(t, err, "%s finds its own write", name)
+		}
+		b, err := q.Batch(ctx, bid)
+		require.NoError(t, err)
+		require.Equal(t, 0, b.Pending, name)
+		require.Equal(t, 2, b.Succeeded+b.Failed+b.Canceled, name)
+		cb, err := q.Get(ctx, bid)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), cb.Rev, name)
+		_, err = q.Cancel(ctx, bid)
+		require.NoError(t, err)
+	}
+}
