@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -108,4 +109,39 @@ func TestBatchValuesChainedPastMaxChainStepsDoNotBlockAJob(t *testing.T) {
 		}
 		require.Equal(t, want, countsOf(t, f, id), id)
 	}
+}
+
+// On a cluster, a job value naming a batch of another shard, so of another
+// hash slot, is not counted there: its transaction keeps to its own slot
+// and goes ahead.
+func TestBatchDoesNotCountAJobOfAnotherSlotOnACluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.SharedCluster(t)
+	rdb := cl.Client(t, nil)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{})
+	ctx := t.Context()
+	b, _, err := q.EnqueueBatch(ctx, specs("child", 1), JobSpec{Type: "done"}, nil)
+	require.NoError(t, err)
+	other := ""
+	for i := 0; other == "" || q.ks.shardOf(other) == q.ks.shardOf(b.ID); i++ {
+		other = fmt.Sprintf("x%d", i)
+	}
+	require.NotEqual(t, hashSlot(q.ks.jobKey(q.ks.shardOf(other), other)), hashSlot(q.ks.batchKey(q.ks.shardOf(b.ID), b.ID)))
+	_, err = q.Enqueue(ctx, "forged", nil, &EnqueueOpts{ID: other})
+	require.NoError(t, err)
+	key := q.ks.jobKey(q.ks.shardOf(other), other)
+	raw, err := rdb.Get(ctx, key).Bytes()
+	require.NoError(t, err)
+	var j Job
+	require.NoError(t, Unmarshal(raw, &j))
+	j.Batch = b.ID
+	v, err := Marshal(&j)
+	require.NoError(t, err)
+	require.NoError(t, rdb.Set(ctx, key, v, 0).Err())
+	got, err := q.Cancel(ctx, other)
+	require.NoError(t, err, "the forged job's own transition goes ahead")
+	require.Equal(t, StateCanceled, got.State)
+	bb, err := q.Batch(ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, bb.Pending)
 }
