@@ -77,7 +77,9 @@ type Batch struct {
 	Condition                            BatchCondition
 	// Callback is the job enqueued under the batch's ID when the batch
 	// fires: its type, payload and options (State, times and Rev are set
-	// then).
+	// then). Until then its RunAt, when set, is the latest end of the
+	// lease of a run of a job counted finished while that run may have
+	// gone on (canceled while it ran): the callback is not due before it.
 	Callback *Job
 	Fired    BatchFired
 	FiredAt  time.Time // when it fired, by Redis's clock
@@ -100,7 +102,7 @@ type BatchOpts struct {
 	// ID is the batch's ID, which is also its callback's job ID. Enqueueing
 	// a batch whose ID is taken writes nothing and returns the stored batch
 	// with ErrBatchExists, so a call whose outcome was unknown can be made
-	// again (default: a new ULID).
+	// again (default: the callback's Opts.ID, else a new ULID).
 	ID string
 	// Condition says when the callback runs (default: BatchAllFinished).
 	Condition BatchCondition
@@ -178,8 +180,9 @@ func (q *Queue) EnqueueBatch(ctx context.Context, jobs []JobSpec, callback JobSp
 	return out, ids, nil
 }
 
-// newCallback validates a batch's callback, with the batch's ID (id, or a
-// new one in the shard of its ConcurrencyKey).
+// newCallback validates a batch's callback, with the batch's ID: id, else
+// the callback's own Opts.ID, else a new one (in the shard of its
+// ConcurrencyKey).
 func (q *Queue) newCallback(ctx context.Context, spec JobSpec, id string) (*Job, error) {
 	o := EnqueueOpts{}
 	if spec.Opts != nil {
@@ -191,7 +194,9 @@ func (q *Queue) newCallback(ctx context.Context, spec JobSpec, id string) (*Job,
 	case o.UniqueBy != nil, o.IfExists != IfExistsRefuse, !o.RunAt.IsZero(), o.Delay != 0:
 		return nil, fmt.Errorf("%w: a batch's callback takes no UniqueBy, IfExists, RunAt or Delay", ErrInvalid)
 	}
-	o.ID = id
+	if id != "" {
+		o.ID = id
+	}
 	spec.Opts = &o
 	in, err := q.newJob(ctx, spec)
 	if err != nil {
@@ -299,6 +304,9 @@ func (q *Queue) createBatches(ctx context.Context, shard int, ins []*enqueueIn, 
 			b.CreatedAt, b.Rev = r.now, 1
 			v, err := encodeBatch(b)
 			if err != nil {
+				return nil, err
+			}
+			if err := q.fitsValues(b, r.now); err != nil {
 				return nil, err
 			}
 			plan.aux = append(plan.aux, auxWrite{key: aux[i], val: v})

@@ -564,3 +564,238 @@ func TestUpdateMayNotChangeAJobsBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b.ID, j.Batch)
 }
+
+// The IDs a caller gives a chain's steps, and a batch's callback, are the
+// IDs they are stored under.
+func TestChainAndBatchKeepTheIDsTheCallerGave(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	steps := []JobSpec{{Type: "a", Opts: &EnqueueOpts{ID: "s0"}}, {Type: "a", Opts: &EnqueueOpts{ID: "s1"}}, {Type: "a", Opts: &EnqueueOpts{ID: "s2"}}}
+	ids, err := f.q.EnqueueChain(f.ctx, steps, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"s0", "s1", "s2"}, ids)
+	for _, id := range ids[1:] {
+		b, err := f.q.Batch(f.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, id, b.Callback.ID)
+	}
+	_, err = f.q.EnqueueChain(f.ctx, []JobSpec{{Type: "a", Opts: &EnqueueOpts{ID: "d"}}, {Type: "a", Opts: &EnqueueOpts{ID: "d"}}}, nil)
+	require.ErrorIs(t, err, ErrInvalid, "an ID repeated in the chain")
+
+	b, _, err := f.q.EnqueueBatch(f.ctx, specs("c", 1), JobSpec{Type: "done", Opts: &EnqueueOpts{ID: "cb"}}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "cb", b.ID, "the callback's ID is the batch's")
+	_, _, err = f.q.EnqueueBatch(f.ctx, specs("c", 1), JobSpec{Type: "done", Opts: &EnqueueOpts{ID: "cb2"}}, &BatchOpts{ID: "other"})
+	require.ErrorIs(t, err, ErrInvalid, "a callback ID that is not the batch's")
+}
+
+// A chain's step whose ID a job outside the chain took before the step
+// was written is never written: the step after counts it canceled, so the
+// chain still ends (all succeeded: canceled; all finished: it runs on).
+func TestChainWhoseStepIDIsTakenStillEnds(t *testing.T) {
+	t.Parallel()
+	for _, cond := range []BatchCondition{BatchAllSucceeded, BatchAllFinished} {
+		f := setup(t, nil)
+		ids, err := f.q.EnqueueChain(f.ctx, specs("s", 3), &ChainOpts{Condition: cond})
+		require.NoError(t, err)
+		_, err = f.q.Enqueue(f.ctx, "other", nil, &EnqueueOpts{ID: ids[1]})
+		require.NoError(t, err)
+		done := false
+		for _, j := range claimJobs(t, f) {
+			if j.ID == ids[0] {
+				_, err = f.q.Complete(f.ctx, j, nil)
+				require.NoError(t, err)
+				done = true
+			}
+		}
+		require.True(t, done)
+		b1, err := f.q.Batch(f.ctx, ids[1])
+		require.NoError(t, err)
+		require.Equal(t, BatchFiredTaken, b1.Fired)
+		other, err := f.q.Get(f.ctx, ids[1])
+		require.NoError(t, err)
+		require.Equal(t, "other", other.Type, "the job that took the ID is left alone")
+		b2, err := f.q.Batch(f.ctx, ids[2])
+		require.NoError(t, err)
+		require.Equal(t, [4]int{0, 0, 0, 1}, [4]int{b2.Pending, b2.Succeeded, b2.Failed, b2.Canceled}, "the step never written counts canceled")
+		last := callbackOf(t, f, ids[2])
+		require.NotNil(t, last, "the chain does not wait for ever")
+		if cond == BatchAllSucceeded {
+			require.Equal(t, BatchFiredCanceled, b2.Fired)
+			require.Equal(t, StateCanceled, last.State)
+		} else {
+			require.Equal(t, BatchFiredEnqueued, b2.Fired)
+			require.Equal(t, StatePending, last.State)
+		}
+		verifyClean(t, f, "the chain's counts agree with its jobs")
+	}
+}
+
+// A batch whose callback is as large as Config.MaxValueBytes allows a job
+// (here the hard ceiling, MaxValueBytes) is refused: its value, the
+// callback and a few counts, could not be read again, and its jobs'
+// outcomes would never be counted, nor its callback written.
+func TestEnqueueBatchRefusesABatchThatCouldGrowPastTheValueLimit(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{MaxValueBytes: MaxValueBytes})
+	probe, err := f.q.newCallback(f.ctx, JobSpec{Type: "done", Payload: make([]byte, 1<<20)}, "b")
+	require.NoError(t, err)
+	// The largest callback newCallback takes: its times are counted once
+	// set (8 bytes more each than the zero times of the probe).
+	size := 1<<20 + MaxValueBytes - encodedSize(probe) - 24
+	_, err = f.q.newCallback(f.ctx, JobSpec{Type: "done", Payload: make([]byte, size)}, "b")
+	require.NoError(t, err, "a callback a job of its size may be")
+	_, _, err = f.q.EnqueueBatch(f.ctx, []JobSpec{{Type: "c", Opts: &EnqueueOpts{ID: "c"}}}, JobSpec{Type: "done", Payload: make([]byte, size)}, &BatchOpts{ID: "b"})
+	require.ErrorIs(t, err, ErrTooLarge)
+	_, err = f.q.Batch(f.ctx, "b")
+	require.ErrorIs(t, err, ErrBatchNotFound, "nothing was written")
+	_, err = f.q.Get(f.ctx, "c")
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+// A batch whose last job is canceled while it runs writes its callback
+// due once that run's lease ends: the handler may still be stopping, and
+// the callback runs only once every job of the batch has finished.
+func TestBatchCallbackOfAJobCanceledWhileItRanIsDueAfterItsLease(t *testing.T) {
+	t.Parallel()
+	for _, chain := range []bool{false, true} {
+		f := setup(t, &Config{Lease: time.Minute})
+		var id string
+		if chain {
+			ids, err := f.q.EnqueueChain(f.ctx, specs("s", 2), &ChainOpts{Condition: BatchAllFinished})
+			require.NoError(t, err)
+			id = ids[1]
+		} else {
+			b, _, err := f.q.EnqueueBatch(f.ctx, specs("c", 1), JobSpec{Type: "done"}, nil)
+			require.NoError(t, err)
+			id = b.ID
+		}
+		j, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		_, err = f.q.Cancel(f.ctx, j.ID)
+		require.NoError(t, err)
+		cb := callbackOf(t, f, id)
+		require.NotNil(t, cb, "written by the cancel")
+		require.Equal(t, StatePending, cb.State)
+		_, err = f.q.Claim(f.ctx, "w")
+		require.ErrorIs(t, err, ErrNoJob, "not while the canceled run's lease may be in force")
+		f.clock.Advance(time.Minute + time.Millisecond)
+		c, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, id, c.ID)
+	}
+}
+
+// The same holds for a job canceled while it ran before the batch's last
+// job finished: the batch keeps that run's lease end until it fires.
+func TestBatchCallbackIsDueAfterTheLeaseOfAnyJobCanceledWhileItRan(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Lease: time.Minute})
+	b, _, err := f.q.EnqueueBatch(f.ctx, specs("c", 2), JobSpec{Type: "done"}, nil)
+	require.NoError(t, err)
+	jobs := claimJobs(t, f)
+	require.Len(t, jobs, 2)
+	_, err = f.q.Cancel(f.ctx, jobs[0].ID)
+	require.NoError(t, err)
+	f.clock.Advance(30 * time.Second)
+	_, err = f.q.Complete(f.ctx, jobs[1], nil)
+	require.NoError(t, err)
+	require.NotNil(t, callbackOf(t, f, b.ID))
+	_, err = f.q.Claim(f.ctx, "w")
+	require.ErrorIs(t, err, ErrNoJob, "not while the canceled run's lease may be in force")
+	f.clock.Advance(30*time.Second + time.Millisecond)
+	c, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, b.ID, c.ID)
+	verifyClean(t, f, "the batch's counts agree with its jobs")
+}
+
+// The bulk operations count each job they move once: RetryFailed back to
+// pending, CancelPending as canceled, DeleteFinished not at all.
+func TestBatchCountsTheBulkOperations(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{MaxAttempts: 1})
+	b, _, err := f.q.EnqueueBatch(f.ctx, specs("c", 6), JobSpec{Type: "done"}, nil)
+	require.NoError(t, err)
+	jobs := claimJobs(t, f)
+	require.Len(t, jobs, 6)
+	_, err = f.q.Fail(f.ctx, jobs[0], ErrSkipRetry)
+	require.NoError(t, err)
+	_, err = f.q.Fail(f.ctx, jobs[1], ErrSkipRetry)
+	require.NoError(t, err)
+	_, err = f.q.Complete(f.ctx, jobs[2], nil)
+	require.NoError(t, err)
+	_, err = f.q.Release(f.ctx, jobs[3])
+	require.NoError(t, err)
+	_, err = f.q.Release(f.ctx, jobs[4])
+	require.NoError(t, err)
+	verifyClean(t, f, "a failure, a success, two released")
+	_, err = f.q.RetryFailed(f.ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, [4]int{5, 1, 0, 0}, countsOf(t, f, b.ID))
+	verifyClean(t, f, "the failed jobs retried")
+	_, err = f.q.CancelPending(f.ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, [4]int{1, 1, 0, 4}, countsOf(t, f, b.ID))
+	verifyClean(t, f, "the pending jobs canceled")
+	_, err = f.q.DeleteFinished(f.ctx, StateCanceled, "c")
+	require.NoError(t, err)
+	require.Equal(t, [4]int{1, 1, 0, 4}, countsOf(t, f, b.ID))
+	verifyClean(t, f, "the canceled jobs deleted")
+	_, err = f.q.Cancel(f.ctx, jobs[5].ID)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{0, 1, 0, 5}, countsOf(t, f, b.ID))
+	require.NotNil(t, callbackOf(t, f, b.ID))
+	verifyClean(t, f, "the last one canceled")
+}
+
+// Whatever path ends a batch's last job, a call made again after its EXEC
+// reply was lost counts the job once and writes the callback once.
+func TestBatchCountsOnceWhenTheReplyOfAnyLastOutcomeIsLost(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	q := queueOn(t, cut, redistest.Prefix(t), Config{MaxAttempts: 1})
+	ctx := t.Context()
+	ops := map[string]func(j *Job) error{
+		"cancel":       func(j *Job) error { _, err := q.Cancel(ctx, j.ID); return err },
+		"fail":         func(j *Job) error { _, err := q.Fail(ctx, j, ErrSkipRetry); return err },
+		"delete":       func(j *Job) error { return q.Delete(ctx, j.ID) }, // released first
+		"completemany": func(j *Job) error { _, err := q.CompleteMany(ctx, []*Job{j}, nil); return err },
+	}
+	for name, do := range ops {
+		bid := "b-" + name
+		_, _, err := q.EnqueueBatch(ctx, specs("c", 2), JobSpec{Type: "done"}, &BatchOpts{ID: bid})
+		require.NoError(t, err)
+		var jobs []*Job
+		for range 2 {
+			j, err := q.Claim(ctx, "w")
+			require.NoError(t, err)
+			jobs = append(jobs, j)
+		}
+		_, err = q.Complete(ctx, jobs[0], nil)
+		require.NoError(t, err)
+		if name == "delete" {
+			_, err = q.Release(ctx, jobs[1])
+			require.NoError(t, err)
+		}
+		proxy.Set(faultproxy.Faults{ExecCutProb: 1})
+		err = do(jobs[1])
+		proxy.Set(faultproxy.Faults{})
+		require.ErrorIs(t, err, ErrOutcomeUnknown, name)
+		err = do(jobs[1])
+		if name == "delete" {
+			require.ErrorIs(t, err, ErrNotFound, "deleted by the call whose reply was lost")
+		} else {
+			require.NoError(t, err, "%s finds its own write", name)
+		}
+		b, err := q.Batch(ctx, bid)
+		require.NoError(t, err)
+		require.Equal(t, 0, b.Pending, name)
+		require.Equal(t, 2, b.Succeeded+b.Failed+b.Canceled, name)
+		cb, err := q.Get(ctx, bid)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), cb.Rev, name)
+		_, err = q.Cancel(ctx, bid)
+		require.NoError(t, err)
+	}
+}

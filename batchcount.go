@@ -2,7 +2,9 @@ package jobkey
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
 )
@@ -27,6 +29,13 @@ type batchMove struct {
 	batch    string
 	id       string
 	from, to State
+	// depth counts the chain steps ended before this move in the same
+	// EXEC, each written canceled by the batch before it (countBatches).
+	depth int
+	// until is the end of the lease of the job's last run, as the job is
+	// written (lastrun.go): past the moment its handler returned for a
+	// job canceled while it ran.
+	until time.Time
 }
 
 // bucket is the count a job in state s is in.
@@ -58,7 +67,11 @@ func batchMoveOf(shard int, old, new *Job) (batchMove, bool) {
 	if from == to {
 		return batchMove{}, false
 	}
-	return batchMove{shard: shard, batch: old.Batch, id: old.ID, from: from, to: to}, true
+	last := old
+	if new != nil {
+		last = new
+	}
+	return batchMove{shard: shard, batch: old.Batch, id: old.ID, from: from, to: to, until: last.LeaseUntil}, true
 }
 
 // batchBook is a batch's value within one decision.
@@ -103,6 +116,22 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 	for i := 0; i < len(moves); i++ {
 		m := moves[i]
 		shard := q.ks.shardOf(m.batch)
+		if m.depth >= MaxChainSteps {
+			// No chain of EnqueueChain ends this many steps: these batch
+			// values were written outside jobkey, perhaps in a ring. The
+			// job's own transition goes ahead; this step is not counted.
+			q.cfg.Logger.Error("jobkey: a chain ends more steps in one transaction than MaxChainSteps: this one is not counted",
+				"queue", q.name, "batch", m.batch, "job", m.id)
+			continue
+		}
+		if shard != m.shard {
+			// A stored job's batch is in its own shard: this value was
+			// written outside jobkey. Counting it would change a batch
+			// that does not hold it (on a cluster, in another slot).
+			q.cfg.Logger.Error("jobkey: a job names a batch outside its shard: its outcome is not counted",
+				"queue", q.name, "batch", m.batch, "job", m.id)
+			continue
+		}
 		key, cbKey := q.ks.batchKey(shard, m.batch), q.ks.jobKey(shard, m.batch)
 		bk, ok := open[key]
 		if !ok {
@@ -131,11 +160,24 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 		b.count(m.from, -1)
 		b.count(m.to, 1)
 		bk.dirty = true
+		if m.until.After(r.now) && m.until.After(b.Callback.RunAt) {
+			// A run of a job it counts finished may go on until then (it
+			// was canceled while it ran): the callback is not due before,
+			// kept in its RunAt until the batch fires.
+			b.Callback.RunAt = m.until
+		}
 		if b.Fired != BatchNotFired || b.Pending > 0 {
 			continue
 		}
-		cb, ok := q.fire(b, r, cbKey)
+		cb, ok := q.fire(b, r, p, cbKey)
 		if !ok {
+			if next := b.Callback.Batch; next != "" {
+				// A chain's next step whose ID a job outside the chain
+				// took: it will never be written, so the batch after
+				// counts it canceled now, or the chain would wait for it
+				// for ever.
+				moves = append(moves, batchMove{shard: shard, batch: next, id: b.ID, from: StatePending, to: StateCanceled, depth: m.depth + 1})
+			}
 			continue
 		}
 		p.writes = append(p.writes, q.write(cbKey, cb))
@@ -146,7 +188,7 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 		if cb.Batch != "" && cb.State.Finished() {
 			// A chain's next step, ended before it was written: its own
 			// batch counts it now.
-			moves = append(moves, batchMove{shard: shard, batch: cb.Batch, id: cb.ID, from: StatePending, to: cb.State})
+			moves = append(moves, batchMove{shard: shard, batch: cb.Batch, id: cb.ID, from: StatePending, to: cb.State, depth: m.depth + 1})
 		}
 	}
 	if len(need) > 0 {
@@ -182,27 +224,64 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 
 // fire marks b fired at r.now and returns its callback as written at
 // cbKey: pending, or canceled when b's condition failed. A key that holds
-// anything already is left alone (BatchFiredTaken): a job key is never
-// overwritten.
-func (q *Queue) fire(b *Batch, r *casRead, cbKey string) (*Job, bool) {
+// anything already, or that p writes a job to (an enqueue under the
+// batch's ID in the EXEC that ends its last job), is left alone
+// (BatchFiredTaken): a job key is never overwritten.
+func (q *Queue) fire(b *Batch, r *casRead, p *casPlan, cbKey string) (*Job, bool) {
 	b.FiredAt = r.now
-	if raw := r.aux[cbKey]; !raw.Missing {
+	if raw := r.aux[cbKey]; !raw.Missing || slices.ContainsFunc(p.writes, func(w casWrite) bool { return w.key == cbKey }) {
 		b.Fired = BatchFiredTaken
 		q.cfg.Logger.Warn("jobkey: a batch's callback ID is taken: the callback was not enqueued",
 			"queue", q.name, "batch", b.ID)
 		return nil, false
 	}
+	b.Fired = BatchFiredEnqueued
+	canceled := b.Condition == BatchAllSucceeded && b.Failed+b.Canceled > 0
+	if canceled {
+		b.Fired = BatchFiredCanceled
+	}
+	return q.firedCallback(b, r.now, canceled), true
+}
+
+// firedCallback returns b's callback as b writes it when it fires at now:
+// pending, due at now or once the last run of a job it counted may have
+// ended (its RunAt until then), or canceled with a LastError that names
+// b's counts.
+func (q *Queue) firedCallback(b *Batch, now time.Time, canceled bool) *Job {
 	cb := cloneJob(b.Callback)
 	cb.ID, cb.Queue, cb.State = b.ID, q.name, StatePending
-	cb.CreatedAt, cb.UpdatedAt, cb.RunAt = r.now, r.now, r.now
+	cb.CreatedAt, cb.UpdatedAt, cb.RunAt = now, now, maxTime(now, b.Callback.RunAt)
 	cb.Rev = 0
-	b.Fired = BatchFiredEnqueued
-	if b.Condition == BatchAllSucceeded && b.Failed+b.Canceled > 0 {
-		b.Fired = BatchFiredCanceled
+	if canceled {
 		cb.State = StateCanceled
 		cb.LastError = fmt.Sprintf("batch %q did not all succeed: %d succeeded, %d failed, %d canceled", b.ID, b.Succeeded, b.Failed, b.Canceled)
 	}
-	return cb, true
+	return cb
+}
+
+// fitsValues refuses, with ErrTooLarge, a batch whose value or whose
+// callback as it fires could grow past MaxValueBytes as its jobs are
+// counted (each count at its largest, Total; its revision too; fired, and
+// the callback canceled with a LastError naming the counts): the value
+// could not be read again, or the callback not written by the EXEC that
+// ends the batch's last job, which would then fail for ever.
+func (q *Queue) fitsValues(b *Batch, now time.Time) error {
+	worst := *b
+	worst.Callback = cloneJob(b.Callback)
+	worst.Callback.RunAt = now
+	worst.Pending, worst.Succeeded, worst.Failed, worst.Canceled = b.Total, b.Total, b.Total, b.Total
+	worst.Rev, worst.FiredAt, worst.Fired = math.MaxUint64, now, BatchFiredCanceled
+	v, err := encodeBatch(&worst)
+	if err != nil {
+		return err
+	}
+	if len(v) > MaxValueBytes {
+		return fmt.Errorf("%w: batch %q could grow to %d bytes, limit %d", ErrTooLarge, b.ID, len(v), MaxValueBytes)
+	}
+	if n := encodedSize(q.firedCallback(&worst, now, true)); n > MaxValueBytes {
+		return fmt.Errorf("%w: batch %q: its callback would be %d bytes once it fires, limit %d", ErrTooLarge, b.ID, n, MaxValueBytes)
+	}
+	return nil
 }
 
 // batchPredict names, for writes that finish jobs for sure (predict holds

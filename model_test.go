@@ -1518,7 +1518,8 @@ func (m *model) leaveBatch(id string) {
 }
 
 // settleBatches writes the callback of every batch whose jobs have all
-// finished and that has not fired: pending and due now, or canceled when
+// finished and that has not fired: pending and due now (or once the lease
+// of a job canceled while it ran ends), or canceled when
 // it waits for success and a job did not succeed.
 func (m *model) settleBatches() {
 	for _, b := range m.batches {
@@ -1534,7 +1535,13 @@ func (m *model) settleBatches() {
 			continue
 		}
 		b.fired = BatchFiredEnqueued
-		m.jobs[b.id] = &mjob{state: StatePending, max: m.cbMax, runAt: m.now, entry: toMillis(m.now)}
+		// Due once every run of its jobs may have ended: a job canceled
+		// while it ran keeps its lease, which bounds its handler.
+		due := m.now
+		for _, id := range b.children {
+			due = maxTime(due, m.jobs[id].leaseUntil)
+		}
+		m.jobs[b.id] = &mjob{state: StatePending, max: m.cbMax, runAt: due, entry: toMillis(due)}
 		m.tally.fired++
 	}
 }
