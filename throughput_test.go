@@ -3,6 +3,7 @@ package jobkey
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -139,5 +140,48 @@ func TestThroughputRefusesABadRange(t *testing.T) {
 	} {
 		_, err := f.q.Throughput(f.ctx, c.from, c.to, c.step)
 		require.ErrorIs(t, err, ErrInvalid, "%v..%v by %v", c.from, c.to, c.step)
+	}
+}
+
+// A range across 1970-01-01 has buckets a step apart through it: the
+// bucket that starts at the epoch starts there, not at the zero Time.
+func TestThroughputAcrossTheEpochKeepsItsBucketsAStepApart(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	epoch := time.Unix(0, 0).UTC()
+	th, err := f.q.Throughput(f.ctx, epoch.Add(-2*time.Minute), epoch.Add(2*time.Minute), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, epoch.Add(-2*time.Minute), th.From)
+	require.Equal(t, epoch.Add(2*time.Minute), th.To)
+	require.Len(t, th.Buckets, 4)
+	for i, b := range th.Buckets {
+		require.Equal(t, epoch.Add(time.Duration(i-2)*time.Minute), b.Start, "bucket %d", i)
+	}
+	th, err = f.q.Throughput(f.ctx, epoch, epoch.Add(time.Minute), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, epoch, th.From)
+}
+
+// Times beyond what milliseconds since 1970 can span are refused, never a
+// panic or a wrapped range.
+func TestThroughputRefusesTimesBeyondMilliseconds(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	now := f.clock.Now()
+	far := time.Date(300_000_000, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		from, to time.Time
+		step     time.Duration
+	}{
+		{time.UnixMilli(math.MinInt64 + 1), time.UnixMilli(math.MaxInt64 - 1), time.Millisecond},
+		{time.UnixMilli(math.MinInt64 + 1), now, time.Duration(math.MaxInt64)},
+		{now, time.UnixMilli(math.MaxInt64 - 1), time.Duration(math.MaxInt64)},
+		{now, far, time.Duration(math.MaxInt64)},
+		{far.AddDate(-600_000_000, 0, 0), now, time.Duration(math.MaxInt64)},
+	} {
+		require.NotPanics(t, func() {
+			_, err := f.q.Throughput(f.ctx, c.from, c.to, c.step)
+			require.ErrorIs(t, err, ErrInvalid, "%v..%v by %v", c.from, c.to, c.step)
+		})
 	}
 }
