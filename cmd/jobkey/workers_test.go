@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,4 +84,27 @@ func TestWorkersSaysWhenNoneReported(t *testing.T) {
 	out, err = f.run("schedules")
 	require.NoError(t, err)
 	require.Contains(t, out, "no running worker")
+}
+
+// A report's schedule whose last job cannot be read prints that job's
+// error as one inert cell: a forged report (or a hostile schedule name)
+// sends nothing to the terminal.
+func TestSchedulesPrintsAnUnreadableLastJobInert(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	f.enqueue("t", nil) // the queue exists
+	id := "tick\x1b[31m|x\nline"
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys(id).Job, "\xc1\x1b[2J not a job", 0).Err())
+	report, err := json.Marshal(map[string]any{"v": 1, "name": "w", "schedules": []map[string]any{
+		{"name": "s", "spec": "every 1h0m0s", "type": "t", "last_job_id": id, "last_tick": time.Now().UTC()}}})
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, f.prefix+":{mail}:worker:w", report, time.Minute).Err())
+	require.NoError(t, f.rdb.ZAdd(f.ctx, f.prefix+":{mail}:workers", redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "w"}).Err())
+
+	out, err := f.run("schedules")
+	require.NoError(t, err)
+	require.NotContains(t, out, "\x1b")
+	rows := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, rows, 3, "a header, its rule and one row:\n%s", out)
+	require.Equal(t, 9, strings.Count(rows[2], "|")-strings.Count(rows[2], `\|`), "eight cells: %s", rows[2])
 }
