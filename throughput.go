@@ -42,7 +42,8 @@ type Throughput struct {
 	// (Queue.Delete, DeleteFinished) takes its entry with it, and a job with
 	// a Retention of its own is scored that Retention less
 	// Config.Retention after its finish (docs/design.md, section 13), so it
-	// counts in a later bucket.
+	// counts in a later bucket, or an earlier one when its Retention is
+	// shorter (before From, uncounted, when the difference is that long).
 	SucceededExactSince, FailedExactSince, CanceledExactSince time.Time
 }
 

@@ -185,3 +185,29 @@ func TestThroughputRefusesTimesBeyondMilliseconds(t *testing.T) {
 		})
 	}
 }
+
+// A job with a Retention of its own counts that Retention less the
+// queue's after its finish: later for a longer one, earlier for a shorter
+// one, as Throughput's doc says.
+func TestThroughputCountsAJobWithItsOwnRetentionShiftedEitherWay(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Retention: time.Hour})
+	finished := f.clock.Now()
+	for _, r := range []time.Duration{3 * time.Hour, 20 * time.Minute} {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{Retention: r})
+		require.NoError(t, err)
+		j, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		_, err = f.q.Complete(f.ctx, j, nil)
+		require.NoError(t, err)
+	}
+	th, err := f.q.Throughput(f.ctx, finished.Add(-3*time.Hour), finished.Add(3*time.Hour), time.Minute)
+	require.NoError(t, err)
+	at := map[time.Duration]int64{}
+	for _, b := range th.Buckets {
+		if b.Succeeded > 0 {
+			at[b.Start.Sub(finished.Truncate(time.Minute))] += b.Succeeded
+		}
+	}
+	require.Equal(t, map[time.Duration]int64{2 * time.Hour: 1, -40 * time.Minute: 1}, at)
+}
