@@ -83,8 +83,8 @@ type Handler struct {
 	replicaTimeout time.Duration
 	// retention and failedRetention are the Options', likewise.
 	retention, failedRetention time.Duration
-	mux            *http.ServeMux
-	pages          *pages
+	mux                        *http.ServeMux
+	pages                      *pages
 
 	mu     sync.Mutex
 	queues map[string]openQueue // opened queues, by name
