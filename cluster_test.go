@@ -941,3 +941,51 @@ func TestClusterConcurrencyKeysOfTheLiveMastersWhenOneIsDead(t *testing.T) {
 	}
 	require.Equal(t, live, names, "every key of the live masters")
 }
+
+// With a master dead, Throughput and CountByType count the live masters'
+// shards and name the dead one's: neither fails whole.
+func TestClusterThroughputAndCountByTypeOfTheLiveMastersWhenOneIsDead(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DialTimeout, o.MaxRetries = 300*time.Millisecond, 1 })
+	ctx := context.Background()
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second})
+	var dead []int
+	for s := range q.ks.shards {
+		if nodeOf(t, rdb, cl, q.ks.index(s, idxReady)) == 2 {
+			dead = append(dead, s)
+		}
+	}
+	require.NotEmpty(t, dead)
+	onLive := 0
+	for i := range 200 {
+		j, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("j%d", i)})
+		require.NoError(t, err)
+		c, err := q.Claim(ctx, "w")
+		require.NoError(t, err)
+		_, err = q.Complete(ctx, c, nil)
+		require.NoError(t, err)
+		if !slices.Contains(dead, q.ks.shardOf(j.ID)) {
+			onLive++
+		}
+	}
+	cl.Nodes[2].Stop()
+
+	now, err := q.clock.Now(ctx, q.rdb)
+	require.NoError(t, err)
+	th, err := q.Throughput(ctx, now.Add(-time.Hour), now.Add(time.Minute), time.Minute)
+	var se *ShardsError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, dead, se.Shards)
+	var ok int64
+	for _, b := range th.Buckets {
+		ok += b.Succeeded
+	}
+	require.EqualValues(t, onLive, ok)
+
+	tc, err := q.CountByType(ctx, 0)
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, dead, se.Shards)
+	require.Len(t, tc.Types, 1)
+	require.EqualValues(t, onLive, tc.Types[0].Succeeded)
+}
