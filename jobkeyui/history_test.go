@@ -161,3 +161,15 @@ func TestHistoryPageChartsALongRetention(t *testing.T) {
 	require.True(t, len(rows) >= 999 && len(rows) <= jobkey.MaxThroughputBuckets, "%d rows", len(rows))
 	require.Equal(t, [4]int64{2, 3, 1, 0}, sumRows(rows))
 }
+
+// The per-type table says how many of the values it read it could not
+// decode, which no type counts: the fixture's corrupt pending value.
+func TestQueuePageSaysHowManyValuesTheTypeCountCouldNotRead(t *testing.T) {
+	f := newFixture(t, Options{})
+	tc, err := f.q.CountByType(context.Background(), 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tc.Unreadable, "the fixture's corrupt value listed as pending")
+	resp, body := f.fetch(t, f.client(t), "/queue?name=mails")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Regexp(t, `id="types-note">[^<]*1 job value could not be read`, body)
+}
