@@ -199,3 +199,18 @@ func mustIDFor(t *testing.T, q *jobkey.Queue, k string) string {
 	require.NoError(t, err)
 	return id
 }
+
+// A forged report whose busy count is below the runs it lists shows no
+// negative "more": the runs it lists, and nothing else.
+func TestWorkersPageShowsNoNegativeCountOfAForgedReport(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	report := `{"v":1,"name":"forged","busy":-5,"slots":1,"running":[{"id":"r1","type":"t","runner":"forged/0"},{"id":"r2","type":"t","runner":"forged/1"}]}`
+	require.NoError(t, f.rdb.Set(ctx, f.prefix+":{mails}:worker:forged", report, time.Minute).Err())
+	require.NoError(t, f.rdb.ZAdd(ctx, f.prefix+":{mails}:workers", redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "forged"}).Err())
+	resp, body := f.fetch(t, f.client(t), "/workers?name=mails")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `data-run="r2"`)
+	require.NotContains(t, body, "-7 more")
+	require.NotRegexp(t, `and -?\d+ more`, body)
+}
