@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -892,4 +893,99 @@ func TestShardDownWhenTheSlotMapNamesTheNodeByHostName(t *testing.T) {
 	require.True(t, q.unreachable(ctx, err), "%v", err)
 	q.down.Add(0, err)
 	require.True(t, q.down.Has(0), "the slot still names the node that could not be reached: %v", err)
+}
+
+// With a master dead, ConcurrencyKeys lists the keys of the live masters'
+// shards and names the dead one's shards in a *ShardsError: it does not
+// fail whole.
+func TestClusterConcurrencyKeysOfTheLiveMastersWhenOneIsDead(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DialTimeout, o.MaxRetries = 300*time.Millisecond, 1 })
+	ctx := context.Background()
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second})
+	deadShards := map[int]bool{}
+	for s := range q.ks.shards {
+		if nodeOf(t, rdb, cl, q.ks.index(s, idxReady)) == 2 {
+			deadShards[s] = true
+		}
+	}
+	require.NotEmpty(t, deadShards)
+	var live []string
+	for i := range 40 {
+		k := fmt.Sprintf("tenant-%d", i)
+		require.NoError(t, q.SetConcurrencyLimit(ctx, k, 2))
+		if !deadShards[q.ks.shardOf(k)] {
+			live = append(live, k)
+		}
+	}
+	require.NotEmpty(t, live)
+	slices.Sort(live)
+	cl.Nodes[2].Stop()
+
+	keys, more, err := q.ConcurrencyKeys(ctx)
+	var se *ShardsError
+	require.ErrorAs(t, err, &se)
+	require.False(t, more)
+	got := make([]int, 0, len(se.Shards))
+	for s := range deadShards {
+		got = append(got, s)
+	}
+	slices.Sort(got)
+	require.Equal(t, got, se.Shards, "the dead master's shards, named")
+	var names []string
+	for _, k := range keys {
+		require.NoError(t, k.Err)
+		require.Equal(t, 2, k.Limit)
+		names = append(names, k.Key)
+	}
+	require.Equal(t, live, names, "every key of the live masters")
+}
+
+// With a master dead, Throughput and CountByType count the live masters'
+// shards and name the dead one's: neither fails whole.
+func TestClusterThroughputAndCountByTypeOfTheLiveMastersWhenOneIsDead(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DialTimeout, o.MaxRetries = 300*time.Millisecond, 1 })
+	ctx := context.Background()
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second})
+	var dead []int
+	for s := range q.ks.shards {
+		if nodeOf(t, rdb, cl, q.ks.index(s, idxReady)) == 2 {
+			dead = append(dead, s)
+		}
+	}
+	require.NotEmpty(t, dead)
+	onLive := 0
+	for i := range 200 {
+		j, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprintf("j%d", i)})
+		require.NoError(t, err)
+		c, err := q.Claim(ctx, "w")
+		require.NoError(t, err)
+		_, err = q.Complete(ctx, c, nil)
+		require.NoError(t, err)
+		if !slices.Contains(dead, q.ks.shardOf(j.ID)) {
+			onLive++
+		}
+	}
+	cl.Nodes[2].Stop()
+
+	now, err := q.clock.Now(ctx, q.rdb)
+	require.NoError(t, err)
+	th, err := q.Throughput(ctx, now.Add(-time.Hour), now.Add(time.Minute), time.Minute)
+	var se *ShardsError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, dead, se.Shards)
+	var ok int64
+	for _, b := range th.Buckets {
+		ok += b.Succeeded
+	}
+	require.EqualValues(t, onLive, ok)
+
+	tc, err := q.CountByType(ctx, 0)
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, dead, se.Shards)
+	require.Len(t, tc.Types, 1)
+	require.EqualValues(t, onLive, tc.Types[0].Succeeded)
 }

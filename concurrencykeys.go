@@ -3,6 +3,7 @@ package jobkey
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -21,7 +22,9 @@ const MaxConcurrencyKeysListed = 1000
 // with SCAN on every master (the operator's ACL lines allow it; the
 // worker's and producer's do not), so it costs a walk of the keyspace:
 // an operator's call, not a hot path's. At most MaxConcurrencyKeysListed
-// keys are returned, by name; more says the walk found more.
+// keys are returned, by name; more says the walk found more. When a
+// master of a cluster cannot be scanned, it returns the keys of the others
+// with a *ShardsError naming the shards that master holds.
 func (q *Queue) ConcurrencyKeys(ctx context.Context) (keys []ConcurrencyInfo, more bool, err error) {
 	if err := q.check(ctx, false); err != nil {
 		return nil, false, err
@@ -49,16 +52,49 @@ func (q *Queue) ConcurrencyKeys(ctx context.Context) (keys []ConcurrencyInfo, mo
 		mu.Unlock()
 		return nil
 	}
+	missing := &ShardsError{Of: q.ks.shards}
 	switch c := q.rdb.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, scan)
+		// A master that cannot be scanned leaves out the shards it holds,
+		// named; the others' keys are listed.
+		failed := map[string]error{}
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			if err := scan(ctx, m); err != nil {
+				mu.Lock()
+				failed[m.Options().Addr] = err
+				mu.Unlock()
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, false, cmp.Or(unreachable(c, err), err)
+		}
+		for s := range q.ks.shards {
+			if len(failed) == 0 {
+				break
+			}
+			m, err := c.MasterForKey(ctx, q.ks.index(s, idxReady))
+			if err != nil {
+				missing.add(s, fmt.Errorf("jobkey: find node of shard %d: %w", s, err))
+			} else if err := failed[m.Options().Addr]; err != nil {
+				missing.add(s, err)
+			}
+		}
+		if len(failed) > 0 && len(missing.Shards) == 0 {
+			// The masters that failed hold none of the queue's shards
+			// now, by the client's map: their keys may have moved here.
+			var errs []error
+			for _, err := range failed {
+				errs = append(errs, err)
+			}
+			return nil, false, errors.Join(errs...)
+		}
 	case *redis.Client:
-		err = scan(ctx, c)
+		if err := scan(ctx, c); err != nil {
+			return nil, false, err
+		}
 	default:
 		return nil, false, fmt.Errorf("%w: ConcurrencyKeys needs a *redis.Client or a *redis.ClusterClient, got %T", ErrInvalid, q.rdb)
-	}
-	if err != nil {
-		return nil, false, err
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -66,7 +102,7 @@ func (q *Queue) ConcurrencyKeys(ctx context.Context) (keys []ConcurrencyInfo, mo
 		names, more = names[:MaxConcurrencyKeysListed], true
 	}
 	if len(names) == 0 {
-		return nil, more, nil
+		return nil, more, missing.orNil()
 	}
 	now, err := q.clock.Now(ctx, q.rdb)
 	if err != nil {
@@ -102,5 +138,5 @@ func (q *Queue) ConcurrencyKeys(ctx context.Context) (keys []ConcurrencyInfo, mo
 		}
 		keys = append(keys, info)
 	}
-	return keys, more, nil
+	return keys, more, missing.orNil()
 }

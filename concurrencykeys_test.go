@@ -45,3 +45,40 @@ func TestConcurrencyKeysListsEveryKeyWithAValue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "\xc1junk", v)
 }
+
+// Keys with glob characters, colons and the text of a key name are
+// listed as themselves; a value of the wrong type is listed with why and
+// kept; and a queue whose name starts with this one's lends none of its
+// keys.
+func TestConcurrencyKeysListsOddKeysAndNoneOfAQueueNamedAlike(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 4})
+	odd := []string{`*`, `?`, `[a-z]`, `\`, `a:b`, `x}:ck:y`[2:], `:ck:`, ` `, "\x00", "é"}
+	for _, k := range odd {
+		require.NoError(t, f.q.SetConcurrencyLimit(f.ctx, k, 2), "%q", k)
+	}
+	for _, name := range []string{"q2", "q-", "q*"} {
+		other, err := NewQueue(f.rdb, name, &Config{Prefix: f.q.cfg.Prefix, Shards: 4})
+		require.NoError(t, err)
+		require.NoError(t, other.SetConcurrencyLimit(f.ctx, "theirs", 1))
+	}
+	wrong := f.q.ks.slotKey(f.q.ks.shardOf("hashed"), "hashed")
+	require.NoError(t, f.rdb.HSet(f.ctx, wrong, "f", "v").Err())
+
+	keys, more, err := f.q.ConcurrencyKeys(f.ctx)
+	require.NoError(t, err)
+	require.False(t, more)
+	got := map[string]ConcurrencyInfo{}
+	for _, k := range keys {
+		got[k.Key] = k
+	}
+	require.Len(t, got, len(odd)+1, "%v", keys)
+	for _, k := range odd {
+		require.NoError(t, got[k].Err, "%q", k)
+		require.Equal(t, 2, got[k].Limit, "%q", k)
+	}
+	require.Error(t, got["hashed"].Err)
+	typ, err := f.rdb.Type(f.ctx, wrong).Result()
+	require.NoError(t, err)
+	require.Equal(t, "hash", typ, "kept")
+}

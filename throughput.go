@@ -15,6 +15,14 @@ import (
 // all in one round trip per node.
 const MaxThroughputBuckets = 1000
 
+// minThroughputTime and maxThroughputTime bound the times Throughput
+// takes: milliseconds since 1970 span them, and a step either side, in an
+// int64 (73 million years each way).
+var (
+	minThroughputTime = time.UnixMilli(-1 << 61).UTC()
+	maxThroughputTime = time.UnixMilli(1 << 61).UTC()
+)
+
 // Throughput is a queue's history, counted from its finished indexes, and
 // what is scheduled ahead, counted from its ready indexes, over equal
 // buckets of time. No counter is kept anywhere: a finished job's index
@@ -34,7 +42,8 @@ type Throughput struct {
 	// (Queue.Delete, DeleteFinished) takes its entry with it, and a job with
 	// a Retention of its own is scored that Retention less
 	// Config.Retention after its finish (docs/design.md, section 13), so it
-	// counts in a later bucket.
+	// counts in a later bucket, or an earlier one when its Retention is
+	// shorter (before From, uncounted, when the difference is that long).
 	SucceededExactSince, FailedExactSince, CanceledExactSince time.Time
 }
 
@@ -53,7 +62,8 @@ type ThroughputBucket struct {
 // Throughput counts, over buckets of step from from to to, the jobs that
 // finished in each and the jobs scheduled in each still ahead. from is
 // rounded down and to up to whole steps (in Unix time), and step to whole
-// milliseconds; at most MaxThroughputBuckets buckets are counted.
+// milliseconds; at most MaxThroughputBuckets buckets are counted, of times
+// within 73 million years of 1970 (ErrInvalid beyond).
 //
 // It reads every shard in one round trip per node. When some shards
 // cannot be read, it returns the counts of the others with a *ShardsError
@@ -65,6 +75,9 @@ func (q *Queue) Throughput(ctx context.Context, from, to time.Time, step time.Du
 	}
 	if !to.After(from) {
 		return Throughput{}, fmt.Errorf("%w: Throughput from %v is not before to %v", ErrInvalid, from, to)
+	}
+	if from.Before(minThroughputTime) || to.After(maxThroughputTime) {
+		return Throughput{}, fmt.Errorf("%w: Throughput from %v to %v, want times within %v and %v", ErrInvalid, from, to, minThroughputTime, maxThroughputTime)
 	}
 	lo := toMillis(from) - mod(toMillis(from), step.Milliseconds())
 	hi := toMillis(to)
@@ -82,9 +95,10 @@ func (q *Queue) Throughput(ctx context.Context, from, to time.Time, step time.Du
 	if err != nil {
 		return Throughput{}, err
 	}
-	t := Throughput{From: fromMillis(lo), To: fromMillis(hi), Step: step, Now: now, Buckets: make([]ThroughputBucket, n)}
+	// Not fromMillis: 0 is 1970 here, not a time unset.
+	t := Throughput{From: time.UnixMilli(lo).UTC(), To: time.UnixMilli(hi).UTC(), Step: step, Now: now, Buckets: make([]ThroughputBucket, n)}
 	for i := range t.Buckets {
-		t.Buckets[i].Start = fromMillis(lo + int64(i)*step.Milliseconds())
+		t.Buckets[i].Start = time.UnixMilli(lo + int64(i)*step.Milliseconds()).UTC()
 	}
 	t.SucceededExactSince = now.Add(-q.cfg.Retention)
 	t.FailedExactSince = now.Add(-q.cfg.FailedRetention)

@@ -3,6 +3,7 @@ package jobkey
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -140,4 +141,73 @@ func TestThroughputRefusesABadRange(t *testing.T) {
 		_, err := f.q.Throughput(f.ctx, c.from, c.to, c.step)
 		require.ErrorIs(t, err, ErrInvalid, "%v..%v by %v", c.from, c.to, c.step)
 	}
+}
+
+// A range across 1970-01-01 has buckets a step apart through it: the
+// bucket that starts at the epoch starts there, not at the zero Time.
+func TestThroughputAcrossTheEpochKeepsItsBucketsAStepApart(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	epoch := time.Unix(0, 0).UTC()
+	th, err := f.q.Throughput(f.ctx, epoch.Add(-2*time.Minute), epoch.Add(2*time.Minute), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, epoch.Add(-2*time.Minute), th.From)
+	require.Equal(t, epoch.Add(2*time.Minute), th.To)
+	require.Len(t, th.Buckets, 4)
+	for i, b := range th.Buckets {
+		require.Equal(t, epoch.Add(time.Duration(i-2)*time.Minute), b.Start, "bucket %d", i)
+	}
+	th, err = f.q.Throughput(f.ctx, epoch, epoch.Add(time.Minute), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, epoch, th.From)
+}
+
+// Times beyond what milliseconds since 1970 can span are refused, never a
+// panic or a wrapped range.
+func TestThroughputRefusesTimesBeyondMilliseconds(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	now := f.clock.Now()
+	far := time.Date(300_000_000, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		from, to time.Time
+		step     time.Duration
+	}{
+		{time.UnixMilli(math.MinInt64 + 1), time.UnixMilli(math.MaxInt64 - 1), time.Millisecond},
+		{time.UnixMilli(math.MinInt64 + 1), now, time.Duration(math.MaxInt64)},
+		{now, time.UnixMilli(math.MaxInt64 - 1), time.Duration(math.MaxInt64)},
+		{now, far, time.Duration(math.MaxInt64)},
+		{far.AddDate(-600_000_000, 0, 0), now, time.Duration(math.MaxInt64)},
+	} {
+		require.NotPanics(t, func() {
+			_, err := f.q.Throughput(f.ctx, c.from, c.to, c.step)
+			require.ErrorIs(t, err, ErrInvalid, "%v..%v by %v", c.from, c.to, c.step)
+		})
+	}
+}
+
+// A job with a Retention of its own counts that Retention less the
+// queue's after its finish: later for a longer one, earlier for a shorter
+// one, as Throughput's doc says.
+func TestThroughputCountsAJobWithItsOwnRetentionShiftedEitherWay(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Retention: time.Hour})
+	finished := f.clock.Now()
+	for _, r := range []time.Duration{3 * time.Hour, 20 * time.Minute} {
+		_, err := f.q.Enqueue(f.ctx, "t", nil, &EnqueueOpts{Retention: r})
+		require.NoError(t, err)
+		j, err := f.q.Claim(f.ctx, "w")
+		require.NoError(t, err)
+		_, err = f.q.Complete(f.ctx, j, nil)
+		require.NoError(t, err)
+	}
+	th, err := f.q.Throughput(f.ctx, finished.Add(-3*time.Hour), finished.Add(3*time.Hour), time.Minute)
+	require.NoError(t, err)
+	at := map[time.Duration]int64{}
+	for _, b := range th.Buckets {
+		if b.Succeeded > 0 {
+			at[b.Start.Sub(finished.Truncate(time.Minute))] += b.Succeeded
+		}
+	}
+	require.Equal(t, map[time.Duration]int64{2 * time.Hour: 1, -40 * time.Minute: 1}, at)
 }

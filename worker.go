@@ -134,7 +134,11 @@ func (q *Queue) Work(ctx context.Context, h Handler, opts *WorkOpts) error {
 func (q *Queue) runWork(ctx context.Context, h Handler, o WorkOpts, gate *weighted.Gate, gi int, queues []string) (err error) {
 	w := &worker{q: q, h: h, o: o, wake: make(chan struct{}, o.Concurrency), running: map[*run]struct{}{},
 		stuck: map[*run]time.Time{}, changed: make(chan struct{}, 1), abandoned: make(chan struct{}), trail: &cas.Trail{},
-		gate: gate, gi: gi, queues: queues, started: q.clock.Guess(), runsMoved: make(chan struct{}, 1)}
+		gate: gate, gi: gi, queues: queues, runsMoved: make(chan struct{}, 1)}
+	// By Redis's clock: when it is not known yet, the first report sets it.
+	if t, known := q.clock.Estimate(); known {
+		w.started = t
+	}
 	// Every call of this Work carries its trail: a claim given back for a
 	// runner that left its call is counted there until it is over.
 	ctx = cas.WithTrail(ctx, w.trail)
@@ -287,7 +291,7 @@ type worker struct {
 	gi   int
 	// queues and started are what this Work reports of itself
 	// (workers.go): the queues of its WorkQueues (or its own), and when it
-	// started.
+	// started, by Redis's clock (the reporter's alone once set).
 	queues  []string
 	started time.Time
 	// runsMoved is poked when a run starts or stops: the report follows

@@ -209,6 +209,9 @@ func (w *worker) report(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if w.started.IsZero() {
+		w.started = now // Redis's clock was not known when Work started
+	}
 	b, err := json.Marshal(workerReport{V: workerReportVersion, WorkerInfo: w.info(now)})
 	if err != nil {
 		return err

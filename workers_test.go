@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -173,4 +174,25 @@ func TestWorkerReportOutlivesShutdownUntilItsRunsEnd(t *testing.T) {
 	ws, err = q.Workers(ctx)
 	require.NoError(t, err)
 	require.Empty(t, ws)
+}
+
+// A Work on a host whose clock runs hours off reports when it started by
+// Redis's clock, as every other time of its report.
+func TestWorkerReportsItsStartByRedisTimeOnASkewedHost(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	ctx := context.Background()
+	q := skewedQueue(t, redistest.Prefix(t), 2*time.Hour, Config{})
+	before, err := redistest.Client(t, nil).Time(ctx).Result()
+	require.NoError(t, err)
+	stop := startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }), &WorkOpts{Name: "skewed-1"})
+	defer stop()
+	var ws []WorkerInfo
+	require.Eventually(t, func() bool {
+		ws, err = q.Workers(ctx)
+		require.NoError(t, err)
+		return len(ws) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	require.WithinDuration(t, before, ws[0].StartedAt, time.Minute, "by Redis's clock, not the host's 2h ahead")
+	require.WithinDuration(t, before, ws[0].SeenAt, time.Minute)
 }

@@ -67,7 +67,9 @@ func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request) {
 	d := historyData{counts: countsOf(ctx, q)}
 	now := time.Now()
 	cfg := q.Config()
-	keep := min(max(cfg.Retention, cfg.FailedRetention), maxHistoryHours*time.Hour)
+	// An hour less than the bound: a span that does not start on the hour
+	// takes one bucket more.
+	keep := min(max(cfg.Retention, cfg.FailedRetention), (maxHistoryHours-1)*time.Hour)
 	var missing *jobkey.ShardsError
 	add := func(id, title, note string, from, to time.Time, step time.Duration, unit time.Duration, unitName string, ahead bool) {
 		c := historyChart{ID: id, Title: title, Note: note}
@@ -83,9 +85,10 @@ func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request) {
 		}
 		c.SVG, c.Rows = throughputChart(th, title, unit, unitName, ahead)
 		if d.Exact == "" {
-			d.Exact = fmt.Sprintf("Counts are exact from %s for succeeded and canceled jobs, and from %s for failed ones (their retention); "+
+			d.Exact = fmt.Sprintf("Counts are exact from %s for succeeded and canceled jobs, and from %s for failed ones, "+
+				"for workers that keep finished jobs %v and failed ones %v (their Config.Retention and FailedRetention: this UI's Options, as Redis does not store them); "+
 				"a finished job deleted, or one with a Retention of its own, is not counted where it finished.",
-				th.SucceededExactSince.UTC().Format(time.DateTime), th.FailedExactSince.UTC().Format(time.DateTime))
+				th.SucceededExactSince.UTC().Format(time.DateTime), th.FailedExactSince.UTC().Format(time.DateTime), cfg.Retention, cfg.FailedRetention)
 		}
 		d.Charts = append(d.Charts, c)
 	}

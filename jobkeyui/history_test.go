@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey"
 	"github.com/stretchr/testify/require"
 )
 
@@ -119,4 +120,56 @@ func TestQueuePageCountsJobsByType(t *testing.T) {
 	}
 	require.Contains(t, body, `<datalist id="known-types"><option value="welcome">`)
 	require.NotContains(t, body, hostileType, "the hostile type stays text")
+}
+
+// The history page says from when its counts are exact by the retention
+// the workers keep (Options.Retention): a job their Trim removed once its
+// 1s passed is older than the span it calls exact.
+func TestHistoryPageSaysExactSinceByTheWorkersRetention(t *testing.T) {
+	f := newFixture(t, Options{Retention: time.Second, FailedRetention: time.Minute})
+	ctx := context.Background()
+	short, err := jobkey.NewQueue(f.rdb, "short", &jobkey.Config{Prefix: f.prefix, Retention: time.Second, FailedRetention: time.Minute})
+	require.NoError(t, err)
+	_, err = short.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	j, err := short.Claim(ctx, "w")
+	require.NoError(t, err)
+	j, err = short.Complete(ctx, j, nil)
+	require.NoError(t, err)
+	time.Sleep(2200 * time.Millisecond) // the retention and Trim's second of grace
+	n, err := short.Trim(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	resp, body := f.fetch(t, f.client(t), "/history?name=short")
+	wantStatus(t, resp, body, http.StatusOK)
+	m := regexp.MustCompile(`Counts are exact from ([0-9-]+ [0-9:]+) for succeeded`).FindStringSubmatch(body)
+	require.NotNil(t, m, body)
+	since, err := time.Parse(time.DateTime, m[1])
+	require.NoError(t, err)
+	require.False(t, since.Before(j.UpdatedAt.Truncate(time.Second)), "exact from %v, but the job that finished at %v is not counted", since, j.UpdatedAt)
+	require.Contains(t, body, "keep finished jobs 1s and failed ones 1m0s")
+}
+
+// A retention of a thousand hours or more still charts the thousand
+// hours Throughput can count, whatever the minute.
+func TestHistoryPageChartsALongRetention(t *testing.T) {
+	f := newFixture(t, Options{FailedRetention: 60 * 24 * time.Hour})
+	resp, body := f.fetch(t, f.client(t), "/history?name=mails")
+	wantStatus(t, resp, body, http.StatusOK)
+	rows := historyRows(t, body, "retention")
+	require.True(t, len(rows) >= 999 && len(rows) <= jobkey.MaxThroughputBuckets, "%d rows", len(rows))
+	require.Equal(t, [4]int64{2, 3, 1, 0}, sumRows(rows))
+}
+
+// The per-type table says how many of the values it read it could not
+// decode, which no type counts: the fixture's corrupt pending value.
+func TestQueuePageSaysHowManyValuesTheTypeCountCouldNotRead(t *testing.T) {
+	f := newFixture(t, Options{})
+	tc, err := f.q.CountByType(context.Background(), 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tc.Unreadable, "the fixture's corrupt value listed as pending")
+	resp, body := f.fetch(t, f.client(t), "/queue?name=mails")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Regexp(t, `id="types-note">[^<]*1 job value could not be read`, body)
 }

@@ -1,6 +1,8 @@
 package jobkeyui
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/jobkey/jobkey"
@@ -12,8 +14,9 @@ import (
 
 type keysData struct {
 	counts
-	Keys []keyRow
-	More bool
+	Keys    []keyRow
+	More    bool
+	Missing string // the shards left out, when some could not be read
 }
 
 type keyRow struct {
@@ -32,13 +35,18 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	keys, more, err := q.ConcurrencyKeys(ctx)
-	if err != nil {
+	var missing *jobkey.ShardsError
+	if err != nil && !errors.As(err, &missing) {
 		h.failErr(w, r, err)
 		return
 	}
 	p := h.newPage(w, r, name+" · keys")
 	p.self("keys", "name", name)
 	d := keysData{counts: countsOf(ctx, q), More: more}
+	if missing != nil {
+		d.Missing = fmt.Sprintf("This list leaves out %d of %d shards, which could not be read (%v): %s",
+			len(missing.Shards), missing.Of, missing.Shards, oneLine(missing))
+	}
 	for _, k := range keys {
 		row := keyRow{ConcurrencyInfo: k}
 		if k.Err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jobkey/jobkey"
@@ -413,6 +414,14 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		if !tc.Complete {
 			d.TypesNote += fmt.Sprintf(" Counted from the first %d entries of each state's index on each shard (%d jobs read): the queue holds more.", typeScan, tc.Read)
 		}
+		switch tc.Unreadable {
+		case 0:
+		case 1:
+			d.TypesNote += " 1 job value could not be read, and no type counts it."
+		default:
+			d.TypesNote += fmt.Sprintf(" %d job values could not be read, and no type counts them.", tc.Unreadable)
+		}
+		d.TypesNote = strings.TrimSpace(d.TypesNote)
 		for _, t := range tc.Types {
 			d.Types = append(d.Types, typeRow{TypeCount: t, Link: p.Link("queue", "name", name, "state", d.State, "type", t.Type)})
 		}

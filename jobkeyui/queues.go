@@ -38,7 +38,8 @@ func (h *Handler) queue(ctx context.Context, name string) (*jobkey.Queue, error)
 
 // config is the Config the handler opens a queue of shards with.
 func (h *Handler) config(shards int) *jobkey.Config {
-	return &jobkey.Config{Prefix: h.prefix, Shards: shards, MinReplicas: h.minReplicas, ReplicaTimeout: h.replicaTimeout}
+	return &jobkey.Config{Prefix: h.prefix, Shards: shards, MinReplicas: h.minReplicas, ReplicaTimeout: h.replicaTimeout,
+		Retention: h.retention, FailedRetention: h.failedRetention}
 }
 
 // openQueue is a Queue the handler opened, with the shard count it was

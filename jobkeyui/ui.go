@@ -59,6 +59,13 @@ type Options struct {
 	// (default: 0, no wait; ReplicaTimeout 1s).
 	MinReplicas    int
 	ReplicaTimeout time.Duration
+	// Retention and FailedRetention are the Config.Retention and
+	// Config.FailedRetention the queues' workers keep finished jobs for,
+	// which Redis does not store: the counts of finished jobs cover them,
+	// the history page says from when its counts are exact by them, and a
+	// job the UI cancels keeps Retention (default: jobkey's, 24h and 7
+	// days).
+	Retention, FailedRetention time.Duration
 }
 
 // Handler is the web UI. It is safe for concurrent use.
@@ -74,8 +81,10 @@ type Handler struct {
 	// handler opens.
 	minReplicas    int
 	replicaTimeout time.Duration
-	mux            *http.ServeMux
-	pages          *pages
+	// retention and failedRetention are the Options', likewise.
+	retention, failedRetention time.Duration
+	mux                        *http.ServeMux
+	pages                      *pages
 
 	mu     sync.Mutex
 	queues map[string]openQueue // opened queues, by name
@@ -91,6 +100,7 @@ func New(rdb redis.UniversalClient, o Options) (*Handler, error) {
 		rdb: rdb, prefix: o.Prefix, readOnly: o.ReadOnly, pageSize: o.PageSize,
 		log: o.Logger, queues: map[string]openQueue{},
 		minReplicas: o.MinReplicas, replicaTimeout: o.ReplicaTimeout,
+		retention: o.Retention, failedRetention: o.FailedRetention,
 	}
 	if h.prefix == "" {
 		h.prefix = "jobkey"

@@ -66,7 +66,7 @@ func (h *Handler) workersPage(w http.ResponseWriter, r *http.Request) {
 		for _, run := range wi.Running {
 			row.Running = append(row.Running, runRow{RunInfo: run, Link: p.Link("job", "queue", name, "id", run.ID)})
 		}
-		row.More = wi.Busy - len(wi.Running)
+		row.More = max(0, wi.Busy-len(wi.Running)) // a forged report may count fewer than it lists
 		d.Workers = append(d.Workers, row)
 		for _, s := range wi.Schedules {
 			i := slices.IndexFunc(d.Schedules, func(v scheduleRow) bool {

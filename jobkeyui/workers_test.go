@@ -2,10 +2,13 @@ package jobkeyui
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,4 +137,80 @@ func TestKeysPageShowsEachKeysLimitUseAndRate(t *testing.T) {
 	require.NotContains(t, body, `<i>x</i>`)
 	_, qbody := f.fetch(t, c, "/queue?name=mails")
 	require.Contains(t, qbody, `<a href="/keys?name=mails" id="keys-link">`)
+}
+
+// On a cluster with a master down, the keys page lists the live masters'
+// keys and names the shards it left out: it does not fail whole.
+func TestKeysPageOfTheLiveMastersWhenOneIsDead(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.DialTimeout, o.MaxRetries = 300*time.Millisecond, 1 })
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	q, err := jobkey.NewQueue(rdb, "q", &jobkey.Config{Prefix: prefix})
+	require.NoError(t, err)
+	node := func(key string) string {
+		m, err := rdb.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		return m.Options().Addr
+	}
+	for i := range 40 {
+		require.NoError(t, q.SetConcurrencyLimit(ctx, "tenant-"+strconv.Itoa(i), 2))
+	}
+	// The dead master is one that holds keys but not the queue's meta key.
+	meta := node(prefix + ":{q}:meta")
+	var dead *redistest.Server
+	var live []string
+	for _, n := range cl.Nodes {
+		if n.Addr != meta {
+			dead = n
+			break
+		}
+	}
+	for i := range 40 {
+		k := "tenant-" + strconv.Itoa(i)
+		if node(q.Keys(mustIDFor(t, q, k)).Job) != dead.Addr {
+			live = append(live, k)
+		}
+	}
+	require.Less(t, len(live), 40, "the dead master holds some keys")
+	dead.Stop()
+
+	h, err := New(rdb, Options{Prefix: prefix, Logger: discardLogger()})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/keys?name=q")
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	body := string(b)
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `id="keys-missing"`)
+	for _, k := range live {
+		require.Contains(t, body, `<tr data-key="`+k+`">`)
+	}
+}
+
+// mustIDFor is an ID in the shard of concurrency key k.
+func mustIDFor(t *testing.T, q *jobkey.Queue, k string) string {
+	t.Helper()
+	id, err := q.IDFor(k, "x")
+	require.NoError(t, err)
+	return id
+}
+
+// A forged report whose busy count is below the runs it lists shows no
+// negative "more": the runs it lists, and nothing else.
+func TestWorkersPageShowsNoNegativeCountOfAForgedReport(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	report := `{"v":1,"name":"forged","busy":-5,"slots":1,"running":[{"id":"r1","type":"t","runner":"forged/0"},{"id":"r2","type":"t","runner":"forged/1"}]}`
+	require.NoError(t, f.rdb.Set(ctx, f.prefix+":{mails}:worker:forged", report, time.Minute).Err())
+	require.NoError(t, f.rdb.ZAdd(ctx, f.prefix+":{mails}:workers", redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "forged"}).Err())
+	resp, body := f.fetch(t, f.client(t), "/workers?name=mails")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `data-run="r2"`)
+	require.NotContains(t, body, "-7 more")
+	require.NotRegexp(t, `and -?\d+ more`, body)
 }

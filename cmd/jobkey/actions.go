@@ -520,7 +520,8 @@ func (e *named) Unwrap() error { return e.err }
 // for (Queue.ConcurrencyKeys).
 func listLimits(ctx context.Context, q *jobkey.Queue, asJSON bool, stdout io.Writer) error {
 	keys, more, err := q.ConcurrencyKeys(ctx)
-	if err != nil {
+	var missing *jobkey.ShardsError
+	if err != nil && !errors.As(err, &missing) {
 		return fmt.Errorf("limit: %w", err)
 	}
 	if asJSON {
@@ -543,15 +544,29 @@ func listLimits(ctx context.Context, q *jobkey.Queue, asJSON bool, stdout io.Wri
 			}
 			out = append(out, v)
 		}
-		return writeJSON(stdout, struct {
-			Queue string    `json:"queue"`
-			Keys  []keyJSON `json:"keys"`
-			More  bool      `json:"more"`
-		}{q.Name(), out, more})
+		doc := struct {
+			Queue   string    `json:"queue"`
+			Keys    []keyJSON `json:"keys"`
+			More    bool      `json:"more"`
+			Missing string    `json:"missing,omitempty"` // the shards left out, and why
+		}{q.Name(), out, more, ""}
+		if missing != nil {
+			doc.Missing = missing.Error()
+		}
+		if err := writeJSON(stdout, doc); err != nil {
+			return err
+		}
+		if missing != nil {
+			return errPartial
+		}
+		return nil
+	}
+	if missing != nil {
+		defer fmt.Fprintf(stdout, "\n%v\n", missing)
 	}
 	if len(keys) == 0 {
 		fmt.Fprintf(stdout, "no concurrency key of queue %q has a value in Redis\n", q.Name())
-		return nil
+		return partial(missing)
 	}
 	fmt.Fprintln(stdout, "| key | limit | active | waiting | rate | started in period |")
 	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
@@ -571,6 +586,14 @@ func listLimits(ctx context.Context, q *jobkey.Queue, asJSON bool, stdout io.Wri
 	}
 	if more {
 		fmt.Fprintf(stdout, "\nthe first %d keys, by name: the queue has more\n", jobkey.MaxConcurrencyKeysListed)
+	}
+	return partial(missing)
+}
+
+// partial is errPartial when shards were left out.
+func partial(missing *jobkey.ShardsError) error {
+	if missing != nil {
+		return errPartial
 	}
 	return nil
 }

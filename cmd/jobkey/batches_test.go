@@ -59,3 +59,22 @@ func TestBatchesAndBatchShowProgress(t *testing.T) {
 	_, err = f.run("batch")
 	require.Error(t, err)
 }
+
+// The command show suggests for a job's batch runs that batch when pasted
+// into a shell, whatever its ID holds: never a second command, never a
+// flag.
+func TestShowSuggestsABatchCommandThatAShellRunsAsIs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	for id, want := range map[string]string{
+		"x; touch pwned $(id) `id` 'q'": `jobkey batch -queue mail 'x; touch pwned $(id) ` + "`id`" + ` '"'"'q'"'"''`,
+		"-redis=redis://evil:1":         `jobkey batch -queue mail -- -redis=redis://evil:1`,
+		"plain-7":                       `jobkey batch -queue mail plain-7`,
+	} {
+		_, ids, err := f.q.EnqueueBatch(f.ctx, []jobkey.JobSpec{{Type: "t"}}, jobkey.JobSpec{Type: "cb"}, &jobkey.BatchOpts{ID: id})
+		require.NoError(t, err)
+		out, err := f.run("show", ids[0])
+		require.NoError(t, err)
+		require.Contains(t, out, "("+want+")\n", id)
+	}
+}

@@ -250,7 +250,11 @@ func printJob(w io.Writer, j *jobkey.Job) {
 		field("concurrency", line(j.ConcurrencyKey))
 	}
 	if j.Batch != "" {
-		field("batch", line(j.Batch)+" (jobkey batch -queue "+line(j.Queue)+" "+line(j.Batch)+")")
+		id := shellWord(j.Batch)
+		if strings.HasPrefix(j.Batch, "-") {
+			id = "-- " + id // an operand, not a flag
+		}
+		field("batch", line(j.Batch)+" (jobkey batch -queue "+shellWord(j.Queue)+" "+id+")")
 	}
 	if j.Timeout > 0 {
 		field("timeout", j.Timeout.String())
@@ -356,4 +360,14 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// shellWord is s as one word a POSIX shell reads back as s: as it is when
+// it holds only characters no shell treats specially, else in single
+// quotes, with what line escapes (it stays one line, and inert).
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,:/@%+=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(line(s), "'", `'"'"'`) + "'"
 }

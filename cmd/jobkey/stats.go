@@ -197,18 +197,23 @@ var errPartial = errors.New("some shards could not be read: the figures above le
 
 func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var history bool
-	var since, ahead, step time.Duration
+	var since, ahead, step, retention, failedRetention time.Duration
 	q, rdb, _, closeQ, err := openLive(ctx, "stats", args, stderr, nil, func(fs *flag.FlagSet) {
 		fs.BoolVar(&history, "history", false, "print the jobs finished per -step over the last -since, and those scheduled over the next -ahead, counted from the indexes")
 		fs.DurationVar(&since, "since", time.Hour, "with -history: how far back")
 		fs.DurationVar(&ahead, "ahead", 0, "with -history: how far ahead to count scheduled jobs")
 		fs.DurationVar(&step, "step", time.Minute, "with -history: the width of a row")
+		fs.DurationVar(&retention, "retention", 24*time.Hour, "with -history: the Config.Retention the queue's workers keep finished jobs for (Redis does not store it): the counts are exact that far back")
+		fs.DurationVar(&failedRetention, "failed-retention", 7*24*time.Hour, "with -history: the workers' Config.FailedRetention, likewise for failed jobs")
 	}, func(operands []string) error {
 		if len(operands) > 0 {
 			return fmt.Errorf("stats: unexpected arguments %q", operands)
 		}
 		if history && (since < 0 || ahead < 0 || since+ahead <= 0) {
 			return fmt.Errorf("stats: -since %v and -ahead %v: want a span after -history", since, ahead)
+		}
+		if retention <= 0 || failedRetention <= 0 {
+			return fmt.Errorf("stats: -retention %v and -failed-retention %v: want durations above 0", retention, failedRetention)
 		}
 		return nil
 	})
@@ -217,7 +222,7 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeQ()
 	if history {
-		return printThroughput(ctx, q, since, ahead, step, stdout)
+		return printThroughput(ctx, q, since, ahead, step, retention, failedRetention, stdout)
 	}
 	st, err := q.Stats(ctx)
 	var missing *jobkey.ShardsError
@@ -298,8 +303,10 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // printThroughput prints the queue's history (Queue.Throughput) as a table,
-// a row per step, and from when each finished count is exact.
-func printThroughput(ctx context.Context, q *jobkey.Queue, since, ahead, step time.Duration, stdout io.Writer) error {
+// a row per step, and from when each finished count is exact: by the
+// retentions the workers keep, which the operator gives (the queue this
+// command opens has the defaults, and Redis does not store the workers').
+func printThroughput(ctx context.Context, q *jobkey.Queue, since, ahead, step, retention, failedRetention time.Duration, stdout io.Writer) error {
 	now := time.Now()
 	th, err := q.Throughput(ctx, now.Add(-since), now.Add(ahead), step)
 	var missing *jobkey.ShardsError
@@ -310,9 +317,9 @@ func printThroughput(ctx context.Context, q *jobkey.Queue, since, ahead, step ti
 	for _, b := range th.Buckets {
 		fmt.Fprintf(stdout, "| %s | %d | %d | %d | %d |\n", b.Start.UTC().Format(time.DateTime), b.Succeeded, b.Failed, b.Canceled, b.Scheduled)
 	}
-	fmt.Fprintf(stdout, "\nexact since: succeeded and canceled %s, failed %s (their retention); "+
-		"deleted jobs, and jobs with a Retention of their own, are not counted where they finished\n",
-		th.SucceededExactSince.UTC().Format(time.DateTime), th.FailedExactSince.UTC().Format(time.DateTime))
+	fmt.Fprintf(stdout, "\nexact since: succeeded and canceled %s, failed %s, for workers that keep finished jobs -retention %v and failed ones -failed-retention %v "+
+		"(their Config.Retention and FailedRetention); deleted jobs, and jobs with a Retention of their own, are not counted where they finished\n",
+		th.Now.Add(-retention).UTC().Format(time.DateTime), th.Now.Add(-failedRetention).UTC().Format(time.DateTime), retention, failedRetention)
 	if missing != nil {
 		fmt.Fprintf(stdout, "\n%v\n", missing)
 		return errPartial

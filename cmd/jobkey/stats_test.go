@@ -54,3 +54,35 @@ func TestStatsHistoryPrintsFinishesPerStepFromTheIndexes(t *testing.T) {
 	_, err = f.run("stats", "-history", "-since", "0s")
 	require.Error(t, err, "an empty span is refused")
 }
+
+// The line that says from when the history is exact says it by the
+// retention the queue's workers keep, which Redis does not store: given
+// with -retention, a job trimmed after its 1s is older than the exact span,
+// and the line names the retention it assumed.
+func TestStatsHistorySaysExactSinceByTheWorkersRetention(t *testing.T) {
+	t.Parallel()
+	f := newFixtureWith(t, jobkey.Config{Shards: 1, Retention: time.Second})
+	j := f.claimed("ok", nil)
+	_, err := f.q.Complete(f.ctx, j, nil)
+	require.NoError(t, err)
+	time.Sleep(2200 * time.Millisecond) // the retention and Trim's second of grace
+	n, err := f.q.Trim(f.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the workers' retention has passed")
+
+	out, err := f.run("stats", "-history", "-since", "10m", "-retention", "1s", "-failed-retention", "1m")
+	require.NoError(t, err)
+	var date, clock string
+	i := strings.Index(out, "exact since: succeeded and canceled ")
+	require.GreaterOrEqual(t, i, 0, out)
+	_, err = fmt.Sscanf(out[i+len("exact since: succeeded and canceled "):], "%s %s", &date, &clock)
+	require.NoError(t, err)
+	since, err := time.Parse(time.DateTime, date+" "+strings.TrimSuffix(clock, ","))
+	require.NoError(t, err)
+	require.True(t, !since.Before(j.UpdatedAt.Truncate(time.Second)), "exact since %v, but the job that finished at %v is not counted", since, j.UpdatedAt)
+	require.Contains(t, out, "-retention 1s")
+
+	out, err = f.run("stats", "-history", "-since", "10m")
+	require.NoError(t, err)
+	require.Contains(t, out, "-retention 24h0m0s", "the default it assumes, named")
+}

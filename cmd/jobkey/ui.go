@@ -26,6 +26,8 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	prefix := fs.String("prefix", "jobkey", "key prefix of the queues to show")
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on (loopback by default: the UI has no login of its own)")
 	readOnly := fs.Bool("readonly", false, "hide and refuse every action (retry, cancel, delete, pause, resume)")
+	retention := fs.Duration("retention", 0, "the Config.Retention the queues' workers keep finished jobs for (default jobkey's, 24h): Redis does not store it")
+	failedRetention := fs.Duration("failed-retention", 0, "the workers' Config.FailedRetention (default jobkey's, 168h)")
 	var rf replicaFlags
 	rf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -58,7 +60,7 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	h, err := jobkeyui.New(rdb, jobkeyui.Options{Prefix: *prefix, ReadOnly: *readOnly, Logger: log,
-		MinReplicas: waits.minReplicas, ReplicaTimeout: waits.timeout})
+		MinReplicas: waits.minReplicas, ReplicaTimeout: waits.timeout, Retention: *retention, FailedRetention: *failedRetention})
 	if err != nil {
 		return err
 	}

@@ -116,7 +116,7 @@ func schedulesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|---|")
 	for _, v := range vs {
 		fmt.Fprintf(stdout, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", cell(v.Name, 0), cell(v.Spec, 0), cell(v.Type, 0),
-			tick(v.NextTick), tick(v.LastTick), cell(v.LastJobID, 0), cmpOr(v.LastJobState, "-"), cell(strings.Join(v.KeptBy, ", "), 0))
+			tick(v.NextTick), tick(v.LastTick), cell(v.LastJobID, 0), cell(cmpOr(v.LastJobState, "-"), 0), cell(strings.Join(v.KeptBy, ", "), 0))
 	}
 	return nil
 }

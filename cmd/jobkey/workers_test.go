@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jobkey/jobkey"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,4 +87,74 @@ func TestWorkersSaysWhenNoneReported(t *testing.T) {
 	out, err = f.run("schedules")
 	require.NoError(t, err)
 	require.Contains(t, out, "no running worker")
+}
+
+// A report's schedule whose last job cannot be read prints that job's
+// error as one inert cell: a forged report (or a hostile schedule name)
+// sends nothing to the terminal.
+func TestSchedulesPrintsAnUnreadableLastJobInert(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	f.enqueue("t", nil) // the queue exists
+	id := "tick\x1b[31m|x\nline"
+	require.NoError(t, f.rdb.Set(f.ctx, f.q.Keys(id).Job, "\xc1\x1b[2J not a job", 0).Err())
+	report, err := json.Marshal(map[string]any{"v": 1, "name": "w", "schedules": []map[string]any{
+		{"name": "s", "spec": "every 1h0m0s", "type": "t", "last_job_id": id, "last_tick": time.Now().UTC()}}})
+	require.NoError(t, err)
+	require.NoError(t, f.rdb.Set(f.ctx, f.prefix+":{mail}:worker:w", report, time.Minute).Err())
+	require.NoError(t, f.rdb.ZAdd(f.ctx, f.prefix+":{mail}:workers", redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "w"}).Err())
+
+	out, err := f.run("schedules")
+	require.NoError(t, err)
+	require.NotContains(t, out, "\x1b")
+	rows := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, rows, 3, "a header, its rule and one row:\n%s", out)
+	require.Equal(t, 9, strings.Count(rows[2], "|")-strings.Count(rows[2], `\|`), "eight cells: %s", rows[2])
+}
+
+// On a cluster with a master down, limit with no key prints the live
+// masters' keys and names the shards it left out, and exits non-zero.
+func TestLimitListsTheLiveMastersKeysWhenOneIsDead(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
+	rdb := cl.Client(t, nil)
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(rdb, "mail", &jobkey.Config{Prefix: prefix})
+	require.NoError(t, err)
+	node := func(key string) string {
+		m, err := rdb.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		return m.Options().Addr
+	}
+	for i := range 40 {
+		require.NoError(t, q.SetConcurrencyLimit(ctx, "tenant-"+strconv.Itoa(i), 2))
+	}
+	meta := node(prefix + ":{mail}:meta")
+	var dead *redistest.Server
+	for _, n := range cl.Nodes {
+		if n.Addr != meta {
+			dead = n
+			break
+		}
+	}
+	var live []string
+	for i := range 40 {
+		k := "tenant-" + strconv.Itoa(i)
+		id, err := q.IDFor(k, "x")
+		require.NoError(t, err)
+		if node(q.Keys(id).Job) != dead.Addr {
+			live = append(live, k)
+		}
+	}
+	require.Less(t, len(live), 40, "the dead master holds some keys")
+	dead.Stop()
+
+	var out, errOut bytes.Buffer
+	err = run(ctx, []string{"limit", "-redis", "redis://" + meta, "-queue", "mail", "-prefix", prefix}, &out, &errOut)
+	require.ErrorIs(t, err, errPartial, errOut.String())
+	for _, k := range live {
+		require.Contains(t, out.String(), "| "+k+" | 2 |")
+	}
+	require.Contains(t, out.String(), "shards could not be read")
 }
