@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -187,6 +188,9 @@ func (q *Queue) Events(ctx context.Context, cursor string, limit int) (*EventPag
 			err = rerr
 		}
 		if err != nil {
+			if reply.IsWrongType(err) {
+				err = &WrongTypeError{Key: q.ks.streamKey(s), Want: "stream", Got: "non-stream"}
+			}
 			failed.add(s, fmt.Errorf("jobkey: read %s: %w", q.ks.streamKey(s), err))
 			continue
 		}
@@ -206,13 +210,30 @@ func (q *Queue) Events(ctx context.Context, cursor string, limit int) (*EventPag
 				r.after = append(r.after, c)
 			}
 		}
-		for _, m := range msgs {
+		// Entries deleted after the cursor (XDEL) leave the cursor's own
+		// entry, so the stream says it only by its greatest deleted ID:
+		// the gap goes before the first entry after that.
+		var del streamID
+		if info != nil {
+			del, _ = parseStreamID(info.MaxDeletedEntryID)
+		}
+		delGap := !c.isZero() && c.less(del)
+		prev := c
+		for i, m := range msgs {
 			id, ok := parseStreamID(m.ID)
 			if !ok {
 				continue // Redis makes every ID it returns
 			}
+			if delGap && del.less(id) {
+				delGap = false
+				if i > 0 || len(r.events) == 0 { // else the gap above says it
+					r.events = append(r.events, item{Event{Kind: EventGap, Shard: s}, id})
+					r.after = append(r.after, prev)
+				}
+			}
 			r.events = append(r.events, item{parseEvent(s, m), id})
 			r.after = append(r.after, id)
+			prev = id
 		}
 	}
 	for s := range reads {
@@ -310,6 +331,8 @@ func (q *Queue) EventsCursorNow(ctx context.Context) (string, error) {
 		info, err := c.Result()
 		switch {
 		case err != nil && isNoSuchKey(err):
+		case reply.IsWrongType(err):
+			failed.add(s, &WrongTypeError{Key: q.ks.streamKey(s), Want: "stream", Got: "non-stream"})
 		case err != nil:
 			failed.add(s, fmt.Errorf("jobkey: read %s: %w", q.ks.streamKey(s), err))
 		default:

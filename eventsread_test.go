@@ -375,3 +375,75 @@ func TestEventsOnACluster(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, "late", got[0].Job)
 }
+
+// A key of another type where a shard's stream should be is a
+// *WrongTypeError that names it, and ends FollowEvents at once rather
+// than being tried again for ever.
+func TestEventsRefuseAStreamOfAnotherType(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	stream := f.q.ks.streamKey(1)
+	require.NoError(t, f.rdb.Del(ctx, stream).Err())
+	require.NoError(t, f.rdb.Set(ctx, stream, "not a stream", 0).Err())
+
+	page, err := f.q.Events(ctx, "", 0)
+	var wt *WrongTypeError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, stream, wt.Key)
+	var shards *ShardsError
+	require.ErrorAs(t, err, &shards, "the other shard's events come with it")
+	require.Equal(t, []int{1}, shards.Shards)
+	require.Equal(t, []EventKind{EventEnabled}, kinds(page.Events))
+
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = f.q.FollowEvents(fctx, "", func(EventPage) error { return nil })
+	require.ErrorAs(t, err, &wt, "ended at once, not when ctx ends")
+	require.NoError(t, fctx.Err())
+}
+
+// Entries deleted after the cursor (XDEL, outside jobkey) while the
+// cursor's own entry stays are reported as an EventGap before the first
+// entry after them, never skipped in silence.
+func TestEventsReportEntriesDeletedAfterTheCursorAsGap(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	for _, id := range []string{"a", "b", "c", "d"} {
+		_, err := f.q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id})
+		require.NoError(t, err)
+	}
+	first, err := f.q.Events(ctx, "", 2) // events on, a
+	require.NoError(t, err)
+	evs, _ := readEvents(t, f.q, first.Cursor)
+	require.Equal(t, []string{"b", "c", "d"}, jobsOf(evs))
+	require.NoError(t, f.rdb.XDel(ctx, f.q.ks.streamKey(0), evs[1].ID).Err()) // c
+
+	got, _ := readEvents(t, f.q, first.Cursor)
+	require.Equal(t, []EventKind{EventTransition, EventGap, EventTransition}, kinds(got))
+	require.Equal(t, []string{"b", "", "d"}, jobsOf(got))
+	// One event at a time: the gap still comes once, with the event after it.
+	var one []Event
+	cursor := first.Cursor
+	for {
+		page, err := f.q.Events(ctx, cursor, 1)
+		require.NoError(t, err)
+		if len(page.Events) == 0 {
+			break
+		}
+		one = append(one, page.Events...)
+		cursor = page.Cursor
+	}
+	require.Equal(t, kinds(got), kinds(one))
+}
+
+func jobsOf(evs []Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Job
+	}
+	return out
+}
