@@ -557,3 +557,128 @@ func fromStates(s []step) []State {
 	}
 	return out
 }
+
+// Every write path the library has, with events on from the start: each
+// job in Redis has events, the last of which says the state it is in,
+// and each chains up from its enqueue through every run its History
+// records. A path that wrote a job without its event leaves a job with
+// none, or a chain that skips a state.
+func TestEventsOfEveryWritePathChainUpToEveryJob(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 3})
+	ctx, q := f.ctx, f.q
+	require.NoError(t, q.EnableEvents(ctx))
+	enq := func(id, typ string, o *EnqueueOpts) *Job {
+		t.Helper()
+		if o == nil {
+			o = &EnqueueOpts{}
+		}
+		o.ID = id
+		j, err := q.Enqueue(ctx, typ, nil, o)
+		require.NoError(t, err)
+		return j
+	}
+	claim := func(id string) *Job {
+		t.Helper()
+		c, err := q.Claim(ctx, "w-"+id)
+		require.NoError(t, err)
+		require.Equal(t, id, c.ID, "only %s is due", id)
+		return c
+	}
+	// EnqueueMany, then a claim and Complete, Fail, Release, ReleaseAfter,
+	// Snooze and RetryAfter, and Cancel of a run, one job at a time.
+	_, err := q.EnqueueMany(ctx, []JobSpec{{Type: "m", Opts: &EnqueueOpts{ID: "m1", Delay: time.Hour}}, {Type: "m", Opts: &EnqueueOpts{ID: "m2", Delay: time.Hour}}})
+	require.NoError(t, err)
+	enq("complete", "t", nil)
+	_, err = q.Complete(ctx, claim("complete"), nil)
+	require.NoError(t, err)
+	enq("fail", "t", &EnqueueOpts{MaxAttempts: 1})
+	_, err = q.Fail(ctx, claim("fail"), errors.New("x"))
+	require.NoError(t, err)
+	enq("release", "t", nil)
+	_, err = q.Release(ctx, claim("release"))
+	require.NoError(t, err)
+	_, err = q.ReleaseAfter(ctx, claim("release"), time.Hour)
+	require.NoError(t, err)
+	enq("snooze", "t", nil)
+	_, err = q.Fail(ctx, claim("snooze"), Snooze(time.Hour))
+	require.NoError(t, err)
+	enq("after", "t", nil)
+	_, err = q.Fail(ctx, claim("after"), RetryAfter(time.Hour, errors.New("busy")))
+	require.NoError(t, err)
+	enq("cancelrun", "t", nil)
+	claim("cancelrun")
+	_, err = q.Cancel(ctx, "cancelrun")
+	require.NoError(t, err)
+	// ClaimMany and CompleteMany; a lease that ran out, taken over.
+	enq("many1", "t", nil)
+	enq("many2", "t", nil)
+	cs, err := q.ClaimMany(ctx, "wm", 2)
+	require.NoError(t, err)
+	require.Len(t, cs, 2)
+	_, err = q.CompleteMany(ctx, cs, nil)
+	require.NoError(t, err)
+	enq("lapsed", "t", nil)
+	paused := claim("lapsed")
+	f.clock.Advance(time.Hour - time.Minute)
+	claim("lapsed")
+	// The process paused past its lease writes nothing, and no event.
+	_, err = q.Complete(ctx, paused, nil)
+	require.ErrorIs(t, err, ErrLeaseLost)
+	// Replace a finished job; UniqueBy; Retry, RetryFailed, Update.
+	enq("complete", "t2", &EnqueueOpts{IfExists: IfExistsReplaceFinished, Delay: time.Hour})
+	u, err := q.Enqueue(ctx, "u", []byte("same"), &EnqueueOpts{UniqueBy: &UniqueBy{}, Delay: time.Hour})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "u", []byte("same"), &EnqueueOpts{UniqueBy: &UniqueBy{}, IfExists: IfExistsKeep})
+	require.NoError(t, err)
+	_, err = q.Retry(ctx, "fail")
+	require.NoError(t, err)
+	_, err = q.Cancel(ctx, "fail")
+	require.NoError(t, err)
+	_, err = q.Update(ctx, u.ID, func(j *Job) error { j.Meta = map[string]string{"k": "v"}; return nil })
+	require.NoError(t, err)
+	// The bulk actions, Delete and DeleteIn.
+	enq("bulkfail", "bf", &EnqueueOpts{MaxAttempts: 1})
+	_, err = q.Fail(ctx, claim("bulkfail"), errors.New("x"))
+	require.NoError(t, err)
+	_, err = q.RetryFailed(ctx, "bf")
+	require.NoError(t, err)
+	_, err = q.CancelPending(ctx, "m")
+	require.NoError(t, err)
+	_, err = q.DeleteFinished(ctx, StateCanceled, "m")
+	require.NoError(t, err)
+	require.NoError(t, q.Delete(ctx, "many1"))
+	require.NoError(t, q.DeleteIn(ctx, "many2", StateSucceeded))
+	// The caller's transaction: EnqueueTx, and CompleteTx.
+	key := TxKey{Key: "orders-" + q.ks.prefix, Type: KeyHash}
+	_, err = q.EnqueueTx(ctx, "tx", nil, &EnqueueOpts{ID: "tx"}, []TxKey{key}, func(tx *Tx) error { tx.HSet(key.Key, "o", "1"); return nil })
+	require.NoError(t, err)
+	c, err := q.Claim(ctx, "wtx")
+	require.NoError(t, err)
+	_, err = q.CompleteTx(ctx, c, nil, []TxKey{key}, func(tx *Tx) error { tx.HSet(key.Key, "o", "2"); return nil })
+	require.NoError(t, err)
+	// Verify's repair and Trim write no job: they have no events.
+	_, err = q.Verify(ctx, &VerifyOpts{Fix: true, Keys: true})
+	require.NoError(t, err)
+	_, err = q.Trim(ctx)
+	require.NoError(t, err)
+
+	evs, _ := readEvents(t, q, "")
+	checkEventChains(t, q, evs, true)
+	last := map[string]State{}
+	for _, e := range evs {
+		if e.Kind == EventTransition {
+			last[e.Job] = e.To
+		}
+	}
+	for _, s := range []State{StatePending, StateActive, StateSucceeded, StateFailed, StateCanceled} {
+		page, err := q.List(ctx, ListOpts{State: s, Limit: 1000})
+		require.NoError(t, err)
+		require.Empty(t, page.Unreadable)
+		for _, j := range page.Jobs {
+			got, ok := last[j.ID]
+			require.True(t, ok, "%s (%s) has no event", j.ID, s)
+			require.Equal(t, s, got, "%s: its last event says where it is", j.ID)
+		}
+	}
+}
