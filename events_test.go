@@ -682,3 +682,34 @@ func TestEventsOfEveryWritePathChainUpToEveryJob(t *testing.T) {
 		}
 	}
 }
+
+// An EnableEvents that could not turn one shard on says which, with the
+// key's type error, and turns the others on: their transitions have
+// events, the failed shard's have none; a second EnableEvents, once the
+// key is right, finishes it.
+func TestEnableEventsPartlyDoneNamesTheShardsLeft(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 3})
+	ctx, q := f.ctx, f.q
+	flag := q.ks.eventsKey(1)
+	require.NoError(t, f.rdb.HSet(ctx, flag, "x", "y").Err())
+	err := q.EnableEvents(ctx)
+	var se *ShardsError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, []int{1}, se.Shards)
+	var wt *WrongTypeError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, flag, wt.Key)
+	for s := range 3 {
+		n, err := f.rdb.Exists(ctx, q.ks.eventsKey(s)).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "shard %d: on, or the hash left as it was", s)
+	}
+	n, err := f.rdb.Exists(ctx, q.ks.streamKey(1)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the failed shard's stream was not written")
+	require.NoError(t, f.rdb.Del(ctx, flag).Err())
+	require.NoError(t, q.EnableEvents(ctx))
+	evs, _ := readEvents(t, q, "")
+	require.Equal(t, []EventKind{EventEnabled, EventEnabled, EventEnabled}, kinds(evs), "each shard's once")
+}
