@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,12 +51,19 @@ func TestEventsCursorResumesInAnotherProcess(t *testing.T) {
 		last[e.Shard] = id
 	}
 
-	_, err = f.q.Events(ctx, "e1:1-0", 0)
+	tag := "e1:" + f.q.eventsCursorTag() + ":"
+	_, err = f.q.Events(ctx, tag+"1-0", 0)
 	require.ErrorIs(t, err, ErrInvalid, "a cursor of another shard count")
-	_, err = f.q.Events(ctx, "junk", 0)
-	require.ErrorIs(t, err, ErrInvalid)
-	_, err = f.q.Events(ctx, "e1:x,,", 0)
-	require.ErrorIs(t, err, ErrInvalid)
+	for _, forged := range []string{"junk", "e1:", "e1:1-0,,", tag + "x,,", tag + "-1-0,,", tag + "1--1,,", tag + "1-0-0,,",
+		tag + "99999999999999999999-0,,", tag + strings.Repeat("1-0,", 1<<16), "e0:" + tag[3:] + ",,"} {
+		_, err = f.q.Events(ctx, forged, 0)
+		require.ErrorIs(t, err, ErrInvalid, "%.60q", forged)
+	}
+	// A cursor past every entry there is: the stream is read again from
+	// its start, told so.
+	ahead, err := f.q.Events(ctx, tag+"18446744073709551615-18446744073709551615,,", 0)
+	require.NoError(t, err)
+	require.Contains(t, ahead.Events, Event{Kind: EventRewound, Shard: 0})
 }
 
 // A reader that fell behind the trimming of the stream is told, with an
@@ -446,4 +454,42 @@ func jobsOf(evs []Event) []string {
 		out[i] = e.Job
 	}
 	return out
+}
+
+// A cursor names the queue it was read from: another queue's (of the
+// same shard count, under this prefix or another) is refused with
+// ErrInvalid rather than read against this queue's streams, where an
+// entry of the same ID (two streams written in the same millisecond)
+// would pass for the reader's own and skip every event before it in
+// silence. The same queue in another process reads it as its own.
+func TestEventsRefuseACursorOfAnotherQueue(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	_, err := f.q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	mine, err := f.q.Events(ctx, "", 1)
+	require.NoError(t, err)
+
+	other, err := NewQueue(f.rdb, "other", &Config{Shards: 2, Prefix: f.q.ks.prefix})
+	require.NoError(t, err)
+	require.NoError(t, other.EnableEvents(ctx))
+	_, err = other.Events(ctx, mine.Cursor, 0)
+	require.ErrorIs(t, err, ErrInvalid, "another queue's cursor")
+	_, err = other.FollowEvents(ctx, mine.Cursor, func(EventPage) error { return nil })
+	require.ErrorIs(t, err, ErrInvalid)
+	elsewhere, err := NewQueue(f.rdb, "q", &Config{Shards: 2, Prefix: f.q.ks.prefix + "-2"})
+	require.NoError(t, err)
+	require.NoError(t, elsewhere.EnableEvents(ctx))
+	_, err = elsewhere.Events(ctx, mine.Cursor, 0)
+	require.ErrorIs(t, err, ErrInvalid, "the same queue name under another prefix")
+	theirs, err := other.EventsCursorNow(ctx)
+	require.NoError(t, err)
+	_, err = f.q.Events(ctx, theirs, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+
+	page, err := f.twin(t).Events(ctx, mine.Cursor, 0)
+	require.NoError(t, err, "the same queue, another process")
+	require.Len(t, page.Events, 2, "the other shard's events on, and the enqueue")
 }
