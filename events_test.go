@@ -713,3 +713,53 @@ func TestEnableEventsPartlyDoneNamesTheShardsLeft(t *testing.T) {
 	evs, _ := readEvents(t, q, "")
 	require.Equal(t, []EventKind{EventEnabled, EventEnabled, EventEnabled}, kinds(evs), "each shard's once")
 }
+
+// Work under lost EXEC replies and reset connections, events on: every
+// run, retry, takeover and batch callback has its event once, and every
+// job's events chain up to its state. A retry that wrote an event again,
+// or a write that landed without one, breaks a chain.
+func TestEventsOfWorkUnderLostRepliesChainUpToEveryJob(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	prefix := fmt.Sprint("ev-work-lost-", rand.Int64())
+	cfg := Config{Shards: 2, Lease: 2 * time.Second, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
+	q := queueOn(t, cut, prefix, cfg)
+	direct := queueOn(t, redistest.Client(t, nil), prefix, cfg)
+	ctx := context.Background()
+	require.NoError(t, direct.EnableEvents(ctx))
+	const jobs = 40
+	for i := range jobs {
+		_, err := direct.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("j", i), MaxAttempts: 5})
+		require.NoError(t, err)
+	}
+	_, _, err := direct.EnqueueBatch(ctx, []JobSpec{{Type: "t"}, {Type: "t"}, {Type: "t"}}, JobSpec{Type: "t"}, &BatchOpts{ID: "cb"})
+	require.NoError(t, err)
+	var runs atomic.Int64
+	proxy.Set(faultproxy.Faults{ExecCutProb: 0.2, ResetProb: 0.002})
+	stop := startWork(t, q, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		if runs.Add(1)%4 == 0 && j.Attempt == 1 {
+			return nil, errors.New("once more")
+		}
+		return nil, nil
+	}), &WorkOpts{Concurrency: 4, PollInterval: 20 * time.Millisecond})
+	waitForIn(t, 60*time.Second, "every job done", func() bool {
+		st, err := direct.Stats(ctx)
+		require.NoError(t, err)
+		return st.Succeeded >= jobs+4 && st.Pending == 0 && st.Active == 0
+	})
+	proxy.Set(faultproxy.Faults{})
+	stop()
+	require.NotZero(t, proxy.Counts().ExecCuts)
+	evs, _ := readEvents(t, direct, "")
+	checkEventChains(t, direct, evs, true)
+	enqueues := map[string]int{}
+	for _, e := range evs {
+		if e.Kind == EventTransition && e.From == 0 {
+			enqueues[e.Job]++
+		}
+	}
+	require.Len(t, enqueues, jobs+4)
+	for id, n := range enqueues {
+		require.Equal(t, 1, n, "%s enqueued once", id)
+	}
+}
