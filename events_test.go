@@ -763,3 +763,54 @@ func TestEventsOfWorkUnderLostRepliesChainUpToEveryJob(t *testing.T) {
 		require.Equal(t, 1, n, "%s enqueued once", id)
 	}
 }
+
+// On a cluster, with the events toggled by another process (whose flags
+// the writers learn only from their own reads under WATCH), every job's
+// events still chain up while its shard was on.
+func TestEventsToggledByAnotherProcessOnAClusterNeverDisagreeWithJobs(t *testing.T) {
+	t.Parallel()
+	cl := redistest.SharedCluster(t)
+	prefix := redistest.Prefix(t)
+	cfg := Config{Shards: 3, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
+	q := queueOn(t, cl.Client(t, nil), prefix, cfg)
+	toggler := queueOn(t, cl.Client(t, nil), prefix, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 30 {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("j", i), MaxAttempts: 1000})
+		require.NoError(t, err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			for !stop.Load() {
+				c, err := q.Claim(ctx, fmt.Sprint("w", w))
+				if errors.Is(err, ErrNoJob) || errors.Is(err, ErrConflict) {
+					continue
+				}
+				require.NoError(t, err)
+				if rand.IntN(2) == 0 {
+					_, err = q.Release(ctx, c)
+				} else {
+					_, err = q.Fail(ctx, c, errors.New("again"))
+				}
+				require.NoError(t, err)
+			}
+		})
+	}
+	for i := range 20 {
+		if i%2 == 0 {
+			require.NoError(t, toggler.EnableEvents(ctx))
+		} else {
+			require.NoError(t, toggler.DisableEvents(ctx))
+		}
+		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+	}
+	require.NoError(t, toggler.EnableEvents(ctx))
+	time.Sleep(100 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	evs, _ := readEvents(t, toggler, "")
+	checkEventChains(t, toggler, evs, false)
+}

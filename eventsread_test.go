@@ -404,6 +404,9 @@ func TestEventsRefuseAStreamOfAnotherType(t *testing.T) {
 	require.ErrorAs(t, err, &shards, "the other shard's events come with it")
 	require.Equal(t, []int{1}, shards.Shards)
 	require.Equal(t, []EventKind{EventEnabled}, kinds(page.Events))
+	_, err = f.q.EventsCursorNow(ctx)
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, stream, wt.Key)
 
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
