@@ -814,3 +814,26 @@ func TestEventsToggledByAnotherProcessOnAClusterNeverDisagreeWithJobs(t *testing
 	evs, _ := readEvents(t, toggler, "")
 	checkEventChains(t, toggler, evs, false)
 }
+
+// With events on, a key of another type in a shard's stream's place
+// refuses the transition whole, before MULTI, with a *WrongTypeError,
+// in a process that has seen the events on and in one that has not
+// (which checks the stream once it reads the flag): the job is not
+// written without its event.
+func TestEventsOnAStreamOfAnotherTypeRefuseTheWriteWhole(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	stream := f.q.ks.streamKey(0)
+	require.NoError(t, f.rdb.Del(ctx, stream).Err())
+	require.NoError(t, f.rdb.HSet(ctx, stream, "not", "a stream").Err())
+	for name, q := range map[string]*Queue{"seen": f.q, "fresh": f.twin(t)} {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "x-" + name})
+		var wt *WrongTypeError
+		require.ErrorAs(t, err, &wt, name)
+		require.Equal(t, stream, wt.Key, name)
+		_, err = f.q.Get(ctx, "x-"+name)
+		require.ErrorIs(t, err, ErrNotFound, "%s: nothing written", name)
+	}
+}
