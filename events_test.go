@@ -837,3 +837,33 @@ func TestEventsOnAStreamOfAnotherTypeRefuseTheWriteWhole(t *testing.T) {
 		require.ErrorIs(t, err, ErrNotFound, "%s: nothing written", name)
 	}
 }
+
+// A chain run to its end: each step is written, with its enqueue event,
+// by the EXEC that completes the step before it, and every step's events
+// chain up to its state.
+func TestEventsOfAChainRunToItsEnd(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 3})
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	ids, err := f.q.EnqueueChain(ctx, []JobSpec{{Type: "s1"}, {Type: "s2"}, {Type: "s3"}}, nil)
+	require.NoError(t, err)
+	for _, id := range ids {
+		c, err := f.q.Claim(ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, id, c.ID)
+		_, err = f.q.Complete(ctx, c, nil)
+		require.NoError(t, err)
+	}
+	evs, _ := readEvents(t, f.q, "")
+	checkEventChains(t, f.q, evs, true)
+	got := map[string][]State{}
+	for _, e := range evs {
+		if e.Kind == EventTransition {
+			got[e.Job] = append(got[e.Job], e.To)
+		}
+	}
+	for _, id := range ids {
+		require.Equal(t, []State{StatePending, StateActive, StateSucceeded}, got[id], id)
+	}
+}
