@@ -867,3 +867,33 @@ func TestEventsOfAChainRunToItsEnd(t *testing.T) {
 		require.Equal(t, []State{StatePending, StateActive, StateSucceeded}, got[id], id)
 	}
 }
+
+// Processes whose clocks disagree write events by Redis's clock: each
+// event's time is its job's UpdatedAt, Redis's now, not the writer's, and
+// a shard's events are in the order of their times.
+func TestEventsOfSkewedProcessesAreTimedByRedis(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	ahead := skewedQueue(t, prefix, time.Hour, Config{})
+	behind := skewedQueue(t, prefix, -time.Hour, Config{})
+	require.NoError(t, ahead.EnableEvents(ctx))
+	server, err := redistest.Client(t, nil).Time(ctx).Result()
+	require.NoError(t, err)
+	j, err := ahead.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "j"})
+	require.NoError(t, err)
+	c, err := behind.Claim(ctx, "behind")
+	require.NoError(t, err)
+	done, err := ahead.Complete(ctx, c, nil)
+	require.NoError(t, err)
+
+	evs, _ := readEvents(t, behind, "")
+	require.Len(t, evs, 4)
+	for i, want := range []time.Time{j.UpdatedAt, c.UpdatedAt, done.UpdatedAt} {
+		e := evs[1+i]
+		require.True(t, e.At.Equal(want), "event %d at %v, its job's write at %v", i, e.At, want)
+		require.WithinDuration(t, server, e.At, 5*time.Second, "Redis's clock, not the writer's")
+		require.False(t, e.At.Before(evs[i].At), "in order of time")
+	}
+}
