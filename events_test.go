@@ -557,3 +557,343 @@ func fromStates(s []step) []State {
 	}
 	return out
 }
+
+// Every write path the library has, with events on from the start: each
+// job in Redis has events, the last of which says the state it is in,
+// and each chains up from its enqueue through every run its History
+// records. A path that wrote a job without its event leaves a job with
+// none, or a chain that skips a state.
+func TestEventsOfEveryWritePathChainUpToEveryJob(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 3})
+	ctx, q := f.ctx, f.q
+	require.NoError(t, q.EnableEvents(ctx))
+	enq := func(id, typ string, o *EnqueueOpts) *Job {
+		t.Helper()
+		if o == nil {
+			o = &EnqueueOpts{}
+		}
+		o.ID = id
+		j, err := q.Enqueue(ctx, typ, nil, o)
+		require.NoError(t, err)
+		return j
+	}
+	claim := func(id string) *Job {
+		t.Helper()
+		c, err := q.Claim(ctx, "w-"+id)
+		require.NoError(t, err)
+		require.Equal(t, id, c.ID, "only %s is due", id)
+		return c
+	}
+	// EnqueueMany, then a claim and Complete, Fail, Release, ReleaseAfter,
+	// Snooze and RetryAfter, and Cancel of a run, one job at a time.
+	_, err := q.EnqueueMany(ctx, []JobSpec{{Type: "m", Opts: &EnqueueOpts{ID: "m1", Delay: time.Hour}}, {Type: "m", Opts: &EnqueueOpts{ID: "m2", Delay: time.Hour}}})
+	require.NoError(t, err)
+	enq("complete", "t", nil)
+	_, err = q.Complete(ctx, claim("complete"), nil)
+	require.NoError(t, err)
+	enq("fail", "t", &EnqueueOpts{MaxAttempts: 1})
+	_, err = q.Fail(ctx, claim("fail"), errors.New("x"))
+	require.NoError(t, err)
+	enq("release", "t", nil)
+	_, err = q.Release(ctx, claim("release"))
+	require.NoError(t, err)
+	_, err = q.ReleaseAfter(ctx, claim("release"), time.Hour)
+	require.NoError(t, err)
+	enq("snooze", "t", nil)
+	_, err = q.Fail(ctx, claim("snooze"), Snooze(time.Hour))
+	require.NoError(t, err)
+	enq("after", "t", nil)
+	_, err = q.Fail(ctx, claim("after"), RetryAfter(time.Hour, errors.New("busy")))
+	require.NoError(t, err)
+	enq("cancelrun", "t", nil)
+	claim("cancelrun")
+	_, err = q.Cancel(ctx, "cancelrun")
+	require.NoError(t, err)
+	// ClaimMany and CompleteMany; a lease that ran out, taken over.
+	enq("many1", "t", nil)
+	enq("many2", "t", nil)
+	cs, err := q.ClaimMany(ctx, "wm", 2)
+	require.NoError(t, err)
+	require.Len(t, cs, 2)
+	_, err = q.CompleteMany(ctx, cs, nil)
+	require.NoError(t, err)
+	enq("lapsed", "t", nil)
+	paused := claim("lapsed")
+	f.clock.Advance(time.Hour - time.Minute)
+	claim("lapsed")
+	// The process paused past its lease writes nothing, and no event.
+	_, err = q.Complete(ctx, paused, nil)
+	require.ErrorIs(t, err, ErrLeaseLost)
+	// Replace a finished job; UniqueBy; Retry, RetryFailed, Update.
+	enq("complete", "t2", &EnqueueOpts{IfExists: IfExistsReplaceFinished, Delay: time.Hour})
+	u, err := q.Enqueue(ctx, "u", []byte("same"), &EnqueueOpts{UniqueBy: &UniqueBy{}, Delay: time.Hour})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "u", []byte("same"), &EnqueueOpts{UniqueBy: &UniqueBy{}, IfExists: IfExistsKeep})
+	require.NoError(t, err)
+	_, err = q.Retry(ctx, "fail")
+	require.NoError(t, err)
+	_, err = q.Cancel(ctx, "fail")
+	require.NoError(t, err)
+	_, err = q.Update(ctx, u.ID, func(j *Job) error { j.Meta = map[string]string{"k": "v"}; return nil })
+	require.NoError(t, err)
+	// The bulk actions, Delete and DeleteIn.
+	enq("bulkfail", "bf", &EnqueueOpts{MaxAttempts: 1})
+	_, err = q.Fail(ctx, claim("bulkfail"), errors.New("x"))
+	require.NoError(t, err)
+	_, err = q.RetryFailed(ctx, "bf")
+	require.NoError(t, err)
+	_, err = q.CancelPending(ctx, "m")
+	require.NoError(t, err)
+	_, err = q.DeleteFinished(ctx, StateCanceled, "m")
+	require.NoError(t, err)
+	require.NoError(t, q.Delete(ctx, "many1"))
+	require.NoError(t, q.DeleteIn(ctx, "many2", StateSucceeded))
+	// The caller's transaction: EnqueueTx, and CompleteTx.
+	key := TxKey{Key: "orders-" + q.ks.prefix, Type: KeyHash}
+	_, err = q.EnqueueTx(ctx, "tx", nil, &EnqueueOpts{ID: "tx"}, []TxKey{key}, func(tx *Tx) error { tx.HSet(key.Key, "o", "1"); return nil })
+	require.NoError(t, err)
+	c, err := q.Claim(ctx, "wtx")
+	require.NoError(t, err)
+	_, err = q.CompleteTx(ctx, c, nil, []TxKey{key}, func(tx *Tx) error { tx.HSet(key.Key, "o", "2"); return nil })
+	require.NoError(t, err)
+	// Verify's repair and Trim write no job: they have no events.
+	_, err = q.Verify(ctx, &VerifyOpts{Fix: true, Keys: true})
+	require.NoError(t, err)
+	_, err = q.Trim(ctx)
+	require.NoError(t, err)
+
+	evs, _ := readEvents(t, q, "")
+	checkEventChains(t, q, evs, true)
+	last := map[string]State{}
+	for _, e := range evs {
+		if e.Kind == EventTransition {
+			last[e.Job] = e.To
+		}
+	}
+	for _, s := range []State{StatePending, StateActive, StateSucceeded, StateFailed, StateCanceled} {
+		page, err := q.List(ctx, ListOpts{State: s, Limit: 1000})
+		require.NoError(t, err)
+		require.Empty(t, page.Unreadable)
+		for _, j := range page.Jobs {
+			got, ok := last[j.ID]
+			require.True(t, ok, "%s (%s) has no event", j.ID, s)
+			require.Equal(t, s, got, "%s: its last event says where it is", j.ID)
+		}
+	}
+}
+
+// An EnableEvents that could not turn one shard on says which, with the
+// key's type error, and turns the others on: their transitions have
+// events, the failed shard's have none; a second EnableEvents, once the
+// key is right, finishes it.
+func TestEnableEventsPartlyDoneNamesTheShardsLeft(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 3})
+	ctx, q := f.ctx, f.q
+	flag := q.ks.eventsKey(1)
+	require.NoError(t, f.rdb.HSet(ctx, flag, "x", "y").Err())
+	err := q.EnableEvents(ctx)
+	var se *ShardsError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, []int{1}, se.Shards)
+	var wt *WrongTypeError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, flag, wt.Key)
+	for s := range 3 {
+		n, err := f.rdb.Exists(ctx, q.ks.eventsKey(s)).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "shard %d: on, or the hash left as it was", s)
+	}
+	n, err := f.rdb.Exists(ctx, q.ks.streamKey(1)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the failed shard's stream was not written")
+	require.NoError(t, f.rdb.Del(ctx, flag).Err())
+	require.NoError(t, q.EnableEvents(ctx))
+	evs, _ := readEvents(t, q, "")
+	require.Equal(t, []EventKind{EventEnabled, EventEnabled, EventEnabled}, kinds(evs), "each shard's once")
+}
+
+// Work under lost EXEC replies and reset connections, events on: every
+// run, retry, takeover and batch callback has its event once, and every
+// job's events chain up to its state. A retry that wrote an event again,
+// or a write that landed without one, breaks a chain.
+func TestEventsOfWorkUnderLostRepliesChainUpToEveryJob(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	prefix := fmt.Sprint("ev-work-lost-", rand.Int64())
+	cfg := Config{Shards: 2, Lease: 2 * time.Second, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
+	q := queueOn(t, cut, prefix, cfg)
+	direct := queueOn(t, redistest.Client(t, nil), prefix, cfg)
+	ctx := context.Background()
+	require.NoError(t, direct.EnableEvents(ctx))
+	const jobs = 40
+	for i := range jobs {
+		_, err := direct.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("j", i), MaxAttempts: 5})
+		require.NoError(t, err)
+	}
+	_, _, err := direct.EnqueueBatch(ctx, []JobSpec{{Type: "t"}, {Type: "t"}, {Type: "t"}}, JobSpec{Type: "t"}, &BatchOpts{ID: "cb"})
+	require.NoError(t, err)
+	var runs atomic.Int64
+	proxy.Set(faultproxy.Faults{ExecCutProb: 0.2, ResetProb: 0.002})
+	stop := startWork(t, q, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		if runs.Add(1)%4 == 0 && j.Attempt == 1 {
+			return nil, errors.New("once more")
+		}
+		return nil, nil
+	}), &WorkOpts{Concurrency: 4, PollInterval: 20 * time.Millisecond})
+	waitForIn(t, 60*time.Second, "every job done", func() bool {
+		st, err := direct.Stats(ctx)
+		require.NoError(t, err)
+		return st.Succeeded >= jobs+4 && st.Pending == 0 && st.Active == 0
+	})
+	proxy.Set(faultproxy.Faults{})
+	stop()
+	require.NotZero(t, proxy.Counts().ExecCuts)
+	evs, _ := readEvents(t, direct, "")
+	checkEventChains(t, direct, evs, true)
+	enqueues := map[string]int{}
+	for _, e := range evs {
+		if e.Kind == EventTransition && e.From == 0 {
+			enqueues[e.Job]++
+		}
+	}
+	require.Len(t, enqueues, jobs+4)
+	for id, n := range enqueues {
+		require.Equal(t, 1, n, "%s enqueued once", id)
+	}
+}
+
+// On a cluster, with the events toggled by another process (whose flags
+// the writers learn only from their own reads under WATCH), every job's
+// events still chain up while its shard was on.
+func TestEventsToggledByAnotherProcessOnAClusterNeverDisagreeWithJobs(t *testing.T) {
+	t.Parallel()
+	cl := redistest.SharedCluster(t)
+	prefix := redistest.Prefix(t)
+	cfg := Config{Shards: 3, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
+	q := queueOn(t, cl.Client(t, nil), prefix, cfg)
+	toggler := queueOn(t, cl.Client(t, nil), prefix, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 30 {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("j", i), MaxAttempts: 1000})
+		require.NoError(t, err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			for !stop.Load() {
+				c, err := q.Claim(ctx, fmt.Sprint("w", w))
+				if errors.Is(err, ErrNoJob) || errors.Is(err, ErrConflict) {
+					continue
+				}
+				require.NoError(t, err)
+				if rand.IntN(2) == 0 {
+					_, err = q.Release(ctx, c)
+				} else {
+					_, err = q.Fail(ctx, c, errors.New("again"))
+				}
+				require.NoError(t, err)
+			}
+		})
+	}
+	for i := range 20 {
+		if i%2 == 0 {
+			require.NoError(t, toggler.EnableEvents(ctx))
+		} else {
+			require.NoError(t, toggler.DisableEvents(ctx))
+		}
+		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+	}
+	require.NoError(t, toggler.EnableEvents(ctx))
+	time.Sleep(100 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	evs, _ := readEvents(t, toggler, "")
+	checkEventChains(t, toggler, evs, false)
+}
+
+// With events on, a key of another type in a shard's stream's place
+// refuses the transition whole, before MULTI, with a *WrongTypeError,
+// in a process that has seen the events on and in one that has not
+// (which checks the stream once it reads the flag): the job is not
+// written without its event.
+func TestEventsOnAStreamOfAnotherTypeRefuseTheWriteWhole(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	stream := f.q.ks.streamKey(0)
+	require.NoError(t, f.rdb.Del(ctx, stream).Err())
+	require.NoError(t, f.rdb.HSet(ctx, stream, "not", "a stream").Err())
+	for name, q := range map[string]*Queue{"seen": f.q, "fresh": f.twin(t)} {
+		_, err := q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "x-" + name})
+		var wt *WrongTypeError
+		require.ErrorAs(t, err, &wt, name)
+		require.Equal(t, stream, wt.Key, name)
+		_, err = f.q.Get(ctx, "x-"+name)
+		require.ErrorIs(t, err, ErrNotFound, "%s: nothing written", name)
+	}
+}
+
+// A chain run to its end: each step is written, with its enqueue event,
+// by the EXEC that completes the step before it, and every step's events
+// chain up to its state.
+func TestEventsOfAChainRunToItsEnd(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 3})
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	ids, err := f.q.EnqueueChain(ctx, []JobSpec{{Type: "s1"}, {Type: "s2"}, {Type: "s3"}}, nil)
+	require.NoError(t, err)
+	for _, id := range ids {
+		c, err := f.q.Claim(ctx, "w")
+		require.NoError(t, err)
+		require.Equal(t, id, c.ID)
+		_, err = f.q.Complete(ctx, c, nil)
+		require.NoError(t, err)
+	}
+	evs, _ := readEvents(t, f.q, "")
+	checkEventChains(t, f.q, evs, true)
+	got := map[string][]State{}
+	for _, e := range evs {
+		if e.Kind == EventTransition {
+			got[e.Job] = append(got[e.Job], e.To)
+		}
+	}
+	for _, id := range ids {
+		require.Equal(t, []State{StatePending, StateActive, StateSucceeded}, got[id], id)
+	}
+}
+
+// Processes whose clocks disagree write events by Redis's clock: each
+// event's time is its job's UpdatedAt, Redis's now, not the writer's, and
+// a shard's events are in the order of their times.
+func TestEventsOfSkewedProcessesAreTimedByRedis(t *testing.T) {
+	t.Parallel()
+	redistest.RequireReal(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	ahead := skewedQueue(t, prefix, time.Hour, Config{})
+	behind := skewedQueue(t, prefix, -time.Hour, Config{})
+	require.NoError(t, ahead.EnableEvents(ctx))
+	server, err := redistest.Client(t, nil).Time(ctx).Result()
+	require.NoError(t, err)
+	j, err := ahead.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "j"})
+	require.NoError(t, err)
+	c, err := behind.Claim(ctx, "behind")
+	require.NoError(t, err)
+	done, err := ahead.Complete(ctx, c, nil)
+	require.NoError(t, err)
+
+	evs, _ := readEvents(t, behind, "")
+	require.Len(t, evs, 4)
+	for i, want := range []time.Time{j.UpdatedAt, c.UpdatedAt, done.UpdatedAt} {
+		e := evs[1+i]
+		require.True(t, e.At.Equal(want), "event %d at %v, its job's write at %v", i, e.At, want)
+		require.WithinDuration(t, server, e.At, 5*time.Second, "Redis's clock, not the writer's")
+		require.False(t, e.At.Before(evs[i].At), "in order of time")
+	}
+}

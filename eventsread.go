@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/reply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -187,6 +189,9 @@ func (q *Queue) Events(ctx context.Context, cursor string, limit int) (*EventPag
 			err = rerr
 		}
 		if err != nil {
+			if reply.IsWrongType(err) {
+				err = &WrongTypeError{Key: q.ks.streamKey(s), Want: "stream", Got: "non-stream"}
+			}
 			failed.add(s, fmt.Errorf("jobkey: read %s: %w", q.ks.streamKey(s), err))
 			continue
 		}
@@ -206,13 +211,30 @@ func (q *Queue) Events(ctx context.Context, cursor string, limit int) (*EventPag
 				r.after = append(r.after, c)
 			}
 		}
-		for _, m := range msgs {
+		// Entries deleted after the cursor (XDEL) leave the cursor's own
+		// entry, so the stream says it only by its greatest deleted ID:
+		// the gap goes before the first entry after that.
+		var del streamID
+		if info != nil {
+			del, _ = parseStreamID(info.MaxDeletedEntryID)
+		}
+		delGap := !c.isZero() && c.less(del)
+		prev := c
+		for i, m := range msgs {
 			id, ok := parseStreamID(m.ID)
 			if !ok {
 				continue // Redis makes every ID it returns
 			}
+			if delGap && del.less(id) {
+				delGap = false
+				if i > 0 || len(r.events) == 0 { // else the gap above says it
+					r.events = append(r.events, item{Event{Kind: EventGap, Shard: s}, id})
+					r.after = append(r.after, prev)
+				}
+			}
 			r.events = append(r.events, item{parseEvent(s, m), id})
 			r.after = append(r.after, id)
+			prev = id
 		}
 	}
 	for s := range reads {
@@ -238,7 +260,7 @@ func (q *Queue) Events(ctx context.Context, cursor string, limit int) (*EventPag
 		next[s] = reads[s].after[taken[s]]
 		taken[s]++
 	}
-	page.Cursor = formatEventsCursor(next)
+	page.Cursor = q.formatEventsCursor(next)
 	return page, failed.orNil()
 }
 
@@ -310,6 +332,8 @@ func (q *Queue) EventsCursorNow(ctx context.Context) (string, error) {
 		info, err := c.Result()
 		switch {
 		case err != nil && isNoSuchKey(err):
+		case reply.IsWrongType(err):
+			failed.add(s, &WrongTypeError{Key: q.ks.streamKey(s), Want: "stream", Got: "non-stream"})
 		case err != nil:
 			failed.add(s, fmt.Errorf("jobkey: read %s: %w", q.ks.streamKey(s), err))
 		default:
@@ -319,7 +343,7 @@ func (q *Queue) EventsCursorNow(ctx context.Context) (string, error) {
 	if err := failed.orNil(); err != nil {
 		return "", err
 	}
-	return formatEventsCursor(ids), nil
+	return q.formatEventsCursor(ids), nil
 }
 
 // FollowEvents calls fn with every page of events after cursor, in order
@@ -540,11 +564,14 @@ func mustStreamID(s string) streamID {
 // from this one.
 const eventsCursorVersion = "e1:"
 
-// formatEventsCursor writes one stream ID per shard: "e1:" and the IDs,
-// comma-separated, "" for the start of a stream.
-func formatEventsCursor(ids []streamID) string {
+// formatEventsCursor writes one stream ID per shard: "e1:", the queue's
+// tag (eventsCursorTag), ":" and the IDs, comma-separated, "" for the
+// start of a stream.
+func (q *Queue) formatEventsCursor(ids []streamID) string {
 	var b strings.Builder
 	b.WriteString(eventsCursorVersion)
+	b.WriteString(q.eventsCursorTag())
+	b.WriteByte(':')
 	for i, id := range ids {
 		if i > 0 {
 			b.WriteByte(',')
@@ -552,6 +579,18 @@ func formatEventsCursor(ids []streamID) string {
 		b.WriteString(id.String())
 	}
 	return b.String()
+}
+
+// eventsCursorTag names the queue a cursor was read from (its prefix and
+// name, hashed): read against another queue's streams, a cursor's IDs
+// mean nothing, and one equal to an entry there would pass for it and
+// skip every entry before it.
+func (q *Queue) eventsCursorTag() string {
+	h := fnv.New32a()
+	h.Write([]byte(q.ks.prefix))
+	h.Write([]byte{0})
+	h.Write([]byte(q.name))
+	return fmt.Sprintf("%08x", h.Sum32())
 }
 
 // parseEventsCursor reads a cursor of this queue's shard count; "" is the
@@ -564,6 +603,13 @@ func (q *Queue) parseEventsCursor(c string) ([]streamID, error) {
 	rest, ok := strings.CutPrefix(c, eventsCursorVersion)
 	if !ok {
 		return nil, fmt.Errorf("%w: events cursor %.40q is not of this version of jobkey", ErrInvalid, c)
+	}
+	tag, rest, ok := strings.Cut(rest, ":")
+	if !ok {
+		return nil, fmt.Errorf("%w: events cursor %.40q names no queue", ErrInvalid, c)
+	}
+	if tag != q.eventsCursorTag() {
+		return nil, fmt.Errorf("%w: events cursor %.40q is of another queue than %q under prefix %q", ErrInvalid, c, q.name, q.ks.prefix)
 	}
 	parts := strings.Split(rest, ",")
 	if len(parts) != q.ks.shards {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,12 +51,19 @@ func TestEventsCursorResumesInAnotherProcess(t *testing.T) {
 		last[e.Shard] = id
 	}
 
-	_, err = f.q.Events(ctx, "e1:1-0", 0)
+	tag := "e1:" + f.q.eventsCursorTag() + ":"
+	_, err = f.q.Events(ctx, tag+"1-0", 0)
 	require.ErrorIs(t, err, ErrInvalid, "a cursor of another shard count")
-	_, err = f.q.Events(ctx, "junk", 0)
-	require.ErrorIs(t, err, ErrInvalid)
-	_, err = f.q.Events(ctx, "e1:x,,", 0)
-	require.ErrorIs(t, err, ErrInvalid)
+	for _, forged := range []string{"junk", "e1:", "e1:1-0,,", tag + "x,,", tag + "-1-0,,", tag + "1--1,,", tag + "1-0-0,,",
+		tag + "99999999999999999999-0,,", tag + strings.Repeat("1-0,", 1<<16), "e0:" + tag[3:] + ",,"} {
+		_, err = f.q.Events(ctx, forged, 0)
+		require.ErrorIs(t, err, ErrInvalid, "%.60q", forged)
+	}
+	// A cursor past every entry there is: the stream is read again from
+	// its start, told so.
+	ahead, err := f.q.Events(ctx, tag+"18446744073709551615-18446744073709551615,,", 0)
+	require.NoError(t, err)
+	require.Contains(t, ahead.Events, Event{Kind: EventRewound, Shard: 0})
 }
 
 // A reader that fell behind the trimming of the stream is told, with an
@@ -374,4 +382,148 @@ func TestEventsOnACluster(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Len(t, got, 1)
 	require.Equal(t, "late", got[0].Job)
+}
+
+// A key of another type where a shard's stream should be is a
+// *WrongTypeError that names it, and ends FollowEvents at once rather
+// than being tried again for ever.
+func TestEventsRefuseAStreamOfAnotherType(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	stream := f.q.ks.streamKey(1)
+	require.NoError(t, f.rdb.Del(ctx, stream).Err())
+	require.NoError(t, f.rdb.Set(ctx, stream, "not a stream", 0).Err())
+
+	page, err := f.q.Events(ctx, "", 0)
+	var wt *WrongTypeError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, stream, wt.Key)
+	var shards *ShardsError
+	require.ErrorAs(t, err, &shards, "the other shard's events come with it")
+	require.Equal(t, []int{1}, shards.Shards)
+	require.Equal(t, []EventKind{EventEnabled}, kinds(page.Events))
+	_, err = f.q.EventsCursorNow(ctx)
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, stream, wt.Key)
+
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = f.q.FollowEvents(fctx, "", func(EventPage) error { return nil })
+	require.ErrorAs(t, err, &wt, "ended at once, not when ctx ends")
+	require.NoError(t, fctx.Err())
+}
+
+// Entries deleted after the cursor (XDEL, outside jobkey) while the
+// cursor's own entry stays are reported as an EventGap before the first
+// entry after them, never skipped in silence.
+func TestEventsReportEntriesDeletedAfterTheCursorAsGap(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	for _, id := range []string{"a", "b", "c", "d"} {
+		_, err := f.q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: id})
+		require.NoError(t, err)
+	}
+	first, err := f.q.Events(ctx, "", 2) // events on, a
+	require.NoError(t, err)
+	evs, _ := readEvents(t, f.q, first.Cursor)
+	require.Equal(t, []string{"b", "c", "d"}, jobsOf(evs))
+	require.NoError(t, f.rdb.XDel(ctx, f.q.ks.streamKey(0), evs[1].ID).Err()) // c
+
+	got, _ := readEvents(t, f.q, first.Cursor)
+	require.Equal(t, []EventKind{EventTransition, EventGap, EventTransition}, kinds(got))
+	require.Equal(t, []string{"b", "", "d"}, jobsOf(got))
+	// One event at a time: the gap still comes once, with the event after it.
+	var one []Event
+	cursor := first.Cursor
+	for {
+		page, err := f.q.Events(ctx, cursor, 1)
+		require.NoError(t, err)
+		if len(page.Events) == 0 {
+			break
+		}
+		one = append(one, page.Events...)
+		cursor = page.Cursor
+	}
+	require.Equal(t, kinds(got), kinds(one))
+}
+
+func jobsOf(evs []Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Job
+	}
+	return out
+}
+
+// A cursor names the queue it was read from: another queue's (of the
+// same shard count, under this prefix or another) is refused with
+// ErrInvalid rather than read against this queue's streams, where an
+// entry of the same ID (two streams written in the same millisecond)
+// would pass for the reader's own and skip every event before it in
+// silence. The same queue in another process reads it as its own.
+func TestEventsRefuseACursorOfAnotherQueue(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &Config{Shards: 2})
+	ctx := f.ctx
+	require.NoError(t, f.q.EnableEvents(ctx))
+	_, err := f.q.Enqueue(ctx, "t", nil, nil)
+	require.NoError(t, err)
+	mine, err := f.q.Events(ctx, "", 1)
+	require.NoError(t, err)
+
+	other, err := NewQueue(f.rdb, "other", &Config{Shards: 2, Prefix: f.q.ks.prefix})
+	require.NoError(t, err)
+	require.NoError(t, other.EnableEvents(ctx))
+	_, err = other.Events(ctx, mine.Cursor, 0)
+	require.ErrorIs(t, err, ErrInvalid, "another queue's cursor")
+	_, err = other.FollowEvents(ctx, mine.Cursor, func(EventPage) error { return nil })
+	require.ErrorIs(t, err, ErrInvalid)
+	elsewhere, err := NewQueue(f.rdb, "q", &Config{Shards: 2, Prefix: f.q.ks.prefix + "-2"})
+	require.NoError(t, err)
+	require.NoError(t, elsewhere.EnableEvents(ctx))
+	_, err = elsewhere.Events(ctx, mine.Cursor, 0)
+	require.ErrorIs(t, err, ErrInvalid, "the same queue name under another prefix")
+	theirs, err := other.EventsCursorNow(ctx)
+	require.NoError(t, err)
+	_, err = f.q.Events(ctx, theirs, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+
+	page, err := f.twin(t).Events(ctx, mine.Cursor, 0)
+	require.NoError(t, err, "the same queue, another process")
+	require.Len(t, page.Events, 2, "the other shard's events on, and the enqueue")
+}
+
+// A cursor from anywhere never panics the parse; one it accepts is
+// written back as the same IDs, for the same queue.
+func FuzzParseEventsCursor(f *testing.F) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the parse is pure
+	f.Cleanup(func() { rdb.Close() })
+	q, err := NewQueue(rdb, "q", &Config{Shards: 3, Prefix: "fuzz"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	tag := eventsCursorVersion + q.eventsCursorTag() + ":"
+	f.Add("")
+	f.Add(tag + ",,")
+	f.Add(tag + "1-0,2-5,")
+	f.Add(tag + "18446744073709551615-18446744073709551615,0-0,")
+	f.Add(tag + "-1-0,,")
+	f.Add("e1:" + ",,")
+	f.Fuzz(func(t *testing.T, c string) {
+		ids, err := q.parseEventsCursor(c)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("%q: %v is not ErrInvalid", c, err)
+			}
+			return
+		}
+		again, err := q.parseEventsCursor(q.formatEventsCursor(ids))
+		if err != nil || !slices.Equal(ids, again) {
+			t.Fatalf("%q: written back as %v, %v", c, again, err)
+		}
+	})
 }

@@ -174,9 +174,11 @@ func eventLine(e jobkey.Event) string {
 	switch e.Kind {
 	case jobkey.EventTransition:
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s %s %s: %s -> %s, attempt %d", head, e.Type, e.Job, stateWord(e.From), stateWord(e.To), e.Attempt)
+		// A type and a worker are the caller's bytes: line escapes what
+		// could break the line or reach the terminal as a sequence.
+		fmt.Fprintf(&b, "%s %s %s: %s -> %s, attempt %d", head, line(e.Type), line(e.Job), stateWord(e.From), stateWord(e.To), e.Attempt)
 		if e.Worker != "" {
-			fmt.Fprintf(&b, ", worker %s", e.Worker)
+			fmt.Fprintf(&b, ", worker %s", line(e.Worker))
 		}
 		return b.String()
 	case jobkey.EventEnabled:
@@ -188,7 +190,7 @@ func eventLine(e jobkey.Event) string {
 	case jobkey.EventRewound:
 		return fmt.Sprintf("shard %d: REWOUND: the stream lost events read before (a failover?); reading it again from its start", e.Shard)
 	case jobkey.EventMalformed:
-		return fmt.Sprintf("%s MALFORMED entry (%s): %q", head, e.Problem, e.Fields)
+		return fmt.Sprintf("%s MALFORMED entry (%s): %q", head, line(e.Problem), e.Fields)
 	}
 	return fmt.Sprintf("%s %s", head, e.Kind)
 }
