@@ -2,6 +2,7 @@ package jobkeyui
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -388,4 +389,50 @@ func TestBrowserHistoryChartsShowThroughput(t *testing.T) {
 	if msgs := dlg.seen(); len(msgs) > 0 {
 		t.Errorf("dialogs opened: %q", msgs)
 	}
+}
+
+// A job's page in a browser shows its attempt history, oldest first, and a
+// running job's progress, with hostile text inert.
+func TestBrowserJobPageShowsHistoryAndProgress(t *testing.T) {
+	f := newFixture(t, Options{})
+	bg := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "hist", &jobkey.Config{Prefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(bg, "import", nil, &jobkey.EnqueueOpts{ID: "h1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"worker-a", "worker-b"} {
+		j, err := q.Claim(bg, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Fail(bg, j, jobkey.RetryAfter(0, errors.New(`<img src=x onerror="window.__pwned='hist'">`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err := q.Claim(bg, "worker-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Progress = []byte(`{"rows":40,"of":100}`)
+	if _, err := q.Extend(bg, j); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browser(t)
+	dlg := watchDialogs(ctx)
+	do(t, ctx, chromedp.Navigate(f.srv.URL+"/job?queue=hist&id=h1"), chromedp.WaitVisible(chromedp.CSS(`#history`)))
+	workers := run(t, ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#history tbody tr"), tr => tr.textContent)`))
+	if len(workers) != 2 || !strings.Contains(workers[0], "worker-a") || !strings.Contains(workers[1], "worker-b") {
+		t.Errorf("history rows %q, want worker-a's run then worker-b's", workers)
+	}
+	if got := run(t, ctx, chromedp.Text(chromedp.CSS(`#progress`))); strings.Join(strings.Fields(got), "") != `{"rows":40,"of":100}` {
+		t.Errorf("progress shows %q", got)
+	}
+	p := run(t, ctx, chromedp.Evaluate[probe](probeJS))
+	if p.Pwned != "" || p.Images != 0 || p.Handlers != 0 || len(dlg.seen()) > 0 {
+		t.Errorf("the history's error ran: %+v, dialogs %q", p, dlg.seen())
+	}
+	saveScreenshot(t, "job.png", run(t, ctx, chromedp.CaptureScreenshot()))
 }

@@ -49,7 +49,8 @@ func init() {
 	err = q.Work(context.Background(), jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
-	}), &jobkey.WorkOpts{Name: f[3], Concurrency: 2, PollInterval: 50 * time.Millisecond})
+	}), &jobkey.WorkOpts{Name: f[3], Concurrency: 2, PollInterval: 50 * time.Millisecond,
+		Periodic: []jobkey.PeriodicJob{{Name: "digest", Schedule: jobkey.Every(time.Hour), Type: "digest", StartWithLatestTick: true}}})
 	panic(err)
 }
 
@@ -108,6 +109,17 @@ func TestBrowserWorkersPageDropsAKilledWorkerWithinItsLease(t *testing.T) {
 		return run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('tr[data-worker="doomed-1"]').length`)) == 1
 	}
 	require.Eventually(t, listed, 20*time.Second, 100*time.Millisecond, "the worker is listed while it runs")
+	// The schedule it keeps, with its latest tick's job (StartWithLatestTick
+	// enqueued it, and the child runs it: its handler waits, so active).
+	require.Eventually(t, func() bool {
+		do(t, ctx, chromedp.Navigate(f.srv.URL+"/workers?name=work"), chromedp.WaitReady("body"))
+		return run(t, ctx, chromedp.Evaluate[string](`(() => { const s = document.querySelector('tr[data-schedule="digest"] .state'); return s ? s.dataset.state : ""; })()`)) != ""
+	}, 20*time.Second, 100*time.Millisecond, "the schedule's last tick's job is shown")
+	cells := run(t, ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('tr[data-schedule="digest"] td'), td => td.textContent.trim())`))
+	require.Len(t, cells, 7)
+	require.Equal(t, []string{"digest", "every 1h0m0s", "digest"}, cells[:3])
+	require.Contains(t, cells[5], "periodic:digest:")
+	require.Equal(t, "doomed-1", cells[6])
 	saveScreenshot(t, "workers.png", run(t, ctx, chromedp.CaptureScreenshot()))
 	require.NoError(t, cmd.Process.Kill())
 	killed := time.Now()
