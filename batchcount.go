@@ -181,6 +181,7 @@ func (q *Queue) countBatches(r *casRead, p *casPlan) error {
 			continue
 		}
 		p.writes = append(p.writes, q.write(cbKey, cb))
+		p.fired++
 		q.move(&ip, shard, cb.ID, nil, cb, "")
 		if cb.State == StatePending {
 			top = max(top, cb.Priority)

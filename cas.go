@@ -63,6 +63,9 @@ type casPlan struct {
 	// batch lists the moves of batch jobs the plan makes that change their
 	// batch's counts: q.run counts them (batch.go).
 	batch []batchMove
+	// fired counts the batch callbacks the plan writes; events, the events
+	// it appends (Queue.Metrics counts them once the EXEC committed).
+	fired, events int
 	// moves lists the plan's transitions (indexPlan.moves): each is an
 	// event in its shard's stream, in the same EXEC, when the shard's
 	// events are on (events.go).
@@ -195,6 +198,12 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 		return jr, nil, err
 	}
 	plan.results = cp.Results
+	if plan.fired > 0 || plan.events > 0 {
+		// Committed (on the master, at least: a *ReplicationError says
+		// the replicas did not confirm it).
+		q.written.callbacks.Add(int64(plan.fired))
+		q.written.events.Add(int64(plan.events))
+	}
 	return jr, plan, err
 }
 

@@ -150,6 +150,7 @@ func (q *Queue) addEvents(p *casPlan, keys []string, r *casRead, ev *eventShards
 			checked[i] = true
 			p.checks = append(p.checks, typeCheck{Key: stream, Want: "stream"})
 		}
+		p.events++
 		p.steps = append(p.steps, []any{"xadd", stream, "maxlen", "~", q.cfg.EventsMaxLen, "*",
 			"job", m.id, "type", m.typ, "from", stateName(m.from), "to", stateName(m.to),
 			"attempt", m.attempt, "at", at, "worker", m.worker})

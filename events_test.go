@@ -548,6 +548,9 @@ func TestEventsOfBatchesChainsAndCallersTransactions(t *testing.T) {
 		require.Equal(t, []step{{EventTransition, id, 0, StateCanceled, 0, ""}}, got[id], "a step ended by the failed one, in its EXEC")
 	}
 	require.Equal(t, []step{{EventTransition, tj.ID, 0, StatePending, 0, ""}}, got[tj.ID])
+	m := f.q.Metrics()
+	require.EqualValues(t, len(evs)-1, m.EventsAppended, "every transition's event, counted once (not the 'events on' entry)")
+	require.EqualValues(t, 1+len(steps3)-1, m.BatchCallbacks, "the batch's callback and the chain's two later steps")
 }
 
 func fromStates(s []step) []State {

@@ -35,6 +35,11 @@ type MetricsSnapshot struct {
 	// unspent too, and not among Released); and Canceled, the runs stopped
 	// because their job was canceled while it ran.
 	Succeeded, AttemptsFailed, RetriesScheduled, FailedForGood, Released, Snoozed, Canceled int64
+	// BatchCallbacks counts the batch callbacks (and chain steps) this
+	// process's transactions wrote, enqueued or canceled by their
+	// condition; EventsAppended, the events they appended to the queue's
+	// streams (counters, of EXECs that committed).
+	BatchCallbacks, EventsAppended int64
 	// Runners is how many runners this process's Works on the queue have,
 	// and BusyRunners how many of them run a handler now (gauges).
 	Runners, BusyRunners int64
@@ -62,6 +67,7 @@ func (q *Queue) Metrics() MetricsSnapshot {
 	m.FailedForGood, m.Released, m.Canceled = w.failedForGood.Load(), w.released.Load(), w.canceled.Load()
 	m.Snoozed = w.snoozed.Load()
 	m.Runners, m.BusyRunners = w.runners.Load(), w.busy.Load()
+	m.BatchCallbacks, m.EventsAppended = q.written.callbacks.Load(), q.written.events.Load()
 	if q.enqueues != nil {
 		m.EnqueueBatches, m.ClaimBatches = batchSizes(q.enqueues.Sizes()), batchSizes(q.claims.Sizes())
 		m.CompleteBatches, m.ExtendBatches = batchSizes(q.completes.Sizes()), batchSizes(q.extends.Sizes())
@@ -131,4 +137,11 @@ func (m *workMetrics) count(claimed, j *Job) {
 		m.attemptsFailed.Add(1)
 		m.retries.Add(1)
 	}
+}
+
+// writtenMetrics counts what this process's transactions wrote beside the
+// jobs themselves.
+type writtenMetrics struct {
+	callbacks atomic.Int64 // batch callbacks written
+	events    atomic.Int64 // events appended
 }

@@ -54,6 +54,7 @@ type Queue struct {
 	// afterBulkPage, in tests, runs after each page a bulk action acted on.
 	afterBulkPage func()
 	handlers      handlerMetrics // stuck handlers of this process's Works
+	written       writtenMetrics // batch callbacks and events this process's transactions wrote
 	work          workMetrics    // what this process's Works recorded, and their runners
 }
 

@@ -33,6 +33,8 @@
 //	jobkey.cas.unwatches        counter         [jobkey_cas_unwatches_total]    queue
 //	jobkey.work.stuck_handlers  gauge, {handler} [jobkey_work_stuck_handlers]   queue
 //	jobkey.work.stuck_detections counter, {handler} [jobkey_work_stuck_detections_total] queue
+//	jobkey.writes.batch_callbacks counter, {job} [jobkey_writes_batch_callbacks_total] queue
+//	jobkey.writes.events        counter, {event} [jobkey_writes_events_total]   queue
 //	jobkey.work.jobs_succeeded    counter, {job}     [jobkey_work_jobs_succeeded_total]    queue
 //	jobkey.work.attempts_failed   counter, {attempt} [jobkey_work_attempts_failed_total]   queue
 //	jobkey.work.retries_scheduled counter, {job}     [jobkey_work_retries_scheduled_total] queue

@@ -40,6 +40,9 @@ import (
 //     jobkey.work.jobs_canceled and jobkey.work.runs_released (counters).
 //   - jobkey.work.runners, a gauge of this process's runners by queue and
 //     state (KeyState: busy or idle).
+//   - jobkey.writes.batch_callbacks and jobkey.writes.events: counters of
+//     the batch callbacks written and the events appended by this
+//     process's transactions, by queue (Queue.Metrics).
 //
 // Unregister the returned registration to stop observing.
 func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registration, error) {
@@ -110,6 +113,8 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 		{"jobkey.work.jobs_canceled", "{job}", "Runs stopped because their job was canceled while it ran.", func(m jobkey.MetricsSnapshot) int64 { return m.Canceled }},
 		{"jobkey.work.runs_released", "{run}", "Runs given back with their attempt unspent (shutdown, a claim that came too late).", func(m jobkey.MetricsSnapshot) int64 { return m.Released }},
 		{"jobkey.work.runs_snoozed", "{run}", "Runs that snoozed: their job runs again later, their attempt unspent.", func(m jobkey.MetricsSnapshot) int64 { return m.Snoozed }},
+		{"jobkey.writes.batch_callbacks", "{job}", "Batch callbacks and chain steps written by this process's transactions, enqueued or canceled by their condition.", func(m jobkey.MetricsSnapshot) int64 { return m.BatchCallbacks }},
+		{"jobkey.writes.events", "{event}", "Events appended to the queue's streams by this process's transactions.", func(m jobkey.MetricsSnapshot) int64 { return m.EventsAppended }},
 	} {
 		inst, err := meter.Int64ObservableCounter(c.name, metric.WithDescription(c.desc+" By queue."), metric.WithUnit(c.unit))
 		if err != nil {

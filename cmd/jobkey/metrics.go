@@ -98,6 +98,10 @@ var families = []metricFamily{
 		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.StuckDetected }},
 	{name: "jobkey_work_stuck_handlers", kind: "gauge", help: "Handlers still running after their contexts ended, in this process, by queue.",
 		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.StuckHandlers }},
+	{name: "jobkey_writes_batch_callbacks_total", kind: "counter", help: "Batch callbacks and chain steps written by this process's transactions, enqueued or canceled by their condition." + workHelp,
+		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.BatchCallbacks }},
+	{name: "jobkey_writes_events_total", kind: "counter", help: "Events appended to the queue's streams by this process's transactions." + workHelp,
+		fromMetrics: func(m jobkey.MetricsSnapshot) int64 { return m.EventsAppended }},
 }
 
 // workHelp ends the help of the counters of what Work recorded, as in
