@@ -47,6 +47,10 @@ type historyRow struct {
 
 type historyData struct {
 	counts
+	// Depth is the queue's depth now (Stats), drawn as a stacked bar: a
+	// past depth cannot be counted from the indexes, and no counter of it
+	// is kept.
+	Depth   template.HTML
 	Charts  []historyChart
 	Missing string
 	Exact   string
@@ -91,6 +95,9 @@ func (h *Handler) historyPage(w http.ResponseWriter, r *http.Request) {
 				th.SucceededExactSince.UTC().Format(time.DateTime), th.FailedExactSince.UTC().Format(time.DateTime), cfg.Retention, cfg.FailedRetention)
 		}
 		d.Charts = append(d.Charts, c)
+	}
+	if d.counts.Err == "" {
+		d.Depth = depthChart(d.Stats)
 	}
 	add("last-hour", "Finished per minute, the last hour", "", now.Add(-time.Hour), now, time.Minute, time.Minute, "minutes", false)
 	add("retention", "Finished per hour, over the retention", "", now.Add(-keep), now, time.Hour, time.Hour, "hours", false)
@@ -145,4 +152,23 @@ func throughputChart(th jobkey.Throughput, title string, unit time.Duration, uni
 		svg = svg[i:]
 	}
 	return template.HTML(svg), rows // svgchart writes every caller string as escaped text
+}
+
+// depthChart draws the queue's depth now: due, scheduled and active jobs
+// (expired leases among the active), one stacked bar.
+func depthChart(st jobkey.Stats) template.HTML {
+	c := svgchart.Bars{Title: "Depth now", XLabel: "jobs", Width: 760,
+		Groups: []svgchart.Group{{Label: "now", Bars: []svgchart.Bar{{Name: "jobs", Segments: []svgchart.Segment{
+			{Name: "due", Value: float64(st.Due), Color: aheadColor},
+			{Name: "scheduled", Value: float64(st.Scheduled), Color: canceledColor},
+			{Name: "active", Value: float64(st.Active - st.ExpiredLeases), Color: okColor},
+			{Name: "expired leases", Value: float64(st.ExpiredLeases), Color: failedColor},
+		}}}}},
+		Legend: []svgchart.LegendItem{{Name: "due", Color: aheadColor}, {Name: "scheduled", Color: canceledColor},
+			{Name: "active", Color: okColor}, {Name: "expired leases", Color: failedColor}}}
+	svg := string(c.SVG())
+	if i := strings.Index(svg, "<svg"); i > 0 {
+		svg = svg[i:]
+	}
+	return template.HTML(svg) // svgchart writes every caller string as escaped text
 }

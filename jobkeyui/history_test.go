@@ -71,6 +71,12 @@ func TestHistoryPageChartsTheQueuesThroughput(t *testing.T) {
 	ahead := sumRows(historyRows(t, body, "ahead"))
 	require.EqualValues(t, 2, ahead[3], "the job scheduled in an hour, and the corrupt value listed as pending in an hour is counted by its entry")
 	require.Contains(t, body, "exact from")
+	depth := body[strings.Index(body, `<figure class="chart" id="depth">`):]
+	depth = depth[:strings.Index(depth, "</figure>")]
+	st, err := f.q.Stats(context.Background())
+	require.NoError(t, err)
+	require.Contains(t, depth, "<title>now, jobs: due "+strconv.FormatInt(st.Due, 10)+"</title>", "the depth bar's due segment is Stats'")
+	require.Contains(t, depth, "<title>now, jobs: scheduled "+strconv.FormatInt(st.Scheduled, 10)+"</title>")
 	_, qbody := f.fetch(t, c, "/queue?name=mails")
 	require.Contains(t, qbody, `<a href="/history?name=mails" id="history-link">history</a>`)
 }
