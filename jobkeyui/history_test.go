@@ -179,3 +179,24 @@ func TestQueuePageSaysHowManyValuesTheTypeCountCouldNotRead(t *testing.T) {
 	wantStatus(t, resp, body, http.StatusOK)
 	require.Regexp(t, `id="types-note">[^<]*1 job value could not be read`, body)
 }
+
+// A shard whose depth Stats cannot read is named on the page: the depth
+// bar and counts of the others are not given as the queue's.
+func TestHistoryPageNamesAShardItsDepthLeavesOut(t *testing.T) {
+	f := newFixture(t, Options{Logger: discardLogger()})
+	ctx := context.Background()
+	q, err := jobkey.NewQueue(f.rdb, "deep", &jobkey.Config{Prefix: f.prefix, Shards: 4})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "t", nil, &jobkey.EnqueueOpts{ID: "d1"})
+	require.NoError(t, err)
+	// Only the leased index is broken: Stats reads it, Throughput does not.
+	require.NoError(t, f.rdb.Set(ctx, q.Keys("d1").Leased, "not a zset", 0).Err())
+	_, err = q.Stats(ctx)
+	var se *jobkey.ShardsError
+	require.ErrorAs(t, err, &se)
+	c := f.client(t)
+	resp, body := f.fetch(t, c, "/history?name=deep")
+	wantStatus(t, resp, body, http.StatusOK)
+	require.Contains(t, body, `id="depth"`)
+	require.Contains(t, body, `id="counts-partial"`, "the counts and the depth bar say a shard is left out")
+}
