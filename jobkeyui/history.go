@@ -157,12 +157,15 @@ func throughputChart(th jobkey.Throughput, title string, unit time.Duration, uni
 // depthChart draws the queue's depth now: due, scheduled and active jobs
 // (expired leases among the active), one stacked bar.
 func depthChart(st jobkey.Stats) template.HTML {
+	// Stats reads the active jobs and their expired leases apart: a lease
+	// added between the two reads may make the second the larger.
+	expired := min(st.ExpiredLeases, st.Active)
 	c := svgchart.Bars{Title: "Depth now", XLabel: "jobs", Width: 760,
 		Groups: []svgchart.Group{{Label: "now", Bars: []svgchart.Bar{{Name: "jobs", Segments: []svgchart.Segment{
 			{Name: "due", Value: float64(st.Due), Color: aheadColor},
 			{Name: "scheduled", Value: float64(st.Scheduled), Color: canceledColor},
-			{Name: "active", Value: float64(st.Active - st.ExpiredLeases), Color: okColor},
-			{Name: "expired leases", Value: float64(st.ExpiredLeases), Color: failedColor},
+			{Name: "active", Value: float64(st.Active - expired), Color: okColor},
+			{Name: "expired leases", Value: float64(expired), Color: failedColor},
 		}}}}},
 		Legend: []svgchart.LegendItem{{Name: "due", Color: aheadColor}, {Name: "scheduled", Color: canceledColor},
 			{Name: "active", Color: okColor}, {Name: "expired leases", Color: failedColor}}}

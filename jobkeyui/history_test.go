@@ -200,3 +200,13 @@ func TestHistoryPageNamesAShardItsDepthLeavesOut(t *testing.T) {
 	require.Contains(t, body, `id="depth"`)
 	require.Contains(t, body, `id="counts-partial"`, "the counts and the depth bar say a shard is left out")
 }
+
+// The expired leases are among the active jobs: a Stats that counted more
+// expired leases than active jobs (the two are read apart) does not draw a
+// bar longer than the active jobs.
+func TestDepthChartKeepsExpiredLeasesWithinTheActive(t *testing.T) {
+	svg := string(depthChart(jobkey.Stats{Due: 1, Active: 2, ExpiredLeases: 5}))
+	require.Contains(t, svg, "<title>now, jobs: expired leases 2</title>")
+	require.NotContains(t, svg, "expired leases 5")
+	require.Contains(t, svg, "<title>now, jobs: active 0</title>")
+}
