@@ -37,8 +37,12 @@ type MetricsSnapshot struct {
 	Succeeded, AttemptsFailed, RetriesScheduled, FailedForGood, Released, Snoozed, Canceled int64
 	// BatchCallbacks counts the batch callbacks (and chain steps) this
 	// process's transactions wrote, enqueued or canceled by their
-	// condition; EventsAppended, the events they appended to the queue's
-	// streams (counters, of EXECs that committed).
+	// condition; EventsAppended, the transitions' events they appended to
+	// the queue's streams (not EnableEvents' and DisableEvents' entries).
+	// Both are counters of the EXECs this process saw commit: one whose
+	// reply was lost (ErrOutcomeUnknown) may have landed and is not
+	// counted, nor is the retry that recognises it, which writes nothing.
+	// They never count a write twice, or one that did not land.
 	BatchCallbacks, EventsAppended int64
 	// Runners is how many runners this process's Works on the queue have,
 	// and BusyRunners how many of them run a handler now (gauges).

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/faultproxy"
+	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -86,4 +90,106 @@ func TestMetricsCountARunGivenBackAtShutdownAsReleased(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, StatePending, j.State)
 	require.Zero(t, j.Attempt)
+}
+
+// BatchCallbacks and EventsAppended count what an EXEC this process saw
+// commit wrote: an EXEC whose reply was lost may have landed, and is not
+// counted, nor is the retry that recognises it (it writes nothing). They
+// never count a write twice, and never one that did not land.
+func TestMetricsCountTheWritesSeenToCommitOnce(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	q := queueOn(t, cut, fmt.Sprint("metrics-lost-", rand.Int64()), Config{})
+	ctx := context.Background()
+	require.NoError(t, q.EnableEvents(ctx))
+	b, ids, err := q.EnqueueBatch(ctx, []JobSpec{{Type: "t", Opts: &EnqueueOpts{ID: "m1"}}}, JobSpec{Type: "cb"}, &BatchOpts{ID: "mb"})
+	require.NoError(t, err)
+	require.NotNil(t, b)
+	m := q.Metrics()
+	require.EqualValues(t, 0, m.BatchCallbacks)
+	require.EqualValues(t, 1, m.EventsAppended, "the batch's job")
+	j, err := q.Claim(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, ids[0], j.ID)
+	require.EqualValues(t, 2, q.Metrics().EventsAppended)
+
+	// Its completion fires the callback; the reply is lost.
+	proxy.Set(faultproxy.Faults{ExecCutProb: 1})
+	_, err = q.Complete(ctx, j, nil)
+	proxy.Set(faultproxy.Faults{})
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	_, err = q.Complete(ctx, j, nil)
+	require.NoError(t, err, "the retry recognises its own completion")
+	require.NotZero(t, proxy.Counts().ExecCuts)
+
+	evs, _ := readEvents(t, q, "")
+	require.Equal(t, []step{
+		{kind: EventEnabled},
+		{EventTransition, "m1", 0, StatePending, 0, ""},
+		{EventTransition, "m1", StatePending, StateActive, 1, "w"},
+		{EventTransition, "m1", StateActive, StateSucceeded, 1, "w"},
+		{EventTransition, "mb", 0, StatePending, 0, ""},
+	}, steps(evs), "the lost EXEC landed with the callback and both events")
+	m = q.Metrics()
+	require.EqualValues(t, 0, m.BatchCallbacks, "the lost EXEC's callback is not counted, nor by the retry")
+	require.EqualValues(t, 2, m.EventsAppended, "nor are its events")
+
+	// Seen to commit: counted once.
+	c, err := q.Claim(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, "mb", c.ID)
+	require.EqualValues(t, 3, q.Metrics().EventsAppended)
+}
+
+// Under lost replies and reset connections, Work's counters never exceed
+// what the stream holds and the batch fired.
+func TestMetricsUnderLostRepliesNeverExceedTheStream(t *testing.T) {
+	t.Parallel()
+	cut, proxy := proxied(t)
+	prefix := fmt.Sprint("metrics-work-lost-", rand.Int64())
+	cfg := Config{Shards: 2, Lease: 2 * time.Second, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
+	q := queueOn(t, cut, prefix, cfg)
+	direct := queueOn(t, redistest.Client(t, nil), prefix, cfg)
+	ctx := context.Background()
+	require.NoError(t, direct.EnableEvents(ctx))
+	const jobs = 30
+	for i := range jobs {
+		_, err := direct.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("j", i), MaxAttempts: 5})
+		require.NoError(t, err)
+	}
+	for i := range 3 {
+		_, _, err := direct.EnqueueBatch(ctx, []JobSpec{{Type: "t"}, {Type: "t"}}, JobSpec{Type: "t"}, &BatchOpts{ID: fmt.Sprint("cb", i)})
+		require.NoError(t, err)
+	}
+	var runs atomic.Int64
+	proxy.Set(faultproxy.Faults{ExecCutProb: 0.2, ResetProb: 0.002})
+	stop := startWork(t, q, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		if runs.Add(1)%4 == 0 && j.Attempt == 1 {
+			return nil, errors.New("once more")
+		}
+		return nil, nil
+	}), &WorkOpts{Concurrency: 4, PollInterval: 20 * time.Millisecond})
+	waitForIn(t, 60*time.Second, "every job done", func() bool {
+		st, err := direct.Stats(ctx)
+		require.NoError(t, err)
+		return st.Succeeded >= jobs+9 && st.Pending == 0 && st.Active == 0
+	})
+	proxy.Set(faultproxy.Faults{})
+	stop()
+	evs, _ := readEvents(t, direct, "")
+	transitions := 0
+	for _, e := range evs {
+		if e.Kind == EventTransition {
+			transitions++
+		}
+	}
+	m, d := q.Metrics(), direct.Metrics()
+	require.LessOrEqual(t, m.EventsAppended+d.EventsAppended, int64(transitions))
+	require.LessOrEqual(t, m.BatchCallbacks+d.BatchCallbacks, int64(3), "three batches fire once each")
+	require.EqualValues(t, jobs+6, d.EventsAppended, "the direct enqueues, none lost")
+	if proxy.Counts().ExecCuts == 0 && proxy.Counts().Resets == 0 {
+		require.EqualValues(t, transitions, m.EventsAppended+d.EventsAppended)
+		require.EqualValues(t, 3, m.BatchCallbacks)
+	}
+	require.NotZero(t, m.EventsAppended)
 }
