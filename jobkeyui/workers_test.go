@@ -23,7 +23,10 @@ import (
 
 // workerEnv makes the test binary run a Work instead of the tests: the
 // browser test kills that process with SIGKILL, as a crash would. Its
-// value is "<redis URL> <prefix> <queue> <worker name>".
+// value is "<redis URL> <prefix> <queue> <worker name> [<schedule>]": with
+// a schedule, the Work keeps an hourly one of that name and type, which
+// enqueues its latest tick's job at once (and runs it, in a slot of its
+// own).
 const workerEnv = "JOBKEYUI_TEST_WORKER"
 
 // workerLease is the Lease of the queue the child works: its report lapses
@@ -46,20 +49,24 @@ func init() {
 	if err != nil {
 		panic(err)
 	}
+	opts := &jobkey.WorkOpts{Name: f[3], Concurrency: 2, PollInterval: 50 * time.Millisecond}
+	if len(f) > 4 {
+		opts.Periodic = []jobkey.PeriodicJob{{Name: f[4], Schedule: jobkey.Every(time.Hour), Type: f[4], StartWithLatestTick: true}}
+	}
 	err = q.Work(context.Background(), jobkey.HandlerFunc(func(ctx context.Context, j *jobkey.Job) ([]byte, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
-	}), &jobkey.WorkOpts{Name: f[3], Concurrency: 2, PollInterval: 50 * time.Millisecond,
-		Periodic: []jobkey.PeriodicJob{{Name: "digest", Schedule: jobkey.Every(time.Hour), Type: "digest", StartWithLatestTick: true}}})
+	}), opts)
 	panic(err)
 }
 
 // startWorkerProcess runs a Work named name on queue in a child process,
-// and returns it to be killed.
-func startWorkerProcess(t *testing.T, f *fixture, queue, name string) *exec.Cmd {
+// keeping the schedule named schedule unless it is "", and returns it to
+// be killed.
+func startWorkerProcess(t *testing.T, f *fixture, queue, name, schedule string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workerEnv+"="+redistest.RequireReal(t).URL+" "+f.prefix+" "+queue+" "+name)
+	cmd.Env = append(os.Environ(), workerEnv+"="+strings.TrimSpace(redistest.RequireReal(t).URL+" "+f.prefix+" "+queue+" "+name+" "+schedule))
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -77,7 +84,7 @@ func TestWorkersPageListsRunningWorksAndLinksTheirJobs(t *testing.T) {
 	ctx := context.Background()
 	j, err := q.Enqueue(ctx, "mail", nil, nil)
 	require.NoError(t, err)
-	startWorkerProcess(t, f, "work", "box<b>|1")
+	startWorkerProcess(t, f, "work", "box<b>|1", "")
 	c := f.client(t)
 	var body string
 	require.Eventually(t, func() bool {
@@ -102,7 +109,7 @@ func TestBrowserWorkersPageDropsAKilledWorkerWithinItsLease(t *testing.T) {
 	require.NoError(t, err)
 	_, err = q.Enqueue(context.Background(), "mail", nil, nil)
 	require.NoError(t, err)
-	cmd := startWorkerProcess(t, f, "work", "doomed-1")
+	cmd := startWorkerProcess(t, f, "work", "doomed-1", "digest")
 	ctx := browser(t)
 	listed := func() bool {
 		do(t, ctx, chromedp.Navigate(f.srv.URL+"/workers?name=work"), chromedp.WaitReady("body"))
