@@ -9,10 +9,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jobkey/jobkey/internal/reply"
+	"github.com/jobkey/jobkey/internal/streamsnap"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -134,38 +134,15 @@ func (q *Queue) Events(ctx context.Context, cursor string, limit int) (*EventPag
 	if err := q.check(ctx, false); err != nil {
 		return nil, err
 	}
-	infos := make([]*redis.XInfoStreamCmd, q.ks.shards)
-	ranges := make([]*redis.XMessageSliceCmd, q.ks.shards)
-	// Every command's own reply says how its shard went.
-	read := func(p redis.Pipeliner, s int) {
-		key := q.ks.streamKey(s)
-		infos[s] = p.XInfoStream(ctx, key)
-		start := cur[s].String()
+	ranges := make([]streamsnap.Range, q.ks.shards)
+	for s := range ranges {
+		ranges[s] = streamsnap.Range{Key: q.ks.streamKey(s), Start: cur[s].String()}
 		if cur[s].isZero() {
-			start = "-"
+			ranges[s].Start = "-"
 		}
-		ranges[s] = p.XRangeN(ctx, key, start, "+", int64(limit+1))
 	}
-	if !q.cluster() {
-		_, _ = q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for s := range q.ks.shards {
-				read(p, s)
-			}
-			return nil
-		})
-	} else {
-		// A MULTI stays in one hash slot: one per shard, all at once.
-		var wg sync.WaitGroup
-		for s := range q.ks.shards {
-			wg.Go(func() {
-				_, _ = q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					read(p, s)
-					return nil
-				})
-			})
-		}
-		wg.Wait()
-	}
+	// A MULTI stays in one hash slot: on a cluster, one per shard.
+	snaps := streamsnap.Read(ctx, q.rdb, !q.cluster(), ranges, int64(limit+1))
 	failed := &ShardsError{Of: q.ks.shards}
 	type item struct {
 		ev  Event
@@ -180,13 +157,13 @@ func (q *Queue) Events(ctx context.Context, cursor string, limit int) (*EventPag
 	reads := make([]shardRead, q.ks.shards)
 	for s := range q.ks.shards {
 		missing := false
-		info, err := infos[s].Result()
+		info, err := snaps[s].Info, snaps[s].InfoErr
 		if err != nil && isNoSuchKey(err) {
 			missing, err = true, nil
 		}
-		msgs, rerr := ranges[s].Result()
+		msgs := snaps[s].Msgs
 		if err == nil {
-			err = rerr
+			err = snaps[s].Err
 		}
 		if err != nil {
 			if reply.IsWrongType(err) {

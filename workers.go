@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/heartbeat"
 	"github.com/jobkey/jobkey/internal/reply"
-	"github.com/redis/go-redis/v9"
 )
 
 // A running Work reports itself in one small value with a TTL: its
@@ -199,7 +199,7 @@ func (w *worker) reporter(ctx context.Context) {
 	// so leaves both to lapse.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = w.q.rdb.ZRem(dctx, w.q.ks.workersKey(), w.o.Name).Err()
+	_ = heartbeat.Leave(dctx, w.q.rdb, w.q.ks.workersKey(), w.o.Name)
 }
 
 // report writes this Work's report, with its TTL, and its entry in the
@@ -216,13 +216,8 @@ func (w *worker) report(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = w.q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, w.q.ks.workerKey(w.o.Name), b, w.q.cfg.Lease)
-		p.ZAdd(ctx, w.q.ks.workersKey(), redis.Z{Score: float64(toMillis(now.Add(w.q.cfg.Lease))), Member: w.o.Name})
-		p.ZRemRangeByScore(ctx, w.q.ks.workersKey(), "-inf", "("+strconv.FormatInt(toMillis(now), 10))
-		return nil
-	})
-	return err
+	return heartbeat.Write(ctx, w.q.rdb, heartbeat.Beat{Key: w.q.ks.workerKey(w.o.Name), Value: b, TTL: w.q.cfg.Lease,
+		Set: w.q.ks.workersKey(), Member: w.o.Name, Now: now})
 }
 
 // Workers lists the Works of this queue that are running now, in every
@@ -238,7 +233,7 @@ func (q *Queue) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	names, err := q.rdb.ZRangeByScore(ctx, q.ks.workersKey(), &redis.ZRangeBy{Min: strconv.FormatInt(toMillis(now), 10), Max: "+inf"}).Result()
+	names, err := heartbeat.Live(ctx, q.rdb, q.ks.workersKey(), now)
 	if err != nil {
 		if reply.IsWrongType(err) {
 			return nil, &WrongTypeError{Key: q.ks.workersKey(), Want: "zset", Got: "non-zset"}
