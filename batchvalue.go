@@ -3,7 +3,6 @@ package jobkey
 import (
 	"fmt"
 	"math"
-	"time"
 	"unsafe"
 
 	"github.com/jobkey/jobkey/internal/msgpk"
@@ -83,50 +82,24 @@ func decodeBatch(s string) (*Batch, error) {
 		return nil, d.Corrupt("batch value", fmt.Sprintf("array of %d elements, want %d", n, batchFields))
 	}
 	b := &Batch{}
-	str := func(name string, dst *string) {
-		if err == nil {
-			*dst, err = d.Str(name)
-		}
-	}
-	num := func(name string, dst *int) {
-		if err == nil {
-			var v int64
-			v, err = d.Int(name, 0, MaxAttemptsLimit)
-			*dst = int(v)
-		}
-	}
-	tm := func(name string, dst *time.Time) {
-		if err == nil {
-			var v int64
-			v, err = d.Int(name, math.MinInt64, math.MaxInt64)
-			*dst = fromMillis(v)
-		}
-	}
-	str("ID", &b.ID)
-	str("Queue", &b.Queue)
-	num("Total", &b.Total)
-	num("Pending", &b.Pending)
-	num("Succeeded", &b.Succeeded)
-	num("Failed", &b.Failed)
-	num("Canceled", &b.Canceled)
-	if err == nil {
-		var c uint64
-		c, err = d.Uint("Condition", uint64(BatchAllSucceeded))
-		b.Condition = BatchCondition(c)
-	}
-	if err == nil {
-		var f uint64
-		f, err = d.Uint("Fired", uint64(BatchFiredTaken))
-		b.Fired = BatchFired(f)
-	}
-	tm("FiredAt", &b.FiredAt)
-	tm("CreatedAt", &b.CreatedAt)
-	str("After", &b.After)
-	if err == nil {
-		b.Rev, err = d.Uint("Rev", math.MaxUint64)
-	}
-	if err != nil {
-		return nil, err
+	f := fieldReader{d: d}
+	f.str("ID", &b.ID)
+	f.str("Queue", &b.Queue)
+	f.num("Total", &b.Total)
+	f.num("Pending", &b.Pending)
+	f.num("Succeeded", &b.Succeeded)
+	f.num("Failed", &b.Failed)
+	f.num("Canceled", &b.Canceled)
+	var c, fired uint64
+	f.uint("Condition", uint64(BatchAllSucceeded), &c)
+	f.uint("Fired", uint64(BatchFiredTaken), &fired)
+	b.Condition, b.Fired = BatchCondition(c), BatchFired(fired)
+	f.tm("FiredAt", &b.FiredAt)
+	f.tm("CreatedAt", &b.CreatedAt)
+	f.str("After", &b.After)
+	f.uint("Rev", math.MaxUint64, &b.Rev)
+	if f.err != nil {
+		return nil, f.err
 	}
 	at := d.Off
 	cb, err := d.Bin("Callback")

@@ -278,59 +278,78 @@ func decodeJobAs(d *msgpk.Decoder, j *Job, known int) error {
 	return nil
 }
 
+// fieldReader reads a value's fields in wire order, each only while the
+// ones before it read well: err is the first error, which names its field.
+// The job's and the batch's decoders share it.
+type fieldReader struct {
+	d   *msgpk.Decoder
+	err error
+}
+
+func (f *fieldReader) str(name string, dst *string) {
+	if f.err == nil {
+		*dst, f.err = f.d.Str(name)
+	}
+}
+
+func (f *fieldReader) bin(name string, dst *[]byte) {
+	if f.err == nil {
+		*dst, f.err = f.d.Bin(name)
+	}
+}
+
+// num reads a count: 0 to MaxAttemptsLimit.
+func (f *fieldReader) num(name string, dst *int) {
+	if f.err == nil {
+		var v int64
+		v, f.err = f.d.Int(name, 0, MaxAttemptsLimit)
+		*dst = int(v)
+	}
+}
+
+// tm reads a time in unix milliseconds; 0 is the zero time.
+func (f *fieldReader) tm(name string, dst *time.Time) {
+	if f.err == nil {
+		var v int64
+		v, f.err = f.d.Int(name, math.MinInt64, math.MaxInt64)
+		*dst = fromMillis(v)
+	}
+}
+
+// uint reads an unsigned integer of at most max.
+func (f *fieldReader) uint(name string, max uint64, dst *uint64) {
+	if f.err == nil {
+		*dst, f.err = f.d.Uint(name, max)
+	}
+}
+
 // fields decodes the v1 fields in wire order.
 func decodeFields(d *msgpk.Decoder, j *Job) error {
-	var err error
-	str := func(name string, dst *string) {
-		if err == nil {
-			*dst, err = d.Str(name)
-		}
-	}
-	bin := func(name string, dst *[]byte) {
-		if err == nil {
-			*dst, err = d.Bin(name)
-		}
-	}
-	num := func(name string, dst *int) {
-		if err == nil {
-			var v int64
-			v, err = d.Int(name, 0, MaxAttemptsLimit)
-			*dst = int(v)
-		}
-	}
-	tm := func(name string, dst *time.Time) {
-		if err == nil {
-			var v int64
-			v, err = d.Int(name, math.MinInt64, math.MaxInt64)
-			*dst = fromMillis(v)
-		}
-	}
-	str("ID", &j.ID)
-	str("Queue", &j.Queue)
-	str("Type", &j.Type)
-	bin("Payload", &j.Payload)
-	if err == nil {
+	f := fieldReader{d: d}
+	f.str("ID", &j.ID)
+	f.str("Queue", &j.Queue)
+	f.str("Type", &j.Type)
+	f.bin("Payload", &j.Payload)
+	if f.err == nil {
 		at := d.Off
 		var s uint64
-		s, err = d.Uint("State", math.MaxUint8)
+		f.uint("State", math.MaxUint8, &s)
 		j.State = State(s)
-		if err == nil && !j.State.Valid() {
-			err = corruptAt(at, "State", fmt.Sprintf("unknown state %d", s))
+		if f.err == nil && !j.State.Valid() {
+			f.err = corruptAt(at, "State", fmt.Sprintf("unknown state %d", s))
 		}
 	}
-	num("Attempt", &j.Attempt)
-	num("MaxAttempts", &j.MaxAttempts)
-	tm("RunAt", &j.RunAt)
-	str("LeaseOwner", &j.LeaseOwner)
-	tm("LeaseUntil", &j.LeaseUntil)
-	str("LastError", &j.LastError)
-	bin("Result", &j.Result)
-	tm("CreatedAt", &j.CreatedAt)
-	tm("UpdatedAt", &j.UpdatedAt)
-	if err == nil {
-		j.Rev, err = d.Uint("Rev", math.MaxUint64)
-	}
-	return err
+	f.num("Attempt", &j.Attempt)
+	f.num("MaxAttempts", &j.MaxAttempts)
+	f.tm("RunAt", &j.RunAt)
+	f.str("LeaseOwner", &j.LeaseOwner)
+	f.tm("LeaseUntil", &j.LeaseUntil)
+	f.str("LastError", &j.LastError)
+	f.bin("Result", &j.Result)
+	f.tm("CreatedAt", &j.CreatedAt)
+	f.tm("UpdatedAt", &j.UpdatedAt)
+	f.uint("Rev", math.MaxUint64, &j.Rev)
+	return f.err
 }
 
 // toMillis stores the zero time as 0, so "unset" survives a round trip.
