@@ -28,11 +28,14 @@ import (
 // before MULTI, and on a cluster a pair goes in one transaction only within one hash slot.
 
 // finishIn is one runner's request: complete job with result, and claim the
-// next due job for worker ("" wants none).
+// next due job for worker ("" wants none). more asks for that many jobs
+// besides, claimed for worker too: a Work's claims ahead of its free
+// slots (workahead.go).
 type finishIn struct {
 	job    *Job
 	result []byte
 	worker string
+	more   int
 }
 
 // finishOut is its answer: the job as completed, and the next job claimed
@@ -43,6 +46,17 @@ type finishOut struct {
 	done   *Job
 	next   *Job
 	unsure *Job
+	// more and unsureMore are the jobs claimed besides next (finishIn.more),
+	// as next and unsure are.
+	more, unsureMore []*Job
+}
+
+// claimed returns every job o claimed: next, then more.
+func (o finishOut) claimed() []*Job {
+	if o.next == nil {
+		return o.more
+	}
+	return append([]*Job{o.next}, o.more...)
 }
 
 // completeAndClaim completes j with result and, in the same transaction,
@@ -60,7 +74,7 @@ func (q *Queue) completeAndClaim(ctx context.Context, j *Job, result []byte, wor
 		done, err := q.Complete(ctx, j, result)
 		return finishOut{done: done}, err
 	}
-	return q.finishes.Do(ctx, finishIn{j, result, worker})
+	return q.finishes.Do(ctx, finishIn{job: j, result: result, worker: worker})
 }
 
 // flushFinishes serves a batch of completeAndClaim calls: one transaction
@@ -184,9 +198,12 @@ func (q *Queue) planFinish(batch []*cas.Call[finishIn, finishOut], set []int) *f
 	fs := &finishSet{batch: batch, set: set, ids: make([]string, len(set)),
 		out: make([]finishOut, len(set)), errs: make([]error, len(set))}
 	for k, i := range set {
-		fs.ids[k] = batch[i].In().job.ID
-		if batch[i].In().worker != "" {
-			fs.wanting = append(fs.wanting, k)
+		in := batch[i].In()
+		fs.ids[k] = in.job.ID
+		if in.worker != "" {
+			for range 1 + max(in.more, 0) {
+				fs.wanting = append(fs.wanting, k)
+			}
 		}
 	}
 	keys, shards, checks := q.txnKeys(fs.ids, idxLeased, idxSucceeded)
@@ -265,13 +282,20 @@ func (q *Queue) settleFinish(ctx context.Context, fs *finishSet, done *casPlan, 
 				errs[k] = err
 			}
 		}
-		next := make([]*Job, len(out))
+		var all []*Job
 		for k := range out {
-			next[k] = out[k].next
+			all = append(all, out[k].claimed()...)
 		}
-		q.confirmClaims(ctx, next, asked, err)
+		q.confirmClaims(ctx, all, asked, err)
 		for k := range out {
-			out[k].next = next[k]
+			o := &out[k]
+			n := len(o.claimed())
+			got := slices.DeleteFunc(all[:n:n], func(j *Job) bool { return j == nil })
+			all = all[n:]
+			o.next, o.more = nil, nil
+			if len(got) > 0 {
+				o.next, o.more = got[0], got[1:]
+			}
 		}
 		err = nil
 	}
@@ -287,8 +311,8 @@ func (q *Queue) settleFinish(ctx context.Context, fs *finishSet, done *casPlan, 
 			used[id] = true
 		}
 		for _, o := range out {
-			if o.next != nil {
-				used[o.next.ID] = true
+			for _, j := range o.claimed() {
+				used[j.ID] = true
 			}
 		}
 		fs.view.Cands = slices.DeleteFunc(fs.view.Cands, func(c candidate) bool { return used[c.ID] })
@@ -335,7 +359,11 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 		worker := fs.batch[fs.set[fs.wanting[w]]].In().worker
 		claimed, lost := q.decideCandidate(plan, &ip, b, c, fs.keys[k], r.jobs[k], r.errs[k], worker, r.now)
 		if claimed != nil {
-			fs.out[fs.wanting[w]].next = claimed
+			if o := &fs.out[fs.wanting[w]]; o.next == nil {
+				o.next = claimed
+			} else {
+				o.more = append(o.more, claimed)
+			}
 			w++
 		}
 		if lost {
@@ -356,7 +384,7 @@ func (q *Queue) decideFinish(fs *finishSet, r *casRead) *casPlan {
 func (q *Queue) recoverClaims(fs *finishSet, err error) {
 	for k, i := range fs.set {
 		if fs.errs[k] != errLeftOut {
-			fs.batch[i].Finish(finishOut{unsure: fs.out[k].next}, err)
+			fs.batch[i].Finish(finishOut{unsure: fs.out[k].next, unsureMore: fs.out[k].more}, err)
 		}
 	}
 }

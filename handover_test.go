@@ -42,7 +42,7 @@ func burnDown(t *testing.T, q *Queue, n, slots int) (runs map[string]int, m Metr
 				stop()
 			}
 			return nil, nil
-		}), &WorkOpts{Concurrency: slots, TrimInterval: -1, Logger: quietLog()})
+		}), &WorkOpts{Concurrency: slots, TrimInterval: -1, Logger: quietLog(), Prefetch: -1})
 	}()
 	select {
 	case err := <-done:
@@ -324,7 +324,7 @@ func TestRideThroughLostRepliesAndResetsFinishesEachJobOnce(t *testing.T) {
 			delete(running, j.ID)
 			mu.Unlock()
 			return nil, nil
-		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog(), OnRecorded: log.onRecorded})
+		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog(), OnRecorded: log.onRecorded, Prefetch: -1})
 	}()
 	waitForIn(t, 90*time.Second, "every job succeeded", func() bool {
 		st, err := q.Stats(ctx)

@@ -44,12 +44,19 @@ type MetricsSnapshot struct {
 	// counted, nor is the retry that recognises it, which writes nothing.
 	// They never count a write twice, or one that did not land.
 	BatchCallbacks, EventsAppended int64
+	// Prefetched counts the jobs Work's bulk transactions claimed for its
+	// runners (WorkOpts.Prefetch); PrefetchReturned, those of them given
+	// back unrun, their attempts unspent, because no slot took them in
+	// time or Work stopped (not counted in Released).
+	Prefetched, PrefetchReturned int64
 	// Runners is how many runners this process's Works on the queue have,
 	// and BusyRunners how many of them run a handler now (gauges).
 	Runners, BusyRunners int64
 	// The sizes of the batches that group commit flushed, by call:
 	// enqueues, claims, completions, lease extensions and Work's
-	// complete-and-claim (all zero with Config.DisableGroupCommit).
+	// complete-and-claim, whether its runners' calls shared a batch or
+	// Work wrote their successes in bulk (WorkOpts.Prefetch) (all zero
+	// with Config.DisableGroupCommit).
 	EnqueueBatches, ClaimBatches, CompleteBatches, ExtendBatches, FinishBatches BatchSizes
 }
 
@@ -70,6 +77,7 @@ func (q *Queue) Metrics() MetricsSnapshot {
 	m.Succeeded, m.AttemptsFailed, m.RetriesScheduled = w.succeeded.Load(), w.attemptsFailed.Load(), w.retries.Load()
 	m.FailedForGood, m.Released, m.Canceled = w.failedForGood.Load(), w.released.Load(), w.canceled.Load()
 	m.Snoozed = w.snoozed.Load()
+	m.Prefetched, m.PrefetchReturned = w.prefetched.Load(), w.prefetchReturned.Load()
 	m.Runners, m.BusyRunners = w.runners.Load(), w.busy.Load()
 	m.BatchCallbacks, m.EventsAppended = q.written.callbacks.Load(), q.written.events.Load()
 	if q.enqueues != nil {
@@ -118,6 +126,7 @@ func (s BatchSizes) Sub(o BatchSizes) BatchSizes {
 type workMetrics struct {
 	succeeded, attemptsFailed, retries, failedForGood, released, snoozed, canceled atomic.Int64
 	runners, busy                                                                  atomic.Int64
+	prefetched, prefetchReturned                                                   atomic.Int64
 }
 
 // count counts an outcome a runner recorded: j as stored, written for the

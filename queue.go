@@ -104,8 +104,12 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *Config) (*Queue, erro
 		q.finishes = &cas.Group[finishIn, finishOut]{Max: c.MaxBatch, Flush: q.flushFinishes, HandOver: true,
 			Unknown: func(in finishIn, err error) error { return outcomeUnknown("complete", in.job.ID, err) },
 			Orphan: func(t *cas.Trail, out finishOut) {
-				q.giveBack(t, out.next)
-				q.giveBack(t, out.unsure)
+				for _, j := range append(out.claimed(), out.unsure) {
+					q.giveBack(t, j)
+				}
+				for _, j := range out.unsureMore {
+					q.giveBack(t, j)
+				}
 			}}
 	}
 	return q, nil

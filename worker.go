@@ -90,6 +90,17 @@ type WorkOpts struct {
 	// WithRetryPolicy, a Mux of such handlers) decides first for its jobs
 	// (default: none, Config.Backoff).
 	RetryPolicy RetryPolicy
+	// Prefetch is the most jobs Work may hold claimed ahead of its free
+	// slots, their leases renewed, so that one transaction writes the
+	// completions of many runs and claims the jobs its slots take next
+	// (see docs/design.md, "Finishing in bulk, claiming ahead"). Work
+	// claims no more ahead than its slots are expected to take during one
+	// transaction, so handlers that run long next to a round trip get
+	// none, and gives back a job held longer than 100 ms. -1 turns this
+	// off: each runner then completes its job and claims its next one
+	// itself, sharing transactions only with the runners that finish at
+	// the same moment (default: 2×Concurrency; under WorkQueues, off).
+	Prefetch int
 }
 
 // Work claims and runs jobs with h until ctx ends, then shuts down
@@ -152,6 +163,12 @@ func (q *Queue) runWork(ctx context.Context, h Handler, o WorkOpts, gate *weight
 	defer stopRuns(nil)
 	w.renewer = newRenewer(w)
 	defer w.renewer.close()
+	if o.Prefetch >= 0 && gate == nil && q.finishes != nil {
+		w.ahead = newFeeder(ctx, w)
+		// After the runners, and before the renewer: the completions handed
+		// over are written while their leases are kept.
+		defer w.ahead.close()
+	}
 	sub := q.rdb.Subscribe(ctx, q.ks.wakeChannel(), q.ks.cancelChannel())
 	q.listeners.Add(1)
 	defer func() {
@@ -237,6 +254,7 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 	o.LeaseMargin = cmp.Or(o.LeaseMargin, q.cfg.Lease/5)
 	o.TrimInterval = cmp.Or(o.TrimInterval, time.Minute)
 	o.StuckAfter = cmp.Or(o.StuckAfter, 10*time.Second)
+	o.Prefetch = cmp.Or(o.Prefetch, 2*o.Concurrency)
 	if o.Name == "" {
 		host, _ := os.Hostname()
 		o.Name = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), NewID()[20:])
@@ -245,9 +263,9 @@ func (q *Queue) workOpts(opts *WorkOpts) (WorkOpts, error) {
 		o.Logger = q.cfg.Logger
 	}
 	if o.Concurrency < 1 || o.PollInterval <= 0 || o.ShutdownGrace < 0 || o.LeaseMargin < 0 || o.LeaseMargin > q.cfg.Lease/2 ||
-		o.TrimInterval < 0 && o.TrimInterval != -1 || o.Timeout < 0 || o.StuckAfter < 0 {
-		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v), TrimInterval %v, Timeout %v, StuckAfter %v",
-			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2, o.TrimInterval, o.Timeout, o.StuckAfter)
+		o.TrimInterval < 0 && o.TrimInterval != -1 || o.Timeout < 0 || o.StuckAfter < 0 || o.Prefetch < -1 {
+		return o, fmt.Errorf("%w: WorkOpts: Concurrency %d, PollInterval %v, ShutdownGrace %v, LeaseMargin %v (at most Lease/2, %v), TrimInterval %v, Timeout %v, StuckAfter %v, Prefetch %d",
+			ErrInvalid, o.Concurrency, o.PollInterval, o.ShutdownGrace, o.LeaseMargin, q.cfg.Lease/2, o.TrimInterval, o.Timeout, o.StuckAfter, o.Prefetch)
 	}
 	if err := validOwner(o.Name + "/" + strconv.Itoa(o.Concurrency)); err != nil {
 		return o, err
@@ -297,6 +315,9 @@ type worker struct {
 	// runsMoved is poked when a run starts or stops: the report follows
 	// within reportGap.
 	runsMoved chan struct{}
+	// ahead, when set, writes successes in bulk and holds the jobs claimed
+	// ahead of free slots (workahead.go).
+	ahead *feeder
 }
 
 // listen turns pub/sub messages into wake-ups and cancellations. Anyone
@@ -393,6 +414,12 @@ func (w *worker) runner(ctx context.Context, name string) {
 		if ctx.Err() != nil {
 			return
 		}
+		if w.ahead != nil {
+			if a := w.ahead.take(); a != nil {
+				next, nextAsked = w.executeRun(ctx, a.r, a.asked, name)
+				continue
+			}
+		}
 		if w.gate != nil && !held {
 			if !w.gate.Acquire(ctx, w.gi) {
 				return // shutdown while waiting for a run
@@ -487,8 +514,30 @@ func (w *worker) idle(ctx context.Context, d time.Duration) {
 // with the claim of the runner's next job when one is due (see completeclaim.go); the
 // job claimed so is returned, with when it was asked for.
 func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name string) (next *Job, nextAsked time.Time) {
-	r := w.start(j, asked)
-	defer w.stop(r)
+	return w.executeRun(ctx, w.start(j, asked), asked, name)
+}
+
+// executeRun is execute of a run already started: a job claimed ahead,
+// whose lease the renewer kept while it waited. A success handed to the
+// feeder leaves the run to it: the run stops once its completion is
+// written.
+func (w *worker) executeRun(ctx context.Context, r *run, asked time.Time, name string) (next *Job, nextAsked time.Time) {
+	j := r.job
+	handed := false
+	defer func() {
+		if !handed {
+			w.stop(r)
+		}
+	}()
+	if cause := context.Cause(r.ctx); cause != nil {
+		// Claimed ahead, its run ended while it waited: canceled, its
+		// lease lost or run out, or shutdown. Only a shutdown leaves the
+		// job ours to give back.
+		if errors.Is(cause, ErrShutdown) {
+			w.record(r, w.q.Release)
+		}
+		return nil, time.Time{}
+	}
 	if ctx.Err() != nil || r.left() <= 0 {
 		// Shutdown began while the claim was in flight, or the claim took
 		// so long that its lease may be over by now: do not start a run
@@ -556,6 +605,10 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 		}
 	case err == nil:
 		var unsure *Job // a claim whose EXEC's reply was lost
+		if cause == nil && w.ahead != nil && w.ahead.handOff(r, result) {
+			handed = true
+			return nil, time.Time{}
+		}
 		if ctx.Err() == nil && cause == nil {
 			var done bool
 			if next, unsure, nextAsked, done = w.finish(r, result, name); done {
@@ -568,15 +621,7 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 		}
 		// Even at shutdown, or when the lease could not be renewed: if the
 		// lease still holds, the success stands; if not, fencing refuses it.
-		werr := w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Complete(ctx, j, result) })
-		if werr != nil && final(werr) && !errors.Is(werr, ErrLeaseLost) && !errors.Is(werr, ErrNotFound) {
-			// The success cannot be stored as it is (a result too large, a
-			// broken index): fail the job for good with the reason, rather
-			// than leave it leased to nobody, to run again and again.
-			w.record(r, func(ctx context.Context, j *Job) (*Job, error) {
-				return w.fail(ctx, j, skipRetry(wrapf(werr, "the handler succeeded, but its outcome could not be recorded")))
-			})
-		}
+		w.recordSuccess(r, result)
 	case errors.Is(cause, ErrLeaseExpired):
 		// The job is claimed again once the lease runs out in Redis; a write
 		// now would race that claim for nothing.
@@ -594,6 +639,19 @@ func (w *worker) execute(ctx context.Context, j *Job, asked time.Time, name stri
 		w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.fail(ctx, j, err) })
 	}
 	return next, nextAsked
+}
+
+// recordSuccess writes a run's success with retries (record). A success
+// that cannot be stored as it is (a result too large, a broken index)
+// fails the job for good with the reason, rather than leave it leased to
+// nobody, to run again and again.
+func (w *worker) recordSuccess(r *run, result []byte) {
+	werr := w.record(r, func(ctx context.Context, j *Job) (*Job, error) { return w.q.Complete(ctx, j, result) })
+	if werr != nil && final(werr) && !errors.Is(werr, ErrLeaseLost) && !errors.Is(werr, ErrNotFound) {
+		w.record(r, func(ctx context.Context, j *Job) (*Job, error) {
+			return w.fail(ctx, j, skipRetry(wrapf(werr, "the handler succeeded, but its outcome could not be recorded")))
+		})
+	}
 }
 
 // finish completes a success and claims the runner's next job in one

@@ -447,3 +447,7 @@ func (c *Call[T, R]) Wait() (R, error) {
 	<-c.done
 	return c.out, c.err
 }
+
+// Count adds a batch of n calls that the caller flushed itself (with
+// NewCall) to the group's histogram.
+func (g *Group[T, R]) Count(n int) { g.hist.add(n) }
