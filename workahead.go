@@ -145,9 +145,9 @@ func (f *feeder) handOff(r *run, result []byte) bool {
 // and a transaction is on its way (completions wait to be sent, or one is
 // in flight), it waits for that transaction's claims: they count the
 // runners waiting, as a runner's complete-and-claim would claim its next
-// job. It returns nil when there is nothing to wait for, or once Work's
+// job. It reports false when there is nothing to wait for, or once Work's
 // ctx has ended: the runner then claims by itself.
-func (f *feeder) take() *aheadRun {
+func (f *feeder) take() (aheadRun, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for len(f.ahead) == 0 && (f.busy || len(f.done) > 0) && !f.ended {
@@ -156,12 +156,12 @@ func (f *feeder) take() *aheadRun {
 		f.waiters--
 	}
 	if len(f.ahead) == 0 || f.ended {
-		return nil
+		return aheadRun{}, false
 	}
 	a := f.ahead[0]
 	f.ahead[0] = aheadRun{}
 	f.ahead = f.ahead[1:]
-	return &a
+	return a, true
 }
 
 // loop writes completions as they come, until close.
@@ -282,12 +282,14 @@ func (f *feeder) commit(ctx context.Context, conns context.Context, batch []done
 			// then recognises its own write).
 			f.tasks.Go(func() { w.recordSuccess(r, d.result); w.stop(r) })
 		}
-		claimed = append(claimed, out.claimed()...)
-		for _, j := range append([]*Job{out.unsure}, out.unsureMore...) {
-			if j != nil {
-				unsure = append(unsure, j)
-			}
+		if out.next != nil {
+			claimed = append(claimed, out.next)
 		}
+		claimed = append(claimed, out.more...)
+		if out.unsure != nil {
+			unsure = append(unsure, out.unsure)
+		}
+		unsure = append(unsure, out.unsureMore...)
 	}
 	f.txn = (4*f.txn + time.Since(start)) / 5
 	asked := start

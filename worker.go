@@ -415,7 +415,7 @@ func (w *worker) runner(ctx context.Context, name string) {
 			return
 		}
 		if w.ahead != nil {
-			if a := w.ahead.take(); a != nil {
+			if a, ok := w.ahead.take(); ok {
 				next, nextAsked = w.executeRun(ctx, a.r, a.asked, name)
 				continue
 			}

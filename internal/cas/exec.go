@@ -56,19 +56,43 @@ next:
 func (e *Engine) exec(ctx context.Context, conn *redis.Conn, plan *Plan) ([]redis.Cmder, error) {
 	e.c.roundTrips.Add(1)
 	e.c.commands.Add(int64(2 + len(plan.Writes) + len(plan.Steps)))
+	args := writeArgs(plan.Writes)
 	return conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, w := range plan.Writes {
-			if w.Del {
-				p.Del(ctx, w.Key)
-			} else {
-				p.Set(ctx, w.Key, w.Value, w.TTL) // ttl 0: no expiry
-			}
+		for _, a := range args {
+			p.Do(ctx, a...)
 		}
 		for _, s := range plan.Steps {
 			p.Do(ctx, s...)
 		}
 		return nil
 	})
+}
+
+// writeArgs returns the SET (with PX when the write expires) or DEL of
+// each write. Their arguments share one array, and a TTL is boxed once
+// for the writes that share it: go-redis's Set would allocate an argument
+// slice and box the TTL for each.
+func writeArgs(writes []Write) [][]any {
+	store := make([]any, 0, 5*len(writes))
+	out := make([][]any, len(writes))
+	var ttl time.Duration
+	var ms any
+	for i, w := range writes {
+		at := len(store)
+		switch {
+		case w.Del:
+			store = append(store, "del", w.Key)
+		case w.TTL > 0:
+			if ms == nil || w.TTL != ttl {
+				ttl, ms = w.TTL, max(w.TTL.Milliseconds(), 1)
+			}
+			store = append(store, "set", w.Key, w.Value, "px", ms)
+		default:
+			store = append(store, "set", w.Key, w.Value) // no expiry
+		}
+		out[i] = store[at:len(store):len(store)]
+	}
+	return out
 }
 
 // execPipe is exec in a plain pipeline, for a round trip that goes on
@@ -78,15 +102,7 @@ func (e *Engine) exec(ctx context.Context, conn *redis.Conn, plan *Plan) ([]redi
 // would be, one *redis.Cmd per step, with the error classify expects; all
 // is every command the pipeline sent, tail's included.
 func (e *Engine) execPipe(ctx context.Context, conn *redis.Conn, route string, plan *Plan, tail func(redis.Pipeliner)) (results, all []redis.Cmder, _ error) {
-	args := make([][]any, 0, len(plan.Writes)+len(plan.Steps))
-	for _, w := range plan.Writes {
-		if w.Del {
-			args = append(args, []any{"del", w.Key})
-		} else {
-			args = append(args, setArgs(w.Key, w.Value, w.TTL))
-		}
-	}
-	args = append(args, plan.Steps...)
+	args := append(writeArgs(plan.Writes), plan.Steps...)
 	e.c.roundTrips.Add(1)
 	e.c.commands.Add(int64(2 + len(args)))
 	cmds := make([]*redis.Cmd, len(args))
@@ -155,14 +171,6 @@ func (e *Engine) execPipe(ctx context.Context, conn *redis.Conn, route string, p
 		return results, all, first // a StepError: some steps applied, some not
 	}
 	return results, all, nil
-}
-
-// setArgs is SET key val, with PX ttl when ttl > 0.
-func setArgs(key string, val []byte, ttl time.Duration) []any {
-	if ttl > 0 {
-		return []any{"set", key, val, "px", max(ttl.Milliseconds(), 1)}
-	}
-	return []any{"set", key, val}
 }
 
 // classify turns what EXEC returned into the attempt's error, and says

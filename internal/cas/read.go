@@ -37,8 +37,8 @@ type readRound struct {
 	t      *Txn
 	watch  []any
 	get    *redis.StringCmd
-	mget   *redis.SliceCmd
-	exists *redis.IntCmd
+	mget   *redis.Cmd
+	exists *redis.Cmd
 	clock  *redis.TimeCmd
 	after  func(*Read) error
 	types  []*redis.StatusCmd
@@ -73,8 +73,17 @@ func (rr *readRound) queue(ctx context.Context, p redis.Pipeliner) {
 	p.Do(ctx, rr.watch...)
 	rr.clock = p.Time(ctx)
 	if len(t.Keys) > 1 {
-		rr.mget = p.MGet(ctx, t.Keys...)
-		rr.exists = p.Exists(ctx, t.Keys...)
+		// The keys boxed once, for WATCH: MGET and EXISTS take the same
+		// interface values (go-redis's MGet and Exists would box each key
+		// again, an allocation per key per command).
+		keys := rr.watch[1 : 1+len(t.Keys)]
+		args := make([]any, 2*(1+len(keys)))
+		mget, exists := args[:1+len(keys)], args[1+len(keys):]
+		mget[0], exists[0] = "mget", "exists"
+		copy(mget[1:], keys)
+		copy(exists[1:], keys)
+		rr.mget = p.Do(ctx, mget...)
+		rr.exists = p.Do(ctx, exists...)
 	} else if len(t.Keys) == 1 {
 		rr.get = p.Get(ctx, t.Keys[0])
 	}
@@ -151,12 +160,15 @@ func (rr *readRound) parse(ctx context.Context, conn *redis.Conn, cmds []redis.C
 }
 
 // multiRead turns an MGET and an EXISTS of the same keys into per-key reads.
-func (e *Engine) multiRead(ctx context.Context, conn *redis.Conn, keys []string, mget *redis.SliceCmd, exists *redis.IntCmd) ([]reply.Raw, error) {
-	vals, err := mget.Result()
+func (e *Engine) multiRead(ctx context.Context, conn *redis.Conn, keys []string, mget, exists *redis.Cmd) ([]reply.Raw, error) {
+	vals, err := mget.Slice()
+	if err == nil && len(vals) != len(keys) {
+		err = fmt.Errorf("%d values for %d keys", len(vals), len(keys))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("jobkey: mget %s: %w", keys[0], err)
 	}
-	n, err := exists.Result()
+	n, err := exists.Int64()
 	if err != nil {
 		return nil, fmt.Errorf("jobkey: exists %s: %w", keys[0], err)
 	}
