@@ -23,12 +23,16 @@ type connCacheKey struct{}
 // releases its connections.
 func WithConnCache(ctx context.Context) (context.Context, func()) {
 	c := &connCache{}
-	return context.WithValue(ctx, connCacheKey{}, c), func() {
-		for _, conn := range c.conns {
-			_ = conn.Close()
-		}
-		c.conns = nil
+	return context.WithValue(ctx, connCacheKey{}, c), c.release
+}
+
+// release closes the cache's connections, giving them back to the pool.
+// The cache may be used again after.
+func (c *connCache) release() {
+	for _, conn := range c.conns {
+		_ = conn.Close()
 	}
+	clear(c.conns)
 }
 
 // WithoutConnCache returns ctx without its cache of connections, for work

@@ -167,8 +167,9 @@ type Group[T, R any] struct {
 	// with 1).
 	Lanes int
 	// Fill is how long a leader, between batches, may wait for its next
-	// batch to fill (0: it takes what is queued at once). It waits by
-	// yielding the processor, so the callers it just answered can run.
+	// batch to fill (0: it takes what is queued at once). It waits parked
+	// until a caller comes, then by yielding the processor, so the callers
+	// it just answered can run (fill).
 	Fill time.Duration
 	// HandOver lets the next batch's round trip 1 be carried behind this
 	// batch's EXEC when calls are queued (handover.go). It suits a group whose callers
@@ -193,6 +194,13 @@ type Group[T, R any] struct {
 	mu      sync.Mutex
 	running int // flushes running
 	queue   []*Call[T, R]
+	// idle holds the parked leaders, the last parked on top; waiting, the
+	// leaders waiting for their next batch to fill (fill).
+	idle, waiting []*leader[T, R]
+	// leaders counts the leader goroutines alive; started, those ever
+	// started.
+	leaders atomic.Int32
+	started atomic.Int64
 }
 
 // Do runs in through the group and returns its own outcome.
@@ -224,14 +232,15 @@ func (g *Group[T, R]) run(ctx context.Context, in T, await bool) (R, error) {
 	g.peak = max(g.peak, int(g.inside.Load()))
 	if g.running == 0 || (g.running < g.Lanes && len(g.queue) > g.Max) {
 		g.running++
-		batch := g.take()
-		g.mu.Unlock()
-		// The flush runs on a goroutine of its own, so a leader whose ctx
-		// ends can return while the flush goes on for the others.
-		go g.lead(batch)
-	} else {
-		g.mu.Unlock()
+		// The flush runs on a leader goroutine, not the caller's, so a
+		// caller whose ctx ends can return while the flush goes on for the
+		// others.
+		g.start(g.take(), nil)
 	}
+	if len(g.waiting) > 0 {
+		g.wakeFilled()
+	}
+	g.mu.Unlock()
 	select {
 	case <-c.done:
 		return c.out, c.err
@@ -270,20 +279,105 @@ func (g *Group[T, R]) take() []*Call[T, R] {
 	return batch
 }
 
-// lead flushes batches until the queue is empty.
-func (g *Group[T, R]) lead(batch []*Call[T, R]) { g.leadFrom(batch, nil) }
+// leader is a goroutine that leads a group's flushes. Between its runs it
+// parks, and the group hands a parked leader its next run (start) rather
+// than starting a goroutine per batch: a new goroutine grows its stack
+// anew down go-redis's write path, and under a hand-over every batch has
+// a new leader (runtime.copystack took 3 to 8% of the burn-down's samples;
+// none with parked leaders). A parked leader that gets no run within
+// leaderLinger exits, so an idle group leaves no goroutine behind; it
+// holds no connection while parked (leadFrom lets them go). Its wake and
+// timer serve one wait at a time: its own, or, during its flush, the
+// successor's start (succeed, then succession.pass), which the flush runs
+// once, and before it ends.
+type leader[T, R any] struct {
+	runs  chan leaderRun[T, R] // buffered 1: its next run, sent by start
+	wake  chan struct{}        // buffered 1: its batch filled (wakeFilled)
+	want  int                  // the queue length it waits for, under g.mu
+	timer *time.Timer          // the backstop of its waits, reused
+	cache connCache
+}
 
-// leadFrom is lead for a leader that took over from another one whose
-// EXEC may carry its first read (in: a hand-over, see handover.go).
-// Leadership passes on the same way: a flush that started a successor ends
-// its leader's run, and the successor goes on.
-func (g *Group[T, R]) leadFrom(batch []*Call[T, R], in *handover) {
+// leaderRun is the work start hands a leader: a batch, and the hand-over
+// that may carry its first read.
+type leaderRun[T, R any] struct {
+	batch []*Call[T, R]
+	in    *handover
+}
+
+// leaderLinger is how long a parked leader waits for a run before it
+// exits: thousands of batches under load, and short against anything
+// that waits for an idle group's goroutines to end.
+const leaderLinger = 100 * time.Millisecond
+
+// start runs batch, whose first read in may carry, on the leader parked
+// last, or on a new one when none is parked. g.mu is held.
+func (g *Group[T, R]) start(batch []*Call[T, R], in *handover) {
+	r := leaderRun[T, R]{batch: batch, in: in}
+	if n := len(g.idle); n > 0 {
+		l := g.idle[n-1]
+		g.idle[n-1] = nil
+		g.idle = g.idle[:n-1]
+		l.runs <- r // never blocks: a leader is parked only with its buffer empty
+		return
+	}
+	l := &leader[T, R]{runs: make(chan leaderRun[T, R], 1), wake: make(chan struct{}, 1), timer: time.NewTimer(leaderLinger)}
+	l.timer.Stop()
+	g.leaders.Add(1)
+	g.started.Add(1)
+	go g.lead(l, r)
+}
+
+// lead runs l: run after run, parking between them, until it lingered
+// idle for leaderLinger.
+func (g *Group[T, R]) lead(l *leader[T, R], r leaderRun[T, R]) {
+	defer g.leaders.Add(-1)
+	for {
+		g.leadFrom(l, r.batch, r.in)
+		var ok bool
+		if r, ok = g.park(l); !ok {
+			return
+		}
+	}
+}
+
+// park waits for l's next run, and reports false when none came within
+// leaderLinger: l has left the idle leaders and must exit.
+func (g *Group[T, R]) park(l *leader[T, R]) (leaderRun[T, R], bool) {
+	g.mu.Lock()
+	g.idle = append(g.idle, l)
+	g.mu.Unlock()
+	l.timer.Reset(leaderLinger)
+	select {
+	case r := <-l.runs:
+		l.timer.Stop()
+		return r, true
+	case <-l.timer.C:
+	}
+	g.mu.Lock()
+	if i := slices.Index(g.idle, l); i >= 0 {
+		g.idle = slices.Delete(g.idle, i, i+1)
+		g.mu.Unlock()
+		return leaderRun[T, R]{}, false
+	}
+	g.mu.Unlock()
+	// start took it off the idle leaders as its timer fired: the run was
+	// sent under g.mu.
+	return <-l.runs, true
+}
+
+// leadFrom flushes batches until the queue is empty. in, when not nil, is
+// the hand-over of a leader this one took over from, whose EXEC may carry
+// its first read (handover.go). Leadership passes on the same way: a flush
+// that started a successor ends its leader's run, and the successor goes
+// on.
+func (g *Group[T, R]) leadFrom(l *leader[T, R], batch []*Call[T, R], in *handover) {
 	var zero R
 	// The leader keeps its connections from batch to batch while callers
-	// keep coming, and lets them go when the group goes idle.
-	conns, release := WithConnCache(context.Background())
-	defer release()
-	cache := cacheOf(conns)
+	// keep coming, and lets them go when the group goes idle, or when
+	// leadership passed on: a parked leader keeps none out of the pool.
+	cache := &l.cache
+	defer cache.release()
 	for len(batch) > 0 {
 		g.hist.add(len(batch))
 		g.mu.Lock()
@@ -297,7 +391,7 @@ func (g *Group[T, R]) leadFrom(batch []*Call[T, R], in *handover) {
 		var out *succession
 		if g.HandOver {
 			inflight := len(batch)
-			out = &succession{start: func(h *handover) bool { return g.succeed(h, inflight) }}
+			out = &succession{start: func(h *handover) bool { return g.succeed(l, h, inflight) }, timer: l.timer}
 			ctx = context.WithValue(ctx, successionKey{}, out)
 		}
 		g.Flush(ctx, batch)
@@ -313,33 +407,27 @@ func (g *Group[T, R]) leadFrom(batch []*Call[T, R], in *handover) {
 		if out != nil && out.passed() {
 			return // the successor leads the group now
 		}
-		batch = g.next()
+		batch = g.next(l)
 	}
 }
 
 // succeed takes the calls queued now as the next batch and starts its
-// flush, whose first read may be carried by h; it reports false when none
-// is queued. inflight is the size of the batch whose EXEC is about to go:
-// the callers outside it are usually on their way, and a successor that
-// leaves without them splits the callers into groups that take turns, so
-// it first waits up to successorFill for them, as next does for Fill. The
-// new leader takes over this one's place among the flushes running.
-func (g *Group[T, R]) succeed(h *handover, inflight int) bool {
+// flush on another leader, whose first read may be carried by h; it
+// reports false when none is queued. inflight is the size of the batch
+// whose EXEC is about to go: the callers outside it are usually on their
+// way, and a successor that leaves without them splits the callers into
+// groups that take turns, so it first waits up to successorFill for them
+// (fill), as next does for Fill. The new leader takes over this one's
+// place among the flushes running. l is the leader calling.
+func (g *Group[T, R]) succeed(l *leader[T, R], h *handover, inflight int) bool {
 	g.mu.Lock()
-	if want := min(g.peak-inflight, g.Max); len(g.queue) < want {
-		deadline := time.Now().Add(successorFill)
-		for len(g.queue) < want && time.Now().Before(deadline) {
-			g.mu.Unlock()
-			runtime.Gosched()
-			g.mu.Lock()
-		}
-	}
+	defer g.mu.Unlock()
+	g.fill(l, min(g.peak-inflight, g.Max), successorFill, true)
 	batch := g.take()
-	g.mu.Unlock()
 	if len(batch) == 0 {
 		return false
 	}
-	go g.leadFrom(batch, h)
+	g.start(batch, h)
 	return true
 }
 
@@ -347,27 +435,92 @@ func (g *Group[T, R]) succeed(h *handover, inflight int) bool {
 // to fill (succeed).
 const successorFill = 50 * time.Microsecond
 
-// next takes the next batch, first waiting up to fill for the queue to
+// next takes l's next batch, first waiting up to fill for the queue to
 // hold as many calls as there were callers during the last flush, and
 // leaves the group when there is none.
-func (g *Group[T, R]) next() []*Call[T, R] {
+func (g *Group[T, R]) next(l *leader[T, R]) []*Call[T, R] {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if want := min(g.peak, g.Max); g.Fill > 0 && len(g.queue) < want {
-		deadline := time.Now().Add(g.Fill)
-		for len(g.queue) < want && time.Now().Before(deadline) {
-			// A timer would sleep far longer than fill (the runtime's
-			// sleeps are coarse); yielding lets the answered callers run.
-			g.mu.Unlock()
-			runtime.Gosched()
-			g.mu.Lock()
-		}
+	if g.Fill > 0 {
+		g.fill(l, min(g.peak, g.Max), g.Fill, false)
 	}
 	batch := g.take()
 	if len(batch) == 0 {
 		g.running--
 	}
 	return batch
+}
+
+// fill waits until the queue holds want calls, or for d at most. held
+// says callers wait on l's flush meanwhile (succeed: the batch whose EXEC
+// the wait holds back). g.mu is held, and is again when it returns.
+//
+// While no call is queued and none is held, nobody waits on l: it parks,
+// and the first caller to come wakes it (wakeFilled). Once a caller waits,
+// l yields the processor until its batch fills, as the callers it waits
+// for usually come within microseconds, and the wait's end must come on
+// time: the runtime's timers fire late when the process is otherwise idle
+// (a 50 µs timer took 1.1 ms on Linux, its netpoller sleeping whole
+// milliseconds), and a parked wait whose callers do not come then held a
+// queued caller 1.1 ms where yielding holds it 50 µs (p99 70 µs against
+// 1.1 ms, BenchmarkGroupFillWhileACallerStaysAway). In the burn-down the
+// callers outside the batch are mostly queued already when succeed looks,
+// and the yields left are few: its yielding was the hand-over's, which
+// parks (succession.pass).
+func (g *Group[T, R]) fill(l *leader[T, R], want int, d time.Duration, held bool) {
+	deadline := time.Now().Add(d)
+	for len(g.queue) < want {
+		now := time.Now()
+		if !now.Before(deadline) {
+			return
+		}
+		if len(g.queue) == 0 && !held {
+			g.parkFill(l, 1, deadline.Sub(now))
+			continue
+		}
+		g.mu.Unlock()
+		runtime.Gosched()
+		g.mu.Lock()
+	}
+}
+
+// parkFill parks l until the queue holds want calls or d has passed.
+// g.mu is held, and is again when it returns.
+func (g *Group[T, R]) parkFill(l *leader[T, R], want int, d time.Duration) {
+	l.want = want
+	g.waiting = append(g.waiting, l)
+	g.mu.Unlock()
+	l.timer.Reset(d)
+	select {
+	case <-l.wake:
+	case <-l.timer.C:
+	}
+	l.timer.Stop()
+	g.mu.Lock()
+	if i := slices.Index(g.waiting, l); i >= 0 {
+		g.waiting = slices.Delete(g.waiting, i, i+1)
+	}
+	select {
+	case <-l.wake: // sent as the timer fired
+	default:
+	}
+}
+
+// wakeFilled wakes the leaders waiting in fill whose batch the queue now
+// fills. g.mu is held.
+func (g *Group[T, R]) wakeFilled() {
+	for i := 0; i < len(g.waiting); {
+		l := g.waiting[i]
+		if len(g.queue) < l.want {
+			i++
+			continue
+		}
+		g.waiting = slices.Delete(g.waiting, i, i+1)
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // flushContext is what a batch is flushed under: not canceled when one

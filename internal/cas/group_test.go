@@ -2,9 +2,14 @@ package cas
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -224,4 +229,140 @@ func TestGroupFlushDeadline(t *testing.T) {
 	_, ok = ctx.Deadline()
 	cancel()
 	require.False(t, ok)
+}
+
+// Leaders run on goroutines that park between their runs: batch after
+// batch of a caller that comes back once answered, the group starts no
+// goroutine per batch (at most a second one, for a call that came while
+// the first was between its run and its park), and the parked leaders exit
+// once the group has been idle for a while.
+func TestGroupReusesParkedLeadersAndLetsThemExitWhenIdle(t *testing.T) {
+	t.Parallel()
+	gt := newGroup(t)
+	for range 50 {
+		gt.hold <- struct{}{}
+	}
+	for i := range 50 {
+		require.Equal(t, result{i * 10, nil}, <-gt.goDo(context.Background(), i))
+		<-gt.batches
+	}
+	require.LessOrEqual(t, gt.g.started.Load(), int64(2), "leader goroutines started for 50 batches")
+	require.Eventually(t, func() bool { return gt.g.leaders.Load() == 0 }, 5*time.Second, time.Millisecond,
+		"the parked leaders exit once the group is idle")
+	gt.g.mu.Lock()
+	require.Empty(t, gt.g.idle)
+	gt.g.mu.Unlock()
+}
+
+// Under a hand-over each flush starts its successor before its EXEC; the
+// successor runs on a parked leader, not a goroutine of its own.
+func TestGroupHandsOverToParkedLeaders(t *testing.T) {
+	t.Parallel()
+	var carried atomic.Int64
+	g := &Group[int, int]{Max: 4, HandOver: true, Flush: func(ctx context.Context, calls []*Call[int, int]) {
+		if in, _ := ctx.Value(handoverKey{}).(*handover); in != nil {
+			in.offer(in.node, func(context.Context, redis.Pipeliner) {}) // as the engine offers its first read
+		}
+		if s, _ := ctx.Value(successionKey{}).(*succession); s != nil {
+			if h := s.pass(nil); h != nil {
+				carried.Add(1)
+				h.result <- carriedResult{}
+			}
+		}
+		for _, c := range calls {
+			c.Finish(c.In(), nil)
+		}
+	}}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				out, err := g.Do(context.Background(), w*1000+i)
+				assert.NoError(t, err)
+				assert.Equal(t, w*1000+i, out)
+			}
+		})
+	}
+	wg.Wait()
+	flushes := g.Sizes().Flushes
+	require.Positive(t, carried.Load(), "no flush handed over")
+	require.LessOrEqual(t, g.started.Load(), int64(8), "leader goroutines started for %d flushes, %d hand-overs", flushes, carried.Load())
+	require.Eventually(t, func() bool { return g.leaders.Load() == 0 }, 5*time.Second, time.Millisecond,
+		"the parked leaders exit once the group is idle")
+}
+
+// A leader waiting for its next batch to fill, with no call queued, waits
+// parked, and is woken by the first caller that comes, not by the end of
+// its wait.
+func TestGroupWaitingLeaderIsWokenByTheCallerThatComes(t *testing.T) {
+	t.Parallel()
+	gt := newGroup(t)
+	gt.g.Fill = time.Minute
+	ctx := context.Background()
+	first := gt.goDo(ctx, 1)
+	require.Equal(t, []int{1}, <-gt.batches)
+	gt.hold <- struct{}{}
+	require.Equal(t, result{10, nil}, <-first)
+	// One caller was in the group during the flush: the leader waits for
+	// it to come back.
+	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.waiting) == 1 },
+		5*time.Second, time.Millisecond, "the leader waits parked")
+	second := gt.goDo(ctx, 2)
+	select {
+	case b := <-gt.batches:
+		require.Equal(t, []int{2}, b)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller that came did not wake its leader")
+	}
+	gt.g.mu.Lock()
+	gt.g.Fill = 0 // the leader leaves once this batch is over
+	gt.g.mu.Unlock()
+	gt.hold <- struct{}{}
+	require.Equal(t, result{20, nil}, <-second)
+	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return gt.g.running == 0 },
+		5*time.Second, time.Millisecond, "idle again")
+}
+
+// BenchmarkGroupFillWhileACallerStaysAway: one caller calls again as soon
+// as it is answered, another every millisecond or so (its handler runs
+// long). After each batch that carried both, the leader waits for the
+// second, which does not come, and the steady caller, queued, waits with
+// it until the wait's backstop: the steady caller's p99 shows what that
+// costs. Each flush stands for a round trip of 20 µs.
+func BenchmarkGroupFillWhileACallerStaysAway(b *testing.B) {
+	ctx := context.Background()
+	g := &Group[int, int]{Max: 100, Fill: 50 * time.Microsecond, Flush: func(_ context.Context, calls []*Call[int, int]) {
+		for start := time.Now(); time.Since(start) < 20*time.Microsecond; {
+		}
+		for _, c := range calls {
+			c.Finish(0, nil)
+		}
+	}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = g.Do(ctx, 0)
+			time.Sleep(time.Millisecond)
+		}
+	})
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		_, _ = g.Do(ctx, 1)
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(lat[len(lat)*999/1000].Nanoseconds())/1e3, "p99.9-µs")
 }
