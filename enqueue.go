@@ -107,6 +107,9 @@ func (q *Queue) enqueue(ctx context.Context, spec JobSpec) (*Job, error) {
 // answer is a single enqueue's outcome: the job written, or the stored job
 // with ErrJobExists, or the stored job kept, or nil and the error.
 func answer(j *Job, err error) (*Job, error) {
+	if err == nil {
+		return j, nil // before errors.As, whose targets escape
+	}
 	var je *JobExistsError
 	var kept *keptError
 	if errors.As(err, &kept) {
@@ -125,6 +128,9 @@ func answer(j *Job, err error) (*Job, error) {
 // existingOr returns the stored job an ErrJobExists or a keep carries,
 // else j.
 func existingOr(j *Job, err error) *Job {
+	if err == nil {
+		return j
+	}
 	var je *JobExistsError
 	var kept *keptError
 	switch {
@@ -439,8 +445,8 @@ func (q *Queue) enqueueTxn(ctx context.Context, ins []*enqueueIn, set []int, err
 		}
 	}
 	_, _, err := q.run(ctx, &casTxn{keys: keys, checks: checks, aux: aux, follow: follow, decide: func(r *casRead) (*casPlan, error) {
-		plan := &casPlan{}
-		var ip indexPlan
+		plan := &casPlan{writes: make([]casWrite, 0, len(keys))}
+		ip := indexPlan{moves: make([]stateChange, 0, len(keys))}
 		b := q.newSlotBook(r)
 		for k, i := range set {
 			errs[i] = nil

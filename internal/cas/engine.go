@@ -211,6 +211,7 @@ func (e *Engine) attempt(ctx context.Context, t *Txn) (_ *Read, _ *Plan, err err
 	if err != nil || plan.Empty() {
 		return read, nil, err // the deferred UNWATCH releases the watch
 	}
+	plan.keys, plan.boxed = t.Keys, rr.watch[1:1+len(t.Keys)]
 	if err := watched(t, read, plan); err != nil {
 		return read, nil, err
 	}

@@ -56,41 +56,56 @@ next:
 func (e *Engine) exec(ctx context.Context, conn *redis.Conn, plan *Plan) ([]redis.Cmder, error) {
 	e.c.roundTrips.Add(1)
 	e.c.commands.Add(int64(2 + len(plan.Writes) + len(plan.Steps)))
-	args := writeArgs(plan.Writes)
+	args := writeArgs(plan)
+	cmds := make([]redis.Cmder, 0, len(args)+len(plan.Steps))
+	for _, a := range args {
+		cmds = append(cmds, redis.NewCmd(ctx, a...))
+	}
+	for _, s := range plan.Steps {
+		cmds = append(cmds, redis.NewCmd(ctx, s...))
+	}
 	return conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, a := range args {
-			p.Do(ctx, a...)
-		}
-		for _, s := range plan.Steps {
-			p.Do(ctx, s...)
-		}
-		return nil
+		// At once: the pipeline's slice grows once, not at every command.
+		return p.BatchProcess(ctx, cmds...)
 	})
 }
 
 // writeArgs returns the SET (with PX when the write expires) or DEL of
-// each write. Their arguments share one array, and a TTL is boxed once
-// for the writes that share it: go-redis's Set would allocate an argument
-// slice and box the TTL for each.
-func writeArgs(writes []Write) [][]any {
+// each of plan's writes. Their arguments share one array; a watched key
+// takes the interface value round trip 1 boxed it in; a TTL is boxed once for the writes that share it. go-redis's
+// Set would allocate an argument slice and box the key, the value and the
+// TTL for each.
+func writeArgs(plan *Plan) [][]any {
+	writes := plan.Writes
 	store := make([]any, 0, 5*len(writes))
-	out := make([][]any, len(writes))
+	out := make([][]any, 0, len(writes))
 	var ttl time.Duration
 	var ms any
-	for i, w := range writes {
+	next := 0 // where the key of the write before was, plus one
+	for _, w := range writes {
+		var key any = w.Key
+		// Writes mostly follow the keys' order: look from after the last
+		// one found, once around.
+		for k := range len(plan.boxed) {
+			at := (next + k) % len(plan.boxed)
+			if plan.keys[at] == w.Key {
+				key, next = plan.boxed[at], at+1
+				break
+			}
+		}
 		at := len(store)
 		switch {
 		case w.Del:
-			store = append(store, "del", w.Key)
+			store = append(store, "del", key)
 		case w.TTL > 0:
 			if ms == nil || w.TTL != ttl {
 				ttl, ms = w.TTL, max(w.TTL.Milliseconds(), 1)
 			}
-			store = append(store, "set", w.Key, w.Value, "px", ms)
+			store = append(store, "set", key, w.Value, "px", ms)
 		default:
-			store = append(store, "set", w.Key, w.Value) // no expiry
+			store = append(store, "set", key, w.Value) // no expiry
 		}
-		out[i] = store[at:len(store):len(store)]
+		out = append(out, store[at:len(store):len(store)])
 	}
 	return out
 }
@@ -102,17 +117,22 @@ func writeArgs(writes []Write) [][]any {
 // would be, one *redis.Cmd per step, with the error classify expects; all
 // is every command the pipeline sent, tail's included.
 func (e *Engine) execPipe(ctx context.Context, conn *redis.Conn, route string, plan *Plan, tail func(redis.Pipeliner)) (results, all []redis.Cmder, _ error) {
-	args := append(writeArgs(plan.Writes), plan.Steps...)
+	args := append(writeArgs(plan), plan.Steps...)
 	e.c.roundTrips.Add(1)
 	e.c.commands.Add(int64(2 + len(args)))
 	cmds := make([]*redis.Cmd, len(args))
-	var exec *redis.Cmd
+	batch := make([]redis.Cmder, 0, len(args)+2)
+	batch = append(batch, redis.NewCmd(ctx, "multi"))
+	for i, a := range args {
+		cmds[i] = redis.NewCmd(ctx, a...)
+		batch = append(batch, cmds[i])
+	}
+	exec := redis.NewCmd(ctx, "exec")
+	batch = append(batch, exec)
 	all, perr := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Do(ctx, "multi")
-		for i, a := range args {
-			cmds[i] = p.Do(ctx, a...)
+		if err := p.BatchProcess(ctx, batch...); err != nil {
+			return err
 		}
-		exec = p.Do(ctx, "exec")
 		if tail != nil {
 			tail(p)
 		}

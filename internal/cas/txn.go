@@ -42,6 +42,11 @@ type Plan struct {
 	// Results holds, once EXEC answered, every command's reply, for the
 	// decisions that depend on what a step found.
 	Results []redis.Cmder
+	// keys and boxed are the transaction's keys and the same keys as
+	// round trip 1 boxed them for WATCH: the writes take those interface
+	// values rather than box each key again.
+	keys  []string
+	boxed []any
 }
 
 // Empty reports a plan that writes nothing.
