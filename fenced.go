@@ -228,7 +228,7 @@ func (q *Queue) flushCompletes(ctx context.Context, batch []*cas.Call[completeIn
 
 func succeed(result []byte) transition {
 	return func(j, next *Job, now time.Time) *Job {
-		recordRun(next, cloneJob(next), now, OutcomeSucceeded, "")
+		recordRun(next, next, now, OutcomeSucceeded, "") // read before next changes: no copy needed
 		next.Progress = j.Progress
 		next.State = StateSucceeded
 		next.Result = result

@@ -29,6 +29,7 @@ type run struct {
 	job    *Job // the claimed copy: its token fences every write
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	values runValues // ctx's parent: Work's runs, and the run under runKey
 
 	mu       sync.Mutex
 	deadline time.Time // last confirmed lease end, less the margin: the renewer fences the run then
@@ -60,11 +61,29 @@ type run struct {
 	renewals sync.WaitGroup // renewals in flight
 }
 
+// runValues is context.WithValue(runs, runKey{}, r), held in the run
+// itself rather than allocated beside it. Done and Err are the embedded
+// context's, so the run's context still joins Work's cancellation as a
+// child of its cancelCtx, with no goroutine.
+type runValues struct {
+	context.Context
+	r *run
+}
+
+// Value returns the run under runKey, else the embedded context's value.
+func (v *runValues) Value(key any) any {
+	if key == (runKey{}) {
+		return v.r
+	}
+	return v.Context.Value(key)
+}
+
 // start registers a run of j, claimed by a request sent at asked, and
 // starts keeping its lease.
 func (w *worker) start(j *Job, asked time.Time) *run {
 	r := &run{w: w, job: j, expired: make(chan struct{}), idx: -1}
-	r.ctx, r.cancel = context.WithCancelCause(context.WithValue(w.runs, runKey{}, r))
+	r.values = runValues{Context: w.runs, r: r}
+	r.ctx, r.cancel = context.WithCancelCause(&r.values)
 	r.deadline = asked.Add(leaseLeft(j) - w.o.LeaseMargin)
 	w.mu.Lock()
 	w.running[r] = struct{}{}

@@ -80,6 +80,7 @@ type feeder struct {
 	ahead   []aheadRun // claimed ahead, oldest first
 	busy    bool       // a transaction is being made or is in flight
 	waiters int        // runners waiting in take
+	coming  int        // runners that handed a success over and have not called take yet
 	arrived *sync.Cond // broadcast when a job arrives or a transaction ends
 	ended   bool       // Work's ctx ended: nothing more is held ahead
 	closed  bool       // no more hand-offs: the feeder writes what it has and exits
@@ -133,6 +134,7 @@ func (f *feeder) handOff(r *run, result []byte) bool {
 		return false
 	}
 	f.done = append(f.done, doneRun{r: r, result: result})
+	f.coming++ // its runner wants its next job at once: the transaction claims one for it
 	f.mu.Unlock()
 	select {
 	case f.kick <- struct{}{}:
@@ -150,6 +152,9 @@ func (f *feeder) handOff(r *run, result []byte) bool {
 func (f *feeder) take() (aheadRun, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.coming > 0 {
+		f.coming--
+	}
 	for len(f.ahead) == 0 && (f.busy || len(f.done) > 0) && !f.ended {
 		f.waiters++
 		f.arrived.Wait()
@@ -312,7 +317,9 @@ func (f *feeder) commit(ctx context.Context, conns context.Context, batch []done
 var errFeedUnanswered = errors.New("jobkey: internal error: a bulk completion got no answer")
 
 // wanted returns how many jobs to claim now: one for each runner waiting
-// for a job, and what the slots are expected to take while the next
+// for a job or on its way to take one after handing its success over (a
+// runner leaves the second count as it joins the first), and what the
+// slots are expected to take while the next
 // transaction is in flight, less what is held; no more held ahead of the
 // runners waiting than Prefetch. Nothing once Work's ctx has ended.
 func (f *feeder) wanted() int {
@@ -322,7 +329,7 @@ func (f *feeder) wanted() int {
 		return 0
 	}
 	soon := min(int(2*f.rate*f.txn.Seconds()+0.5), f.limit)
-	return max(f.waiters+soon-len(f.ahead), 0)
+	return max(f.waiters+f.coming+soon-len(f.ahead), 0)
 }
 
 // claimName is the lease owner of the next claim ahead: the Work's name
