@@ -113,6 +113,8 @@ func ObserveQueues(meter metric.Meter, queues ...*jobkey.Queue) (metric.Registra
 		{"jobkey.work.jobs_canceled", "{job}", "Runs stopped because their job was canceled while it ran.", func(m jobkey.MetricsSnapshot) int64 { return m.Canceled }},
 		{"jobkey.work.runs_released", "{run}", "Runs given back with their attempt unspent (shutdown, a claim that came too late).", func(m jobkey.MetricsSnapshot) int64 { return m.Released }},
 		{"jobkey.work.runs_snoozed", "{run}", "Runs that snoozed: their job runs again later, their attempt unspent.", func(m jobkey.MetricsSnapshot) int64 { return m.Snoozed }},
+		{"jobkey.work.jobs_prefetched", "{job}", "Jobs claimed ahead of free slots by this process's Works (WorkOpts.Prefetch).", func(m jobkey.MetricsSnapshot) int64 { return m.Prefetched }},
+		{"jobkey.work.prefetch_returned", "{job}", "Jobs claimed ahead and given back unrun: no slot took them in time, or Work stopped.", func(m jobkey.MetricsSnapshot) int64 { return m.PrefetchReturned }},
 		{"jobkey.writes.batch_callbacks", "{job}", "Batch callbacks and chain steps written by this process's transactions, enqueued or canceled by their condition.", func(m jobkey.MetricsSnapshot) int64 { return m.BatchCallbacks }},
 		{"jobkey.writes.events", "{event}", "Events appended to the queue's streams by this process's transactions.", func(m jobkey.MetricsSnapshot) int64 { return m.EventsAppended }},
 	} {
