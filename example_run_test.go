@@ -375,3 +375,52 @@ func ExampleWorkQueues() {
 	fmt.Println(err, ran["critical"], ran["default"], ran["low"])
 	// Output: <nil> true true true
 }
+
+// By default a Work writes its successes in bulk and claims ahead of its
+// slots: a transaction completes many runs and claims the jobs the slots
+// take next. WorkOpts.Prefetch bounds the jobs held ahead (-1 turns it
+// off); Metrics counts those claimed and those given back unrun.
+func ExampleWorkOpts_prefetch() {
+	rdb := exampleRedis()
+	defer rdb.Close()
+	q, err := jobkey.NewQueue(rdb, "thumbnails", exampleConfig("prefetch"))
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	const n = 200
+	specs := make([]jobkey.JobSpec, n)
+	for i := range specs {
+		specs[i] = jobkey.JobSpec{Type: "thumb"}
+	}
+	if _, err := q.EnqueueMany(ctx, specs); err != nil {
+		panic(err)
+	}
+
+	var mu sync.Mutex
+	recorded := 0
+	err = q.Work(ctx, jobkey.HandlerFunc(func(context.Context, *jobkey.Job) ([]byte, error) {
+		return nil, nil
+	}), &jobkey.WorkOpts{
+		Concurrency: 4,
+		Prefetch:    8, // at most 8 jobs held ahead of the 4 slots
+		OnRecorded: func(j *jobkey.Job, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if recorded++; recorded == n {
+				stop()
+			}
+		},
+	})
+	m := q.Metrics()
+	fmt.Println("work returned", err)
+	fmt.Println("succeeded:", m.Succeeded)
+	fmt.Println("some claimed ahead:", m.Prefetched > 0)
+	fmt.Println("more than one run finished per transaction:", m.FinishBatches.Calls > m.FinishBatches.Flushes)
+	// Output:
+	// work returned <nil>
+	// succeeded: 200
+	// some claimed ahead: true
+	// more than one run finished per transaction: true
+}
