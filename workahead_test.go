@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -148,4 +150,61 @@ func TestWorkGivesBackTheJobsHeldAheadWhileEverySlotRunsLong(t *testing.T) {
 		return st.Succeeded == n
 	})
 	require.EqualValues(t, n, handled.Load(), "each job ran once")
+}
+
+// A spell of slow transactions does not turn bulk finishing off for good.
+// The feeder records on its own, with retries, a success whose lease is
+// nearly out by its estimate of a transaction's duration; that estimate
+// is measured only by transactions it makes, so once it exceeded what any
+// fresh run has left, every later success went on its own and the
+// estimate was never measured again: no transaction wrote more than one
+// run, and no job was claimed ahead, for the rest of the Work's life.
+func TestWorkFinishesInBulkAgainAfterASpellOfSlowTransactions(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t, nil)
+	var slow atomic.Bool
+	var stalled atomic.Int64
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		if slow.Load() && has(cmds, "zadd", ":succeeded") {
+			stalled.Add(1)
+			time.Sleep(900 * time.Millisecond) // completions stall, past what ctx allows
+		}
+		return nil
+	}))
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second, Logger: quietLog()})
+	ctx := context.Background()
+	enqueue := func(n int) {
+		specs := make([]JobSpec, n)
+		for i := range specs {
+			specs[i] = JobSpec{Type: "t"}
+		}
+		_, err := q.EnqueueMany(ctx, specs)
+		require.NoError(t, err)
+	}
+	enqueue(200)
+	const slots = 2
+	slow.Store(true)
+	stop := startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+		&WorkOpts{Concurrency: slots, PollInterval: 20 * time.Millisecond})
+	defer stop()
+	waitForIn(t, 30*time.Second, "a slow bulk transaction", func() bool { return q.Metrics().FinishBatches.Flushes >= 1 })
+	time.Sleep(6 * time.Second) // the feeder's estimate of a transaction's duration grows
+	slow.Store(false)
+	waitForIn(t, 30*time.Second, "the first jobs done", func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.Pending+st.Active == 0
+	})
+	before := q.Metrics()
+	enqueue(300)
+	waitForIn(t, 30*time.Second, "the next jobs done", func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.Pending+st.Active == 0
+	})
+	after := q.Metrics()
+	t.Logf("%d writes stalled; before: %+v; after: %+v", stalled.Load(), before.FinishBatches, after.FinishBatches)
+	batches := after.FinishBatches.Sub(before.FinishBatches)
+	require.Greater(t, largest(batches), slots, "a transaction finished more runs than there are slots once Redis was fast again: %+v", batches)
+	require.Positive(t, after.Prefetched-before.Prefetched, "jobs were claimed ahead again")
 }
