@@ -112,13 +112,11 @@ func (s *renewer) fire(r *run, now time.Time) {
 		r.expire() // and it is not kept any longer
 		return
 	}
-	select {
-	case <-r.w.abandoned:
+	if r.abandoned.Load() {
 		// Shutdown gave up on this run's stuck handler: fence, never renew.
 		r.renewAt = r.fenceAt()
 		s.push(r)
 		return
-	default:
 	}
 	if r.renewing || now.Before(r.renewAt) {
 		s.push(r) // woken early: its deadline moved

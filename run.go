@@ -42,6 +42,9 @@ type run struct {
 
 	hints   atomic.Int64 // cancel hints not yet confirmed; a check runs while > 0
 	writing atomic.Bool  // an outcome write is in flight
+	// abandoned is set when shutdown gives up on the run's stuck handler:
+	// its lease is no longer renewed (worker.giveUp).
+	abandoned atomic.Bool
 	// own is the job as the handler's own CompleteTx completed it: the
 	// run's outcome, recorded with no write of Work's (ownCompletion).
 	own atomic.Pointer[Job]

@@ -217,6 +217,11 @@ func (w *worker) giveUp() error {
 		}
 		names = append(names, fmt.Sprintf("%q (%s, context ended %v ago)", r.job.ID, r.job.Type, time.Since(since).Round(time.Millisecond)))
 	}
+	// Their runs only: a success handed to the feeder (workahead.go), whose
+	// runner has returned, keeps its lease until its outcome is written.
+	for r := range w.stuck {
+		r.abandoned.Store(true)
+	}
 	close(w.abandoned)
 	return fmt.Errorf("%w: Work returns without %d handlers of queue %q that ignored their context: %s; their leases are no longer renewed, so their jobs may run again elsewhere beside them",
 		ErrHandlerStuck, len(w.stuck), w.q.name, strings.Join(names, ", "))

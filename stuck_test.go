@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -333,4 +334,77 @@ func TestShutdownWaitsForHandlersThatStopBesideAStuckOne(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, StatePending, got.State, "the handler that stopped had its job released before Work returned")
 	require.Zero(t, got.Attempt)
+}
+
+// Shutdown that gives up on a stuck handler stops renewing that handler's
+// lease only. A success that another runner handed over to be written in
+// bulk (WorkOpts.Prefetch), and whose write is slow, keeps its lease until
+// its outcome lands, as a runner that records its own outcome does: before,
+// every run's renewals stopped, the write ran past the lease and gave up,
+// and the job was left to run again.
+func TestShutdownThatGivesUpOnAStuckHandlerKeepsTheLeasesOfSuccessesBeingWritten(t *testing.T) {
+	t.Parallel()
+	for _, prefetch := range []int{0, -1} {
+		t.Run(fmt.Sprintf("prefetch %d", prefetch), func(t *testing.T) {
+			t.Parallel()
+			rdb := redistest.Client(t, nil)
+			var slow atomic.Bool
+			rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+				if slow.Load() && has(cmds, "zadd", ":succeeded") {
+					<-ctx.Done() // completions cannot be sent for now
+					return ctx.Err()
+				}
+				return nil
+			}))
+			q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second, Logger: quietLog()})
+			ctx := context.Background()
+			stuck, err := q.Enqueue(ctx, "stubborn", nil, nil)
+			require.NoError(t, err)
+			ok, err := q.Enqueue(ctx, "quick", nil, nil)
+			require.NoError(t, err)
+			release := make(chan struct{})
+			t.Cleanup(func() { close(release) })
+			stuckStarted, okReturned := make(chan struct{}), make(chan struct{})
+			var mu sync.Mutex
+			var recorded []error
+			slow.Store(true)
+			wctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				done <- q.Work(wctx, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+					if j.ID == stuck.ID {
+						close(stuckStarted)
+						<-release // ignores its context
+						return nil, nil
+					}
+					defer close(okReturned)
+					return nil, nil
+				}), &WorkOpts{Concurrency: 2, ShutdownGrace: 10 * time.Millisecond, StuckAfter: 50 * time.Millisecond, Logger: quietLog(),
+					Prefetch: prefetch, OnRecorded: func(j *Job, err error) {
+						if j.ID == ok.ID {
+							mu.Lock()
+							recorded = append(recorded, err)
+							mu.Unlock()
+						}
+					}})
+			}()
+			<-stuckStarted
+			<-okReturned
+			stop()                              // shutdown gives up on the stuck handler while the success waits to be written
+			time.Sleep(1500 * time.Millisecond) // longer than the lease
+			slow.Store(false)
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Work did not return")
+			}
+			require.ErrorIs(t, err, ErrHandlerStuck)
+			got, err := q.Get(ctx, ok.ID)
+			require.NoError(t, err)
+			require.Equal(t, StateSucceeded, got.State, "the success landed under a lease kept until then")
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, []error{nil}, recorded)
+		})
+	}
 }

@@ -223,7 +223,11 @@ func (f *feeder) commit(ctx context.Context, conns context.Context, batch []done
 	// A run whose lease is nearly out by this process's clock is recorded
 	// on its own, with the usual retries: a transaction's deadline is its
 	// earliest run's, and one late run must not cut it short for the rest.
-	soon := 2*f.txn + 5*time.Millisecond
+	// Nearly out is never more than half of what a fresh lease leaves: the
+	// estimate of a transaction's duration is measured only by the
+	// transactions made, so after a spell of slow ones, were every run
+	// recorded on its own, none would be made again, nor any claim ahead.
+	soon := min(2*f.txn+5*time.Millisecond, (w.q.cfg.Lease-w.o.LeaseMargin)/2)
 	left := time.Duration(1<<63 - 1)
 	keep := batch[:0:0]
 	for _, d := range batch {

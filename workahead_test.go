@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobkey/jobkey/internal/faultproxy"
+	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -148,4 +151,140 @@ func TestWorkGivesBackTheJobsHeldAheadWhileEverySlotRunsLong(t *testing.T) {
 		return st.Succeeded == n
 	})
 	require.EqualValues(t, n, handled.Load(), "each job ran once")
+}
+
+// A spell of slow transactions does not turn bulk finishing off for good.
+// The feeder records on its own, with retries, a success whose lease is
+// nearly out by its estimate of a transaction's duration; that estimate
+// is measured only by transactions it makes, so once it exceeded what any
+// fresh run has left, every later success went on its own and the
+// estimate was never measured again: no transaction wrote more than one
+// run, and no job was claimed ahead, for the rest of the Work's life.
+func TestWorkFinishesInBulkAgainAfterASpellOfSlowTransactions(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t, nil)
+	var slow atomic.Bool
+	var stalled atomic.Int64
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		if slow.Load() && has(cmds, "zadd", ":succeeded") {
+			stalled.Add(1)
+			time.Sleep(900 * time.Millisecond) // completions stall, past what ctx allows
+		}
+		return nil
+	}))
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: time.Second, Logger: quietLog()})
+	ctx := context.Background()
+	enqueue := func(n int) {
+		specs := make([]JobSpec, n)
+		for i := range specs {
+			specs[i] = JobSpec{Type: "t"}
+		}
+		_, err := q.EnqueueMany(ctx, specs)
+		require.NoError(t, err)
+	}
+	enqueue(200)
+	const slots = 2
+	slow.Store(true)
+	stop := startWork(t, q, HandlerFunc(func(context.Context, *Job) ([]byte, error) { return nil, nil }),
+		&WorkOpts{Concurrency: slots, PollInterval: 20 * time.Millisecond})
+	defer stop()
+	waitForIn(t, 30*time.Second, "a slow bulk transaction", func() bool { return q.Metrics().FinishBatches.Flushes >= 1 })
+	time.Sleep(6 * time.Second) // the feeder's estimate of a transaction's duration grows
+	slow.Store(false)
+	waitForIn(t, 30*time.Second, "the first jobs done", func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.Pending+st.Active == 0
+	})
+	before := q.Metrics()
+	enqueue(300)
+	waitForIn(t, 30*time.Second, "the next jobs done", func() bool {
+		st, err := q.Stats(ctx)
+		require.NoError(t, err)
+		return st.Pending+st.Active == 0
+	})
+	after := q.Metrics()
+	t.Logf("%d writes stalled; before: %+v; after: %+v", stalled.Load(), before.FinishBatches, after.FinishBatches)
+	batches := after.FinishBatches.Sub(before.FinishBatches)
+	require.Greater(t, largest(batches), slots, "a transaction finished more runs than there are slots once Redis was fast again: %+v", batches)
+	require.Positive(t, after.Prefetched-before.Prefetched, "jobs were claimed ahead again")
+}
+
+// Through a link that resets connections and loses the replies to EXECs,
+// Work's bulk finishes drain the queue: a bulk transaction whose reply was
+// lost has its completions recorded again (each recognises its own write)
+// and its claims ahead looked for by their lease tokens. No job runs twice
+// at once, each succeeds once, by its last run, each run's outcome is
+// reported once, and a job runs again only as leaseLog allows.
+func TestBulkFinishesThroughLostRepliesAndResetsFinishEachJobOnce(t *testing.T) {
+	t.Parallel()
+	rdb, proxy := proxied(t)
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog(), Lease: 2 * time.Second})
+	ctx := context.Background()
+	const n = 300
+	specs := make([]JobSpec, n)
+	for i := range specs {
+		specs[i] = JobSpec{Type: "t"}
+	}
+	jobs, err := q.EnqueueMany(ctx, specs)
+	require.NoError(t, err)
+	ids := make([]string, n)
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	proxy.Set(faultproxy.Faults{ExecCutProb: 0.1, ResetProb: 0.005})
+	log := newLeaseLog()
+	var mu sync.Mutex
+	running := map[string]bool{}
+	reported := map[uint64]int{}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Work(wctx, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+			end := log.begin(j)
+			defer end()
+			mu.Lock()
+			if running[j.ID] {
+				mu.Unlock()
+				t.Errorf("job %s runs twice at once", j.ID)
+				return nil, nil
+			}
+			running[j.ID] = true
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			delete(running, j.ID)
+			mu.Unlock()
+			return nil, nil
+		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog(), OnRecorded: func(j *Job, err error) {
+			mu.Lock()
+			reported[j.LeaseToken]++
+			mu.Unlock()
+			log.onRecorded(j, err)
+		}})
+	}()
+	waitForIn(t, 90*time.Second, "every job succeeded", func() bool {
+		st, err := q.Stats(ctx)
+		return err == nil && st.Succeeded == n
+	})
+	proxy.Set(faultproxy.Faults{})
+	stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Work did not return")
+	}
+	m := q.Metrics()
+	t.Logf("prefetched %d, given back %d; proxy %+v", m.Prefetched, m.PrefetchReturned, proxy.Counts())
+	require.Positive(t, m.Prefetched, "jobs were claimed ahead")
+	if n := log.check(t, ctx, q, ids); n > 0 {
+		t.Logf("%d reruns after a lost outcome", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for token, k := range reported {
+		require.Equal(t, 1, k, "the run of lease token %d was reported %d times", token, k)
+	}
 }

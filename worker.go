@@ -295,7 +295,8 @@ type worker struct {
 	stuck   map[*run]time.Time // when each one's context ended
 	changed chan struct{}
 	// abandoned is closed when shutdown gives up on the stuck handlers:
-	// their leases and reports are no longer renewed.
+	// their reports are no longer renewed, nor are their leases (each
+	// run's abandoned).
 	abandoned chan struct{}
 	// renewer keeps the leases of the runs.
 	renewer *renewer
