@@ -179,6 +179,12 @@ func (f *feeder) loop(ctx context.Context) {
 	defer func() { release() }()
 	ended := ctx.Done()
 	for {
+		if ended != nil && ctx.Err() != nil {
+			// Seen here too, not only while idle: a feeder kept busy by
+			// successes claims nothing ahead once Work's ctx has ended.
+			ended = nil
+			f.end()
+		}
 		f.mu.Lock()
 		batch := f.done[:min(len(f.done), f.w.q.cfg.MaxBatch)]
 		f.done = f.done[len(batch):]
