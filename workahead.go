@@ -133,6 +133,10 @@ func (f *feeder) handOff(r *run, result []byte) bool {
 		f.mu.Unlock()
 		return false
 	}
+	// Its write is as good as in flight: the renewer leaves the lease alone
+	// until it needs renewing (a renewal would abort the whole bulk
+	// transaction that carries it).
+	r.writing.Store(true)
 	f.done = append(f.done, doneRun{r: r, result: result})
 	f.coming++ // its runner wants its next job at once: the transaction claims one for it
 	f.mu.Unlock()
