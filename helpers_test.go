@@ -299,7 +299,16 @@ func queueOn(t *testing.T, rdb redis.UniversalClient, prefix string, cfg Config)
 }
 
 // proxied returns a client of the shared real Redis through a fault proxy.
+// A reply the proxy drops shows as a read timeout of 200 ms.
 func proxied(t *testing.T) (*redis.Client, *faultproxy.Proxy) {
+	t.Helper()
+	return proxiedWithin(t, 200*time.Millisecond)
+}
+
+// proxiedWithin is proxied with the client's timeouts at d: a test that
+// cuts few replies and must not take a slow one for a cut, on a loaded
+// machine, waits longer for each.
+func proxiedWithin(t *testing.T, d time.Duration) (*redis.Client, *faultproxy.Proxy) {
 	t.Helper()
 	target := redistest.RequireReal(t)
 	o, err := redis.ParseURL(target.URL)
@@ -308,7 +317,7 @@ func proxied(t *testing.T) (*redis.Client, *faultproxy.Proxy) {
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
 	return redistest.ClientFor(t, "redis://"+p.Addr, func(o *redis.Options) {
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = d, d, d
 	}), p
 }
 
