@@ -157,13 +157,13 @@ func (s *renewer) renew(r *run) {
 		keep = false
 	case errors.As(err, &ll):
 		if ll.Now.State == StateCanceled && ll.Now.LeaseToken == r.job.LeaseToken {
-			r.cancel(ErrJobCanceled)
+			r.end(ErrJobCanceled)
 		} else {
-			r.cancel(err)
+			r.end(err)
 		}
 		keep = false
 	case errors.Is(err, ErrNotFound):
-		r.cancel(errors.Join(ErrLeaseLost, err)) // the job was deleted under us
+		r.end(errors.Join(ErrLeaseLost, err)) // the job was deleted under us
 		keep = false
 	default:
 		// Redis unreachable or slow: keep trying; the fence stops the

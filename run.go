@@ -30,6 +30,9 @@ type run struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	values runValues // ctx's parent: Work's runs, and the run under runKey
+	// watching is the stuck watch of the handler call under way, when its
+	// context is ctx itself: end tells it (stuck.go).
+	watching atomic.Pointer[stuckWatch]
 
 	mu       sync.Mutex
 	deadline time.Time // last confirmed lease end, less the margin: the renewer fences the run then
@@ -111,9 +114,18 @@ func (w *worker) stop(r *run) {
 // written: both times come from Redis's clock in the same transaction.
 func leaseLeft(j *Job) time.Duration { return j.LeaseUntil.Sub(j.UpdatedAt) }
 
+// end cancels the run's context with cause, and tells the stuck watch of
+// its handler call, if one watches that context.
+func (r *run) end(cause error) {
+	r.cancel(cause)
+	if s := r.watching.Load(); s != nil {
+		s.ended(context.Cause(r.ctx))
+	}
+}
+
 // expire is the self-fence: the lease may be running out unseen.
 func (r *run) expire() {
-	r.cancel(ErrLeaseExpired)
+	r.end(ErrLeaseExpired)
 	r.once.Do(func() { close(r.expired) })
 }
 
@@ -262,7 +274,7 @@ func (r *run) checkCancel(w *worker) bool {
 	cur, err := w.q.Get(ctx, r.job.ID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		r.cancel(errors.Join(ErrLeaseLost, err))
+		r.end(errors.Join(ErrLeaseLost, err))
 	case err != nil:
 		return false // unreadable now: the next renewal will tell
 	case cur.State == StateActive && cur.LeaseToken == r.job.LeaseToken:
@@ -271,9 +283,9 @@ func (r *run) checkCancel(w *worker) bool {
 		r.own.CompareAndSwap(nil, cur)
 		return false // the handler completed it (CompleteTx): recorded once it returns
 	case cur.State == StateCanceled && cur.LeaseToken == r.job.LeaseToken:
-		r.cancel(ErrJobCanceled)
+		r.end(ErrJobCanceled)
 	default:
-		r.cancel(&LeaseLostError{ID: r.job.ID, Attempt: r.job.Attempt, Owner: r.job.LeaseOwner, Token: r.job.LeaseToken, Now: cur})
+		r.end(&LeaseLostError{ID: r.job.ID, Attempt: r.job.Attempt, Owner: r.job.LeaseOwner, Token: r.job.LeaseToken, Now: cur})
 	}
 	return true
 }

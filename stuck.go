@@ -60,9 +60,27 @@ type stuckWatch struct {
 
 // watch starts watching the handler call of r, whose context is hctx.
 // Until hctx ends it costs nothing but the registration.
+//
+// When hctx is the run's own context, every way it ends is a call of this
+// package's: the run's end (a lost lease, a cancel, the self-fence) or
+// shutdown's endRuns, each of which tells the watch. So the watch is only
+// registered with the run, where context.AfterFunc would cost a handful of
+// allocations per run (its context, the parent's children map, two
+// closures). A handler context with a timer of its own (Timeout,
+// Deadline) is watched with AfterFunc.
 func (w *worker) watch(r *run, hctx context.Context) *stuckWatch {
 	s := &stuckWatch{w: w, r: r}
-	s.stopAfter = context.AfterFunc(hctx, func() { s.ended(context.Cause(hctx)) })
+	if hctx != r.ctx {
+		s.stopAfter = context.AfterFunc(hctx, func() { s.ended(context.Cause(hctx)) })
+		return s
+	}
+	r.watching.Store(s)
+	s.stopAfter = func() bool { return r.watching.CompareAndSwap(s, nil) }
+	if r.ctx.Err() != nil {
+		// Ended before the watch was registered: the call that ended it may
+		// have looked for the watch first (ended runs at most once).
+		s.ended(context.Cause(r.ctx))
+	}
 	return s
 }
 
@@ -70,8 +88,8 @@ func (w *worker) watch(r *run, hctx context.Context) *stuckWatch {
 func (s *stuckWatch) ended(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.done {
-		return
+	if s.done || !s.endedAt.IsZero() {
+		return // returned, or told already
 	}
 	s.endedAt, s.cause = time.Now(), cause
 	s.timer = time.AfterFunc(s.w.o.StuckAfter, s.expired)

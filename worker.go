@@ -236,9 +236,28 @@ func (w *worker) drain(finished <-chan struct{}, stopRuns context.CancelCauseFun
 		case <-finished:
 			return nil
 		case <-grace.C:
-			stopRuns(ErrShutdown)
+			w.endRuns(stopRuns)
 		case <-w.changed:
 		}
+	}
+}
+
+// endRuns cancels every run's context with ErrShutdown (stopRuns, the
+// parent of them all) and tells the stuck watches of the handlers that
+// run under them (stuck.go).
+func (w *worker) endRuns(stopRuns context.CancelCauseFunc) {
+	stopRuns(ErrShutdown)
+	var watches []*stuckWatch
+	w.mu.Lock()
+	for r := range w.running {
+		if s := r.watching.Load(); s != nil {
+			watches = append(watches, s)
+		}
+	}
+	w.mu.Unlock()
+	// Outside w.mu: a watch that fires takes its own lock, then w.mu.
+	for _, s := range watches {
+		s.ended(ErrShutdown)
 	}
 }
 
