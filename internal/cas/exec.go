@@ -83,7 +83,7 @@ func writeArgs(plan *Plan) [][]any {
 	var ms any
 	next := 0 // where the key of the write before was, plus one
 	for _, w := range writes {
-		var key any = w.Key
+		var key any // boxed only when not found: a declaration with w.Key boxes it at once
 		// Writes mostly follow the keys' order: look from after the last
 		// one found, once around.
 		for k := range len(plan.boxed) {
@@ -92,6 +92,9 @@ func writeArgs(plan *Plan) [][]any {
 				key, next = plan.boxed[at], at+1
 				break
 			}
+		}
+		if key == nil {
+			key = w.Key
 		}
 		at := len(store)
 		switch {
