@@ -269,15 +269,16 @@ func (f *feeder) commit(ctx context.Context, conns context.Context, batch []done
 	n := f.wanted()
 	tctx, cancel := context.WithTimeout(conns, left)
 	defer cancel()
-	calls := make([]*cas.Call[finishIn, finishOut], len(batch))
+	ins := make([]finishIn, len(batch))
 	for i, d := range batch {
-		in := finishIn{job: d.r.current(), result: d.result}
+		ins[i] = finishIn{job: d.r.current(), result: d.result}
 		if i == 0 && n > 0 {
-			in.worker, in.more = f.claimName(), n-1
+			ins[i].worker, ins[i].more = f.claimName(), n-1
 		}
 		d.r.writing.Store(true)
-		calls[i] = cas.NewCall[finishIn, finishOut](tctx, in)
 	}
+	// Read below only once each is answered: no channel each.
+	calls := cas.NewAnsweredCalls[finishIn, finishOut](tctx, ins)
 	w.q.finishes.Count(len(calls))
 	w.q.flushFinishes(tctx, calls)
 	cancel()

@@ -36,7 +36,9 @@ func (c *Call[T, R]) Finish(out R, err error) {
 	answered := false
 	c.once.Do(func() {
 		c.out, c.err = out, err
-		close(c.done)
+		if c.done != nil { // nil: made by NewAnsweredCalls
+			close(c.done)
+		}
 		answered = true
 	})
 	if !answered && c.left.Load() && c.orphan != nil {
@@ -62,6 +64,21 @@ func (c *Call[T, R]) Gone() bool {
 // run by hand.
 func NewCall[T, R any](ctx context.Context, in T) *Call[T, R] {
 	return &Call[T, R]{ctx: ctx, in: in, done: make(chan struct{})}
+}
+
+// NewAnsweredCalls returns calls of ins under ctx for a flush run by hand
+// whose caller reads the answers only once every call has one: they share
+// one allocation and have no channel, so Wait on one that was not answered
+// yet returns its zero answer at once. Answer each (Finish: the first
+// answer stands) before reading it.
+func NewAnsweredCalls[T, R any](ctx context.Context, ins []T) []*Call[T, R] {
+	calls := make([]Call[T, R], len(ins))
+	out := make([]*Call[T, R], len(ins))
+	for i, in := range ins {
+		calls[i].ctx, calls[i].in = ctx, in
+		out[i] = &calls[i]
+	}
+	return out
 }
 
 // In returns the call's input.
@@ -595,9 +612,12 @@ func (g *Group[T, R]) State() (running, queued int) {
 	return g.running, len(g.queue)
 }
 
-// Wait waits for the call's answer.
+// Wait waits for the call's answer (see NewAnsweredCalls for calls with
+// no channel).
 func (c *Call[T, R]) Wait() (R, error) {
-	<-c.done
+	if c.done != nil {
+		<-c.done
+	}
 	return c.out, c.err
 }
 
