@@ -3,6 +3,7 @@ package jobkey
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -773,4 +774,48 @@ func TestWorkWriteStoppedBeforeSentIsLeaseLost(t *testing.T) {
 		require.Equal(t, StateActive, got.State, "%s: nothing was written", tc.name)
 		require.Equal(t, c.LeaseToken, got.LeaseToken, tc.name)
 	}
+}
+
+// A run's context holds the run itself (runValues): a handler's lookups
+// find it through any context derived from it, Work's cancellation reaches
+// it with its cause, and joining Work's context starts no goroutine.
+func TestARunsContextCarriesItsRunAndWorksCancellationWithoutAGoroutine(t *testing.T) {
+	runs, stopRuns := context.WithCancelCause(context.Background())
+	const n = 2000
+	before := runtime.NumGoroutine()
+	rs := make([]*run, n)
+	for i := range rs {
+		r := &run{}
+		r.values = runValues{Context: runs, r: r}
+		r.ctx, r.cancel = context.WithCancelCause(&r.values)
+		rs[i] = r
+	}
+	require.Less(t, runtime.NumGoroutine()-before, n/2, "joining Work's context started a goroutine per run")
+	type other struct{}
+	r := rs[0]
+	derived := []context.Context{
+		r.ctx,
+		context.WithValue(r.ctx, other{}, 1),
+		context.WithoutCancel(r.ctx),
+	}
+	tctx, cancel := context.WithTimeout(context.WithValue(r.ctx, other{}, 1), time.Hour)
+	defer cancel()
+	derived = append(derived, tctx)
+	for _, ctx := range derived {
+		got, _ := ctx.Value(runKey{}).(*run)
+		require.Same(t, r, got)
+	}
+	require.Nil(t, r.ctx.Value(other{}))
+	rs[1].cancel(nil)
+	require.Error(t, rs[1].ctx.Err())
+	require.NoError(t, r.ctx.Err(), "one run's end leaves the others")
+	cause := errors.New("work stopped")
+	stopRuns(cause)
+	for _, r := range rs {
+		<-r.ctx.Done()
+		if r != rs[1] {
+			require.Same(t, cause, context.Cause(r.ctx))
+		}
+	}
+	require.ErrorIs(t, context.Cause(tctx), cause)
 }

@@ -133,10 +133,11 @@ func (f *feeder) handOff(r *run, result []byte) bool {
 		f.mu.Unlock()
 		return false
 	}
-	// Its write is as good as in flight: the renewer leaves the lease alone
-	// until it needs renewing (a renewal would abort the whole bulk
-	// transaction that carries it).
-	r.writing.Store(true)
+	// Not yet a write in flight (commit marks it so once its transaction
+	// is made): while it waits here, behind a transaction that may be slow,
+	// its lease is renewed every Lease/3 like any run's. Skipping those
+	// renewals left its first to when less than half the lease was left,
+	// and a renewal slow to answer then came after the run's deadline.
 	f.done = append(f.done, doneRun{r: r, result: result})
 	f.coming++ // its runner wants its next job at once: the transaction claims one for it
 	f.mu.Unlock()

@@ -1,7 +1,9 @@
 package jobkey
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -287,4 +289,86 @@ func TestBulkFinishesThroughLostRepliesAndResetsFinishEachJobOnce(t *testing.T) 
 	for token, k := range reported {
 		require.Equal(t, 1, k, "the run of lease token %d was reported %d times", token, k)
 	}
+}
+
+// carries reports a pipeline with an EXEC that writes a value holding mark.
+func carries(cmds []redis.Cmder, mark string) bool {
+	exec := false
+	found := false
+	for _, c := range cmds {
+		exec = exec || c.Name() == "exec"
+		for _, a := range c.Args() {
+			switch a := a.(type) {
+			case []byte:
+				found = found || bytes.Contains(a, []byte(mark))
+			case string:
+				found = found || strings.Contains(a, mark)
+			}
+		}
+	}
+	return exec && found
+}
+
+// A success waiting in the feeder's queue while the feeder is stalled
+// behind a slow transaction keeps its lease renewed as any run's is: a
+// renewal that takes a while (Redis slow to answer it) still lands before
+// the run's deadline, the success is written, and no other worker runs
+// the job again. Counting the waiting success as a write in flight left
+// its first renewal to when less than half the lease was left, too late
+// for a renewal that took two fifths of one: the run was fenced with its
+// success unwritten, its lease ran out, and another worker ran the job.
+func TestASuccessWaitingForTheFeederKeepsItsLeaseRenewed(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	rdb := redistest.Client(t, nil)
+	var stallOnce, bDone atomic.Bool
+	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		switch {
+		case carries(cmds, "stall-this-finish") && stallOnce.CompareAndSwap(false, true):
+			time.Sleep(2 * lease) // the feeder's transaction hangs, past its deadline
+		case bDone.Load() && carries(cmds, "job-b-payload") && !carries(cmds, "job-a-payload") &&
+			has(cmds, "zadd", ":leased") && !has(cmds, "zadd", ":succeeded"):
+			// Job b's renewals are slow to answer when they go alone (one
+			// that rides with a's, whose lease the stall leaves short, would
+			// be cut short with it).
+			return sleepCtxOr(ctx, lease*2/5)
+		}
+		return nil
+	}))
+	q := queueOn(t, rdb, redistest.Prefix(t), Config{Lease: lease, Logger: quietLog()})
+	ctx := context.Background()
+	a, err := q.Enqueue(ctx, "a", []byte("job-a-payload"), nil)
+	require.NoError(t, err)
+	// b is due once a's success has stalled the feeder: its renewals do not
+	// coincide with a's, whose run the stall keeps in flight.
+	b, err := q.Enqueue(ctx, "b", []byte("job-b-payload"), &EnqueueOpts{Delay: lease / 10})
+	require.NoError(t, err)
+	var runsB atomic.Int64
+	handedOver := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
+		if j.ID == a.ID {
+			time.Sleep(lease / 5)
+			return []byte("stall-this-finish"), nil
+		}
+		time.Sleep(lease / 5)
+		if runsB.Add(1) == 1 {
+			defer close(handedOver)
+		}
+		bDone.Store(true)
+		return nil, nil
+	})
+	stop := startWork(t, q, h, &WorkOpts{Concurrency: 2, LeaseMargin: 10 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	defer stop()
+	<-handedOver
+	// Another worker takes any job whose lease ran out.
+	other := queueOn(t, redistest.Client(t, nil), q.cfg.Prefix, Config{Lease: lease, Logger: quietLog()})
+	stopOther := startWork(t, other, h, &WorkOpts{Concurrency: 1, PollInterval: 10 * time.Millisecond, Prefetch: -1})
+	defer stopOther()
+	waitForIn(t, 10*time.Second, "job b succeeded", func() bool {
+		j, err := q.Get(ctx, b.ID)
+		require.NoError(t, err)
+		return j.State == StateSucceeded
+	})
+	require.True(t, stallOnce.Load(), "a's transaction stalled the feeder")
+	require.EqualValues(t, 1, runsB.Load(), "job b ran once")
 }

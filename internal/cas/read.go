@@ -140,6 +140,11 @@ func (rr *readRound) parse(ctx context.Context, conn *redis.Conn, cmds []redis.C
 	r.Now = e.opts.Clock.Observe(server, sent, recv)
 	if rr.guards != nil {
 		vals, err := rr.guards.Result()
+		if err == nil && len(vals) != len(t.Guards) {
+			// The decision reads a guard by its index: a short reply must
+			// not pass for one with the last guards unset.
+			err = fmt.Errorf("%d values for %d keys", len(vals), len(t.Guards))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("jobkey: read %s: %w", t.Guards[0], err)
 		}
