@@ -158,7 +158,10 @@ func TestWorkCancelStopsHandler(t *testing.T) {
 // ErrLeaseExpired instead.)
 func TestWorkLostLeaseCancelsHandler(t *testing.T) {
 	t.Parallel()
-	q := realQueue(t, &Config{Lease: 3 * time.Second})
+	// A lease long enough that a renewal delayed by a loaded machine still
+	// comes (at Lease/3) well before the self-fence (Lease less a fifth):
+	// the handler is to be stopped by the lost lease, not by the fence.
+	q := realQueue(t, &Config{Lease: 6 * time.Second})
 	ctx := context.Background()
 	j, cause := runUntilCanceled(t, q, func(context.Context) error { return nil })
 	// Someone else takes the job over (as after an expired lease): fenced.
