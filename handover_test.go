@@ -285,6 +285,19 @@ func TestRideLeavesNoWatchOnPooledConnections(t *testing.T) {
 // landed, fails it.
 func TestRideThroughLostRepliesAndResetsFinishesEachJobOnce(t *testing.T) {
 	t.Parallel()
+	m, counts := drainThroughLostReplies(t, -1, 0.05)
+	t.Logf("%d rides; proxy %+v", m.Rides, counts)
+}
+
+// drainThroughLostReplies drains 300 jobs with Work's 8 slots (Prefetch
+// prefetch) through a link that resets connections and loses the replies
+// to EXECs with probability cut. It fails the test when a job runs twice
+// at once, when Work does not return, when a job runs again but as
+// leaseLog allows (see TestRideThroughLostRepliesAndResetsFinishesEachJobOnce),
+// or when a run's outcome is reported twice; it returns the queue's
+// metrics and what the proxy did.
+func drainThroughLostReplies(t *testing.T, prefetch int, cut float64) (MetricsSnapshot, faultproxy.Counts) {
+	t.Helper()
 	rdb, proxy := proxied(t)
 	// A claim whose reply was lost comes back when its lease runs out.
 	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog(), Lease: 2 * time.Second})
@@ -300,10 +313,11 @@ func TestRideThroughLostRepliesAndResetsFinishesEachJobOnce(t *testing.T) {
 	for i, j := range jobs {
 		ids[i] = j.ID
 	}
-	proxy.Set(faultproxy.Faults{ExecCutProb: 0.05, ResetProb: 0.005})
+	proxy.Set(faultproxy.Faults{ExecCutProb: cut, ResetProb: 0.005})
 	log := newLeaseLog()
 	var mu sync.Mutex
 	running := map[string]bool{}
+	reported := map[uint64]int{}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
@@ -324,7 +338,12 @@ func TestRideThroughLostRepliesAndResetsFinishesEachJobOnce(t *testing.T) {
 			delete(running, j.ID)
 			mu.Unlock()
 			return nil, nil
-		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog(), OnRecorded: log.onRecorded, Prefetch: -1})
+		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog(), Prefetch: prefetch, OnRecorded: func(j *Job, err error) {
+			mu.Lock()
+			reported[j.LeaseToken]++
+			mu.Unlock()
+			log.onRecorded(j, err)
+		}})
 	}()
 	waitForIn(t, 90*time.Second, "every job succeeded", func() bool {
 		st, err := q.Stats(ctx)
@@ -338,14 +357,18 @@ func TestRideThroughLostRepliesAndResetsFinishesEachJobOnce(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Work did not return")
 	}
-	m := q.Metrics()
-	t.Logf("%d rides; proxy %+v", m.Rides, proxy.Counts())
 	// A job may run again when its run's outcome could not be recorded
 	// before its lease ran out (see leaseLog): never two runs at once, and
 	// each job finished once, by its last run.
 	if n := log.check(t, ctx, q, ids); n > 0 {
 		t.Logf("%d reruns after a lost outcome", n)
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	for token, k := range reported {
+		require.Equal(t, 1, k, "the run of lease token %d was reported %d times", token, k)
+	}
+	return q.Metrics(), proxy.Counts()
 }
 
 func waitForIn(t *testing.T, d time.Duration, what string, cond func() bool) {

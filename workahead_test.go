@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobkey/jobkey/internal/faultproxy"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -220,75 +219,9 @@ func TestWorkFinishesInBulkAgainAfterASpellOfSlowTransactions(t *testing.T) {
 // reported once, and a job runs again only as leaseLog allows.
 func TestBulkFinishesThroughLostRepliesAndResetsFinishEachJobOnce(t *testing.T) {
 	t.Parallel()
-	rdb, proxy := proxied(t)
-	q := queueOn(t, rdb, redistest.Prefix(t), Config{Logger: quietLog(), Lease: 2 * time.Second})
-	ctx := context.Background()
-	const n = 300
-	specs := make([]JobSpec, n)
-	for i := range specs {
-		specs[i] = JobSpec{Type: "t"}
-	}
-	jobs, err := q.EnqueueMany(ctx, specs)
-	require.NoError(t, err)
-	ids := make([]string, n)
-	for i, j := range jobs {
-		ids[i] = j.ID
-	}
-	proxy.Set(faultproxy.Faults{ExecCutProb: 0.1, ResetProb: 0.005})
-	log := newLeaseLog()
-	var mu sync.Mutex
-	running := map[string]bool{}
-	reported := map[uint64]int{}
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	go func() {
-		done <- q.Work(wctx, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
-			end := log.begin(j)
-			defer end()
-			mu.Lock()
-			if running[j.ID] {
-				mu.Unlock()
-				t.Errorf("job %s runs twice at once", j.ID)
-				return nil, nil
-			}
-			running[j.ID] = true
-			mu.Unlock()
-			time.Sleep(time.Millisecond)
-			mu.Lock()
-			delete(running, j.ID)
-			mu.Unlock()
-			return nil, nil
-		}), &WorkOpts{Concurrency: 8, TrimInterval: -1, Logger: quietLog(), OnRecorded: func(j *Job, err error) {
-			mu.Lock()
-			reported[j.LeaseToken]++
-			mu.Unlock()
-			log.onRecorded(j, err)
-		}})
-	}()
-	waitForIn(t, 90*time.Second, "every job succeeded", func() bool {
-		st, err := q.Stats(ctx)
-		return err == nil && st.Succeeded == n
-	})
-	proxy.Set(faultproxy.Faults{})
-	stop()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("Work did not return")
-	}
-	m := q.Metrics()
-	t.Logf("prefetched %d, given back %d; proxy %+v", m.Prefetched, m.PrefetchReturned, proxy.Counts())
+	m, counts := drainThroughLostReplies(t, 0, 0.1)
+	t.Logf("prefetched %d, given back %d; proxy %+v", m.Prefetched, m.PrefetchReturned, counts)
 	require.Positive(t, m.Prefetched, "jobs were claimed ahead")
-	if n := log.check(t, ctx, q, ids); n > 0 {
-		t.Logf("%d reruns after a lost outcome", n)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for token, k := range reported {
-		require.Equal(t, 1, k, "the run of lease token %d was reported %d times", token, k)
-	}
 }
 
 // carries reports a pipeline with an EXEC that writes a value holding mark.
