@@ -49,7 +49,7 @@ type casPlan struct {
 	checks []typeCheck
 	// results holds, once EXEC answered, every command's reply, for the
 	// decisions that depend on what a step found (settleLostHints).
-	results []redis.Cmder
+	results []cas.Result
 	// confirm says the decision answers from a write it recognised as its
 	// own (a retried Complete, an Enqueue that found its job): when writes
 	// wait for replicas, that write is waited for too (cas.Plan.Confirm).

@@ -10,8 +10,6 @@ import (
 
 	"github.com/jobkey/jobkey/internal/cas"
 	"github.com/jobkey/jobkey/internal/readahead"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // candidate is a due entry read from an index: a hint, not a truth.
@@ -409,15 +407,14 @@ func (q *Queue) settleLostHints(ctx context.Context, plan *casPlan, cands []cand
 // stepReply returns the integer reply of the plan's step name on key whose
 // last argument is member, once EXEC answered: -1 when there is none.
 func stepReply(plan *casPlan, name, key, member string) int64 {
-	for _, cmd := range plan.results {
-		a := cmd.Args()
-		if cmd.Name() != name || len(a) < 3 || a[1] != key || a[len(a)-1] != member {
+	for i := range plan.results {
+		r := &plan.results[i]
+		a := r.Args
+		if r.Cmd() != name || len(a) < 3 || a[1] != key || a[len(a)-1] != member {
 			continue
 		}
-		if rc, ok := cmd.(*redis.Cmd); ok {
-			if n, ok := rc.Val().(int64); ok {
-				return n
-			}
+		if n, ok := r.Val.(int64); ok && r.Err == nil {
+			return n
 		}
 	}
 	return -1

@@ -12,6 +12,8 @@
 //   - read.go: round trip 1 (WATCH, TIME, the reads, the type checks);
 //   - exec.go: round trip 2 (late type checks, MULTI/EXEC, what the reply
 //     means, UNWATCH);
+//   - pipe.go: the EXEC round trip's command objects, built once and
+//     reused, and the raw replies they read;
 //   - handover.go: the next batch's round trip 1 carried behind this EXEC,
 //     and the connection handed to it;
 //   - wait.go: WAIT for replicas (Options.MinReplicas);

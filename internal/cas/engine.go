@@ -55,6 +55,9 @@ type Engine struct {
 	// readTimeout is the client's ReadTimeout, which bounds the WAIT sent
 	// in a pipeline (firstWait).
 	readTimeout time.Duration
+	// keyBytes is the size per key of the last MGET reply of round trip
+	// 1: the next one's buffer is made that size at once (mgetValues).
+	keyBytes atomic.Int64
 }
 
 // New returns an engine over rdb, a *redis.Client or a *redis.ClusterClient.
@@ -224,7 +227,7 @@ func (e *Engine) attempt(ctx context.Context, t *Txn) (_ *Read, _ *Plan, err err
 	if err := ctx.Err(); err != nil {
 		return read, nil, err
 	}
-	var cmds []redis.Cmder
+	var cmds []Result
 	var unconfirmed error
 	carrying := false // a successor's read went after the EXEC
 	if e.waits() {
@@ -240,7 +243,7 @@ func (e *Engine) attempt(ctx context.Context, t *Txn) (_ *Read, _ *Plan, err err
 		carrying = true
 		cmds, handed, err = e.execCarrying(ctx, node, conn, t.Route, plan, h)
 	} else {
-		cmds, err = e.exec(ctx, conn, plan)
+		cmds, err = e.exec(ctx, conn, t.Route, plan)
 	}
 	armed, err = classify(t.Route, cmds, err)
 	if carrying && !handed {

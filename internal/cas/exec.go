@@ -1,12 +1,15 @@
 package cas
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jobkey/jobkey/internal/reply"
+	"github.com/jobkey/jobkey/internal/resp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -51,23 +54,11 @@ next:
 	return late
 }
 
-// exec is MULTI, the whole values, the extra steps, EXEC, in go-redis's
-// transaction pipeline.
-func (e *Engine) exec(ctx context.Context, conn *redis.Conn, plan *Plan) ([]redis.Cmder, error) {
-	e.c.roundTrips.Add(1)
-	e.c.commands.Add(int64(2 + len(plan.Writes) + len(plan.Steps)))
-	args := writeArgs(plan)
-	cmds := make([]redis.Cmder, 0, len(args)+len(plan.Steps))
-	for _, a := range args {
-		cmds = append(cmds, redis.NewCmd(ctx, a...))
-	}
-	for _, s := range plan.Steps {
-		cmds = append(cmds, redis.NewCmd(ctx, s...))
-	}
-	return conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		// At once: the pipeline's slice grows once, not at every command.
-		return p.BatchProcess(ctx, cmds...)
-	})
+// exec is MULTI, the whole values, the extra steps, EXEC, in one
+// pipeline of the pipe's commands (execPipe).
+func (e *Engine) exec(ctx context.Context, conn *redis.Conn, route string, plan *Plan) ([]Result, error) {
+	results, _, _, err := e.execPipe(ctx, conn, route, plan, nil)
+	return results, err
 }
 
 // writeArgs returns the SET (with PX when the write expires) or DEL of
@@ -113,131 +104,228 @@ func writeArgs(plan *Plan) [][]any {
 	return out
 }
 
-// execPipe is exec in a plain pipeline, for a round trip that goes on
-// after EXEC: tail queues the commands that follow it (WAIT, the next
-// batch's round trip 1), since go-redis's transaction pipeline ends at
-// EXEC. The steps' replies are handed back as a transaction pipeline's
-// would be, one *redis.Cmd per step, with the error classify expects; all
-// is every command the pipeline sent, tail's included.
-func (e *Engine) execPipe(ctx context.Context, conn *redis.Conn, route string, plan *Plan, tail func(redis.Pipeliner)) (results, all []redis.Cmder, _ error) {
-	args := append(writeArgs(plan), plan.Steps...)
+// execPipe sends MULTI, plan's writes and steps, and EXEC, then what tail
+// queues after them (WAIT, the next batch's round trip 1), in one plain
+// pipeline: its own commands are a pipe's, built once (pipe.go), and
+// their replies are read raw. It returns one Result per write and step,
+// tail's commands, and whether every command of the pipeline got a reply
+// (the connection is then in step). err is nil when EXEC committed every step;
+// redis.TxFailedErr when a watched key changed; an EXECABORT when a
+// command was refused as it was queued (nothing was written); the first
+// step's error when EXEC ran and some step failed (the others applied);
+// any other error when EXEC's reply did not come: it may or may not have
+// run.
+func (e *Engine) execPipe(ctx context.Context, conn *redis.Conn, route string, plan *Plan, tail func(redis.Pipeliner)) (results []Result, tailCmds []redis.Cmder, whole bool, _ error) {
+	p := getPipe()
+	defer p.put()
+	n := len(plan.Writes) + len(plan.Steps)
 	e.c.roundTrips.Add(1)
-	e.c.commands.Add(int64(2 + len(args)))
-	cmds := make([]*redis.Cmd, len(args))
-	batch := make([]redis.Cmder, 0, len(args)+2)
-	batch = append(batch, redis.NewCmd(ctx, "multi"))
-	for i, a := range args {
-		cmds[i] = redis.NewCmd(ctx, a...)
-		batch = append(batch, cmds[i])
+	e.c.commands.Add(int64(2 + n))
+	p.cmd(multiArgs)
+	for _, a := range writeArgs(plan) {
+		p.cmd(a)
 	}
-	exec := redis.NewCmd(ctx, "exec")
-	batch = append(batch, exec)
-	all, perr := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if err := p.BatchProcess(ctx, batch...); err != nil {
+	for _, s := range plan.Steps {
+		p.cmd(s)
+	}
+	p.cmd(execArgs)
+	own := len(p.batch)
+	all, perr := conn.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		if err := pl.BatchProcess(ctx, p.batch...); err != nil {
 			return err
 		}
 		if tail != nil {
-			tail(p)
+			tail(pl)
 		}
 		return nil
 	})
-	results = make([]redis.Cmder, len(args))
-	for i, c := range cmds {
-		results[i] = c
+	results = make([]Result, n)
+	for i, w := range plan.Writes {
+		results[i] = Result{Name: "set", Key: w.Key}
+		if w.Del {
+			results[i].Name = "del"
+		}
+	}
+	for i, s := range plan.Steps {
+		results[len(plan.Writes)+i] = Result{Args: s}
 	}
 	if err := reply.Unanswered(all, perr); err != nil {
-		return results, all, err // nothing was sent, and nothing answered
+		return results, nil, false, err // nothing was sent, and nothing answered
 	}
-	xerr := exec.Err()
-	switch {
-	case xerr == nil:
-	case errors.Is(xerr, redis.Nil):
-		// EXEC found a watched key changed and wrote nothing.
-		for _, c := range cmds {
-			c.SetErr(redis.TxFailedErr)
+	whole = answered(all)
+	if len(all) > own {
+		tailCmds = all[own:]
+	}
+	var raws [][]byte
+	if n+2 <= 16 {
+		raws = make([][]byte, 0, 16) // on the stack
+	}
+	raws, ok := p.replies(raws)
+	if !ok {
+		// No whole reply to EXEC: it may or may not have run.
+		err := cmp.Or(firstErr(p.batch), perr, errNoReply)
+		for i := range results {
+			results[i].Err = err
 		}
-		return results, all, redis.TxFailedErr
-	case reply.IsRedisErr(xerr):
-		// EXECABORT: a step was refused as it was queued (a hash slot that
-		// moved, a command the ACL denies); nothing was written. A step
-		// keeps the error it was refused with; the others get EXEC's.
-		for _, c := range cmds {
-			if c.Err() == nil {
-				c.SetErr(xerr)
+		return results, tailCmds, whole, err
+	}
+	// MULTI's reply, then one per queued command: a command refused as it
+	// was queued keeps its refusal, and EXEC answers EXECABORT.
+	for i := range results {
+		results[i].Err = replyErr(raws[1+i])
+	}
+	if xerr := replyErr(raws[0]); xerr != nil {
+		// MULTI refused: Redis ran each command as it came, and those
+		// replies are the commands' own (classify makes it a StepError).
+		return results, tailCmds, whole, fmt.Errorf("jobkey: multi %s: %w", route, xerr)
+	}
+	return results, tailCmds, whole, execReply(route, raws[n+1], results)
+}
+
+var (
+	multiArgs  = []any{"multi"}
+	execArgs   = []any{"exec"}
+	errNoReply = errors.New("jobkey: no reply")
+)
+
+// execReply reads EXEC's raw reply into results: nil when every step
+// applied.
+func execReply(route string, raw []byte, results []Result) error {
+	if xerr := replyErr(raw); xerr != nil {
+		// EXECABORT: a command was refused as it was queued (a hash slot
+		// that moved, a command the ACL denies); nothing was written. A
+		// command keeps the error it was refused with; the others get
+		// EXEC's.
+		for i := range results {
+			if results[i].Err == nil {
+				results[i].Err = xerr
 			}
 		}
-		return results, all, xerr
-	default:
-		// No reply to EXEC: it may or may not have run.
-		for _, c := range cmds {
-			c.SetErr(xerr)
-		}
-		return results, all, xerr
+		return xerr
 	}
-	replies, _ := exec.Val().([]any)
-	if len(replies) != len(cmds) {
-		return results, all, fmt.Errorf("jobkey: exec %s: %d replies to %d steps", route, len(replies), len(cmds))
+	count, null, rest, err := resp.Header(raw)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("jobkey: exec %s: %w", route, err)
+	case null:
+		// EXEC found a watched key changed and wrote nothing.
+		err = redis.TxFailedErr
+	case count != len(results):
+		err = fmt.Errorf("jobkey: exec %s: %d replies to %d commands", route, count, len(results))
+	}
+	if err != nil {
+		for i := range results {
+			results[i].Err = err
+		}
+		return err
 	}
 	var first error
-	for i, v := range replies {
-		if rerr, ok := v.(redis.Error); ok {
-			cmds[i].SetErr(rerr)
-			if first == nil {
-				first = rerr
+	for i := range results {
+		var v any
+		if v, rest, err = resp.Next(rest); err != nil {
+			err = fmt.Errorf("jobkey: exec %s: %w", route, err)
+			for j := i; j < len(results); j++ {
+				results[j].Err = err
 			}
+			return cmp.Or(first, err)
+		}
+		if rerr, ok := v.(resp.Error); ok {
+			results[i].Err = rerr
+			first = cmp.Or(first, error(rerr))
 			continue
 		}
-		cmds[i].SetErr(nil)
-		cmds[i].SetVal(v)
+		results[i].Val = v
 	}
-	if first != nil {
-		return results, all, first // a StepError: some steps applied, some not
+	return first // a Redis error: some steps applied, some not
+}
+
+// replyErr returns the error reply raw holds, if it is one.
+func replyErr(raw []byte) error {
+	if len(raw) == 0 || raw[0] != '-' && raw[0] != '!' {
+		return nil
 	}
-	return results, all, nil
+	v, _, err := resp.Next(raw)
+	if err != nil {
+		return err
+	}
+	rerr, _ := v.(resp.Error)
+	return rerr
+}
+
+// firstErr returns the first error among cmds.
+func firstErr(cmds []redis.Cmder) error {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Result is what EXEC answered for one of a plan's commands: its writes'
+// SET or DEL first, then its steps, in order.
+type Result struct {
+	Name string // a write's command, "set" or "del"
+	Key  string // a write's key
+	Args []any  // a step, as sent
+	Val  any    // the reply, as resp.Next reads it (int64 for an integer)
+	Err  error  // the error Redis replied with, or why no reply came
+}
+
+// Cmd returns the command's name.
+func (r *Result) Cmd() string {
+	if r.Args == nil {
+		return r.Name
+	}
+	if len(r.Args) > 0 {
+		if s, ok := r.Args[0].(string); ok {
+			return strings.ToLower(s)
+		}
+	}
+	return ""
+}
+
+// desc names the command and its key, e.g. "zadd jobkey:{q/0}:ready".
+func (r *Result) desc() string {
+	if r.Args == nil {
+		return r.Name + " " + r.Key
+	}
+	if len(r.Args) > 1 {
+		return fmt.Sprintf("%s %v", r.Cmd(), r.Args[1])
+	}
+	return r.Cmd()
 }
 
 // classify turns what EXEC returned into the attempt's error, and says
 // whether a WATCH may still be armed on the connection.
-func classify(route string, cmds []redis.Cmder, err error) (armed bool, _ error) {
+func classify(route string, results []Result, err error) (armed bool, _ error) {
 	switch {
 	case err == nil:
 		return false, nil
-	case reply.Unanswered(cmds, err) != nil:
-		return true, fmt.Errorf("%w: exec %s: %w", ErrOutcomeUnknown, route, err)
 	case errors.Is(err, redis.TxFailedErr):
 		return false, &retry{err: err} // EXEC ran, found a watched key changed, and cleared the watch
 	case redis.IsExecAbortError(err):
-		for _, c := range cmds {
-			if reply.Redirected(c.Err()) {
-				return false, &retry{err: c.Err(), moved: true} // queued while the hash slot was moving
+		for _, r := range results {
+			if reply.Redirected(r.Err) {
+				return false, &retry{err: r.Err, moved: true} // queued while the hash slot was moving
 			}
 		}
-		return false, stepError(cmds, true)
+		return false, stepError(results, true)
 	case reply.Redirected(err):
 		return true, &retry{err: err, moved: true}
 	case reply.IsRedisErr(err):
 		// EXEC ran and returned one result per step; some failed. Redis
 		// applied the others and will not undo them.
-		return false, stepError(cmds, false)
+		return false, stepError(results, false)
 	}
-	// A network or context error: EXEC may or may not have run. The
-	// deferred UNWATCH is harmless if it did.
+	// A network or context error: EXEC may or may not have run. The deferred UNWATCH is harmless if it did.
 	return true, fmt.Errorf("%w: exec %s: %w", ErrOutcomeUnknown, route, err)
 }
 
-func stepError(cmds []redis.Cmder, aborted bool) *StepError {
-	se := &StepError{Aborted: aborted}
-	for _, c := range cmds {
-		name := c.Name()
-		if name == "multi" || name == "exec" {
-			continue
-		}
-		args := c.Args()
-		desc := name
-		if len(args) > 1 {
-			desc = fmt.Sprintf("%s %v", name, args[1])
-		}
-		se.Steps = append(se.Steps, StepResult{Cmd: desc, Err: c.Err()})
+func stepError(results []Result, aborted bool) *StepError {
+	se := &StepError{Aborted: aborted, Steps: make([]StepResult, 0, len(results))}
+	for i := range results {
+		se.Steps = append(se.Steps, StepResult{Cmd: results[i].desc(), Err: results[i].Err})
 	}
 	return se
 }

@@ -215,19 +215,14 @@ func (e *Engine) carried(ctx context.Context, node *redis.Client, rr *readRound)
 // the EXEC; it hands h its replies, and the connection when the pipeline
 // answered in full. handed reports the connection went to the successor:
 // the attempt must not touch it again.
-func (e *Engine) execCarrying(ctx context.Context, node *redis.Client, conn *redis.Conn, route string, plan *Plan, h *handover) (_ []redis.Cmder, handed bool, _ error) {
-	var n int
+func (e *Engine) execCarrying(ctx context.Context, node *redis.Client, conn *redis.Conn, route string, plan *Plan, h *handover) (_ []Result, handed bool, _ error) {
 	sent := e.opts.Clock.Local()
-	results, all, err := e.execPipe(ctx, conn, route, plan, func(p redis.Pipeliner) {
-		n = p.Len()
+	results, tail, whole, err := e.execPipe(ctx, conn, route, plan, func(p redis.Pipeliner) {
 		h.queue(ctx, p)
 	})
-	if reply.Unanswered(all, err) != nil {
-		all = nil // nothing was sent: no command's result is a reply
-	}
 	res := carriedResult{sent: sent, recv: e.opts.Clock.Local()}
-	if answered(all) && len(all) >= n {
-		res.conn, res.cmds = conn, all[n:]
+	if whole && len(tail) > 0 {
+		res.conn, res.cmds = conn, tail
 		for _, c := range res.cmds {
 			if c.Err() != nil {
 				res.err = c.Err()

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/jobkey/jobkey/internal/reply"
+	"github.com/jobkey/jobkey/internal/resp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,7 +39,8 @@ type readRound struct {
 	t      *Txn
 	watch  []any
 	get    *redis.StringCmd
-	mget   *redis.Cmd
+	mget   *redis.RawWriteToCmd
+	raw    *sink // mget's reply
 	exists *redis.Cmd
 	clock  *redis.TimeCmd
 	after  func(*Read) error
@@ -75,14 +78,17 @@ func (rr *readRound) queue(ctx context.Context, p redis.Pipeliner) {
 	if len(t.Keys) > 1 {
 		// The keys boxed once, for WATCH: MGET and EXISTS take the same
 		// interface values (go-redis's MGet and Exists would box each key
-		// again, an allocation per key per command).
+		// again, an allocation per key per command). MGET's reply is read
+		// raw (multiRead).
 		keys := rr.watch[1 : 1+len(t.Keys)]
 		args := make([]any, 2*(1+len(keys)))
 		mget, exists := args[:1+len(keys)], args[1+len(keys):]
 		mget[0], exists[0] = "mget", "exists"
 		copy(mget[1:], keys)
 		copy(exists[1:], keys)
-		rr.mget = p.Do(ctx, mget...)
+		rr.raw = &sink{b: make([]byte, 0, 16+int64(len(keys))*rr.e.keyBytes.Load()*9/8)}
+		rr.mget = redis.NewRawWriteToCmd(ctx, rr.raw, mget...)
+		_ = p.Process(ctx, rr.mget)
 		rr.exists = p.Do(ctx, exists...)
 	} else if len(t.Keys) == 1 {
 		rr.get = p.Get(ctx, t.Keys[0])
@@ -126,7 +132,7 @@ func (rr *readRound) parse(ctx context.Context, conn *redis.Conn, cmds []redis.C
 	}
 	r := &Read{}
 	if rr.mget != nil {
-		if r.Values, err = e.multiRead(ctx, conn, t.Keys, rr.mget, rr.exists); err != nil {
+		if r.Values, err = e.multiRead(ctx, conn, t.Keys, rr.mget, rr.raw, rr.exists); err != nil {
 			return nil, err
 		}
 	} else if rr.get != nil {
@@ -165,11 +171,8 @@ func (rr *readRound) parse(ctx context.Context, conn *redis.Conn, cmds []redis.C
 }
 
 // multiRead turns an MGET and an EXISTS of the same keys into per-key reads.
-func (e *Engine) multiRead(ctx context.Context, conn *redis.Conn, keys []string, mget, exists *redis.Cmd) ([]reply.Raw, error) {
-	vals, err := mget.Slice()
-	if err == nil && len(vals) != len(keys) {
-		err = fmt.Errorf("%d values for %d keys", len(vals), len(keys))
-	}
+func (e *Engine) multiRead(ctx context.Context, conn *redis.Conn, keys []string, mget *redis.RawWriteToCmd, raw *sink, exists *redis.Cmd) ([]reply.Raw, error) {
+	out, err := e.mgetValues(mget, raw, len(keys))
 	if err != nil {
 		return nil, fmt.Errorf("jobkey: mget %s: %w", keys[0], err)
 	}
@@ -177,14 +180,10 @@ func (e *Engine) multiRead(ctx context.Context, conn *redis.Conn, keys []string,
 	if err != nil {
 		return nil, fmt.Errorf("jobkey: exists %s: %w", keys[0], err)
 	}
-	out := make([]reply.Raw, len(keys))
 	found := int64(0)
-	for i, v := range vals {
-		if s, ok := v.(string); ok {
-			out[i].S = s
+	for i := range out {
+		if !out[i].Missing {
 			found++
-		} else {
-			out[i].Missing = true
 		}
 	}
 	if found == n {
@@ -206,6 +205,55 @@ func (e *Engine) multiRead(ctx context.Context, conn *redis.Conn, keys []string,
 	}
 	for i, g := range gets {
 		out[i] = reply.FromGet(g)
+	}
+	return out, nil
+}
+
+// maxKeyBytes bounds the size per key a buffer is made for ahead of a
+// reply: one huge value does not make every later read's buffer huge.
+const maxKeyBytes = 64 << 10
+
+// mgetValues reads MGET's raw reply, written to sink, as n values. Each
+// value's string shares the sink's buffer, made for this reply alone (at
+// the size per key of the reply before it) and never written again: one
+// allocation for the batch's values, where go-redis's reader makes a
+// string and a boxed value for each. A job decoded from it keeps the
+// buffer alive while it lives (the batch's other values with it), the
+// price of that one allocation.
+func (e *Engine) mgetValues(mget *redis.RawWriteToCmd, sink *sink, n int) ([]reply.Raw, error) {
+	written, err := mget.Result()
+	if err == nil && written != int64(len(sink.b)) {
+		err = fmt.Errorf("%d bytes of reply, %d read", len(sink.b), written)
+	}
+	raw := sink.b
+	if err == nil {
+		e.keyBytes.Store(min(int64(len(raw))/int64(max(n, 1)), maxKeyBytes))
+		err = replyErr(raw) // MOVED, NOPERM: Redis's own error, as go-redis would give it
+	}
+	if err != nil {
+		return nil, err
+	}
+	count, null, rest, err := resp.Header(raw)
+	switch {
+	case err != nil:
+		return nil, err
+	case null || count != n:
+		return nil, fmt.Errorf("%d values for %d keys", count, n)
+	}
+	out := make([]reply.Raw, n)
+	for i := range out {
+		s, null, other, after, err := resp.NextBulk(rest)
+		switch {
+		case err != nil:
+			return nil, err
+		case other != nil:
+			return nil, fmt.Errorf("value %d: a reply of type %T", i, other)
+		case null:
+			out[i].Missing = true // MGET answers nil for a missing key and for one of another type
+		case len(s) > 0:
+			out[i].S = unsafe.String(&s[0], len(s))
+		}
+		rest = after
 	}
 	return out, nil
 }

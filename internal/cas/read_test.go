@@ -52,7 +52,6 @@ func TestAShortReplyToRoundTripOneIsAnError(t *testing.T) {
 		name string
 		hook shortReply
 	}{
-		{"keys", shortReply{name: "mget", arg: keys[0]}},
 		{"guards", shortReply{name: "mget", arg: guards[0]}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,4 +70,36 @@ func TestAShortReplyToRoundTripOneIsAnError(t *testing.T) {
 			require.False(t, decided)
 		})
 	}
+}
+
+// MGET's raw reply with fewer values than its keys is an error, and so is
+// one whose bytes are not what go-redis says it wrote: the decision never
+// sees a read with a key's value missing.
+func TestAShortMGETReplyIsAnError(t *testing.T) {
+	e := &Engine{}
+	for _, tc := range []struct {
+		name, raw string
+		written   int
+		want      string
+	}{
+		{"one value short", "*1\r\n$1\r\na\r\n", 11, "1 values for 2 keys"},
+		{"cut mid-value", "*2\r\n$1\r\na\r\n$5\r\nab", 17, "malformed"},
+		{"fewer bytes than written", "*2\r\n$1\r\na\r\n$-1\r\n", 99, "99 read"},
+		{"an error reply", "-MOVED 1 127.0.0.1:7000\r\n", 25, "MOVED"},
+		{"not an array", ":2\r\n", 4, "not an array"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := redis.NewRawWriteToCmd(context.Background(), nil, "mget", "a", "b")
+			cmd.SetVal(int64(tc.written))
+			_, err := e.mgetValues(cmd, &sink{b: []byte(tc.raw)}, 2)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	cmd := redis.NewRawWriteToCmd(context.Background(), nil, "mget", "a", "b")
+	raw := "*2\r\n$1\r\na\r\n$-1\r\n"
+	cmd.SetVal(int64(len(raw)))
+	vals, err := e.mgetValues(cmd, &sink{b: []byte(raw)}, 2)
+	require.NoError(t, err)
+	require.Equal(t, "a", vals[0].S)
+	require.True(t, vals[1].Missing)
 }

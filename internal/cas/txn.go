@@ -41,7 +41,7 @@ type Plan struct {
 	Confirm bool
 	// Results holds, once EXEC answered, every command's reply, for the
 	// decisions that depend on what a step found.
-	Results []redis.Cmder
+	Results []Result
 	// keys and boxed are the transaction's keys and the same keys as
 	// round trip 1 boxed them for WATCH: the writes take those interface
 	// values rather than box each key again.

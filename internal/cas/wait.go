@@ -25,10 +25,10 @@ func (e *Engine) waits() bool { return e.opts.MinReplicas > 0 }
 // execWait is exec when writes wait for replicas: MULTI, the writes, EXEC
 // and WAIT in one plain pipeline (execPipe); unconfirmed is set when EXEC
 // committed and fewer replicas than wanted confirmed it.
-func (e *Engine) execWait(ctx context.Context, conn *redis.Conn, route string, plan *Plan) (_ []redis.Cmder, unconfirmed, _ error) {
+func (e *Engine) execWait(ctx context.Context, conn *redis.Conn, route string, plan *Plan) (_ []Result, unconfirmed, _ error) {
 	var wait *redis.IntCmd
 	start := time.Now()
-	results, _, err := e.execPipe(ctx, conn, route, plan, func(p redis.Pipeliner) {
+	results, _, _, err := e.execPipe(ctx, conn, route, plan, func(p redis.Pipeliner) {
 		e.c.commands.Add(1)
 		wait = e.wait(ctx, p)
 	})
