@@ -150,7 +150,10 @@ func (e *Engine) execPipe(ctx context.Context, conn *redis.Conn, route string, p
 		results[len(plan.Writes)+i] = Result{Args: s}
 	}
 	if err := reply.Unanswered(all, perr); err != nil {
-		return results, nil, false, err // nothing was sent, and nothing answered
+		// Nothing was answered, maybe nothing sent: go-redis does not mark
+		// the commands with an error of Redis's own that refused the
+		// connection's set-up, which must not read as EXEC's answer.
+		return results, nil, false, &unanswered{err: err}
 	}
 	whole = answered(all)
 	if len(all) > own {
@@ -175,12 +178,33 @@ func (e *Engine) execPipe(ctx context.Context, conn *redis.Conn, route string, p
 		results[i].Err = replyErr(raws[1+i])
 	}
 	if xerr := replyErr(raws[0]); xerr != nil {
-		// MULTI refused: Redis ran each command as it came, and those
-		// replies are the commands' own (classify makes it a StepError).
-		return results, tailCmds, whole, fmt.Errorf("jobkey: multi %s: %w", route, xerr)
+		// MULTI refused: Redis ran each command as it came, outside any
+		// transaction, and those replies are the commands' own; when every
+		// one is an error (LOADING), nothing was written.
+		none := true
+		for i := range results {
+			none = none && results[i].Err != nil
+		}
+		return results, tailCmds, whole, &multiRefused{err: fmt.Errorf("jobkey: multi %s: %w", route, xerr), none: none}
 	}
 	return results, tailCmds, whole, execReply(route, raws[n+1], results)
 }
+
+// unanswered is a pipeline error that came before any reply.
+type unanswered struct{ err error }
+
+func (u *unanswered) Error() string { return u.err.Error() }
+func (u *unanswered) Unwrap() error { return u.err }
+
+// multiRefused is a MULTI that Redis refused: none says every command was
+// refused too, so nothing was written.
+type multiRefused struct {
+	err  error
+	none bool
+}
+
+func (m *multiRefused) Error() string { return m.err.Error() }
+func (m *multiRefused) Unwrap() error { return m.err }
 
 var (
 	multiArgs  = []any{"multi"}
@@ -299,9 +323,16 @@ func (r *Result) desc() string {
 // classify turns what EXEC returned into the attempt's error, and says
 // whether a WATCH may still be armed on the connection.
 func classify(route string, results []Result, err error) (armed bool, _ error) {
+	var un *unanswered
+	var mr *multiRefused
 	switch {
 	case err == nil:
 		return false, nil
+	case errors.As(err, &un):
+		return true, fmt.Errorf("%w: exec %s: %w", ErrOutcomeUnknown, route, un.err)
+	case errors.As(err, &mr):
+		// No EXEC ran (EXEC without MULTI): the WATCH is still armed.
+		return true, stepError(results, mr.none)
 	case errors.Is(err, redis.TxFailedErr):
 		return false, &retry{err: err} // EXEC ran, found a watched key changed, and cleared the watch
 	case redis.IsExecAbortError(err):

@@ -2,18 +2,21 @@ package cas
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jobkey/jobkey/internal/redisclock"
 	"github.com/jobkey/jobkey/internal/redistest"
+	"github.com/jobkey/jobkey/internal/resp"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
 // execPath runs one transaction through one of the engine's three ways to
-// send an EXEC: go-redis's transaction pipeline, a plain pipeline that
-// ends in WAIT (MinReplicas), and a plain pipeline that carries the next
+// send an EXEC: MULTI to EXEC alone, a plain pipeline that ends in WAIT (MinReplicas), and a plain pipeline that carries the next
 // flush's round trip 1 (the hand-over).
 type execPath struct {
 	name string
@@ -174,4 +177,88 @@ func TestARivalWriteBeforeEXECIsRetriedOnEveryPath(t *testing.T) {
 			require.Equal(t, "mine rival", rdb.Get(ctx, k[1]).Val())
 		})
 	}
+}
+
+// pipelineHook runs h in place of each pipeline that holds an EXEC.
+type pipelineHook func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error
+
+func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "exec" }) {
+			return next(ctx, cmds)
+		}
+		return h(ctx, cmds, next)
+	}
+}
+
+// writeAndStep writes "new" to k[0] and runs step in the same EXEC.
+func writeAndStep(k []string, step []any) *Txn {
+	return &Txn{Keys: k, Decide: func(*Read) (*Plan, error) {
+		return &Plan{Writes: []Write{{Key: k[0], Value: []byte("new")}}, Steps: [][]any{step}}, nil
+	}}
+}
+
+// An error of Redis's own type that go-redis returns for an EXEC pipeline
+// before any reply (a re-dial whose set-up Redis refused: go-redis marks no
+// command with it) is an unknown outcome, never a StepError that says EXEC
+// ran and its steps applied.
+func TestAnErrorBeforeAnyReplyOfEXECIsAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t, nil)
+	rdb.AddHook(pipelineHook(func(context.Context, []redis.Cmder, redis.ProcessPipelineHook) error {
+		return resp.Error("ERR max number of clients reached")
+	}))
+	e := testEngine(t, rdb, 1)
+	p := redistest.Prefix(t)
+	k := []string{p + ":a", p + ":b"}
+	_, _, err := e.Run(context.Background(), writeAndStep(k, []any{"incr", p + ":n"}))
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	var se *StepError
+	require.False(t, errors.As(err, &se), "a StepError says EXEC ran: %v", err)
+	require.Zero(t, rdb.Exists(context.Background(), k[0], p+":n").Val())
+}
+
+// A MULTI that Redis refuses (an ACL without it) is a StepError: Redis ran
+// each command as it came, so the ones it did not refuse applied (Aborted
+// false), and when it refused every one, nothing was written (Aborted).
+// The WATCH is released either way: the next transaction on the
+// connection is not aborted by it.
+func TestARefusedMULTIIsAStepErrorThatSaysWhatApplied(t *testing.T) {
+	t.Parallel()
+	admin := redistest.Client(t, nil)
+	ctx := context.Background()
+	p := redistest.Prefix(t)
+	for _, tc := range []struct {
+		name, deny string
+		applied    bool
+	}{
+		{"steps run", "-multi", true},
+		{"steps refused", "-multi -@write", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			user := strings.NewReplacer(":", "_", " ", "_").Replace(p + tc.name)
+			args := append([]any{"acl", "setuser", user, "on", ">pw", "~*", "&*", "+@all"}, anySlice(strings.Fields(tc.deny))...)
+			require.NoError(t, admin.Do(ctx, args...).Err())
+			t.Cleanup(func() { admin.Do(context.Background(), "acl", "deluser", user) })
+			rdb := redistest.Client(t, func(o *redis.Options) { o.Username, o.Password = user, "pw" })
+			e := testEngine(t, rdb, 1)
+			k := []string{p + tc.name + ":a", p + tc.name + ":b"}
+			_, _, err := e.Run(ctx, writeAndStep(k, []any{"sadd", p + tc.name + ":s", "m"}))
+			var se *StepError
+			require.ErrorAs(t, err, &se)
+			require.Equal(t, !tc.applied, se.Aborted)
+			written := admin.Exists(ctx, k[0]).Val() == 1
+			require.Equal(t, tc.applied, written)
+		})
+	}
+}
+
+func anySlice(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
 }

@@ -86,7 +86,7 @@ func (rr *readRound) queue(ctx context.Context, p redis.Pipeliner) {
 		mget[0], exists[0] = "mget", "exists"
 		copy(mget[1:], keys)
 		copy(exists[1:], keys)
-		rr.raw = &sink{b: make([]byte, 0, 16+int64(len(keys))*rr.e.keyBytes.Load()*9/8)}
+		rr.raw = &sink{b: make([]byte, 0, min(16+int64(len(keys))*rr.e.keyBytes.Load()*9/8, maxReadAhead))}
 		rr.mget = redis.NewRawWriteToCmd(ctx, rr.raw, mget...)
 		_ = p.Process(ctx, rr.mget)
 		rr.exists = p.Do(ctx, exists...)
@@ -209,9 +209,14 @@ func (e *Engine) multiRead(ctx context.Context, conn *redis.Conn, keys []string,
 	return out, nil
 }
 
-// maxKeyBytes bounds the size per key a buffer is made for ahead of a
-// reply: one huge value does not make every later read's buffer huge.
-const maxKeyBytes = 64 << 10
+// maxKeyBytes bounds the size per key, and maxReadAhead the size, of the
+// buffer made ahead of an MGET reply: one huge value read before does not
+// make every later read's buffer huge (a larger reply grows its buffer as
+// it comes).
+const (
+	maxKeyBytes  = 64 << 10
+	maxReadAhead = 64 << 10
+)
 
 // mgetValues reads MGET's raw reply, written to sink, as n values. Each
 // value's string shares the sink's buffer, made for this reply alone (at

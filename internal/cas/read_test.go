@@ -2,6 +2,9 @@ package cas
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/jobkey/jobkey/internal/redistest"
@@ -102,4 +105,34 @@ func TestAShortMGETReplyIsAnError(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a", vals[0].S)
 	require.True(t, vals[1].Missing)
+}
+
+// The buffer made ahead of an MGET reply is sized from the replies before
+// it, within a bound: a huge value read once does not make a later read of
+// many small (or missing) keys allocate per key as if each were huge.
+func TestAReadAfterAHugeValueMakesNoHugeBuffer(t *testing.T) {
+	redistest.RequireReal(t)
+	rdb := redistest.Client(t, nil)
+	e := testEngine(t, rdb, 1)
+	ctx := context.Background()
+	p := redistest.Prefix(t)
+	require.NoError(t, rdb.Set(ctx, p+":big", strings.Repeat("x", 1<<20), 0).Err())
+	wide := make([]string, 1000)
+	for i := range wide {
+		wide[i] = fmt.Sprintf("%s:w%d", p, i)
+	}
+	read := func(keys []string) uint64 {
+		var a, b runtime.MemStats
+		runtime.ReadMemStats(&a)
+		_, _, err := e.Run(ctx, &Txn{Keys: keys, Decide: func(*Read) (*Plan, error) { return nil, nil }})
+		require.NoError(t, err)
+		runtime.ReadMemStats(&b)
+		return b.TotalAlloc - a.TotalAlloc
+	}
+	read(wide)
+	before := read(wide)
+	read([]string{p + ":big", p + ":x"})
+	after := read(wide)
+	t.Logf("a 1000-key read: %d KiB; after a 2-key read of a 1 MiB value: %d KiB", before>>10, after>>10)
+	require.Less(t, after, before+256<<10)
 }
