@@ -55,9 +55,6 @@ type Engine struct {
 	// readTimeout is the client's ReadTimeout, which bounds the WAIT sent
 	// in a pipeline (firstWait).
 	readTimeout time.Duration
-	// keyBytes is the size per key of the last MGET reply of round trip
-	// 1: the next one's buffer is made that size at once (mgetValues).
-	keyBytes atomic.Int64
 }
 
 // New returns an engine over rdb, a *redis.Client or a *redis.ClusterClient.

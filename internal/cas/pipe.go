@@ -74,8 +74,21 @@ func (p *pipe) cmd(args []any) *rawCmd {
 }
 
 // sink is where a RawWriteToCmd writes its raw reply: one buffer that
-// the replies are appended to.
-type sink struct{ b []byte }
+// the replies are appended to. A sink that expects an array of values
+// (values > 0, an MGET's) sizes its buffer at the first value that does
+// not fit for the values still to come, taking each to be as large as
+// that one (values in a batch are mostly alike): one allocation of about
+// the reply's size, however large the values are, and nothing carried
+// over from other replies.
+type sink struct {
+	b      []byte
+	values int // values expected in all
+	bodies int // bulk bodies read so far
+}
+
+// maxLookahead bounds what a sink allocates ahead for values not read
+// yet: a large first value does not make room for as many large ones.
+const maxLookahead = 256 << 10
 
 // Write appends a reply's bytes; go-redis's RawWriteToCmd writes them.
 func (s *sink) Write(b []byte) (int, error) {
@@ -88,8 +101,13 @@ func (s *sink) Write(b []byte) (int, error) {
 func (s *sink) ReadFrom(r io.Reader) (int64, error) {
 	var total int64
 	if lr, ok := r.(*io.LimitedReader); ok && int64(cap(s.b)-len(s.b)) < lr.N && lr.N <= 1<<30 {
-		s.b = slices.Grow(s.b, int(lr.N))
+		need := lr.N
+		if ahead := int64(s.values-s.bodies-1) * lr.N; ahead > 0 {
+			need += min(ahead, maxLookahead)
+		}
+		s.b = slices.Grow(s.b, int(need))
 	}
+	s.bodies++
 	for {
 		if len(s.b) == cap(s.b) {
 			s.b = append(s.b, 0)[:len(s.b)]

@@ -86,7 +86,7 @@ func (rr *readRound) queue(ctx context.Context, p redis.Pipeliner) {
 		mget[0], exists[0] = "mget", "exists"
 		copy(mget[1:], keys)
 		copy(exists[1:], keys)
-		rr.raw = &sink{b: make([]byte, 0, min(16+int64(len(keys))*rr.e.keyBytes.Load()*9/8, maxReadAhead))}
+		rr.raw = &sink{b: make([]byte, 0, 16+8*len(keys)), values: len(keys)} // room for the header and nulls
 		rr.mget = redis.NewRawWriteToCmd(ctx, rr.raw, mget...)
 		_ = p.Process(ctx, rr.mget)
 		rr.exists = p.Do(ctx, exists...)
@@ -209,20 +209,11 @@ func (e *Engine) multiRead(ctx context.Context, conn *redis.Conn, keys []string,
 	return out, nil
 }
 
-// maxKeyBytes bounds the size per key, and maxReadAhead the size, of the
-// buffer made ahead of an MGET reply: one huge value read before does not
-// make every later read's buffer huge (a larger reply grows its buffer as
-// it comes).
-const (
-	maxKeyBytes  = 64 << 10
-	maxReadAhead = 64 << 10
-)
-
 // mgetValues reads MGET's raw reply, written to sink, as n values. Each
-// value's string shares the sink's buffer, made for this reply alone (at
-// the size per key of the reply before it) and never written again: one
-// allocation for the batch's values, where go-redis's reader makes a
-// string and a boxed value for each. A job decoded from it keeps the
+// value's string shares the sink's buffer, made for this reply alone (its
+// size taken from the reply's first value, sink.ReadFrom) and never
+// written again: about one allocation for the batch's values, where
+// go-redis's reader makes a string and a boxed value for each. A job decoded from it keeps the
 // buffer alive while it lives (the batch's other values with it), the
 // price of that one allocation.
 func (e *Engine) mgetValues(mget *redis.RawWriteToCmd, sink *sink, n int) ([]reply.Raw, error) {
@@ -232,7 +223,6 @@ func (e *Engine) mgetValues(mget *redis.RawWriteToCmd, sink *sink, n int) ([]rep
 	}
 	raw := sink.b
 	if err == nil {
-		e.keyBytes.Store(min(int64(len(raw))/int64(max(n, 1)), maxKeyBytes))
 		err = replyErr(raw) // MOVED, NOPERM: Redis's own error, as go-redis would give it
 	}
 	if err != nil {
