@@ -222,13 +222,7 @@ func (e *Engine) execCarrying(ctx context.Context, node *redis.Client, conn *red
 	})
 	res := carriedResult{sent: sent, recv: e.opts.Clock.Local()}
 	if whole && len(tail) > 0 {
-		res.conn, res.cmds = conn, tail
-		for _, c := range res.cmds {
-			if c.Err() != nil {
-				res.err = c.Err()
-				break
-			}
-		}
+		res.conn, res.cmds, res.err = conn, tail, firstErr(tail)
 		forget(ctx, node, conn)
 	}
 	h.result <- res
