@@ -192,8 +192,10 @@ func Header(b []byte) (n int, null bool, rest []byte, err error) {
 	return 0, false, nil, fmt.Errorf("%w: not an array: %q", ErrMalformed, truncate(line))
 }
 
-// status returns a simple string, the common ones without an allocation.
-func status(b []byte) string {
+// status returns a simple string as Next's value, the common ones without
+// an allocation: a constant converted to any is boxed once, at build time,
+// where a string variable returned as any is boxed on the heap each time.
+func status(b []byte) any {
 	switch string(b) { // compared without a conversion
 	case OK:
 		return OK

@@ -117,3 +117,17 @@ func FuzzNext(f *testing.F) {
 		_, _, _, _ = Header(b)
 	})
 }
+
+func TestCommonStatusRepliesAllocateNothing(t *testing.T) {
+	for _, in := range []string{"+OK\r\n", "+QUEUED\r\n", ":12\r\n"} {
+		b := []byte(in)
+		allocs := testing.AllocsPerRun(100, func() {
+			if _, _, err := Next(b); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("Next(%q): %v allocations, want 0", in, allocs)
+		}
+	}
+}
