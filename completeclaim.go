@@ -532,8 +532,17 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, 
 		}
 		into.Shards = a.shards
 		// An ID in two indexes (a stray entry) is a candidate once: one
-		// transaction must not decide about one job twice.
-		seen := map[string]bool{}
+		// transaction must not decide about one job twice. One index
+		// read holds each member once by itself.
+		var seen map[string]bool
+		if len(reads) > 1 {
+			seen = map[string]bool{}
+		}
+		n := 0
+		for _, rd := range reads {
+			n += len(rd.cmd.Val())
+		}
+		into.Cands = make([]candidate, 0, n)
 		newer := q.newerFormat.Size() > 0
 		for _, rd := range reads {
 			if flags.paused(r.guarded, rd.shard) {
@@ -545,7 +554,9 @@ func (q *Queue) readAhead(ctx context.Context, p redis.Pipeliner, a *aheadPlan, 
 			}
 			for _, id := range ids {
 				if !seen[id] && !(newer && q.newerFormat.Has(id)) {
-					seen[id] = true
+					if seen != nil {
+						seen[id] = true
+					}
 					into.Cands = append(into.Cands, candidate{Shard: rd.shard, ID: id, Index: rd.due.index, Prio: rd.due.prio})
 				}
 			}

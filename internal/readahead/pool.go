@@ -289,25 +289,39 @@ func (p *Pool) Fill(v View) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	by := map[int][]Candidate{}
-	seen := map[string]bool{}
+	// Sized once: a read ahead holds up to 64 candidates per index, and a
+	// map or slice grown one candidate at a time allocated at each
+	// doubling, on every transaction of a busy Work.
+	keep := make([]Candidate, 0, len(v.Cands))
+	seen := make(map[string]bool, len(v.Cands))
 	for _, c := range v.Cands {
 		if at, ok := p.taken[c.ID]; ok && now.Sub(at) <= poolTTL || seen[c.ID] {
 			continue
 		}
 		seen[c.ID] = true // once each
-		by[c.Shard] = append(by[c.Shard], c)
+		keep = append(keep, c)
 	}
+	filled := make(map[int]bool, len(v.Shards))
 	for _, s := range v.Shards {
-		if s < 0 || s >= len(p.shards) {
-			continue
+		if s < 0 || s >= len(p.shards) || filled[s] {
+			continue // a shard listed twice is filled once
 		}
+		filled[s] = true
 		ps := &p.shards[s]
 		if v.At.Before(ps.read) {
 			continue // a later read filled it already
 		}
-		cands := by[s]
-		delete(by, s) // a shard listed twice is filled once
+		cands := keep
+		if !slices.ContainsFunc(keep, func(c Candidate) bool { return c.Shard != s }) {
+			keep = nil // all this shard's: no other shard shares the array
+		} else {
+			cands = nil
+			for _, c := range keep {
+				if c.Shard == s {
+					cands = append(cands, c)
+				}
+			}
+		}
 		ByPriority(cands)
 		had := len(ps.cands) > 0
 		ps.cands, ps.read, ps.full = cands, v.At, v.Full

@@ -190,3 +190,19 @@ func TestHoldsEnoughOnlyWhileFreshAndAfterEveryHint(t *testing.T) {
 	p.Fill(full)
 	require.False(t, p.Holds(1, nil), "one Candidate the pool would hand out")
 }
+
+// A view that lists a shard twice fills it once, with every candidate of
+// that shard, and one whose candidates name a shard it did not read
+// leaves them out.
+func TestFillsAShardListedTwiceOnce(t *testing.T) {
+	p := New(1, nil, nil, time.Second)
+	a, b := Candidate{ID: "a", Shard: 0}, Candidate{ID: "b", Shard: 0}
+	p.Fill(read([]int{0, 0}, a, b))
+	require.ElementsMatch(t, []Candidate{a, b}, p.Take(5, AnyShard))
+
+	p = New(2, nil, nil, time.Second)
+	stray := Candidate{ID: "c", Shard: 1}
+	p.Fill(read([]int{0}, a, stray))
+	p.Fill(read([]int{1})) // every shard read: the pool serves
+	require.Equal(t, []Candidate{a}, p.Take(5, AnyShard), "shard 1's read held nothing")
+}
