@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
@@ -70,6 +72,50 @@ type casPlan struct {
 	// event in its shard's stream, in the same EXEC, when the shard's
 	// events are on (events.go).
 	moves []stateChange
+	// encoded holds the values encodePlan wrote, from encodeBufs: q.run
+	// puts it back once the engine's Run has returned.
+	encoded *[]byte
+}
+
+// encodeBufs holds the buffers the values of a transaction are encoded
+// into. A value is read only while its EXEC is written: nothing keeps it
+// once the engine's Run returns (a write's cas.Result names its key, not
+// its value, and go-redis writes on the calling goroutine), so q.run puts
+// the buffer back then. Every value of the burn-down and of an enqueue was
+// a fresh allocation before, a fifth of the burn-down's bytes and a third
+// of an enqueue's, and the garbage collector ran that much more often.
+var encodeBufs sync.Pool
+
+// maxPooledEncode bounds the buffers encodeBufs keeps: a transaction of
+// large values does not pin its buffer in every P's pool.
+const maxPooledEncode = 256 << 10
+
+// encodeBuf returns an empty buffer of at least n bytes' capacity.
+func encodeBuf(n int) *[]byte {
+	if b, _ := encodeBufs.Get().(*[]byte); b != nil {
+		if cap(*b) >= n {
+			*b = (*b)[:0]
+			return b
+		}
+		encodeBufs.Put(b) // too small for this one: another may fit
+	}
+	// Rounded up to a power of two: a transaction's values vary in size
+	// from one to the next, and a buffer made to measure would fit few.
+	b := make([]byte, 0, 1<<bits.Len(uint(max(n, 4<<10)-1)))
+	return &b
+}
+
+// releaseEncoded puts the plan's value buffer back in encodeBufs. Only
+// once no EXEC can still be writing it.
+func (p *casPlan) releaseEncoded() {
+	if p == nil || p.encoded == nil {
+		return
+	}
+	if b := p.encoded; cap(*b) <= maxPooledEncode {
+		*b = (*b)[:0]
+		encodeBufs.Put(b)
+	}
+	p.encoded = nil
 }
 
 // index takes ip's index writes, and what they say, into the plan.
@@ -183,6 +229,8 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 		}
 	}
 	r, cp, err := q.cas.Run(ctx, ct)
+	// No EXEC writes the plan's values any more.
+	plan.releaseEncoded()
 	if err != nil && !errors.Is(err, ErrOutcomeUnknown) {
 		// A connection that broke before the EXEC was sent wrote nothing:
 		// the caller is told Redis could not be reached, not a bare EOF.
@@ -290,12 +338,15 @@ func encodePlan(keys []string, read *casRead, plan *casPlan) (*cas.Plan, error) 
 		total += n
 	}
 	out.Writes = make([]cas.Write, 0, len(plan.writes)+len(plan.aux))
-	buf := make([]byte, 0, total)
+	plan.releaseEncoded() // decided again: the last attempt's EXEC was written, or never
+	enc := encodeBuf(total)
+	buf := *enc
 	for _, w := range plan.writes {
 		start := len(buf)
 		buf = appendJob(buf, w.job)
 		out.Writes = append(out.Writes, cas.Write{Key: w.key, Value: buf[start:len(buf):len(buf)], TTL: w.ttl})
 	}
+	*enc, plan.encoded = buf, enc
 	for _, w := range plan.aux {
 		out.Writes = append(out.Writes, cas.Write{Key: w.key, Value: w.val, TTL: w.ttl, Del: w.val == nil})
 	}
