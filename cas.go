@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
@@ -112,11 +113,22 @@ func (p *casPlan) releaseEncoded() {
 		return
 	}
 	if b := p.encoded; cap(*b) <= maxPooledEncode {
+		if poisonEncoded.Load() {
+			// Tests: a value still read after this reads as garbage,
+			// not as a stale copy that happens to look right.
+			for i := range *b {
+				(*b)[i] = 0xEE
+			}
+		}
 		*b = (*b)[:0]
 		encodeBufs.Put(b)
 	}
 	p.encoded = nil
 }
+
+// poisonEncoded makes releaseEncoded overwrite what a buffer held before
+// it goes back to the pool. The package's tests turn it on for every test.
+var poisonEncoded atomic.Bool
 
 // index takes ip's index writes, and what they say, into the plan.
 func (p *casPlan) index(ip *indexPlan) {
@@ -195,6 +207,11 @@ func (q *Queue) run(ctx context.Context, t *casTxn) (*casRead, *casPlan, error) 
 					// edited the jobs it read in place.
 					src = nil
 				}
+			}
+			if plan != p {
+				// Attempts run one after another: the last one's EXEC was
+				// written, or never will be.
+				plan.releaseEncoded()
 			}
 			plan = p
 			if err != nil || p == nil {
@@ -338,15 +355,16 @@ func encodePlan(keys []string, read *casRead, plan *casPlan) (*cas.Plan, error) 
 		total += n
 	}
 	out.Writes = make([]cas.Write, 0, len(plan.writes)+len(plan.aux))
-	plan.releaseEncoded() // decided again: the last attempt's EXEC was written, or never
-	enc := encodeBuf(total)
-	buf := *enc
-	for _, w := range plan.writes {
-		start := len(buf)
-		buf = appendJob(buf, w.job)
-		out.Writes = append(out.Writes, cas.Write{Key: w.key, Value: buf[start:len(buf):len(buf)], TTL: w.ttl})
+	if len(plan.writes) > 0 {
+		enc := encodeBuf(total)
+		buf := *enc
+		for _, w := range plan.writes {
+			start := len(buf)
+			buf = appendJob(buf, w.job)
+			out.Writes = append(out.Writes, cas.Write{Key: w.key, Value: buf[start:len(buf):len(buf)], TTL: w.ttl})
+		}
+		*enc, plan.encoded = buf, enc
 	}
-	*enc, plan.encoded = buf, enc
 	for _, w := range plan.aux {
 		out.Writes = append(out.Writes, cas.Write{Key: w.key, Value: w.val, TTL: w.ttl, Del: w.val == nil})
 	}

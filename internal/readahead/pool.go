@@ -289,17 +289,28 @@ func (p *Pool) Fill(v View) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	// Sized once: a read ahead holds up to 64 candidates per index, and a
+	// Sized once: a read ahead holds up to 32 candidates per index, and a
 	// map or slice grown one candidate at a time allocated at each
 	// doubling, on every transaction of a busy Work.
 	keep := make([]Candidate, 0, len(v.Cands))
 	seen := make(map[string]bool, len(v.Cands))
+	oneShard := true
 	for _, c := range v.Cands {
 		if at, ok := p.taken[c.ID]; ok && now.Sub(at) <= poolTTL || seen[c.ID] {
 			continue
 		}
 		seen[c.ID] = true // once each
 		keep = append(keep, c)
+		oneShard = oneShard && c.Shard == keep[0].Shard
+	}
+	// The candidates by shard: one run of keep when they are all one
+	// shard's (a Work on one shard, the usual case), else grouped once.
+	var by map[int][]Candidate
+	if !oneShard {
+		by = make(map[int][]Candidate, len(v.Shards))
+		for _, c := range keep {
+			by[c.Shard] = append(by[c.Shard], c)
+		}
 	}
 	filled := make(map[int]bool, len(v.Shards))
 	for _, s := range v.Shards {
@@ -311,16 +322,12 @@ func (p *Pool) Fill(v View) {
 		if v.At.Before(ps.read) {
 			continue // a later read filled it already
 		}
-		cands := keep
-		if !slices.ContainsFunc(keep, func(c Candidate) bool { return c.Shard != s }) {
-			keep = nil // all this shard's: no other shard shares the array
-		} else {
-			cands = nil
-			for _, c := range keep {
-				if c.Shard == s {
-					cands = append(cands, c)
-				}
-			}
+		var cands []Candidate
+		switch {
+		case by != nil:
+			cands = by[s]
+		case len(keep) > 0 && keep[0].Shard == s:
+			cands = keep
 		}
 		ByPriority(cands)
 		had := len(ps.cands) > 0
