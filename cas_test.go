@@ -2,11 +2,17 @@ package jobkey
 
 import (
 	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jobkey/jobkey/internal/cas"
+	"github.com/jobkey/jobkey/internal/faultproxy"
 	"github.com/jobkey/jobkey/internal/redisclock"
 	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -191,4 +197,80 @@ func TestCASReportsJobKeysOfAnotherTypeAndRefusesValuesTooLarge(t *testing.T) {
 	}})
 	require.ErrorIs(t, err, ErrTooLarge)
 	require.Zero(t, rdb.Exists(ctx, big).Val())
+}
+
+// Values are encoded into pooled buffers (encodeBufs), put back once the
+// engine's Run returned. Through cut EXEC replies and reset connections,
+// with values from 1 byte to past the pool's bound, every job written by
+// Enqueue and completed by Work reads back as its own payload and result:
+// a buffer put back while an EXEC could still write it, or that another
+// transaction still held, would show as a corrupt or foreign value.
+func TestEveryValueReadsBackAsItsOwnThroughLostRepliesAndPooledBuffers(t *testing.T) {
+	t.Parallel()
+	payload := func(i int) []byte {
+		sizes := []int{1, 40, 700, 3000, 5000, 17000, 70000, 300000}
+		b := make([]byte, sizes[i%len(sizes)]+i)
+		seed := sha256.Sum256([]byte(fmt.Sprint("p", i)))
+		for k := range b {
+			b[k] = seed[k%32] ^ byte(k>>5)
+		}
+		return b
+	}
+	result := func(p []byte) []byte { s := sha256.Sum256(p); return append([]byte("r:"), s[:]...) }
+	cut, proxy := proxied(t)
+	prefix := fmt.Sprint("encpool-", rand.Int64())
+	cfg := Config{Shards: 2, Lease: 2 * time.Second, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
+	q := queueOn(t, cut, prefix, cfg)
+	direct := queueOn(t, redistest.Client(t, nil), prefix, cfg)
+	ctx := context.Background()
+	require.NoError(t, direct.EnableEvents(ctx))
+	proxy.Set(faultproxy.Faults{ExecCutProb: 0.2, ResetProb: 0.001})
+	stop := startWork(t, q, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
+		return result(j.Payload), nil
+	}), &WorkOpts{Concurrency: 4, Prefetch: 4, PollInterval: 20 * time.Millisecond})
+	const writers, per = 6, 25
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for k := range per {
+				i := w*per + k
+				id := fmt.Sprint("j", i)
+				for try := 0; ; try++ {
+					_, err := q.Enqueue(ctx, "t", payload(i), &EnqueueOpts{ID: id, MaxAttempts: 50})
+					if err == nil || errors.Is(err, ErrJobExists) {
+						break // an enqueue whose reply was lost is found by its ID
+					}
+					if try == 200 {
+						errs <- fmt.Errorf("enqueue %s kept failing: %w", id, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	waitForIn(t, 120*time.Second, "every job done", func() bool {
+		st, err := direct.Stats(ctx)
+		require.NoError(t, err)
+		return st.Succeeded >= writers*per && st.Pending == 0 && st.Active == 0
+	})
+	proxy.Set(faultproxy.Faults{})
+	stop()
+	require.NotZero(t, proxy.Counts().ExecCuts)
+	for i := range writers * per {
+		id, p := fmt.Sprint("j", i), payload(i)
+		j, err := direct.Get(ctx, id)
+		require.NoError(t, err, "job %s", id)
+		require.Equal(t, id, j.ID)
+		require.True(t, string(p) == string(j.Payload), "job %s: a payload of %d bytes read back as %d bytes, not its own", id, len(p), len(j.Payload))
+		require.Equal(t, StateSucceeded, j.State, "job %s", id)
+		require.Equal(t, result(p), j.Result, "job %s: a result not its own", id)
+	}
+	evs, _ := readEvents(t, direct, "")
+	checkEventChains(t, direct, evs, true)
 }
