@@ -748,6 +748,9 @@ func TestEventsOfWorkUnderLostRepliesChainUpToEveryJob(t *testing.T) {
 	waitForIn(t, 60*time.Second, "every job done", func() bool {
 		st, err := direct.Stats(ctx)
 		require.NoError(t, err)
+		// A job that failed for good never succeeds: said at once, with
+		// the counts, rather than as a timeout a minute later.
+		require.Zero(t, st.Failed, "a job spent its 5 attempts: %+v", st)
 		return st.Succeeded >= jobs+4 && st.Pending == 0 && st.Active == 0
 	})
 	proxy.Set(faultproxy.Faults{})
