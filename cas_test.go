@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -217,13 +216,8 @@ func TestEveryValueReadsBackAsItsOwnThroughLostRepliesAndPooledBuffers(t *testin
 		return b
 	}
 	result := func(p []byte) []byte { s := sha256.Sum256(p); return append([]byte("r:"), s[:]...) }
-	cut, proxy := proxied(t)
-	prefix := fmt.Sprint("encpool-", rand.Int64())
-	cfg := Config{Shards: 2, Lease: 2 * time.Second, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
-	q := queueOn(t, cut, prefix, cfg)
-	direct := queueOn(t, redistest.Client(t, nil), prefix, cfg)
+	q, direct, proxy := lostRepliesPair(t, "encpool")
 	ctx := context.Background()
-	require.NoError(t, direct.EnableEvents(ctx))
 	proxy.Set(faultproxy.Faults{ExecCutProb: 0.2, ResetProb: 0.001})
 	stop := startWork(t, q, HandlerFunc(func(_ context.Context, j *Job) ([]byte, error) {
 		return result(j.Payload), nil

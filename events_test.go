@@ -723,13 +723,8 @@ func TestEnableEventsPartlyDoneNamesTheShardsLeft(t *testing.T) {
 // or a write that landed without one, breaks a chain.
 func TestEventsOfWorkUnderLostRepliesChainUpToEveryJob(t *testing.T) {
 	t.Parallel()
-	cut, proxy := proxied(t)
-	prefix := fmt.Sprint("ev-work-lost-", rand.Int64())
-	cfg := Config{Shards: 2, Lease: 2 * time.Second, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
-	q := queueOn(t, cut, prefix, cfg)
-	direct := queueOn(t, redistest.Client(t, nil), prefix, cfg)
+	q, direct, proxy := lostRepliesPair(t, "ev-work-lost")
 	ctx := context.Background()
-	require.NoError(t, direct.EnableEvents(ctx))
 	const jobs = 40
 	for i := range jobs {
 		_, err := direct.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("j", i), MaxAttempts: 5})

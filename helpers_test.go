@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -308,6 +309,20 @@ func queueOn(t *testing.T, rdb redis.UniversalClient, prefix string, cfg Config)
 func proxied(t *testing.T) (*redis.Client, *faultproxy.Proxy) {
 	t.Helper()
 	return proxiedWithin(t, 200*time.Millisecond)
+}
+
+// lostRepliesPair returns two Queues on one fresh prefix named for name,
+// with events on: q through a fault proxy (timeouts 200 ms), and direct
+// on the server itself, to set up and to check with. Faults start off.
+func lostRepliesPair(t *testing.T, name string) (q, direct *Queue, proxy *faultproxy.Proxy) {
+	t.Helper()
+	cut, proxy := proxied(t)
+	prefix := fmt.Sprint(name, "-", rand.Int64())
+	cfg := Config{Shards: 2, Lease: 2 * time.Second, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
+	q = queueOn(t, cut, prefix, cfg)
+	direct = queueOn(t, redistest.Client(t, nil), prefix, cfg)
+	require.NoError(t, direct.EnableEvents(context.Background()))
+	return q, direct, proxy
 }
 
 // proxiedWithin is proxied with the client's timeouts at d: a test that

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jobkey/jobkey/internal/faultproxy"
-	"github.com/jobkey/jobkey/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -145,13 +144,8 @@ func TestMetricsCountTheWritesSeenToCommitOnce(t *testing.T) {
 // what the stream holds and the batch fired.
 func TestMetricsUnderLostRepliesNeverExceedTheStream(t *testing.T) {
 	t.Parallel()
-	cut, proxy := proxied(t)
-	prefix := fmt.Sprint("metrics-work-lost-", rand.Int64())
-	cfg := Config{Shards: 2, Lease: 2 * time.Second, Backoff: func(int) time.Duration { return 0 }, Logger: quietLog()}
-	q := queueOn(t, cut, prefix, cfg)
-	direct := queueOn(t, redistest.Client(t, nil), prefix, cfg)
+	q, direct, proxy := lostRepliesPair(t, "metrics-work-lost")
 	ctx := context.Background()
-	require.NoError(t, direct.EnableEvents(ctx))
 	const jobs = 30
 	for i := range jobs {
 		_, err := direct.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: fmt.Sprint("j", i), MaxAttempts: 5})
