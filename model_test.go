@@ -1489,7 +1489,10 @@ type mbatch struct {
 	cond     BatchCondition
 	children []string
 	left     [4]int // counts of jobs that left it (replaced), by bucket
-	fired    BatchFired
+	// until is the latest lease end of the runs of jobs that left it: a
+	// run canceled while it ran may go on after its job was replaced.
+	until time.Time
+	fired BatchFired
 }
 
 // batchCounts is what b's value must count: each of its jobs by where it
@@ -1512,6 +1515,7 @@ func (m *model) leaveBatch(id string) {
 				s = StateCanceled
 			}
 			b.left[bucketIndex(s)]++
+			b.until = maxTime(b.until, m.jobs[id].leaseUntil)
 			b.children = slices.Delete(slices.Clone(b.children), i, i+1)
 		}
 	}
@@ -1536,8 +1540,9 @@ func (m *model) settleBatches() {
 		}
 		b.fired = BatchFiredEnqueued
 		// Due once every run of its jobs may have ended: a job canceled
-		// while it ran keeps its lease, which bounds its handler.
-		due := m.now
+		// while it ran keeps its lease, which bounds its handler, even
+		// once the job left the batch (batchcount.go: Callback.RunAt).
+		due := maxTime(m.now, b.until)
 		for _, id := range b.children {
 			due = maxTime(due, m.jobs[id].leaseUntil)
 		}
@@ -1562,4 +1567,69 @@ func (t *tally) add(o tally) {
 	t.batches += o.batches
 	t.fired += o.fired
 	t.doomed += o.doomed
+}
+
+// A batch's job canceled while it ran, then replaced by a job of no batch
+// (it leaves the batch), then the batch's last job finishes: the canceled
+// run may go on until its lease ends, so the callback is not due before
+// (batch.go, Callback.RunAt). The queue says so, and the model agrees: a
+// model that forgot the lease of a run whose job left the batch expected
+// the callback due at once, and TestModel failed its Stats check when its
+// random claims took that path.
+func TestModelWaitsForTheLeaseOfARunWhoseJobLeftItsBatch(t *testing.T) {
+	f := setup(t, &Config{Shards: 1})
+	q, ctx := f.q, f.ctx
+	m := &model{jobs: map[string]*mjob{}, keys: map[string]*mkey{}, now: f.clock.Now(), lease: q.cfg.Lease,
+		defLimit: q.cfg.ConcurrencyLimit, cbMax: q.cfg.MaxAttempts}
+
+	// A batch x2 of b and d, each of one attempt.
+	_, _, err := q.EnqueueBatch(ctx, []JobSpec{
+		{Type: "t", Opts: &EnqueueOpts{ID: "b", MaxAttempts: 1}},
+		{Type: "t", Opts: &EnqueueOpts{ID: "d", MaxAttempts: 1}},
+	}, JobSpec{Type: "cb"}, &BatchOpts{ID: "x2", Condition: BatchAllFinished})
+	require.NoError(t, err)
+	for _, id := range []string{"b", "d"} {
+		m.jobs[id] = &mjob{state: StatePending, max: 1, runAt: m.now, entry: toMillis(m.now)}
+	}
+	m.batches = append(m.batches, &mbatch{id: "x2", cond: BatchAllFinished, children: []string{"b", "d"}})
+
+	// Both are claimed.
+	held := map[string]*Job{}
+	for range 2 {
+		j, err := q.Claim(ctx, "w1")
+		require.NoError(t, err)
+		held[j.ID] = j
+		mj := m.jobs[j.ID]
+		mj.state, mj.attempt, mj.owner, mj.leaseUntil, mj.token = StateActive, 1, "w1", m.now.Add(m.lease), j.LeaseToken
+	}
+	require.Len(t, held, 2)
+
+	// d is canceled while it runs: its run keeps its lease.
+	_, err = q.Cancel(ctx, "d")
+	require.NoError(t, err)
+	m.jobs["d"].state = StateCanceled
+
+	// d is replaced by a job of no batch: it leaves x2, counted canceled.
+	f.clock.Advance(time.Second)
+	m.now = m.now.Add(time.Second)
+	_, err = q.Enqueue(ctx, "t", nil, &EnqueueOpts{ID: "d", MaxAttempts: 1, Priority: 1, IfExists: IfExistsReplace})
+	require.NoError(t, err)
+	m.leaveBatch("d")
+	mj := m.jobs["d"]
+	runAt := maxTime(m.now, mj.leaseUntil) // a canceled run's lease ends first
+	mj.state, mj.attempt, mj.prio, mj.lastErr, mj.runAt, mj.entry = StatePending, 0, 1, "", runAt, toMillis(runAt)
+
+	// b, the batch's last job, succeeds: x2 fires.
+	_, err = q.Complete(ctx, held["b"], []byte("r"))
+	require.NoError(t, err)
+	m.jobs["b"].state, m.jobs["b"].leaseUntil = StateSucceeded, m.now
+	m.settleBatches()
+
+	cb, err := q.Get(ctx, "x2")
+	require.NoError(t, err)
+	require.Equal(t, held["d"].LeaseUntil, cb.RunAt, "the queue: the callback waits for d's canceled run's lease")
+	require.Equal(t, toMillis(cb.RunAt), m.jobs["x2"].entry, "the model's callback entry")
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, m.stats(), st)
 }
