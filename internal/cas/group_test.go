@@ -323,6 +323,101 @@ func TestGroupWaitingLeaderIsWokenByTheCallerThatComes(t *testing.T) {
 		5*time.Second, time.Millisecond, "idle again")
 }
 
+// handOn releases the batch the flush holds while call waits queued
+// behind it, with fill as the group's Fill, and returns the next batch
+// and how long after the release it came.
+func (gt *groupUnderTest) handOn(t *testing.T, call int, fill time.Duration) ([]int, time.Duration, <-chan result) {
+	t.Helper()
+	next := gt.goDo(context.Background(), call)
+	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 1 },
+		5*time.Second, time.Millisecond)
+	gt.g.mu.Lock()
+	gt.g.Fill = fill
+	gt.g.mu.Unlock()
+	start := time.Now()
+	gt.hold <- struct{}{}
+	select {
+	case b := <-gt.batches:
+		return b, time.Since(start), next
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no batch for call %d within 10 s: the leader waited for a caller that never came", call)
+		return nil, 0, nil
+	}
+}
+
+// A group whose waits end with a caller queued and the batch short stops
+// waiting: its callers are busy elsewhere (a lifecycle's go on to claim
+// and complete), and the wait only holds the one queued. Every
+// fillProbe-th batch it would have waited for waits anyway, to learn
+// whether waiting pays again.
+func TestGroupStopsWaitingForCallersThatDoNotComeAndProbes(t *testing.T) {
+	t.Parallel()
+	gt := newGroup(t)
+	first := gt.goDo(context.Background(), 1)
+	require.Equal(t, []int{1}, <-gt.batches)
+	// Two callers in the group during the flush: the leader waits for the
+	// first to come back, which it never does.
+	b, waited, answer := gt.handOn(t, 2, 20*time.Millisecond)
+	require.Equal(t, []int{2}, b)
+	require.GreaterOrEqual(t, waited, 20*time.Millisecond, "the first wait is taken")
+	require.Equal(t, result{10, nil}, <-first)
+	for i := range fillProbe {
+		// A wait of a minute would fail handOn: the leader takes the one
+		// queued at once.
+		b, _, next := gt.handOn(t, 3+i, time.Minute)
+		require.Equal(t, []int{3 + i}, b)
+		require.Equal(t, result{(2 + i) * 10, nil}, <-answer)
+		answer = next
+	}
+	b, waited, next := gt.handOn(t, 3+fillProbe, 300*time.Millisecond)
+	require.Equal(t, []int{3 + fillProbe}, b)
+	require.GreaterOrEqual(t, waited, 300*time.Millisecond, "after fillProbe batches taken at once, one waits")
+	require.Equal(t, result{(2 + fillProbe) * 10, nil}, <-answer)
+	gt.g.mu.Lock()
+	gt.g.Fill = 0
+	gt.g.mu.Unlock()
+	gt.hold <- struct{}{}
+	require.Equal(t, result{(3 + fillProbe) * 10, nil}, <-next)
+}
+
+// A probe whose batch fills makes the group wait again.
+func TestGroupWaitsAgainOnceAProbeFills(t *testing.T) {
+	t.Parallel()
+	gt := newGroup(t)
+	gt.g.fillScore, gt.g.skipped = -1, fillProbe // waits did not pay; the next is a probe
+	ctx := context.Background()
+	first := gt.goDo(ctx, 1)
+	require.Equal(t, []int{1}, <-gt.batches)
+	second := gt.goDo(ctx, 2)
+	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 1 },
+		5*time.Second, time.Millisecond)
+	gt.g.mu.Lock()
+	gt.g.Fill = time.Minute
+	gt.g.mu.Unlock()
+	gt.hold <- struct{}{}
+	require.Equal(t, result{10, nil}, <-first)
+	select {
+	case b := <-gt.batches:
+		t.Fatalf("the probe took %v without waiting", b)
+	case <-time.After(100 * time.Millisecond):
+	}
+	third := gt.goDo(ctx, 3) // the caller the probe waits for
+	require.ElementsMatch(t, []int{2, 3}, <-gt.batches, "the probe's batch filled")
+	gt.g.mu.Lock()
+	require.Equal(t, 0, gt.g.fillScore)
+	gt.g.mu.Unlock()
+	b, waited, fourth := gt.handOn(t, 4, 300*time.Millisecond)
+	require.Equal(t, []int{4}, b)
+	require.GreaterOrEqual(t, waited, 300*time.Millisecond, "waiting pays again: the next batch waits")
+	require.Equal(t, result{20, nil}, <-second)
+	require.Equal(t, result{30, nil}, <-third)
+	gt.g.mu.Lock()
+	gt.g.Fill = 0
+	gt.g.mu.Unlock()
+	gt.hold <- struct{}{}
+	require.Equal(t, result{40, nil}, <-fourth)
+}
+
 // BenchmarkGroupFillWhileACallerStaysAway: one caller calls again as soon
 // as it is answered, another every millisecond or so (its handler runs
 // long). After each batch that carried both, the leader waits for the
