@@ -210,11 +210,12 @@ type Group[T, R any] struct {
 	inside atomic.Int32
 	peak   int
 	// fillScore says whether next's waits pay (under mu): a wait whose
-	// batch filled adds 1, one that ended with callers queued and its
-	// batch short takes 1, within ±fillScoreMax. While it is below 0, next
-	// takes what is queued at once, except for every fillProbe-th batch
-	// that would have waited (skipped counts them), which waits to learn
-	// whether waiting pays again. Lifecycle's callers go from enqueue to
+	// batch filled raises it to at least 1, one that ended with callers
+	// queued and its batch short takes 1, within ±fillScoreMax. While it
+	// is below 0, next takes what is queued at once; once it has done so
+	// fillProbe times (skipped counts them), the next batch waits anyway,
+	// to learn whether waiting pays again, and one that fills makes the
+	// group wait again at once. Lifecycle's callers go from enqueue to
 	// claim to complete, and the callers a leader waits for are in the
 	// other groups: 60% of its waits timed out with callers queued and
 	// 15% filled, where enqueue's filled 97%.
@@ -464,9 +465,9 @@ func (g *Group[T, R]) succeed(l *leader[T, R], h *handover, inflight int) bool {
 // to fill (succeed).
 const successorFill = 50 * time.Microsecond
 
-// fillScoreMax bounds fillScore, so a group whose callers change how
-// they come learns it within that many waits; fillProbe is how often a
-// group that stopped waiting waits anyway, to learn whether it pays again.
+// fillScoreMax bounds fillScore, so a group whose waits stop filling
+// stops waiting within that many; fillProbe is how many batches a group
+// that stopped waiting takes at once before one waits anyway.
 const (
 	fillScoreMax = 8
 	fillProbe    = 8
@@ -484,7 +485,7 @@ func (g *Group[T, R]) next(l *leader[T, R]) []*Call[T, R] {
 			queued, filled := g.fill(l, want, g.Fill, false)
 			switch {
 			case filled:
-				g.fillScore = min(g.fillScore+1, fillScoreMax)
+				g.fillScore = min(max(g.fillScore, 0)+1, fillScoreMax)
 			case queued:
 				g.fillScore = max(g.fillScore-1, -fillScoreMax)
 			}

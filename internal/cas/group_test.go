@@ -347,9 +347,10 @@ func (gt *groupUnderTest) handOn(t *testing.T, call int, fill time.Duration) ([]
 
 // A group whose waits end with a caller queued and the batch short stops
 // waiting: its callers are busy elsewhere (a lifecycle's go on to claim
-// and complete), and the wait only holds the one queued. Every
-// fillProbe-th batch it would have waited for waits anyway, to learn
-// whether waiting pays again.
+// and complete), and the wait only holds the one queued. After fillProbe
+// batches taken at once, the next waits anyway, to learn whether waiting
+// pays again; when that wait ends short too, the batches after it are
+// taken at once again.
 func TestGroupStopsWaitingForCallersThatDoNotComeAndProbes(t *testing.T) {
 	t.Parallel()
 	gt := newGroup(t)
@@ -373,18 +374,22 @@ func TestGroupStopsWaitingForCallersThatDoNotComeAndProbes(t *testing.T) {
 	require.Equal(t, []int{3 + fillProbe}, b)
 	require.GreaterOrEqual(t, waited, 300*time.Millisecond, "after fillProbe batches taken at once, one waits")
 	require.Equal(t, result{(2 + fillProbe) * 10, nil}, <-answer)
+	b, _, last := gt.handOn(t, 4+fillProbe, time.Minute)
+	require.Equal(t, []int{4 + fillProbe}, b, "the probe ended short: the next batch is taken at once")
+	require.Equal(t, result{(3 + fillProbe) * 10, nil}, <-next)
 	gt.g.mu.Lock()
 	gt.g.Fill = 0
 	gt.g.mu.Unlock()
 	gt.hold <- struct{}{}
-	require.Equal(t, result{(3 + fillProbe) * 10, nil}, <-next)
+	require.Equal(t, result{(4 + fillProbe) * 10, nil}, <-last)
 }
 
-// A probe whose batch fills makes the group wait again.
+// A probe whose batch fills makes the group wait again at once, however
+// many waits ended short before it.
 func TestGroupWaitsAgainOnceAProbeFills(t *testing.T) {
 	t.Parallel()
 	gt := newGroup(t)
-	gt.g.fillScore, gt.g.skipped = -1, fillProbe // waits did not pay; the next is a probe
+	gt.g.fillScore, gt.g.skipped = -fillScoreMax, fillProbe // waits did not pay; the next is a probe
 	ctx := context.Background()
 	first := gt.goDo(ctx, 1)
 	require.Equal(t, []int{1}, <-gt.batches)
@@ -404,7 +409,7 @@ func TestGroupWaitsAgainOnceAProbeFills(t *testing.T) {
 	third := gt.goDo(ctx, 3) // the caller the probe waits for
 	require.ElementsMatch(t, []int{2, 3}, <-gt.batches, "the probe's batch filled")
 	gt.g.mu.Lock()
-	require.Equal(t, 0, gt.g.fillScore)
+	require.Equal(t, 1, gt.g.fillScore)
 	gt.g.mu.Unlock()
 	b, waited, fourth := gt.handOn(t, 4, 300*time.Millisecond)
 	require.Equal(t, []int{4}, b)
