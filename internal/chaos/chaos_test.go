@@ -1141,16 +1141,37 @@ func (r *result) requireClean(t *testing.T, evicted int) {
 // evict deletes a job's key from outside, as Redis's eviction would, if
 // the job is pending or active (a finished one is no loss): WATCH, read,
 // and delete in one MULTI/EXEC, so its state is the one deleted.
+//
+// The deletion writes a mark in its EXEC, outside the queue's keys, so an
+// eviction whose reply was lost (a CLIENT KILL or the restart, which reach
+// this client too) is still known: without it, such a job counted as lost.
 func evict(ctx context.Context, admin *redis.Client, q *jobkey.Queue, id string) bool {
 	key := q.Keys(id).Job
+	mark := "chaos-evicted:" + key
 	deleted := false
 	_ = admin.Watch(ctx, func(tx *redis.Tx) error {
 		j, err := q.Get(ctx, id)
 		if err != nil || j.State.Finished() {
 			return err
 		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Del(ctx, key); return nil })
-		deleted = err == nil
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, key)
+			p.Set(ctx, mark, 1, 0)
+			return nil
+		})
+		if err == nil || errors.Is(err, redis.TxFailedErr) {
+			deleted = err == nil
+			return err
+		}
+		// The EXEC may have run: its mark says.
+		for range 100 {
+			n, merr := admin.Exists(ctx, mark).Result()
+			if merr == nil {
+				deleted = n == 1
+				return err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		return err
 	}, key)
 	return deleted
