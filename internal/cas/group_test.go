@@ -40,6 +40,18 @@ func newGroup(t *testing.T) *groupUnderTest {
 	return gt
 }
 
+// queued reports, for Eventually, whether n calls wait in the queue.
+func (gt *groupUnderTest) queued(n int) func() bool {
+	return func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == n }
+}
+
+// setFill sets the group's Fill, which a leader may be reading.
+func (gt *groupUnderTest) setFill(d time.Duration) {
+	gt.g.mu.Lock()
+	defer gt.g.mu.Unlock()
+	gt.g.Fill = d
+}
+
 type result struct {
 	out int
 	err error
@@ -65,8 +77,7 @@ func TestGroupAloneThenBatched(t *testing.T) {
 	for i := 2; i <= 5; i++ {
 		later = append(later, gt.goDo(ctx, i))
 	}
-	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 4 },
-		5*time.Second, time.Millisecond)
+	require.Eventually(t, gt.queued(4), 5*time.Second, time.Millisecond)
 	gt.hold <- struct{}{}
 	require.Equal(t, result{10, nil}, <-first)
 	// ... and the flush that ends hands them on as one batch.
@@ -88,14 +99,11 @@ func TestGroupOpensLaneOnlyWhenSaturated(t *testing.T) {
 	gt := newGroup(t)
 	gt.g.Lanes, gt.g.Max = 2, 2
 	ctx := context.Background()
-	queued := func(n int) func() bool {
-		return func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == n }
-	}
 	calls := []<-chan result{gt.goDo(ctx, 1)}
 	require.Equal(t, []int{1}, <-gt.batches)
 	for i := 2; i <= 3; i++ {
 		calls = append(calls, gt.goDo(ctx, i))
-		require.Eventually(t, queued(i-1), 5*time.Second, time.Millisecond, "one lane busy, short of a full batch: the call queues")
+		require.Eventually(t, gt.queued(i-1), 5*time.Second, time.Millisecond, "one lane busy, short of a full batch: the call queues")
 	}
 	select {
 	case b := <-gt.batches:
@@ -104,7 +112,7 @@ func TestGroupOpensLaneOnlyWhenSaturated(t *testing.T) {
 	}
 	calls = append(calls, gt.goDo(ctx, 4))
 	require.Equal(t, []int{2, 3}, <-gt.batches, "a full batch queued: a second lane takes it at once")
-	require.Eventually(t, queued(1), 5*time.Second, time.Millisecond)
+	require.Eventually(t, gt.queued(1), 5*time.Second, time.Millisecond)
 	gt.hold <- struct{}{}
 	require.Equal(t, []int{4}, <-gt.batches, "the lane that ended takes the rest")
 	gt.hold <- struct{}{}
@@ -127,8 +135,7 @@ func TestGroupLeaderWaitsBoundedForFullerBatch(t *testing.T) {
 	first := gt.goDo(ctx, 1)
 	require.Equal(t, []int{1}, <-gt.batches, "a lone caller goes at once")
 	second := gt.goDo(ctx, 2)
-	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 1 },
-		5*time.Second, time.Millisecond)
+	require.Eventually(t, gt.queued(1), 5*time.Second, time.Millisecond)
 	gt.hold <- struct{}{}
 	require.Equal(t, result{10, nil}, <-first)
 	// Two callers were in the group during the flush: the leader waits for
@@ -158,8 +165,7 @@ func TestGroupCallerLeavesQueue(t *testing.T) {
 	<-gt.batches
 	ctx, cancel := context.WithCancel(context.Background())
 	queued := gt.goDo(ctx, 2)
-	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 1 },
-		5*time.Second, time.Millisecond)
+	require.Eventually(t, gt.queued(1), 5*time.Second, time.Millisecond)
 	cancel()
 	r := <-queued
 	require.ErrorIs(t, r.err, context.Canceled, "a caller whose ctx ends in the queue leaves it at once")
@@ -188,8 +194,7 @@ func TestGroupCallerGivesUpMidBatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	quitter := gt.goDo(ctx, 2)
 	stayer := gt.goDo(context.Background(), 3)
-	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 2 },
-		5*time.Second, time.Millisecond)
+	require.Eventually(t, gt.queued(2), 5*time.Second, time.Millisecond)
 	lcancel()
 	r := <-leader // its flush is still held
 	require.ErrorIs(t, r.err, context.Canceled)
@@ -314,9 +319,7 @@ func TestGroupWaitingLeaderIsWokenByTheCallerThatComes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the caller that came did not wake its leader")
 	}
-	gt.g.mu.Lock()
-	gt.g.Fill = 0 // the leader leaves once this batch is over
-	gt.g.mu.Unlock()
+	gt.setFill(0) // the leader leaves once this batch is over
 	gt.hold <- struct{}{}
 	require.Equal(t, result{20, nil}, <-second)
 	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return gt.g.running == 0 },
@@ -329,11 +332,8 @@ func TestGroupWaitingLeaderIsWokenByTheCallerThatComes(t *testing.T) {
 func (gt *groupUnderTest) handOn(t *testing.T, call int, fill time.Duration) ([]int, time.Duration, <-chan result) {
 	t.Helper()
 	next := gt.goDo(context.Background(), call)
-	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 1 },
-		5*time.Second, time.Millisecond)
-	gt.g.mu.Lock()
-	gt.g.Fill = fill
-	gt.g.mu.Unlock()
+	require.Eventually(t, gt.queued(1), 5*time.Second, time.Millisecond)
+	gt.setFill(fill)
 	start := time.Now()
 	gt.hold <- struct{}{}
 	select {
@@ -377,9 +377,7 @@ func TestGroupStopsWaitingForCallersThatDoNotComeAndProbes(t *testing.T) {
 	b, _, last := gt.handOn(t, 4+fillProbe, time.Minute)
 	require.Equal(t, []int{4 + fillProbe}, b, "the probe ended short: the next batch is taken at once")
 	require.Equal(t, result{(3 + fillProbe) * 10, nil}, <-next)
-	gt.g.mu.Lock()
-	gt.g.Fill = 0
-	gt.g.mu.Unlock()
+	gt.setFill(0)
 	gt.hold <- struct{}{}
 	require.Equal(t, result{(4 + fillProbe) * 10, nil}, <-last)
 }
@@ -394,11 +392,8 @@ func TestGroupWaitsAgainOnceAProbeFills(t *testing.T) {
 	first := gt.goDo(ctx, 1)
 	require.Equal(t, []int{1}, <-gt.batches)
 	second := gt.goDo(ctx, 2)
-	require.Eventually(t, func() bool { gt.g.mu.Lock(); defer gt.g.mu.Unlock(); return len(gt.g.queue) == 1 },
-		5*time.Second, time.Millisecond)
-	gt.g.mu.Lock()
-	gt.g.Fill = time.Minute
-	gt.g.mu.Unlock()
+	require.Eventually(t, gt.queued(1), 5*time.Second, time.Millisecond)
+	gt.setFill(time.Minute)
 	gt.hold <- struct{}{}
 	require.Equal(t, result{10, nil}, <-first)
 	select {
@@ -416,9 +411,7 @@ func TestGroupWaitsAgainOnceAProbeFills(t *testing.T) {
 	require.GreaterOrEqual(t, waited, 300*time.Millisecond, "waiting pays again: the next batch waits")
 	require.Equal(t, result{20, nil}, <-second)
 	require.Equal(t, result{30, nil}, <-third)
-	gt.g.mu.Lock()
-	gt.g.Fill = 0
-	gt.g.mu.Unlock()
+	gt.setFill(0)
 	gt.hold <- struct{}{}
 	require.Equal(t, result{40, nil}, <-fourth)
 }
