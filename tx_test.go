@@ -543,7 +543,12 @@ func TestWorkRecordsAHandlersOwnCompleteTx(t *testing.T) {
 }
 
 func workRecordsOwnCompleteTx(t *testing.T, returns error) {
-	q := realQueue(t, &Config{Lease: 300 * time.Millisecond, Logger: quietLog()})
+	// A lease long enough that a loaded machine does not let it run out
+	// unrenewed (a 300 ms one did, under CI's full run: the run's
+	// self-fence ended the handler's context), and a handler that runs past
+	// its first renewal (every Lease/3).
+	const lease = 1500 * time.Millisecond
+	q := realQueue(t, &Config{Lease: lease, Logger: quietLog()})
 	rdb := redistest.Client(t, nil)
 	ctx := context.Background()
 	o := newOrder(t, q, 1)
@@ -563,7 +568,7 @@ func workRecordsOwnCompleteTx(t *testing.T, returns error) {
 		}
 		// Past a renewal (every Lease/3) before it returns.
 		select {
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(lease/3 + 100*time.Millisecond):
 		case <-hctx.Done():
 			handlerErr.Store(fmt.Errorf("the handler's context ended: %w", context.Cause(hctx)))
 		}
