@@ -269,7 +269,11 @@ func TestGroupGivesBackFusedClaimOfCallerThatLeft(t *testing.T) {
 	if first.ID == "b" {
 		other = "a"
 	}
-	ctx, cancel := context.WithTimeout(context.WithValue(bg, stallTag{}, "stall"), 100*time.Millisecond)
+	// The deadline leaves a loaded machine time to send the EXEC before it
+	// passes (with 100 ms, CI's full run once let it pass with the call
+	// still queued: nothing was claimed, so nothing was given back), and
+	// passes while the EXEC stalls (rigStall).
+	ctx, cancel := context.WithTimeout(context.WithValue(bg, stallTag{}, "stall"), rigStall/2)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	_, err = q.completeAndClaim(ctx, first, []byte("r"), "w")
