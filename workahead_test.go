@@ -265,7 +265,9 @@ func carries(cmds []redis.Cmder, mark string) bool {
 // success unwritten, its lease ran out, and another worker ran the job.
 func TestASuccessWaitingForTheFeederKeepsItsLeaseRenewed(t *testing.T) {
 	t.Parallel()
-	const lease = time.Second // scaled up from 300 ms: a loaded CI machine kept a's run from stalling the feeder
+	// Scaled up from 300 ms, then from 1 s: a loaded CI machine kept a's
+	// run from stalling the feeder, and later ran b twice.
+	const lease = 2 * time.Second
 	rdb := redistest.Client(t, nil)
 	var stallOnce, bDone atomic.Bool
 	rdb.AddHook(pipeHook(func(ctx context.Context, cmds []redis.Cmder) error {
