@@ -120,9 +120,8 @@ func TestMigrateCrashedAtAnyStepRunsEachTaskOnce(t *testing.T) {
 						// Tasks asynq cannot run before the migration moves
 						// them, however slow the machine: without a queue
 						// paused, asynq may have run every other one first,
-						// and the steps after a move's delete never come
-						// (with 5 s, a loaded CI run of 12 s once got there).
-						opts = append(opts, asynq.ProcessIn(10*time.Second))
+						// and the steps after a move's delete never come.
+						opts = append(opts, asynq.ProcessIn(5*time.Second))
 					}
 					_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), opts...)
 					require.NoError(t, err)
@@ -167,15 +166,8 @@ func TestMigrateToAsynqCrashedAtAnyStepRunsEachJobOnce(t *testing.T) {
 				id := fmt.Sprintf("j-%d", i)
 				ids = append(ids, id)
 				o := &jobkey.EnqueueOpts{ID: id}
-				switch {
-				case i%3 == 0:
+				if i%3 == 0 {
 					o.RunAt = time.Now().Add(300 * time.Millisecond)
-				case i%10 == 1:
-					// Jobs jobkey cannot run before the migration moves
-					// them, as in the way in: jobkey's workers had run
-					// every job before a loaded CI run's migration reached
-					// its crash point, which then never came.
-					o.RunAt = time.Now().Add(10 * time.Second)
 				}
 				specs = append(specs, jobkey.JobSpec{Type: moveType, Payload: []byte(id), Opts: o})
 			}
