@@ -542,8 +542,28 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 		return []byte(fmt.Sprintf("attempt %d by %s", j.Attempt, j.LeaseOwner)), nil
 	})
 
-	chaosCtx, stopChaos := context.WithTimeout(ctx, *duration)
+	// Faults are injected for -chaos.duration, and then on until the
+	// operator's rarer faults have each happened (a mid-run cancel needs
+	// a long run to land on, and a loaded machine makes few of them), up
+	// to four times as long; the checks below then hold that they did.
+	chaosCtx, stopChaos := context.WithCancel(ctx)
 	defer stopChaos()
+	go func() {
+		defer stopChaos()
+		until := time.Now().Add(4 * *duration)
+		select {
+		case <-time.After(*duration):
+		case <-chaosCtx.Done():
+			return
+		}
+		for time.Now().Before(until) && !everyOperatorFault(e.counts()) {
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-chaosCtx.Done():
+				return
+			}
+		}
+	}()
 	workCtx, stopWork := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	// Three Work consumers, each behind a proxy of its own so it can be
@@ -823,7 +843,7 @@ func chaosJobkey(t *testing.T, shards int, prios bool) {
 	require.Zero(t, r.eventsExtra, "events without their write")
 	require.Zero(t, r.faults[replaceEarly], "a replaced job was due before the canceled run's lease ended")
 	require.Positive(t, snoozed.Load(), "runs were snoozed")
-	for _, f := range []string{cancelRetry, cancelUpdate, cancelDelete, cancelReplace, whileStopping} {
+	for _, f := range operatorFaults {
 		require.Positive(t, r.faults[f], "%s: the fault never happened", f)
 	}
 	if prios {
@@ -877,6 +897,20 @@ const (
 	replaceHeld   = "replaced job held by the canceled run's lease"
 	replaceEarly  = "replaced job due before the canceled run's lease ended"
 )
+
+// everyOperatorFault reports whether each of cancelMidRun's actions has
+// been counted.
+func everyOperatorFault(c map[string]int64) bool {
+	for _, f := range operatorFaults {
+		if c[f] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// operatorFaults are the actions of cancelMidRun that every run must see.
+var operatorFaults = []string{cancelRetry, cancelUpdate, cancelDelete, cancelReplace, whileStopping}
 
 // cancelMidRun cancels, now and then until ctx ends, a job whose handler
 // has run for a while, and at once retries it, then in turn leaves it so,
