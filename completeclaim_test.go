@@ -652,53 +652,80 @@ func TestFusedTransactionRefusesAWrongTypedIndexWithOrWithoutReadAhead(t *testin
 		for _, idx := range []string{idxLeased, idxReady, idxSucceeded} {
 			t.Run(mode+"/"+idx, func(t *testing.T) {
 				t.Parallel()
-				f := setup(t, &Config{Logger: quietLog()})
-				n := 2 // the pool holds 1 after the claim: too few, it reads ahead
-				if mode == "pool holds enough" {
-					n = 10
-				}
-				var ids []string
-				for range n {
-					j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
-					require.NoError(t, err)
-					ids = append(ids, j.ID)
-				}
-				cur, err := f.q.Claim(f.ctx, "w")
-				require.NoError(t, err)
-				key := f.q.ks.index(0, idx)
-				require.NoError(t, f.rdb.Set(f.ctx, key, "not a zset", 0).Err())
-				var rec sent
-				f.rdb.AddHook(rec.hook())
-
-				out, err := f.q.completeAndClaim(f.ctx, cur, []byte("r"), "w")
-				cmds := rec.take()
-				t.Logf("%v", cmds)
-				var wt *WrongTypeError
-				require.ErrorAs(t, err, &wt)
-				require.Equal(t, key, wt.Key)
-				require.Nil(t, out.next)
-				require.Zero(t, count(cmds, "multi"), "refused before MULTI")
-				if mode == "read ahead" {
-					require.NotZero(t, count(cmds, "zrangebyscore"))
-				} else {
-					require.Zero(t, count(cmds, "zrangebyscore"))
-				}
-				got, err := f.rdb.Get(f.ctx, key).Result()
-				require.NoError(t, err)
-				require.Equal(t, "not a zset", got)
-				for _, id := range ids {
-					j, err := f.q.Get(f.ctx, id)
-					require.NoError(t, err)
-					if j.ID == cur.ID {
-						require.Equal(t, StateActive, j.State)
-						require.Nil(t, j.Result)
-					} else {
-						require.Equal(t, StatePending, j.State, "nothing was claimed")
+				// The pool holds enough only while its read is younger than
+				// readahead.Fresh/2. A loaded machine can take longer than
+				// that from the claim to the decision; such an attempt shows
+				// nothing about the mode, and the arrangement is made again.
+				for attempt := 1; ; attempt++ {
+					took := refuseWrongTypedIndex(t, mode, idx)
+					if mode == "read ahead" || took <= readahead.Fresh/2 {
+						return
 					}
+					require.Less(t, attempt, 20, "every attempt took longer than the pool's read stays fresh")
+					t.Logf("attempt %d took %v, longer than the pool stays fresh: again", attempt, took)
 				}
 			})
 		}
 	}
+}
+
+// refuseWrongTypedIndex makes a complete-and-claim transaction meet an
+// index of the wrong type, with the pool holding too few candidates (mode
+// "read ahead") or enough, and checks that it refuses before MULTI and
+// writes nothing. It returns how long passed from the claim that filled
+// the pool to the refusal: in mode "pool holds enough", the pool was
+// fresh, and nothing may have read ahead, only if that is at most
+// readahead.Fresh/2.
+func refuseWrongTypedIndex(t *testing.T, mode, idx string) time.Duration {
+	t.Helper()
+	f := setup(t, &Config{Logger: quietLog()})
+	n := 2 // the pool holds 1 after the claim: too few, it reads ahead
+	if mode == "pool holds enough" {
+		n = 10
+	}
+	var ids []string
+	for range n {
+		j, err := f.q.Enqueue(f.ctx, "t", nil, nil)
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	start := time.Now()
+	cur, err := f.q.Claim(f.ctx, "w")
+	require.NoError(t, err)
+	key := f.q.ks.index(0, idx)
+	require.NoError(t, f.rdb.Set(f.ctx, key, "not a zset", 0).Err())
+	var rec sent
+	f.rdb.AddHook(rec.hook())
+
+	out, err := f.q.completeAndClaim(f.ctx, cur, []byte("r"), "w")
+	took := time.Since(start)
+	cmds := rec.take()
+	t.Logf("%v", cmds)
+	var wt *WrongTypeError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, key, wt.Key)
+	require.Nil(t, out.next)
+	require.Zero(t, count(cmds, "multi"), "refused before MULTI")
+	switch {
+	case mode == "read ahead":
+		require.NotZero(t, count(cmds, "zrangebyscore"))
+	case took <= readahead.Fresh/2:
+		require.Zero(t, count(cmds, "zrangebyscore"), "the pool was fresh and held enough")
+	}
+	got, err := f.rdb.Get(f.ctx, key).Result()
+	require.NoError(t, err)
+	require.Equal(t, "not a zset", got)
+	for _, id := range ids {
+		j, err := f.q.Get(f.ctx, id)
+		require.NoError(t, err)
+		if j.ID == cur.ID {
+			require.Equal(t, StateActive, j.State)
+			require.Nil(t, j.Result)
+		} else {
+			require.Equal(t, StatePending, j.State, "nothing was claimed")
+		}
+	}
+	return took
 }
 
 // A job of a higher priority that comes due while the pool holds enough
