@@ -63,7 +63,7 @@ func StartSentinel(tb testing.TB, replicas int) *Sentinel {
 		tb.Cleanup(sen.Stop)
 		s.Sentinels = append(s.Sentinels, sen)
 	}
-	if err := s.waitKnown(replicas, 30*time.Second); err != nil {
+	if err := s.waitKnown(replicas, 60*time.Second); err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
 	return s
@@ -108,12 +108,15 @@ func (s *Sentinel) waitKnown(n int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		ok := true
+		var seen string // what the first Sentinel that is not ready says
 		for _, sen := range s.Sentinels {
 			c := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr, MaxRetries: -1})
 			m, err := c.Master(context.Background(), SentinelMaster).Result()
 			c.Close()
 			if err != nil || m["num-slaves"] != strconv.Itoa(n) || m["num-other-sentinels"] != "2" {
 				ok = false
+				seen = fmt.Sprintf("sentinel %s: replicas %q, other sentinels %q, flags %q, error %v",
+					sen.Addr, m["num-slaves"], m["num-other-sentinels"], m["flags"], err)
 				break
 			}
 		}
@@ -121,7 +124,7 @@ func (s *Sentinel) waitKnown(n int, limit time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("sentinels do not know the master, %d replicas and each other after %v", n, limit)
+			return fmt.Errorf("sentinels do not know the master, %d replicas and each other after %v (%s)", n, limit, seen)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
