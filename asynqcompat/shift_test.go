@@ -34,8 +34,8 @@ func bothOn(t *testing.T, e *env, q *jobkey.Queue, runs *sync.Map, queues ...str
 	hit := func(id string) {
 		n, _ := runs.LoadOrStore(id, new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
-		// Slow enough that a migration overtakes asynq's server on the
-		// pending list, and the crash point is reached.
+		// Slow, so that moves race runs on the pending list. Under load a
+		// migration may still lose every race (see parkedFor).
 		time.Sleep(20 * time.Millisecond)
 	}
 	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{
@@ -84,6 +84,44 @@ func ranOnce(t *testing.T, runs *sync.Map, ids []string) {
 	}
 }
 
+// unparkInJobkey makes due the parked tasks of a migration into jobkey,
+// each of which must be in jobkey, pending and not held, at the run time
+// asynq had for it, and no longer in asynq.
+func unparkInJobkey(t *testing.T, e *env, q *jobkey.Queue, ids []string) {
+	t.Helper()
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	for _, id := range ids {
+		_, err := ins.GetTaskInfo("default", id)
+		require.ErrorIs(t, err, asynq.ErrTaskNotFound, "parked task %s is out of asynq", id)
+		_, err = q.Update(e.ctx, id, func(j *jobkey.Job) error {
+			if j.State != jobkey.StatePending || j.RunAt.Equal(holdUntil) || time.Until(j.RunAt) < parkedFor/2 {
+				return fmt.Errorf("it is %s, due at %v", j.State, j.RunAt)
+			}
+			j.RunAt = time.Now()
+			return nil
+		})
+		require.NoError(t, err, "parked task %s is in jobkey, pending at its own run time", id)
+	}
+}
+
+// unparkInAsynq makes due the parked jobs of a migration into asynq, each
+// of which must be in asynq, scheduled at the run time jobkey had for it
+// (not held), and no longer in jobkey.
+func unparkInAsynq(t *testing.T, e *env, q *jobkey.Queue, ids []string) {
+	t.Helper()
+	ins := asynq.NewInspectorFromRedisClient(e.rdb)
+	for _, id := range ids {
+		_, err := q.Get(e.ctx, id)
+		require.ErrorIs(t, err, jobkey.ErrNotFound, "parked job %s is out of jobkey", id)
+		ti, err := ins.GetTaskInfo("default", id)
+		require.NoError(t, err, "parked job %s is in asynq", id)
+		require.Equal(t, asynq.TaskStateScheduled, ti.State, "parked job %s", id)
+		require.True(t, time.Until(ti.NextProcessAt) > parkedFor/2 && ti.NextProcessAt.Before(holdUntil),
+			"parked job %s is due in asynq at its own run time, not %v", id, ti.NextProcessAt)
+		require.NoError(t, ins.RunTask("default", id))
+	}
+}
+
 func crashOnce(point string, crashed *atomic.Bool) func(string, string) error {
 	return func(p, id string) error {
 		if p == point && crashed.CompareAndSwap(false, true) {
@@ -92,6 +130,22 @@ func crashOnce(point string, crashed *atomic.Bool) func(string, string) error {
 		return nil
 	}
 }
+
+// parkedFor is how far ahead the crash tests schedule their parked tasks:
+// ones neither system's workers can run before the migration moves them,
+// however slow the machine. A move passes every crash point only with a
+// task whose source still holds it waiting when the move switches it, and
+// under load (go test -race -parallel 8 on two cores) a run of 200 moves,
+// whose state writes are serialized, took 17 s: asynq's server (or
+// jobkey's workers), ahead of it on the same list, ran every due task
+// first, the tasks scheduled seconds ahead too, and each move was undone
+// (MigrateReport.Undone) before its delete, so that no run crashed after
+// it. An hour is past the tests' own context (two minutes): only the test
+// makes a parked task due, after the rerun, where the moves put it.
+const parkedFor = time.Hour
+
+// parked says whether a crash test's i-th task is parked (see parkedFor).
+func parked(i int) bool { return i%10 == 1 }
 
 var crashPoints = []string{atBeforeEnqueue, atAfterEnqueue, atAfterReread, atAfterDelete, atAfterRelease}
 
@@ -108,20 +162,17 @@ func TestMigrateCrashedAtAnyStepRunsEachTaskOnce(t *testing.T) {
 				e := newEnv(t)
 				q := e.queue(t, "emails", &jobkey.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 				ac := asynq.NewClientFromRedisClient(e.rdb)
-				var ids []string
+				var ids, parkedIDs []string
 				for i := range 200 {
 					id := fmt.Sprintf("t-%d", i)
 					ids = append(ids, id)
 					opts := []asynq.Option{asynq.TaskID(id)}
 					switch {
+					case parked(i):
+						opts = append(opts, asynq.ProcessIn(parkedFor))
+						parkedIDs = append(parkedIDs, id)
 					case i%3 == 0:
 						opts = append(opts, asynq.ProcessIn(300*time.Millisecond))
-					case i%10 == 1:
-						// Tasks asynq cannot run before the migration moves
-						// them, however slow the machine: without a queue
-						// paused, asynq may have run every other one first,
-						// and the steps after a move's delete never come.
-						opts = append(opts, asynq.ProcessIn(5*time.Second))
 					}
 					_, err := ac.EnqueueContext(e.ctx, asynq.NewTask(moveType, []byte(id)), opts...)
 					require.NoError(t, err)
@@ -138,6 +189,7 @@ func TestMigrateCrashedAtAnyStepRunsEachTaskOnce(t *testing.T) {
 				require.NoError(t, err)
 				t.Logf("rerun: moved %d, finished %d, undone %d, left %d", rep.Moved, rep.AlreadyMoved, len(rep.Undone), len(rep.Left))
 				require.Empty(t, rep.Twice)
+				unparkInJobkey(t, e, q, parkedIDs)
 				ranOnce(t, &runs, ids)
 				qi, err := asynq.NewInspectorFromRedisClient(e.rdb).GetQueueInfo("default")
 				require.NoError(t, err)
@@ -160,13 +212,17 @@ func TestMigrateToAsynqCrashedAtAnyStepRunsEachJobOnce(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			q := e.queue(t, "emails", &jobkey.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			var ids []string
+			var ids, parkedIDs []string
 			var specs []jobkey.JobSpec
 			for i := range 200 {
 				id := fmt.Sprintf("j-%d", i)
 				ids = append(ids, id)
 				o := &jobkey.EnqueueOpts{ID: id}
-				if i%3 == 0 {
+				switch {
+				case parked(i):
+					o.RunAt = time.Now().Add(parkedFor)
+					parkedIDs = append(parkedIDs, id)
+				case i%3 == 0:
 					o.RunAt = time.Now().Add(300 * time.Millisecond)
 				}
 				specs = append(specs, jobkey.JobSpec{Type: moveType, Payload: []byte(id), Opts: o})
@@ -185,6 +241,7 @@ func TestMigrateToAsynqCrashedAtAnyStepRunsEachJobOnce(t *testing.T) {
 			require.NoError(t, err)
 			t.Logf("rerun: moved %d, finished %d, undone %d, left %d", rep.Moved, rep.AlreadyMoved, len(rep.Undone), len(rep.Left))
 			require.Empty(t, rep.Twice)
+			unparkInAsynq(t, e, q, parkedIDs)
 			ranOnce(t, &runs, ids)
 			n, err := e.rdb.Exists(e.ctx, stateKey("default"), lockKey("default")).Result()
 			require.NoError(t, err)
