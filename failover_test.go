@@ -262,8 +262,15 @@ func requireFailoverTargets(t *testing.T, f failoverFigures) {
 	require.LessOrEqual(t, f.WorkersBack, resumeWithin, "workers back after the promotion")
 }
 
-// resumeWithin is how soon after a promotion the queue must be back.
-const resumeWithin = 2 * time.Second
+// resumeWithin is how soon after a promotion the queue must be back. It
+// tells jobkey's own recovery (a slot map reloaded within
+// cluster.ReloadEvery of a failed call, outcomes retried within a second)
+// from waiting on go-redis, whose own reload of a cluster's slot map comes
+// a minute later. On a quiet machine every case was back within 1.1 s;
+// under CI's full -race run, on a machine ten times slower (175 enqueues
+// acknowledged where a quiet run has 1,542), workers took 2.06 s, which
+// is the machine, not the recovery.
+const resumeWithin = 10 * time.Second
 
 // replicaStall is how long the replica is stalled, starting stallLead
 // before the master is killed, with the master's link to it dropped: the
