@@ -209,12 +209,14 @@ type Group[T, R any] struct {
 	// since the last flush began (under mu).
 	inside atomic.Int32
 	peak   int
-	// fillScore says whether next's waits pay (under mu): a wait whose
-	// batch filled raises it to at least 1, one that ended with callers
-	// queued and its batch short takes 1, within ±fillScoreMax. While it
+	// fillScore says whether next's waits pay (under mu): a wait that
+	// gathered a call (one that came after the first, which would have
+	// gone at once) raises it to at least 1, filled or not; one that ended
+	// short with callers queued and gathered no one takes 1, within
+	// ±fillScoreMax. While it
 	// is below 0, next takes what is queued at once; once it has done so
 	// fillProbe times (skipped counts them), the next batch waits anyway,
-	// to learn whether waiting pays again, and one that fills makes the
+	// to learn whether waiting pays again, and one that gathers makes the
 	// group wait again at once. Lifecycle's callers go from enqueue to
 	// claim to complete, and the callers a leader waits for are in the
 	// other groups: 60% of its waits timed out with callers queued and
@@ -482,11 +484,19 @@ func (g *Group[T, R]) next(l *leader[T, R]) []*Call[T, R] {
 	if want := min(g.peak, g.Max); g.Fill > 0 && len(g.queue) < want {
 		if g.fillScore >= 0 || g.skipped >= fillProbe {
 			g.skipped = 0
+			// The first call to come to an empty queue would have gone
+			// at once (it starts a flush of its own when no leader
+			// waits): a wait gathers the calls that come after it.
+			before := max(len(g.queue), 1)
 			queued, filled := g.fill(l, want, g.Fill, false)
 			switch {
-			case filled:
+			case len(g.queue) > before:
+				// It gathered callers, whose calls share this batch's
+				// round trips: waiting pays, filled or not.
 				g.fillScore = min(max(g.fillScore, 0)+1, fillScoreMax)
-			case queued:
+			case queued && !filled:
+				// It held its queued callers and gathered no one. (A
+				// wait for one call, on an empty queue, held no one.)
 				g.fillScore = max(g.fillScore-1, -fillScoreMax)
 			}
 		} else {
