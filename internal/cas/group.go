@@ -213,11 +213,10 @@ type Group[T, R any] struct {
 	// gathered a call (one that came after the first, which would have
 	// gone at once) raises it to at least 1, filled or not; one that ended
 	// short with callers queued and gathered no one takes 1, within
-	// ±fillScoreMax. While it
-	// is below 0, next takes what is queued at once; once it has done so
-	// fillProbe times (skipped counts them), the next batch waits anyway,
-	// to learn whether waiting pays again, and one that gathers makes the
-	// group wait again at once. Lifecycle's callers go from enqueue to
+	// ±fillScoreMax. While it is below 0, next takes what is queued at
+	// once; once it has done so fillProbe times (skipped counts them), the
+	// next batch waits anyway, to learn whether waiting pays again, and
+	// one that gathers makes the group wait again at once. Lifecycle's callers go from enqueue to
 	// claim to complete, and the callers a leader waits for are in the
 	// other groups: 60% of its waits timed out with callers queued and
 	// 15% filled, where enqueue's filled 97%.
