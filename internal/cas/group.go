@@ -186,9 +186,8 @@ type Group[T, R any] struct {
 	// Fill is how long a leader, between batches, may wait for its next
 	// batch to fill (0: it takes what is queued at once). It waits parked
 	// until a caller comes, then by yielding the processor, so the callers
-	// it just answered can run (fill). A group whose waits mostly end
-	// without their batch, its callers busy elsewhere, stops waiting
-	// (fillScore).
+	// it just answered can run (fill). A group whose waits mostly gather
+	// no caller, its callers busy elsewhere, stops waiting (fillScore).
 	Fill time.Duration
 	// HandOver lets the next batch's round trip 1 be carried behind this
 	// batch's EXEC when calls are queued (handover.go). It suits a group whose callers
