@@ -215,10 +215,10 @@ type Group[T, R any] struct {
 	// ±fillScoreMax. While it is below 0, next takes what is queued at
 	// once; once it has done so fillProbe times (skipped counts them), the
 	// next batch waits anyway, to learn whether waiting pays again, and
-	// one that gathers makes the group wait again at once. Lifecycle's callers go from enqueue to
-	// claim to complete, and the callers a leader waits for are in the
-	// other groups: 60% of its waits timed out with callers queued and
-	// 15% filled, where enqueue's filled 97%.
+	// one that gathers makes the group wait again at once. Lifecycle's
+	// callers go from enqueue to claim to complete, and the callers a
+	// leader waits for are in the other groups: 60% of its waits timed out
+	// with callers queued and 15% filled, where enqueue's filled 97%.
 	fillScore, skipped int
 
 	mu      sync.Mutex
@@ -465,17 +465,20 @@ func (g *Group[T, R]) succeed(l *leader[T, R], h *handover, inflight int) bool {
 // to fill (succeed).
 const successorFill = 50 * time.Microsecond
 
-// fillScoreMax bounds fillScore, so a group whose waits stop filling
-// stops waiting within that many; fillProbe is how many batches a group
-// that stopped waiting takes at once before one waits anyway.
+// fillScoreMax bounds fillScore, so a group whose waits stop gathering
+// callers stops waiting within fillScoreMax+1 of them; fillProbe is how
+// many batches a group that stopped waiting takes at once before one
+// waits anyway.
 const (
 	fillScoreMax = 8
 	fillProbe    = 8
 )
 
-// next takes l's next batch, first waiting up to fill for the queue to
-// hold as many calls as there were callers during the last flush, and
-// leaves the group when there is none.
+// next takes l's next batch, and leaves the group when there is none.
+// While the group's waits pay (fillScore), or to probe whether they pay
+// again, it first waits up to Fill for the queue to hold as many calls as
+// there were callers during the last flush; otherwise it takes what is
+// queued at once.
 func (g *Group[T, R]) next(l *leader[T, R]) []*Call[T, R] {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -497,8 +500,8 @@ func (g *Group[T, R]) next(l *leader[T, R]) []*Call[T, R] {
 				// wait for one call, on an empty queue, held no one.)
 				g.fillScore = max(g.fillScore-1, -fillScoreMax)
 			}
-		} else {
-			g.skipped++
+		} else if len(g.queue) > 0 {
+			g.skipped++ // a batch taken at once
 		}
 	}
 	batch := g.take()
