@@ -27,19 +27,22 @@ func TestTimeoutFailsTheAttempt(t *testing.T) {
 
 	var mu sync.Mutex
 	causes := map[string]error{}
-	ran := map[string]time.Duration{}
+	ended := map[string]time.Time{}     // when the handler saw its ctx end
+	deadlines := map[string]time.Time{} // its ctx's deadline
+	started := map[string]time.Time{}
 	recorded := make(chan string, 3)
 	ctx, stop := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
 	go func() {
 		done <- f.q.Work(ctx, HandlerFunc(func(ctx context.Context, j *Job) ([]byte, error) {
 			start := time.Now()
+			dl, _ := ctx.Deadline()
 			select {
 			case <-ctx.Done():
 			case <-time.After(400 * time.Millisecond):
 			}
 			mu.Lock()
-			causes[j.ID], ran[j.ID] = context.Cause(ctx), time.Since(start)
+			causes[j.ID], ended[j.ID], deadlines[j.ID], started[j.ID] = context.Cause(ctx), time.Now(), dl, start
 			mu.Unlock()
 			return nil, ctx.Err()
 		}), &WorkOpts{Concurrency: 3, Timeout: 150 * time.Millisecond, Logger: quiet,
@@ -71,7 +74,16 @@ func TestTimeoutFailsTheAttempt(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, j.LastError, want)
 	}
-	require.GreaterOrEqual(t, ran[byDefault.ID], 150*time.Millisecond, "not before WorkOpts.Timeout")
+	// Not before WorkOpts.Timeout: the run's ctx ended at its deadline or
+	// after, and that deadline is 150 ms from when Work set it, a moment
+	// before it called the handler: at most 150 ms after the handler
+	// began, and more than the short job's 100 ms. (Timing the handler
+	// alone against 150 ms once gave 149.98 ms under load.)
+	dl := deadlines[byDefault.ID]
+	require.False(t, dl.IsZero(), "the run has a deadline")
+	require.False(t, ended[byDefault.ID].Before(dl), "ended before its deadline")
+	require.LessOrEqual(t, dl.Sub(started[byDefault.ID]), 150*time.Millisecond, "a deadline past WorkOpts.Timeout")
+	require.Greater(t, dl.Sub(started[byDefault.ID]), 100*time.Millisecond, "a deadline short of WorkOpts.Timeout")
 	require.NoError(t, causes[long.ID], "a job's own timeout wins over the default")
 	j, err := f.q.Get(f.ctx, long.ID)
 	require.NoError(t, err)
