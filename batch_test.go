@@ -171,7 +171,7 @@ func TestBatchAllSucceededCancelsItsCallbackWhenAJobFails(t *testing.T) {
 
 func TestBatchCallbackFiresOnceWhenTheLastReplyIsLost(t *testing.T) {
 	t.Parallel()
-	cut, proxy := proxiedWithin(t, time.Second) // a slow reply under load is not a cut one
+	cut, proxy := proxiedWithin(t, 5*time.Second) // a slow reply under load is not a cut one (a cut resets the link)
 	q := queueOn(t, cut, redistest.Prefix(t), Config{})
 	ctx := t.Context()
 	b, _, err := q.EnqueueBatch(ctx, specs("child", 2), JobSpec{Type: "done"}, &BatchOpts{ID: "b1"})
@@ -753,7 +753,7 @@ func TestBatchCountsTheBulkOperations(t *testing.T) {
 // reply was lost counts the job once and writes the callback once.
 func TestBatchCountsOnceWhenTheReplyOfAnyLastOutcomeIsLost(t *testing.T) {
 	t.Parallel()
-	cut, proxy := proxiedWithin(t, time.Second) // a slow reply under load is not a cut one
+	cut, proxy := proxiedWithin(t, 5*time.Second) // a slow reply under load is not a cut one (a cut resets the link)
 	q := queueOn(t, cut, redistest.Prefix(t), Config{MaxAttempts: 1})
 	ctx := t.Context()
 	ops := map[string]func(j *Job) error{
