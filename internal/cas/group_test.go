@@ -347,11 +347,21 @@ func TestGroupWaitingLeaderIsWokenByTheCallerThatComes(t *testing.T) {
 // and how long after the release it came.
 func (gt *groupUnderTest) handOn(t *testing.T, call int, fill time.Duration) ([]int, time.Duration, <-chan result) {
 	t.Helper()
+	return gt.handOnWhile(t, call, fill, nil)
+}
+
+// handOnWhile is handOn that runs during, when not nil, once the flush
+// is released, while the next batch may still be filling.
+func (gt *groupUnderTest) handOnWhile(t *testing.T, call int, fill time.Duration, during func()) ([]int, time.Duration, <-chan result) {
+	t.Helper()
 	next := gt.goDo(context.Background(), call)
 	require.Eventually(t, gt.queued(1), 5*time.Second, time.Millisecond)
 	gt.setFill(fill)
 	start := time.Now()
 	gt.hold <- struct{}{}
+	if during != nil {
+		during()
+	}
 	select {
 	case b := <-gt.batches:
 		return b, time.Since(start), next
@@ -361,8 +371,8 @@ func (gt *groupUnderTest) handOn(t *testing.T, call int, fill time.Duration) ([]
 	}
 }
 
-// A group whose waits end with a caller queued and the batch short stops
-// waiting: its callers are busy elsewhere (a lifecycle's go on to claim
+// A group whose waits end with a caller queued, the batch short and no
+// caller gathered stops waiting: its callers are busy elsewhere (a lifecycle's go on to claim
 // and complete), and the wait only holds the one queued. After fillProbe
 // batches taken at once, the next waits anyway, to learn whether waiting
 // pays again; when that wait ends short too, the batches after it are
@@ -441,8 +451,7 @@ func TestGroupWaitsAgainOnceAProbeFills(t *testing.T) {
 func BenchmarkGroupFillWhileACallerStaysAway(b *testing.B) {
 	ctx := context.Background()
 	g := &Group[int, int]{Max: 100, Fill: 50 * time.Microsecond, Flush: func(_ context.Context, calls []*Call[int, int]) {
-		for start := time.Now(); time.Since(start) < 20*time.Microsecond; {
-		}
+		spin(20 * time.Microsecond)
 		for _, c := range calls {
 			c.Finish(0, nil)
 		}
@@ -484,8 +493,7 @@ func BenchmarkGroupCallersWithThinkTime(b *testing.B) {
 	var flushes atomic.Int64
 	g := &Group[int, int]{Max: 100, Fill: 50 * time.Microsecond, Flush: func(_ context.Context, calls []*Call[int, int]) {
 		flushes.Add(1)
-		for start := time.Now(); time.Since(start) < 30*time.Microsecond; {
-		}
+		spin(30 * time.Microsecond)
 		for _, c := range calls {
 			c.Finish(0, nil)
 		}
@@ -497,9 +505,7 @@ func BenchmarkGroupCallersWithThinkTime(b *testing.B) {
 		wg.Go(func() {
 			for next.Add(1) <= int64(b.N) {
 				_, _ = g.Do(ctx, 1)
-				think := time.Duration(rand.N(60)) * time.Microsecond
-				for start := time.Now(); time.Since(start) < think; {
-				}
+				spin(time.Duration(rand.N(60)) * time.Microsecond) // the caller's own work
 			}
 		})
 	}
@@ -547,18 +553,16 @@ func TestGroupKeepsWaitingWhileShortWaitsGatherCallers(t *testing.T) {
 // caller, gathered, comes 50 ms after the release.
 func (gt *groupUnderTest) handOnGathering(t *testing.T, call, gathered int) (_ []int, _ time.Duration, next, late <-chan result) {
 	t.Helper()
-	next = gt.goDo(context.Background(), call)
-	require.Eventually(t, gt.queued(1), 5*time.Second, time.Millisecond)
-	gt.setFill(300 * time.Millisecond)
-	start := time.Now()
-	gt.hold <- struct{}{}
-	time.Sleep(50 * time.Millisecond)
-	late = gt.goDo(context.Background(), gathered)
-	select {
-	case b := <-gt.batches:
-		return b, time.Since(start), next, late
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no batch for call %d within 10 s", call)
-		return nil, 0, nil, nil
+	b, waited, next := gt.handOnWhile(t, call, 300*time.Millisecond, func() {
+		time.Sleep(50 * time.Millisecond)
+		late = gt.goDo(context.Background(), gathered)
+	})
+	return b, waited, next, late
+}
+
+// spin keeps the processor busy for d, as work of a flush or a caller
+// would (a sleep that short would park, and wake late).
+func spin(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
 	}
 }
